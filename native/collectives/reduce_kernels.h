@@ -1,0 +1,32 @@
+// Element-wise kernels shared by every transport and algorithm: reduction of one buffer into
+// another, scaling, and the widening of half-precision types to float32 for reduction.
+//
+// Contract: buffers do not overlap unless stated; counts are elements, not bytes. Kernels are
+// pure functions of their arguments and safe to call from any thread.
+#ifndef SCALEOUT_COLLECTIVES_REDUCE_KERNELS_H_
+#define SCALEOUT_COLLECTIVES_REDUCE_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/dtype.h"
+
+namespace scaleout {
+
+// inout[i] = op(inout[i], in[i]) for i < count. Average reduces as Sum (the division is a
+// separate ScaleBuffer). For bool: Sum and Max are logical or, Product and Min logical and.
+// float16/bfloat16 are accumulated in float32 and rounded once per element.
+void ReduceInto(void* inout, const void* in, size_t count, DataType dtype, ReduceOp op);
+
+// buf[i] *= factor, computed in double for float64/int64 and in float otherwise, then converted
+// back (integers truncate toward zero). No-op when factor == 1.0. Not defined for bool.
+void ScaleBuffer(void* buf, size_t count, DataType dtype, double factor);
+
+// dst[i] = float(src[i]) * factor for a float16 or bfloat16 source (dtype says which).
+void WidenToFloat(float* dst, const void* src, size_t count, DataType dtype, double factor);
+// dst[i] = half(src[i] * factor), round to nearest even.
+void NarrowFromFloat(void* dst, const float* src, size_t count, DataType dtype, double factor);
+
+}  // namespace scaleout
+
+#endif  // SCALEOUT_COLLECTIVES_REDUCE_KERNELS_H_

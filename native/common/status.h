@@ -1,0 +1,55 @@
+// Status: the error value carried by every asynchronous path in the core.
+#ifndef SCALEOUT_COMMON_STATUS_H_
+#define SCALEOUT_COMMON_STATUS_H_
+
+#include <string>
+#include <utility>
+
+#include "c_api/scaleout.h"
+
+namespace scaleout {
+
+// A status code from the C ABI (SO_OK, SO_ERR_...) and a message for people.
+class Status {
+ public:
+  Status() = default;
+  Status(int code, std::string message) : code_(code), message_(std::move(message)) {}
+
+  static Status OK() { return Status(); }
+  static Status InvalidArgument(std::string m) { return {SO_ERR_INVALID_ARGUMENT, std::move(m)}; }
+  static Status NotInitialized(std::string m) { return {SO_ERR_NOT_INITIALIZED, std::move(m)}; }
+  static Status ShutDown(std::string m) { return {SO_ERR_SHUT_DOWN, std::move(m)}; }
+  static Status Mismatch(std::string m) { return {SO_ERR_MISMATCH, std::move(m)}; }
+  static Status DuplicateName(std::string m) { return {SO_ERR_DUPLICATE_NAME, std::move(m)}; }
+  static Status Transport(std::string m) { return {SO_ERR_TRANSPORT, std::move(m)}; }
+  static Status Timeout(std::string m) { return {SO_ERR_TIMEOUT, std::move(m)}; }
+  static Status Internal(std::string m) { return {SO_ERR_INTERNAL, std::move(m)}; }
+
+  bool ok() const { return code_ == SO_OK; }
+  int code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  int code_ = SO_OK;
+  std::string message_;
+};
+
+// Name of a status code ("MISMATCH", ...), as exported by so_status_name.
+const char* StatusName(int code);
+
+// Thrown only inside the core by SO_CHECK; every C ABI entry point catches it.
+struct InternalError {
+  std::string message;
+};
+
+[[noreturn]] void CheckFailed(const char* file, int line, const char* expr, const std::string& msg);
+
+}  // namespace scaleout
+
+// Invariant check that reports file:line; never used for user input.
+#define SO_CHECK(cond, msg)                                                   \
+  do {                                                                        \
+    if (!(cond)) ::scaleout::CheckFailed(__FILE__, __LINE__, #cond, (msg));   \
+  } while (0)
+
+#endif  // SCALEOUT_COMMON_STATUS_H_
