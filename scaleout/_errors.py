@@ -1,0 +1,63 @@
+"""One exception hierarchy for every failure the core or the Python layer reports.
+
+Each status code of the native core maps to one class through the code's name, which the
+library itself provides (so_status_name), so no code number is copied here by hand.
+"""
+from __future__ import annotations
+
+
+class ScaleoutError(RuntimeError):
+    """Base class of every scaleout error."""
+
+
+class InvalidArgumentError(ScaleoutError, ValueError):
+    """Bad input on this rank: dtype, shape, op, root rank, ..."""
+
+
+class NotInitializedError(ScaleoutError):
+    """A collective or query was used before scaleout.init() or after shutdown()."""
+
+
+class ShutDownError(ScaleoutError):
+    """This rank or another rank shut down while the work was pending."""
+
+
+class MismatchError(ScaleoutError):
+    """Ranks disagree about a collective with the same name (shape, dtype, op, root, ...)."""
+
+
+class DuplicateNameError(ScaleoutError):
+    """A collective with this name is already in flight on this rank."""
+
+
+class TransportError(ScaleoutError):
+    """The MPI (or another transport) failed."""
+
+
+class ScaleoutTimeoutError(ScaleoutError, TimeoutError):
+    """A bounded wait ran out."""
+
+
+class InternalError(ScaleoutError):
+    """A broken invariant inside the core: please report it."""
+
+
+class MPINotFoundError(ScaleoutError, ImportError):
+    """No usable MPI library or mpi4py was found."""
+
+
+_BY_STATUS_NAME = {
+    "INVALID_ARGUMENT": InvalidArgumentError,
+    "NOT_INITIALIZED": NotInitializedError,
+    "SHUT_DOWN": ShutDownError,
+    "MISMATCH": MismatchError,
+    "DUPLICATE_NAME": DuplicateNameError,
+    "TRANSPORT": TransportError,
+    "TIMEOUT": ScaleoutTimeoutError,
+    "INTERNAL": InternalError,
+    "UNKNOWN_HANDLE": InvalidArgumentError,
+}
+
+
+def error_class(status_name: str) -> type[ScaleoutError]:
+    return _BY_STATUS_NAME.get(status_name, ScaleoutError)

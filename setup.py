@@ -1,0 +1,55 @@
+"""Builds scaleout: the Python packages and the native core (native/, C++17 over MPI)."""
+import sys
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "native"))
+import build_native  # noqa: E402
+
+
+class NativeLibrary(Extension):
+    """A plain shared library loaded with ctypes (no Python module init inside)."""
+
+    def __init__(self, name):
+        super().__init__(name, sources=[])
+
+
+class BuildNative(build_ext):
+    def build_extension(self, ext):
+        if not isinstance(ext, NativeLibrary):
+            return super().build_extension(ext)
+        output = Path(self.get_ext_fullpath(ext.name)).resolve()
+        try:
+            build_native.build(output, Path(self.build_temp).resolve() / "native", shared=True,
+                               jobs=self.parallel or None)
+        except build_native.BuildError as exc:
+            sys.exit(f"scaleout: building the native core failed: {exc}")
+
+
+TORCH = ["torch==2.13.0"]
+TENSORFLOW = ["tensorflow-cpu>=2.16"]
+TEST = ["pytest>=7", "pytest-timeout"]
+
+setup(
+    name="scaleout",
+    version="0.1.0",
+    description="Data-parallel distributed training over MPI with tensor fusion, Horovod-compatible",
+    python_requires=">=3.9",
+    packages=["scaleout", "scaleout.torch", "scaleout.tensorflow", "scaleout.tensorflow.keras",
+              "scaleout.launcher"],
+    package_dir={"scaleout.launcher": "launcher"},
+    ext_modules=[NativeLibrary("scaleout._scaleout_core")],
+    cmdclass={"build_ext": BuildNative},
+    install_requires=["numpy", "cloudpickle", "mpi4py>=3.1", "mpich"],
+    extras_require={
+        "torch": TORCH,
+        "tensorflow": TENSORFLOW,
+        "test": TEST,
+        "all": TORCH + TENSORFLOW + TEST,
+    },
+    entry_points={"console_scripts": ["scaleoutrun = scaleout.launcher.main:main"]},
+    zip_safe=False,
+)
