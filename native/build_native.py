@@ -59,7 +59,7 @@ def mpi_description(mpicxx: str) -> str:
     mpichversion = prefix / "bin" / "mpichversion"
     if mpichversion.exists():
         res = subprocess.run([str(mpichversion), "-v"], capture_output=True, text=True)
-        version = "MPICH " + res.stdout.strip()
+        version = " ".join(res.stdout.split()).replace("MPICH Version:", "MPICH")
     ompi_info = prefix / "bin" / "ompi_info"
     if not version and ompi_info.exists():
         res = subprocess.run([str(ompi_info), "--version"], capture_output=True, text=True)

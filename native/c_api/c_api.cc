@@ -1,0 +1,209 @@
+// The C ABI: every entry point catches everything and returns a status code; the message of the
+// last failure on the calling thread is kept for so_last_error().
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "c_api/scaleout.h"
+#include "common/dtype.h"
+#include "runtime/runtime.h"
+
+#define SO_EXPORT extern "C" __attribute__((visibility("default")))
+
+#ifndef SCALEOUT_BUILD_INFO
+#define SCALEOUT_BUILD_INFO "unknown MPI"
+#endif
+
+namespace {
+
+using scaleout::Runtime;
+using scaleout::Status;
+
+thread_local std::string t_last_error;
+
+// The current runtime; callers take a reference so a concurrent shutdown cannot free it under them.
+std::mutex g_mu;
+std::shared_ptr<Runtime> g_runtime;
+
+std::shared_ptr<Runtime> Current() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_runtime;
+}
+
+int Fail(const Status& s) {
+  t_last_error = s.message();
+  return s.code();
+}
+
+int Report(const Status& s) { return s.ok() ? SO_OK : Fail(s); }
+
+Status NotInitialized() {
+  return Status::NotInitialized("scaleout is not initialized: call init() first (and not after shutdown())");
+}
+
+template <typename Fn>
+int Guard(Fn&& fn) {
+  try {
+    return fn();
+  } catch (const scaleout::InternalError& e) {
+    return Fail(Status::Internal(e.message));
+  } catch (const std::bad_alloc&) {
+    return Fail(Status::Internal("out of memory"));
+  } catch (const std::exception& e) {
+    return Fail(Status::Internal(e.what()));
+  } catch (...) {
+    return Fail(Status::Internal("unknown C++ exception"));
+  }
+}
+
+// Runs fn(runtime) when initialised.
+template <typename Fn>
+int WithRuntime(Fn&& fn) {
+  return Guard([&]() -> int {
+    std::shared_ptr<Runtime> rt = Current();
+    if (!rt) return Fail(NotInitialized());
+    return fn(*rt);
+  });
+}
+
+}  // namespace
+
+SO_EXPORT int so_abi_version(void) { return SCALEOUT_ABI_VERSION; }
+SO_EXPORT const char* so_version(void) { return "0.1.0"; }
+SO_EXPORT const char* so_build_info(void) { return SCALEOUT_BUILD_INFO; }
+SO_EXPORT const char* so_status_name(int code) { return scaleout::StatusName(code); }
+SO_EXPORT const char* so_dtype_name(int dtype) {
+  return scaleout::IsValidDataType(dtype) ? scaleout::DataTypeName(static_cast<scaleout::DataType>(dtype)) : "unknown";
+}
+SO_EXPORT const char* so_last_error(void) { return t_last_error.c_str(); }
+
+SO_EXPORT int so_init(int64_t comm_fortran_handle) {
+  return Guard([&]() -> int {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_runtime) return SO_OK;
+    std::shared_ptr<Runtime> rt;
+    Status s = Runtime::Create(comm_fortran_handle, &rt);
+    if (!s.ok()) return Fail(s);
+    g_runtime = std::move(rt);
+    return SO_OK;
+  });
+}
+
+SO_EXPORT int so_shutdown(void) {
+  return Guard([&]() -> int {
+    std::shared_ptr<Runtime> rt;
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      rt.swap(g_runtime);
+    }
+    if (rt) rt->Shutdown();
+    return SO_OK;
+  });
+}
+
+SO_EXPORT int so_is_initialized(void) { return Current() ? 1 : 0; }
+
+SO_EXPORT int so_topology(int32_t* out) {
+  return WithRuntime([&](Runtime& rt) -> int {
+    const scaleout::Topology& t = rt.topology();
+    int32_t values[6] = {t.rank, t.size, t.local_rank, t.local_size, t.cross_rank, t.cross_size};
+    std::memcpy(out, values, sizeof(values));
+    return SO_OK;
+  });
+}
+
+SO_EXPORT const char* so_config_string(void) {
+  thread_local std::string text;
+  std::shared_ptr<Runtime> rt = Current();
+  text = rt ? rt->config().ToString() : "";
+  return text.c_str();
+}
+
+SO_EXPORT int so_enqueue(const char* name, int collective, int dtype, int ndim, const int64_t* shape,
+                         const void* input, void* output, int reduce_op, int root_rank,
+                         double prescale_factor, double postscale_factor, const int64_t* splits,
+                         int nsplits, int64_t* handle_out) {
+  return WithRuntime([&](Runtime& rt) -> int {
+    scaleout::EnqueueArgs a;
+    a.name = name;
+    a.collective = collective;
+    a.dtype = dtype;
+    a.ndim = ndim;
+    a.shape = shape;
+    a.input = input;
+    a.output = output;
+    a.reduce_op = reduce_op;
+    a.root = root_rank;
+    a.prescale = prescale_factor;
+    a.postscale = postscale_factor;
+    a.splits = splits;
+    a.nsplits = nsplits;
+    return Report(rt.Enqueue(a, handle_out));
+  });
+}
+
+SO_EXPORT int so_poll(int64_t handle, int* done_out) {
+  return WithRuntime([&](Runtime& rt) -> int {
+    bool done = false;
+    Status s = rt.handles().Poll(handle, &done);
+    *done_out = done ? 1 : 0;
+    return Report(s);
+  });
+}
+
+SO_EXPORT int so_wait(int64_t handle, double timeout_seconds) {
+  return WithRuntime([&](Runtime& rt) -> int { return Report(rt.handles().Wait(handle, timeout_seconds)); });
+}
+
+SO_EXPORT int so_result_shape(int64_t handle, int* ndim_out, int64_t* shape_out) {
+  return WithRuntime([&](Runtime& rt) -> int {
+    std::shared_ptr<scaleout::TensorEntry> e;
+    Status s = rt.handles().Get(handle, &e);
+    if (!s.ok()) return Fail(s);
+    *ndim_out = static_cast<int>(e->result_shape.size());
+    for (size_t i = 0; i < e->result_shape.size(); ++i) shape_out[i] = e->result_shape[i];
+    return SO_OK;
+  });
+}
+
+SO_EXPORT int so_result_copy(int64_t handle, void* dst, int64_t nbytes) {
+  return WithRuntime([&](Runtime& rt) -> int {
+    std::shared_ptr<scaleout::TensorEntry> e;
+    Status s = rt.handles().Get(handle, &e);
+    if (!s.ok()) return Fail(s);
+    if (static_cast<size_t>(nbytes) != e->result.size()) {
+      return Fail(Status::InvalidArgument("result has " + std::to_string(e->result.size()) +
+                                          " bytes, destination " + std::to_string(nbytes)));
+    }
+    if (nbytes > 0) std::memcpy(dst, e->result.data(), e->result.size());
+    return SO_OK;
+  });
+}
+
+SO_EXPORT int so_result_splits(int64_t handle, int64_t* splits_out, int nsplits) {
+  return WithRuntime([&](Runtime& rt) -> int {
+    std::shared_ptr<scaleout::TensorEntry> e;
+    Status s = rt.handles().Get(handle, &e);
+    if (!s.ok()) return Fail(s);
+    if (static_cast<size_t>(nsplits) != e->received_splits.size()) {
+      return Fail(Status::InvalidArgument("the handle has " + std::to_string(e->received_splits.size()) + " received splits"));
+    }
+    for (int i = 0; i < nsplits; ++i) splits_out[i] = e->received_splits[i];
+    return SO_OK;
+  });
+}
+
+SO_EXPORT int so_result_join_rank(int64_t handle, int32_t* rank_out) {
+  return WithRuntime([&](Runtime& rt) -> int {
+    std::shared_ptr<scaleout::TensorEntry> e;
+    Status s = rt.handles().Get(handle, &e);
+    if (!s.ok()) return Fail(s);
+    *rank_out = e->join_rank;
+    return SO_OK;
+  });
+}
+
+SO_EXPORT int so_release(int64_t handle) {
+  return WithRuntime([&](Runtime& rt) -> int { return Report(rt.handles().Release(handle)); });
+}

@@ -1,0 +1,233 @@
+#include "collectives/collective_executor.h"
+
+#include <cstring>
+
+#include "collectives/reduce_kernels.h"
+
+namespace scaleout {
+namespace {
+
+size_t Elements(const std::vector<int64_t>& shape, size_t from = 0) {
+  size_t n = 1;
+  for (size_t i = from; i < shape.size(); ++i) n *= static_cast<size_t>(shape[i]);
+  return n;
+}
+
+// The reduction the transport performs (Average is a Sum followed by a division).
+ReduceOp WireOp(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
+
+// A tensor's shape: this rank's own request where it submitted one (a compactly sent cached
+// response carries no shape), else the agreed shape in the response (ranks that joined).
+const std::vector<int64_t>& ShapeOf(const Response& r, const std::vector<TensorEntry*>& entries,
+                                    size_t i) {
+  return entries[i] != nullptr ? entries[i]->request.shape : r.tensors[i].shape;
+}
+
+// Factor applied after the reduction: postscale, and 1/size for Average (Horovod semantics:
+// joined ranks still count in the divisor).
+double PostFactor(const Response& r, int size) {
+  return r.postscale * (r.reduce_op == ReduceOp::kAverage ? 1.0 / size : 1.0);
+}
+
+}  // namespace
+
+Status CollectiveExecutor::Execute(const Response& r, const std::vector<TensorEntry*>& entries) {
+  switch (r.collective) {
+    case SO_ALLREDUCE: return Allreduce(r, entries);
+    case SO_ALLGATHER: return Allgather(r, entries);
+    case SO_BROADCAST: return Broadcast(r, entries[0]);
+    case SO_ALLTOALL: return Alltoall(r, entries[0]);
+    case SO_REDUCESCATTER: return ReduceScatter(r, entries[0]);
+    default: return Status::Internal("no executor for collective " + std::to_string(r.collective));
+  }
+}
+
+Status CollectiveExecutor::Allreduce(const Response& r, const std::vector<TensorEntry*>& entries) {
+  const double post = PostFactor(r, transport_->size());
+  const bool half = IsHalf(r.dtype);
+  const ReduceOp op = WireOp(r.reduce_op);
+  // One whole-precision tensor of this rank's own: reduce straight from input into output.
+  if (entries.size() == 1 && entries[0] != nullptr && !half && r.prescale == 1.0) {
+    TensorEntry* e = entries[0];
+    const size_t count = Elements(e->request.shape);
+    Status s = transport_->Allreduce(e->input, e->output, count, r.dtype, op);
+    if (s.ok() && post != 1.0) ScaleBuffer(e->output, count, r.dtype, post);
+    return s;
+  }
+  const DataType wire = half ? DataType::kFloat32 : r.dtype;
+  const size_t wsize = DataTypeSize(wire);
+  const size_t esize = DataTypeSize(r.dtype);
+  size_t total = 0;
+  for (size_t i = 0; i < entries.size(); ++i) total += Elements(ShapeOf(r, entries, i));
+  uint8_t* buf = fusion_.Get(total * wsize);
+  size_t offset = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const size_t count = Elements(ShapeOf(r, entries, i));
+    uint8_t* dst = buf + offset * wsize;
+    if (entries[i] == nullptr) {
+      std::memset(dst, 0, count * wsize);  // a joined rank contributes zeros
+    } else if (half) {
+      WidenToFloat(reinterpret_cast<float*>(dst), entries[i]->input, count, r.dtype, r.prescale);
+    } else {
+      std::memcpy(dst, entries[i]->input, count * esize);
+      if (r.prescale != 1.0) ScaleBuffer(dst, count, r.dtype, r.prescale);
+    }
+    offset += count;
+  }
+  Status s = transport_->Allreduce(buf, buf, total, wire, op);
+  if (!s.ok()) return s;
+  offset = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const size_t count = Elements(ShapeOf(r, entries, i));
+    const uint8_t* src = buf + offset * wsize;
+    offset += count;
+    TensorEntry* e = entries[i];
+    if (e == nullptr) continue;
+    if (half) {
+      NarrowFromFloat(e->output, reinterpret_cast<const float*>(src), count, r.dtype, post);
+    } else {
+      std::memcpy(e->output, src, count * esize);
+      if (post != 1.0) ScaleBuffer(e->output, count, r.dtype, post);
+    }
+  }
+  return Status::OK();
+}
+
+Status CollectiveExecutor::Allgather(const Response& r, const std::vector<TensorEntry*>& entries) {
+  const int size = transport_->size();
+  const int self = transport_->rank();
+  const size_t esize = DataTypeSize(r.dtype);
+  const size_t nt = r.tensors.size();
+  std::vector<size_t> row_bytes(nt);
+  std::vector<size_t> recv_bytes(size, 0);
+  size_t send_bytes = 0;
+  for (size_t t = 0; t < nt; ++t) {
+    row_bytes[t] = Elements(ShapeOf(r, entries, t), 1) * esize;
+    for (int k = 0; k < size; ++k) recv_bytes[k] += static_cast<size_t>(r.tensors[t].first_dims[k]) * row_bytes[t];
+  }
+  send_bytes = recv_bytes[self];
+  size_t total = 0;
+  for (size_t b : recv_bytes) total += b;
+  auto prepare_result = [&](size_t t, TensorEntry* e) {
+    size_t rows = 0;
+    for (int k = 0; k < size; ++k) rows += static_cast<size_t>(r.tensors[t].first_dims[k]);
+    e->result.resize(rows * row_bytes[t]);
+    e->result_shape = e->request.shape;
+    e->result_shape[0] = static_cast<int64_t>(rows);
+  };
+  if (nt == 1) {
+    TensorEntry* e = entries[0];
+    if (e == nullptr) {  // joined: contributes no rows, discards the result
+      zeros_.resize(total);
+      return transport_->Allgatherv(nullptr, 0, zeros_.data(), recv_bytes);
+    }
+    prepare_result(0, e);
+    return transport_->Allgatherv(e->input, send_bytes, e->result.data(), recv_bytes);
+  }
+  // Fused: pack this rank's tensors back to back; rank k's block holds its tensors in order.
+  uint8_t* send = fusion_.Get(send_bytes, 0);
+  size_t off = 0;
+  for (size_t t = 0; t < nt; ++t) {
+    const size_t bytes = static_cast<size_t>(r.tensors[t].first_dims[self]) * row_bytes[t];
+    if (entries[t] != nullptr && bytes > 0) std::memcpy(send + off, entries[t]->input, bytes);
+    off += bytes;
+  }
+  uint8_t* recv = fusion_.Get(total, 1);
+  Status s = transport_->Allgatherv(send, send_bytes, recv, recv_bytes);
+  if (!s.ok()) return s;
+  std::vector<size_t> result_off(nt, 0);
+  for (size_t t = 0; t < nt; ++t) {
+    if (entries[t] != nullptr) prepare_result(t, entries[t]);
+  }
+  size_t block = 0;
+  for (int k = 0; k < size; ++k) {
+    size_t pos = block;
+    for (size_t t = 0; t < nt; ++t) {
+      const size_t bytes = static_cast<size_t>(r.tensors[t].first_dims[k]) * row_bytes[t];
+      if (entries[t] != nullptr && bytes > 0) {
+        std::memcpy(entries[t]->result.data() + result_off[t], recv + pos, bytes);
+      }
+      result_off[t] += bytes;
+      pos += bytes;
+    }
+    block += recv_bytes[k];
+  }
+  return Status::OK();
+}
+
+Status CollectiveExecutor::Broadcast(const Response& r, TensorEntry* e) {
+  const size_t bytes = Elements(e != nullptr ? e->request.shape : r.tensors[0].shape) *
+                       DataTypeSize(r.dtype);
+  if (e == nullptr) {  // joined: take part, discard the data
+    zeros_.resize(bytes);
+    return transport_->Broadcast(zeros_.data(), bytes, r.root);
+  }
+  if (transport_->rank() == r.root && e->input != e->output && bytes > 0) {
+    std::memcpy(e->output, e->input, bytes);
+  }
+  return transport_->Broadcast(e->output, bytes, r.root);
+}
+
+Status CollectiveExecutor::Alltoall(const Response& r, TensorEntry* e) {
+  const int size = transport_->size();
+  const std::vector<int64_t>& shape = e->request.shape;
+  const size_t row_bytes = Elements(shape, 1) * DataTypeSize(r.dtype);
+  std::vector<int64_t> splits = e->splits;
+  if (splits.empty()) splits.assign(size, shape[0] / size);
+  std::vector<int64_t> received(size, 0);
+  std::vector<size_t> eight(size, sizeof(int64_t));
+  Status s = transport_->Alltoallv(splits.data(), eight, received.data(), eight);
+  if (!s.ok()) return s;
+  std::vector<size_t> send_bytes(size), recv_bytes(size);
+  int64_t rows = 0;
+  for (int k = 0; k < size; ++k) {
+    send_bytes[k] = static_cast<size_t>(splits[k]) * row_bytes;
+    recv_bytes[k] = static_cast<size_t>(received[k]) * row_bytes;
+    rows += received[k];
+  }
+  e->result.resize(static_cast<size_t>(rows) * row_bytes);
+  e->result_shape = shape;
+  e->result_shape[0] = rows;
+  e->received_splits = received;
+  return transport_->Alltoallv(e->input, send_bytes, e->result.data(), recv_bytes);
+}
+
+Status CollectiveExecutor::ReduceScatter(const Response& r, TensorEntry* e) {
+  const int size = transport_->size();
+  const int self = transport_->rank();
+  const std::vector<int64_t>& shape = e->request.shape;
+  const size_t row = Elements(shape, 1);
+  const int64_t d0 = shape[0];
+  std::vector<size_t> counts(size);
+  for (int k = 0; k < size; ++k) {
+    counts[k] = static_cast<size_t>(d0 / size + (k < d0 % size ? 1 : 0)) * row;
+  }
+  const size_t total = Elements(shape);
+  const size_t mine = counts[self];
+  const double post = PostFactor(r, size);
+  const ReduceOp op = WireOp(r.reduce_op);
+  e->result_shape = shape;
+  e->result_shape[0] = static_cast<int64_t>(mine / (row ? row : 1));
+  if (row == 0) e->result_shape[0] = d0 / size + (self < d0 % size ? 1 : 0);
+  e->result.resize(mine * DataTypeSize(r.dtype));
+  if (IsHalf(r.dtype)) {
+    float* wide = reinterpret_cast<float*>(fusion_.Get(total * sizeof(float), 0));
+    float* out = reinterpret_cast<float*>(fusion_.Get(mine * sizeof(float), 1));
+    WidenToFloat(wide, e->input, total, r.dtype, r.prescale);
+    Status s = transport_->ReduceScatter(wide, out, counts, DataType::kFloat32, op);
+    if (s.ok()) NarrowFromFloat(e->result.data(), out, mine, r.dtype, post);
+    return s;
+  }
+  const void* src = e->input;
+  if (r.prescale != 1.0) {
+    uint8_t* scaled = fusion_.Get(total * DataTypeSize(r.dtype), 0);
+    std::memcpy(scaled, e->input, total * DataTypeSize(r.dtype));
+    ScaleBuffer(scaled, total, r.dtype, r.prescale);
+    src = scaled;
+  }
+  Status s = transport_->ReduceScatter(src, e->result.data(), counts, r.dtype, op);
+  if (s.ok() && post != 1.0) ScaleBuffer(e->result.data(), mine, r.dtype, post);
+  return s;
+}
+
+}  // namespace scaleout

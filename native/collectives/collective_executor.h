@@ -1,0 +1,40 @@
+// Executes agreed responses on this rank: packs tensors into the fusion buffer, widens half
+// precision, applies scale factors and the Average division, asks the DataTransport to move and
+// reduce the bytes, and unpacks results. Knows nothing of MPI.
+//
+// Threading: coordinator thread only.
+#ifndef SCALEOUT_COLLECTIVES_COLLECTIVE_EXECUTOR_H_
+#define SCALEOUT_COLLECTIVES_COLLECTIVE_EXECUTOR_H_
+
+#include <vector>
+
+#include "coordinator/message.h"
+#include "fusion/fusion_buffer.h"
+#include "runtime/tensor_entry.h"
+#include "transport/data_transport.h"
+
+namespace scaleout {
+
+class CollectiveExecutor {
+ public:
+  explicit CollectiveExecutor(DataTransport* transport) : transport_(transport) {}
+
+  // entries[i] is this rank's entry for response.tensors[i], or nullptr where this rank joined
+  // instead of submitting (it then contributes zeros or no rows). Results go into the entries.
+  Status Execute(const Response& response, const std::vector<TensorEntry*>& entries);
+
+ private:
+  Status Allreduce(const Response& r, const std::vector<TensorEntry*>& entries);
+  Status Allgather(const Response& r, const std::vector<TensorEntry*>& entries);
+  Status Broadcast(const Response& r, TensorEntry* entry);
+  Status Alltoall(const Response& r, TensorEntry* entry);
+  Status ReduceScatter(const Response& r, TensorEntry* entry);
+
+  DataTransport* transport_;
+  FusionBuffer fusion_;
+  std::vector<uint8_t> zeros_;
+};
+
+}  // namespace scaleout
+
+#endif  // SCALEOUT_COLLECTIVES_COLLECTIVE_EXECUTOR_H_

@@ -1,0 +1,57 @@
+#include "common/config.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <sstream>
+
+namespace scaleout {
+namespace {
+
+// Reads a number from the environment; absent leaves *out unchanged.
+Status ReadNumber(const char* var, double min_value, double* out) {
+  const char* raw = std::getenv(var);
+  if (raw == nullptr || *raw == '\0') return Status::OK();
+  char* end = nullptr;
+  errno = 0;
+  double value = std::strtod(raw, &end);
+  if (errno != 0 || end == raw || *end != '\0' || !(value >= min_value)) {
+    std::ostringstream msg;
+    msg << var << "='" << raw << "' is not a number >= " << min_value;
+    return Status::InvalidArgument(msg.str());
+  }
+  *out = value;
+  return Status::OK();
+}
+
+}  // namespace
+
+Status Config::FromEnvironment(Config* out) {
+  Config c;
+  double fusion = static_cast<double>(c.fusion_threshold_bytes);
+  double cache = c.cache_capacity;
+  double level = c.log_level;
+  for (Status s : {ReadNumber("SCALEOUT_FUSION_THRESHOLD", 0, &fusion),
+                   ReadNumber("SCALEOUT_CYCLE_TIME", 0, &c.cycle_time_ms),
+                   ReadNumber("SCALEOUT_CACHE_CAPACITY", 0, &cache),
+                   ReadNumber("SCALEOUT_STALL_CHECK_TIME_SECONDS", 0, &c.stall_check_seconds),
+                   ReadNumber("SCALEOUT_LOG_LEVEL", 0, &level)}) {
+    if (!s.ok()) return s;
+  }
+  c.fusion_threshold_bytes = static_cast<size_t>(fusion);
+  c.cache_capacity = static_cast<int>(cache);
+  c.log_level = static_cast<int>(level);
+  *out = c;
+  return Status::OK();
+}
+
+std::string Config::ToString() const {
+  std::ostringstream s;
+  s << "SCALEOUT_FUSION_THRESHOLD=" << fusion_threshold_bytes << "\n"
+    << "SCALEOUT_CYCLE_TIME=" << cycle_time_ms << "\n"
+    << "SCALEOUT_CACHE_CAPACITY=" << cache_capacity << "\n"
+    << "SCALEOUT_STALL_CHECK_TIME_SECONDS=" << stall_check_seconds << "\n"
+    << "SCALEOUT_LOG_LEVEL=" << log_level << "\n";
+  return s.str();
+}
+
+}  // namespace scaleout

@@ -1,0 +1,231 @@
+#include "coordinator/controller.h"
+
+#include "common/logging.h"
+#include "fusion/fusion_planner.h"
+
+namespace scaleout {
+namespace {
+
+bool Identical(const Request& a, const Request& b) {
+  return a.name == b.name && a.shape == b.shape && a.SameParams(b);
+}
+
+}  // namespace
+
+Controller::Controller(ControlChannel* channel, const Config& config)
+    : channel_(channel),
+      config_(config),
+      rank_(channel->rank()),
+      size_(channel->size()),
+      cache_(config.cache_capacity, channel->size()) {
+  if (rank_ == 0) {
+    negotiator_ = std::make_unique<Negotiator>(size_, &cache_);
+    live_.assign(size_, true);
+    awaiting_ack_.assign(size_, false);
+  }
+}
+
+void Controller::Submit(const Request& request, double now) {
+  if (rank_ == 0) {
+    negotiator_->Add(0, request, now);
+    return;
+  }
+  const int slot = cache_.Lookup(request.name);
+  const Request* cached = slot >= 0 ? cache_.Params(slot, rank_) : nullptr;
+  if (cached != nullptr && Identical(*cached, request)) {
+    outgoing_.cached_slots.push_back(slot);
+    ++stats_.requests_sent_cached;
+  } else {
+    outgoing_.full.push_back(request);
+    if (slot >= 0) cache_.SetParams(slot, rank_, request);
+    ++stats_.requests_sent_full;
+  }
+  sent_[request.name] = request;
+  has_outgoing_ = true;
+}
+
+void Controller::SubmitJoin() {
+  if (rank_ == 0) {
+    negotiator_->Join(0);
+    return;
+  }
+  outgoing_.join = true;
+  has_outgoing_ = true;
+}
+
+bool Controller::busy() const {
+  if (state_ == State::kShuttingDown) return true;
+  return rank_ == 0 && negotiator_->HasReady();
+}
+
+void Controller::BeginShutdown() {
+  if (state_ != State::kRunning) return;
+  if (coordinator_gone_) {
+    state_ = State::kDone;
+    return;
+  }
+  state_ = State::kShuttingDown;
+  if (rank_ == 0) {
+    bool any = false;
+    for (int r = 1; r < size_; ++r) {
+      if (!live_[r]) continue;
+      channel_->Send(r, EncodeSignal(MessageType::kShutdown));
+      awaiting_ack_[r] = true;
+      any = true;
+    }
+    if (!any) state_ = State::kDone;
+  } else {
+    channel_->Send(0, EncodeSignal(MessageType::kShutdown));
+  }
+}
+
+Status Controller::Poll(double now, std::vector<Response>* out) {
+  if (state_ == State::kDone) return Status::OK();
+  return rank_ == 0 ? PollCoordinator(now, out) : PollWorker(out);
+}
+
+Status Controller::PollWorker(std::vector<Response>* out) {
+  if (has_outgoing_ && state_ == State::kRunning && !coordinator_gone_) {
+    Status s = channel_->Send(0, EncodeRequests(outgoing_));
+    if (!s.ok()) return s;
+    ++stats_.messages_sent;
+    outgoing_ = RequestMessage();
+    has_outgoing_ = false;
+  }
+  for (;;) {
+    bool got = false;
+    int src = -1;
+    std::vector<uint8_t> bytes;
+    Status s = channel_->TryReceive(&got, &src, &bytes);
+    if (!s.ok()) return s;
+    if (!got) return Status::OK();
+    switch (PeekType(bytes)) {
+      case MessageType::kResponses: {
+        std::vector<Response> responses = DecodeResponses(bytes);
+        Resolve(&responses);
+        stats_.responses_executed += responses.size();
+        for (Response& r : responses) out->push_back(std::move(r));
+        break;
+      }
+      case MessageType::kShutdown:
+        // Rank 0 is leaving: everything before this message has been received and returned.
+        channel_->Send(0, EncodeSignal(MessageType::kAck));
+        coordinator_gone_ = true;
+        state_ = State::kDone;
+        return Status::OK();
+      case MessageType::kAck:
+        state_ = State::kDone;
+        return Status::OK();
+      default:
+        return Status::Internal("unexpected control message on rank " + std::to_string(rank_));
+    }
+  }
+}
+
+// Restores names of compactly sent tensors, records new cache slots, forgets answered requests.
+void Controller::Resolve(std::vector<Response>* responses) {
+  for (Response& r : *responses) {
+    for (ResponseTensor& t : r.tensors) {
+      if (t.assigns_slot) {
+        cache_.Record(t.cache_slot, t.name);
+      } else if (t.name.empty()) {
+        t.name = cache_.NameOf(t.cache_slot);
+      }
+      auto it = sent_.find(t.name);
+      if (it == sent_.end()) continue;
+      if (t.assigns_slot) cache_.SetParams(t.cache_slot, rank_, it->second);
+      sent_.erase(it);
+    }
+  }
+}
+
+Status Controller::PollCoordinator(double now, std::vector<Response>* out) {
+  for (;;) {
+    bool got = false;
+    int src = -1;
+    std::vector<uint8_t> bytes;
+    Status s = channel_->TryReceive(&got, &src, &bytes);
+    if (!s.ok()) return s;
+    if (!got) break;
+    switch (PeekType(bytes)) {
+      case MessageType::kRequests: {
+        if (state_ != State::kRunning || !live_[src]) break;  // leaving: drop late requests
+        RequestMessage m = DecodeRequests(bytes);
+        for (int32_t slot : m.cached_slots) {
+          const Request* params = cache_.Params(slot, src);
+          if (params == nullptr) {
+            return Status::Internal("rank " + std::to_string(src) + " named response-cache slot " +
+                                    std::to_string(slot) + " that it never sent in full");
+          }
+          negotiator_->Add(src, *params, now);
+        }
+        for (Request& req : m.full) {
+          const int slot = cache_.Lookup(req.name);
+          if (slot >= 0) cache_.SetParams(slot, src, req);
+          negotiator_->Add(src, std::move(req), now);
+        }
+        if (m.join) negotiator_->Join(src);
+        break;
+      }
+      case MessageType::kShutdown:
+        if (state_ == State::kRunning) {
+          // Everything already sent to src precedes this ack, so src has executed it all.
+          live_[src] = false;
+          negotiator_->RankGone(src);
+          channel_->Send(src, EncodeSignal(MessageType::kAck));
+        }
+        // While we shut down ourselves, src will still answer our kShutdown with kAck.
+        break;
+      case MessageType::kAck:
+        awaiting_ack_[src] = false;
+        live_[src] = false;
+        break;
+      default:
+        return Status::Internal("unexpected control message from rank " + std::to_string(src));
+    }
+  }
+  if (state_ == State::kShuttingDown) {
+    bool waiting = false;
+    for (int r = 1; r < size_; ++r) waiting = waiting || awaiting_ack_[r];
+    if (!waiting) state_ = State::kDone;
+    return Status::OK();
+  }
+  return Dispatch(now, out);
+}
+
+// Note [Dispatch]
+// Ready work is sent at once, except while other collectives are half-submitted (some ranks
+// have sent them, others not yet): then more work is about to become ready and fusing it saves
+// messages, so rank 0 holds the ready work back for at most SCALEOUT_CYCLE_TIME, or until it
+// fills the fusion buffer. A lone collective is never held, so there is no latency floor.
+Status Controller::Dispatch(double now, std::vector<Response>* out) {
+  if (!negotiator_->HasReady()) return Status::OK();
+  if (first_ready_time_ < 0) first_ready_time_ = now;
+  if (config_.cycle_time_ms > 0 && negotiator_->HasPartial() &&
+      now - first_ready_time_ < config_.cycle_time_ms * 1e-3) {
+    size_t bytes = 0;
+    for (const Response& r : negotiator_->ready()) {
+      if (!r.tensors.empty()) bytes += FusedBytes(r, r.tensors[0]);
+    }
+    if (bytes < config_.fusion_threshold_bytes) return Status::OK();
+  }
+  first_ready_time_ = -1;
+  std::vector<Response> plan = PlanFusion(negotiator_->TakeReady(), config_.fusion_threshold_bytes);
+  std::vector<uint8_t> bytes = EncodeResponses(plan);
+  for (int r = 1; r < size_; ++r) {
+    if (!live_[r]) continue;
+    Status s = channel_->Send(r, bytes);
+    if (!s.ok()) return s;
+    ++stats_.messages_sent;
+  }
+  stats_.responses_executed += plan.size();
+  for (Response& r : plan) out->push_back(std::move(r));
+  return Status::OK();
+}
+
+std::vector<std::string> Controller::StallReport(double now, double threshold) {
+  if (rank_ != 0) return {};
+  return negotiator_->StallReport(now, threshold);
+}
+
+}  // namespace scaleout

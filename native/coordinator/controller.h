@@ -1,0 +1,101 @@
+// Note [Negotiation]
+// Rank 0 is the coordinator. Every other rank sends the requests its user submitted (in full, or
+// as response-cache slots; see Note [Response cache]) to rank 0 as soon as they are enqueued.
+// Rank 0 records them in its Negotiator, and when a name has been submitted by every rank (or
+// the missing ranks have joined), it validates that all ranks agree, plans fusion, and sends the
+// same list of responses to every rank, then executes it itself. Every rank executes every
+// response list it receives, fully and in order, so the data-plane collectives line up.
+// A rank with nothing submitted does no control-plane work at all: there is no periodic
+// cycle, so nothing costs a cycle when idle and a lone request is sent at once.
+//
+// Shutdown: a rank that shuts down sends kShutdown to rank 0 and keeps executing responses
+// until rank 0 answers kAck; rank 0 then fails everything that needed that rank. When rank 0
+// shuts down it sends kShutdown to every live rank and waits for each kAck. Both sides drain
+// their messages this way, so nothing stale is left in flight for a later init().
+#ifndef SCALEOUT_COORDINATOR_CONTROLLER_H_
+#define SCALEOUT_COORDINATOR_CONTROLLER_H_
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/config.h"
+#include "coordinator/message.h"
+#include "coordinator/negotiator.h"
+#include "coordinator/response_cache.h"
+#include "transport/control_channel.h"
+
+namespace scaleout {
+
+// The per-rank negotiation protocol, without threads or clocks of its own (the coordinator
+// thread drives it; unit tests drive several of them over a fake channel).
+class Controller {
+ public:
+  Controller(ControlChannel* channel, const Config& config);
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // Queues this rank's requests for negotiation (validated locally already).
+  void Submit(const Request& request, double now);
+  void SubmitJoin();
+
+  // Control-plane work: sends what was submitted; on rank 0 receives and negotiates. Appends to
+  // *out the responses this rank must now execute, in order. `now` is monotonic seconds.
+  Status Poll(double now, std::vector<Response>* out);
+
+  // Whether rank 0 holds ready work back for fusion or shutdown is in progress: Poll soon.
+  bool busy() const;
+
+  // Starts the shutdown protocol; Poll then completes it.
+  void BeginShutdown();
+  bool shutdown_complete() const { return state_ == State::kDone; }
+  // Set when rank 0 shut down while this rank was running.
+  bool coordinator_gone() const { return coordinator_gone_; }
+
+  // Collectives that have waited past the stall threshold (rank 0 only).
+  std::vector<std::string> StallReport(double now, double threshold);
+
+  // Counters for tests and diagnostics.
+  struct Stats {
+    uint64_t requests_sent_full = 0;
+    uint64_t requests_sent_cached = 0;
+    uint64_t messages_sent = 0;
+    uint64_t responses_executed = 0;
+  };
+  const Stats& stats() const { return stats_; }
+  const ResponseCache& cache() const { return cache_; }
+
+ private:
+  enum class State { kRunning, kShuttingDown, kDone };
+
+  Status PollCoordinator(double now, std::vector<Response>* out);
+  Status PollWorker(std::vector<Response>* out);
+  Status Dispatch(double now, std::vector<Response>* out);
+  void Resolve(std::vector<Response>* responses);
+
+  ControlChannel* channel_;
+  Config config_;
+  int rank_;
+  int size_;
+  State state_ = State::kRunning;
+  bool coordinator_gone_ = false;
+  ResponseCache cache_;
+  Stats stats_;
+
+  // Worker side.
+  RequestMessage outgoing_;
+  bool has_outgoing_ = false;
+  std::unordered_map<std::string, Request> sent_;  // sent, response not yet received
+
+  // Coordinator side.
+  std::unique_ptr<Negotiator> negotiator_;
+  std::vector<bool> live_;           // workers that have not shut down
+  std::vector<bool> awaiting_ack_;   // during our own shutdown
+  double first_ready_time_ = -1;     // when the oldest held-back ready response became ready
+};
+
+}  // namespace scaleout
+
+#endif  // SCALEOUT_COORDINATOR_CONTROLLER_H_

@@ -1,0 +1,188 @@
+#include "coordinator/coordinator.h"
+
+#include <chrono>
+#include <sched.h>
+
+#include "common/logging.h"
+
+namespace scaleout {
+namespace {
+
+double Now() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+// Note [Waiting]
+// While this rank waits for other ranks, the thread polls the control channel: spinning first
+// (lowest latency), then yielding the core, then sleeping in growing steps, so that a rank that
+// waits long for a slower peer leaves the compute threads their cores. With nothing submitted
+// it sleeps on the request queue and costs nothing; it still wakes every few milliseconds so
+// that rank 0 answers another rank's shutdown promptly.
+constexpr int kSpinRounds = 200;
+constexpr int kYieldRounds = 2000;
+constexpr double kMaxSleepSeconds = 200e-6;
+constexpr double kIdleWakeSeconds = 5e-3;
+
+}  // namespace
+
+Coordinator::Coordinator(const Config& config, ControlChannel* channel, DataTransport* transport,
+                         HandleTable* handles, RequestQueue* queue)
+    : config_(config), controller_(channel, config), executor_(transport), handles_(handles), queue_(queue) {}
+
+Coordinator::~Coordinator() { Stop(); }
+
+void Coordinator::Start() { thread_ = std::thread([this] { Loop(); }); }
+
+void Coordinator::Stop() {
+  if (!thread_.joinable()) return;
+  stop_requested_ = true;
+  queue_->Wake();
+  thread_.join();
+}
+
+void Coordinator::Loop() {
+  Status fatal;
+  try {
+    while (!controller_.shutdown_complete()) {
+      bool progress = false;
+      fatal = Step(Now(), &progress);
+      if (!fatal.ok()) break;
+      if (progress || queue_->HasWork()) {
+        idle_rounds_ = 0;
+        continue;
+      }
+      Backoff(!pending_.empty() || !joins_.empty() || controller_.busy() || shutdown_begun_);
+    }
+  } catch (const InternalError& e) {
+    fatal = Status::Internal(e.message);
+  } catch (const std::exception& e) {
+    fatal = Status::Internal(std::string("coordinator thread failed: ") + e.what());
+  }
+  if (!fatal.ok()) SO_LOG(kError, fatal.message());
+  Status why = !fatal.ok() ? fatal
+               : controller_.coordinator_gone()
+                   ? Status::ShutDown("rank 0 has shut down scaleout; collectives can no longer complete")
+                   : Status::ShutDown("scaleout was shut down on this rank while the collective was pending");
+  FailPending(why);
+  for (auto& e : queue_->TakeAll()) handles_->Complete(e.get(), why);
+}
+
+Status Coordinator::Step(double now, bool* made_progress) {
+  if (stop_requested_ && !shutdown_begun_) {
+    shutdown_begun_ = true;
+    controller_.BeginShutdown();
+  }
+  for (auto& entry : queue_->TakeAll()) {
+    *made_progress = true;
+    Accept(entry, now);
+  }
+  std::vector<Response> responses;
+  Status s = controller_.Poll(now, &responses);
+  if (!s.ok()) return s;
+  if (!responses.empty()) *made_progress = true;
+  for (const Response& r : responses) Execute(r);
+  if (controller_.coordinator_gone()) {
+    FailPending(Status::ShutDown("rank 0 has shut down scaleout; collectives can no longer complete"));
+  }
+  if (config_.stall_check_seconds > 0 && now - last_stall_check_ > 1.0) {
+    last_stall_check_ = now;
+    ReportStalls(now);
+  }
+  return Status::OK();
+}
+
+void Coordinator::Accept(const std::shared_ptr<TensorEntry>& entry, double now) {
+  if (shutdown_begun_ || controller_.coordinator_gone()) {
+    handles_->Complete(entry.get(), controller_.coordinator_gone()
+        ? Status::ShutDown("rank 0 has shut down scaleout; collectives can no longer complete")
+        : Status::ShutDown("scaleout is shutting down on this rank"));
+    return;
+  }
+  entry->submitted_at = now;
+  if (entry->is_join) {
+    joins_.push_back(entry);
+    controller_.SubmitJoin();
+    return;
+  }
+  pending_[entry->request.name] = entry;
+  controller_.Submit(entry->request, now);
+}
+
+void Coordinator::Execute(const Response& r) {
+  if (r.collective == SO_JOIN && !r.is_error()) {
+    for (auto& j : joins_) {
+      j->join_rank = r.last_joined_rank;
+      handles_->Complete(j.get(), Status::OK());
+    }
+    joins_.clear();
+    return;
+  }
+  std::vector<TensorEntry*> entries;
+  std::vector<std::shared_ptr<TensorEntry>> owned;
+  entries.reserve(r.tensors.size());
+  for (const ResponseTensor& t : r.tensors) {
+    auto it = pending_.find(t.name);
+    if (it == pending_.end()) {
+      entries.push_back(nullptr);
+      continue;
+    }
+    owned.push_back(it->second);
+    entries.push_back(it->second.get());
+    pending_.erase(it);
+  }
+  Status status;
+  if (r.is_error()) {
+    status = Status(r.error_code, r.error_message);
+  } else if (r.collective != SO_BARRIER) {
+    for (size_t i = 0; i < entries.size(); ++i) {
+      SO_CHECK(entries[i] != nullptr || !r.joined_ranks.empty(),
+               "response names '" + r.tensors[i].name + "', which this rank never submitted");
+    }
+    status = executor_.Execute(r, entries);
+  }
+  for (TensorEntry* e : entries) {
+    if (e != nullptr) handles_->Complete(e, status);
+  }
+}
+
+void Coordinator::FailPending(const Status& status) {
+  for (auto& kv : pending_) handles_->Complete(kv.second.get(), status);
+  pending_.clear();
+  for (auto& j : joins_) handles_->Complete(j.get(), status);
+  joins_.clear();
+}
+
+void Coordinator::ReportStalls(double now) {
+  for (const std::string& line : controller_.StallReport(now, config_.stall_check_seconds)) {
+    SO_LOG(kWarning, line);
+  }
+  for (auto& kv : pending_) {
+    TensorEntry* e = kv.second.get();
+    if (e->stall_reported || now - e->submitted_at < config_.stall_check_seconds) continue;
+    e->stall_reported = true;
+    SO_LOG(kWarning, CollectiveName(e->request.collective)
+                         << " '" << e->request.name << "' was submitted "
+                         << static_cast<int>(now - e->submitted_at)
+                         << " s ago and not every rank has submitted it yet");
+  }
+}
+
+void Coordinator::Backoff(bool waiting_remote) {
+  if (!waiting_remote) {
+    idle_rounds_ = 0;
+    queue_->WaitForWork(kIdleWakeSeconds);
+    return;
+  }
+  ++idle_rounds_;
+  if (idle_rounds_ < kSpinRounds) return;
+  if (idle_rounds_ < kSpinRounds + kYieldRounds) {
+    sched_yield();
+    return;
+  }
+  const int steps = idle_rounds_ - kSpinRounds - kYieldRounds;
+  const double sleep = std::min(kMaxSleepSeconds, 10e-6 * (1 + steps));
+  queue_->WaitForWork(sleep);
+}
+
+}  // namespace scaleout

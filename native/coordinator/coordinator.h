@@ -1,0 +1,60 @@
+// The background thread that owns all communication of one rank: takes submitted entries from
+// the RequestQueue, drives the Controller (negotiation), executes the agreed responses through
+// the CollectiveExecutor, completes handles, and reports stalls.
+//
+// Threading: Start/Stop from the runtime's owner; everything else runs on the thread. The
+// thread never calls into Python.
+#ifndef SCALEOUT_COORDINATOR_COORDINATOR_H_
+#define SCALEOUT_COORDINATOR_COORDINATOR_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "collectives/collective_executor.h"
+#include "common/config.h"
+#include "coordinator/controller.h"
+#include "runtime/handle_table.h"
+#include "runtime/request_queue.h"
+
+namespace scaleout {
+
+class Coordinator {
+ public:
+  Coordinator(const Config& config, ControlChannel* channel, DataTransport* transport,
+              HandleTable* handles, RequestQueue* queue);
+  ~Coordinator();
+
+  void Start();
+  // Runs the shutdown protocol with the other ranks, stops the thread, fails what is pending.
+  void Stop();
+
+ private:
+  void Loop();
+  Status Step(double now, bool* made_progress);
+  void Accept(const std::shared_ptr<TensorEntry>& entry, double now);
+  void Execute(const Response& response);
+  void FailPending(const Status& status);
+  void ReportStalls(double now);
+  void Backoff(bool waiting_remote);
+
+  Config config_;
+  Controller controller_;
+  CollectiveExecutor executor_;
+  HandleTable* handles_;
+  RequestQueue* queue_;
+  std::thread thread_;
+  std::atomic<bool> stop_requested_{false};
+  bool shutdown_begun_ = false;
+  std::unordered_map<std::string, std::shared_ptr<TensorEntry>> pending_;  // submitted, by name
+  std::vector<std::shared_ptr<TensorEntry>> joins_;
+  double last_stall_check_ = 0;
+  int idle_rounds_ = 0;
+};
+
+}  // namespace scaleout
+
+#endif  // SCALEOUT_COORDINATOR_COORDINATOR_H_

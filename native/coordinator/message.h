@@ -1,0 +1,85 @@
+// What ranks tell each other to agree on collectives: requests (worker -> coordinator rank) and
+// responses (coordinator rank -> every rank), and their encoding on the control channel.
+#ifndef SCALEOUT_COORDINATOR_MESSAGE_H_
+#define SCALEOUT_COORDINATOR_MESSAGE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/status.h"
+
+namespace scaleout {
+
+// The negotiated description of one named collective on one rank. Buffers are not part of it.
+struct Request {
+  std::string name;
+  int32_t collective = SO_ALLREDUCE;
+  DataType dtype = DataType::kFloat32;
+  std::vector<int64_t> shape;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  int32_t root = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+
+  // Every field the ranks must agree on is equal (allgather/alltoall: all but the first dim).
+  bool SameParams(const Request& other) const;
+  int64_t NumElements() const;
+};
+
+const char* CollectiveName(int32_t collective);
+
+// One tensor inside a (possibly fused) response.
+struct ResponseTensor {
+  std::string name;
+  std::vector<int64_t> shape;       // the agreed shape (allgather: this rank-independent part is
+                                    // shape[1:]; shape[0] is the coordinator's own first dim)
+  std::vector<int64_t> first_dims;  // allgather: rows contributed by each rank
+  int32_t cache_slot = -1;          // >= 0: the name's slot in the response cache
+  bool assigns_slot = false;        // this response creates the cache slot
+};
+
+// What every rank executes, in the same order on every rank.
+struct Response {
+  int32_t collective = SO_ALLREDUCE;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  int32_t root = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  std::vector<ResponseTensor> tensors;
+  std::vector<int32_t> joined_ranks;  // ranks that contribute zeros (allreduce) or no rows
+  int32_t error_code = 0;             // != 0: the named collectives fail with this status
+  std::string error_message;
+  int32_t last_joined_rank = -1;      // SO_JOIN
+
+  bool is_error() const { return error_code != 0; }
+};
+
+// Control messages.
+enum class MessageType : uint8_t {
+  kRequests = 1,   // worker -> coordinator: new requests (full or by cache slot), join
+  kResponses = 2,  // coordinator -> worker: responses to execute in order
+  kShutdown = 3,   // either way: this rank is shutting down
+  kAck = 4,        // reply to kShutdown
+};
+
+struct RequestMessage {
+  std::vector<int32_t> cached_slots;  // requests whose parameters equal the cached ones
+  std::vector<Request> full;          // requests sent in full
+  bool join = false;
+};
+
+std::vector<uint8_t> EncodeRequests(const RequestMessage& m);
+std::vector<uint8_t> EncodeResponses(const std::vector<Response>& responses);
+std::vector<uint8_t> EncodeSignal(MessageType type);
+MessageType PeekType(const std::vector<uint8_t>& bytes);
+RequestMessage DecodeRequests(const std::vector<uint8_t>& bytes);
+// A compactly encoded tensor comes back with an empty name and its cache_slot set; the receiver
+// restores the name from its ResponseCache.
+std::vector<Response> DecodeResponses(const std::vector<uint8_t>& bytes);
+
+}  // namespace scaleout
+
+#endif  // SCALEOUT_COORDINATOR_MESSAGE_H_

@@ -1,0 +1,285 @@
+#include "coordinator/negotiator.h"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+namespace scaleout {
+namespace {
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::ostringstream s;
+  s << "[";
+  for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
+  s << "]";
+  return s.str();
+}
+
+std::string RankList(const std::vector<int>& ranks) {
+  std::ostringstream s;
+  s << (ranks.size() == 1 ? "rank " : "ranks ");
+  for (size_t i = 0; i < ranks.size(); ++i) s << (i ? ", " : "") << ranks[i];
+  return s.str();
+}
+
+// "field of 'name' differs: ranks 0, 2 have X; rank 1 has Y", grouping ranks by value.
+template <typename Fn>
+std::string Disagreement(const std::string& field, const std::string& name, const char* op,
+                         const std::vector<std::optional<Request>>& by_rank, Fn value_of) {
+  std::map<std::string, std::vector<int>> groups;
+  std::vector<std::string> order;
+  for (size_t r = 0; r < by_rank.size(); ++r) {
+    if (!by_rank[r]) continue;
+    std::string v = value_of(*by_rank[r]);
+    if (!groups.count(v)) order.push_back(v);
+    groups[v].push_back(static_cast<int>(r));
+  }
+  if (groups.size() <= 1) return "";
+  std::ostringstream s;
+  s << "Mismatched " << field << " for " << op << " '" << name << "' across ranks: ";
+  for (size_t i = 0; i < order.size(); ++i) {
+    const auto& ranks = groups[order[i]];
+    s << (i ? "; " : "") << RankList(ranks) << (ranks.size() == 1 ? " has " : " have ") << order[i];
+  }
+  return s.str();
+}
+
+std::string Str(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+}  // namespace
+
+Negotiator::Negotiator(int world_size, ResponseCache* cache)
+    : size_(world_size), cache_(cache), joined_(world_size, false), gone_(world_size, false) {}
+
+void Negotiator::Add(int rank, Request request, double now) {
+  SO_CHECK(rank >= 0 && rank < size_, "request from an unknown rank");
+  const std::string name = request.name;
+  Entry& e = table_[name];
+  if (e.by_rank.empty()) {
+    e.by_rank.resize(size_);
+    e.first_seen = now;
+    arrival_[name] = arrival_counter_++;
+  }
+  SO_CHECK(!e.by_rank[rank], "rank " + std::to_string(rank) + " submitted '" + name + "' twice");
+  e.by_rank[rank] = std::move(request);
+  ++e.submitted;
+  CheckReady(name);
+}
+
+void Negotiator::Join(int rank) {
+  if (joined_[rank]) return;
+  joined_[rank] = true;
+  ++joined_count_;
+  last_joined_ = rank;
+  // A join can complete every pending collective that was waiting only for this rank; keep the
+  // order in which they first arrived, which is the same on every run.
+  std::vector<std::pair<uint64_t, std::string>> pending;
+  for (const auto& kv : table_) pending.emplace_back(arrival_[kv.first], kv.first);
+  std::sort(pending.begin(), pending.end());
+  for (const auto& p : pending) CheckReady(p.second);
+  if (joined_count_ == size_) {
+    Response r;
+    r.collective = SO_JOIN;
+    r.last_joined_rank = last_joined_;
+    ready_.push_back(std::move(r));
+    std::fill(joined_.begin(), joined_.end(), false);
+    joined_count_ = 0;
+    last_joined_ = -1;
+  }
+}
+
+void Negotiator::RankGone(int rank) {
+  if (gone_[rank]) return;
+  gone_[rank] = true;
+  std::vector<std::pair<uint64_t, std::string>> pending;
+  for (const auto& kv : table_) pending.emplace_back(arrival_[kv.first], kv.first);
+  std::sort(pending.begin(), pending.end());
+  for (const auto& p : pending) CheckReady(p.second);
+}
+
+bool Negotiator::IsReady(const Entry& e) const {
+  bool any_gone = false;
+  for (int r = 0; r < size_; ++r) {
+    if (e.by_rank[r]) continue;
+    if (gone_[r]) {
+      any_gone = true;
+      continue;
+    }
+    if (!joined_[r]) return false;
+  }
+  (void)any_gone;
+  return true;
+}
+
+void Negotiator::CheckReady(const std::string& name) {
+  auto it = table_.find(name);
+  if (it == table_.end() || !IsReady(it->second)) return;
+  ready_.push_back(Build(name, it->second));
+  table_.erase(it);
+  arrival_.erase(name);
+}
+
+std::string Negotiator::Validate(const std::string& name, const Entry& e, int* code) const {
+  *code = SO_ERR_MISMATCH;
+  std::vector<int> gone_missing;
+  for (int r = 0; r < size_; ++r) {
+    if (!e.by_rank[r] && gone_[r]) gone_missing.push_back(r);
+  }
+  const Request* first = nullptr;
+  for (const auto& req : e.by_rank) {
+    if (req) {
+      first = &*req;
+      break;
+    }
+  }
+  const char* op = CollectiveName(first->collective);
+  if (!gone_missing.empty()) {
+    *code = SO_ERR_SHUT_DOWN;
+    return std::string(op) + " '" + name + "' cannot complete: " + RankList(gone_missing) +
+           (gone_missing.size() == 1 ? " has" : " have") + " shut down";
+  }
+  const auto& br = e.by_rank;
+  std::string msg = Disagreement("operation", name, "collective", br,
+                                 [](const Request& r) { return std::string(CollectiveName(r.collective)); });
+  if (!msg.empty()) return msg;
+  msg = Disagreement("dtype", name, op, br, [](const Request& r) { return std::string(DataTypeName(r.dtype)); });
+  if (!msg.empty()) return msg;
+  if (first->collective == SO_ALLGATHER || first->collective == SO_ALLTOALL) {
+    msg = Disagreement("number of dimensions", name, op, br,
+                       [](const Request& r) { return std::to_string(r.shape.size()); });
+    if (!msg.empty()) return msg;
+    msg = Disagreement("shape after the first dimension", name, op, br, [](const Request& r) {
+      return ShapeString(std::vector<int64_t>(r.shape.begin() + (r.shape.empty() ? 0 : 1), r.shape.end()));
+    });
+  } else if (first->collective != SO_BARRIER && first->collective != SO_JOIN) {
+    msg = Disagreement("shape", name, op, br, [](const Request& r) { return ShapeString(r.shape); });
+  }
+  if (!msg.empty()) return msg;
+  if (first->collective == SO_ALLREDUCE || first->collective == SO_REDUCESCATTER) {
+    msg = Disagreement("reduce op", name, op, br, [](const Request& r) { return std::string(ReduceOpName(r.reduce_op)); });
+    if (!msg.empty()) return msg;
+    msg = Disagreement("prescale factor", name, op, br, [](const Request& r) { return Str(r.prescale); });
+    if (!msg.empty()) return msg;
+    msg = Disagreement("postscale factor", name, op, br, [](const Request& r) { return Str(r.postscale); });
+    if (!msg.empty()) return msg;
+  }
+  if (first->collective == SO_BROADCAST) {
+    msg = Disagreement("root rank", name, op, br, [](const Request& r) { return std::to_string(r.root); });
+    if (!msg.empty()) return msg;
+  }
+  // Joined ranks can stand in only where "contributes nothing" has a meaning.
+  std::vector<int> joined_missing;
+  for (int r = 0; r < size_; ++r) {
+    if (!br[r] && joined_[r]) joined_missing.push_back(r);
+  }
+  if (!joined_missing.empty()) {
+    *code = SO_ERR_INVALID_ARGUMENT;
+    const int c = first->collective;
+    if (c == SO_ALLTOALL || c == SO_REDUCESCATTER) {
+      return std::string(op) + " '" + name + "' cannot run while " + RankList(joined_missing) +
+             (joined_missing.size() == 1 ? " has" : " have") + " joined; only allreduce, allgather, "
+             "broadcast and barrier can";
+    }
+    if (c == SO_BROADCAST && joined_[first->root] && !br[first->root]) {
+      return "broadcast '" + name + "' has root rank " + std::to_string(first->root) +
+             ", which has already joined";
+    }
+  }
+  return "";
+}
+
+Response Negotiator::Build(const std::string& name, Entry& e) {
+  const Request* first = nullptr;
+  for (const auto& req : e.by_rank) {
+    if (req) {
+      first = &*req;
+      break;
+    }
+  }
+  Response r;
+  ResponseTensor t;
+  t.name = name;
+  if (first == nullptr) {  // only possible when every missing rank is gone or joined
+    r.error_code = SO_ERR_SHUT_DOWN;
+    r.error_message = "'" + name + "' cannot complete: ranks have shut down";
+    r.tensors.push_back(std::move(t));
+    return r;
+  }
+  r.collective = first->collective;
+  r.dtype = first->dtype;
+  r.reduce_op = first->reduce_op;
+  r.root = first->root;
+  r.prescale = first->prescale;
+  r.postscale = first->postscale;
+  t.shape = first->shape;
+  int code = 0;
+  std::string error = Validate(name, e, &code);
+  for (int rk = 0; rk < size_; ++rk) {
+    if (!e.by_rank[rk] && joined_[rk]) r.joined_ranks.push_back(rk);
+  }
+  if (!error.empty()) {
+    r.error_code = code;
+    r.error_message = error;
+    r.tensors.push_back(std::move(t));
+    return r;
+  }
+  if (r.collective == SO_ALLGATHER) {
+    t.first_dims.resize(size_, 0);
+    for (int rk = 0; rk < size_; ++rk) {
+      if (e.by_rank[rk]) t.first_dims[rk] = e.by_rank[rk]->shape.empty() ? 1 : e.by_rank[rk]->shape[0];
+    }
+  }
+  if (ResponseCache::Cacheable(r.collective)) {
+    int slot = cache_->Lookup(name);
+    if (slot < 0) {
+      slot = cache_->Assign(name);
+      t.assigns_slot = slot >= 0;
+    }
+    t.cache_slot = slot;
+    if (slot >= 0) {
+      for (int rk = 0; rk < size_; ++rk) {
+        if (e.by_rank[rk]) cache_->SetParams(slot, rk, *e.by_rank[rk]);
+      }
+    }
+  }
+  r.tensors.push_back(std::move(t));
+  return r;
+}
+
+std::vector<Response> Negotiator::TakeReady() {
+  std::vector<Response> out;
+  out.swap(ready_);
+  return out;
+}
+
+std::vector<std::string> Negotiator::StallReport(double now, double threshold) {
+  std::vector<std::string> lines;
+  if (threshold <= 0) return lines;
+  for (auto& kv : table_) {
+    Entry& e = kv.second;
+    if (e.stall_reported || now - e.first_seen < threshold) continue;
+    e.stall_reported = true;
+    std::vector<int> have, missing;
+    for (int r = 0; r < size_; ++r) (e.by_rank[r] || joined_[r] ? have : missing).push_back(r);
+    const Request* first = nullptr;
+    for (const auto& req : e.by_rank) {
+      if (req) {
+        first = &*req;
+        break;
+      }
+    }
+    std::ostringstream s;
+    s << CollectiveName(first->collective) << " '" << kv.first << "' has waited "
+      << static_cast<int>(now - e.first_seen) << " s: submitted by " << RankList(have)
+      << ", still missing on " << RankList(missing)
+      << " (a rank may be stuck, have skipped this collective, or use another name for it)";
+    lines.push_back(s.str());
+  }
+  return lines;
+}
+
+}  // namespace scaleout

@@ -1,0 +1,70 @@
+// The coordinator rank's book of requests: which named collectives each rank has submitted,
+// when a name is ready (submitted, or joined, on every rank), and whether the ranks agree.
+//
+// Pure logic, no communication and no clock of its own: driven by the Controller, unit-tested
+// with simulated ranks. Not thread-safe (owned by the coordinator thread).
+#ifndef SCALEOUT_COORDINATOR_NEGOTIATOR_H_
+#define SCALEOUT_COORDINATOR_NEGOTIATOR_H_
+
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "coordinator/message.h"
+#include "coordinator/response_cache.h"
+
+namespace scaleout {
+
+class Negotiator {
+ public:
+  Negotiator(int world_size, ResponseCache* cache);
+
+  // A rank's request, with full parameters (cached slots already resolved). `now` is seconds on
+  // any monotonic clock, used only for stall reports.
+  void Add(int rank, Request request, double now);
+  // The rank ran out of data (join()); it contributes zeros until every rank has joined.
+  void Join(int rank);
+  // The rank shut down: everything waiting for it fails, now and later.
+  void RankGone(int rank);
+
+  // Single-tensor responses that became ready, in the order they became ready (errors too).
+  std::vector<Response> TakeReady();
+  bool HasReady() const { return !ready_.empty(); }
+  bool HasPending() const { return !table_.empty() || joined_count_ > 0; }
+  // Some collective has been submitted by some ranks but not yet by all.
+  bool HasPartial() const { return !table_.empty(); }
+  const std::vector<Response>& ready() const { return ready_; }
+
+  // Collectives waiting longer than `threshold` seconds and not reported before: one line each,
+  // naming the ranks that have and have not submitted them.
+  std::vector<std::string> StallReport(double now, double threshold);
+
+ private:
+  struct Entry {
+    std::vector<std::optional<Request>> by_rank;
+    int submitted = 0;
+    double first_seen = 0;
+    bool stall_reported = false;
+  };
+
+  bool IsReady(const Entry& e) const;
+  void CheckReady(const std::string& name);
+  Response Build(const std::string& name, Entry& e);
+  std::string Validate(const std::string& name, const Entry& e, int* code) const;
+
+  int size_;
+  ResponseCache* cache_;
+  std::unordered_map<std::string, Entry> table_;
+  std::vector<Response> ready_;
+  std::vector<bool> joined_;
+  int joined_count_ = 0;
+  int last_joined_ = -1;
+  std::vector<bool> gone_;
+  uint64_t arrival_counter_ = 0;
+  std::unordered_map<std::string, uint64_t> arrival_;  // name -> order of first arrival
+};
+
+}  // namespace scaleout
+
+#endif  // SCALEOUT_COORDINATOR_NEGOTIATOR_H_

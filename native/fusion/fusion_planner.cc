@@ -1,0 +1,59 @@
+#include "fusion/fusion_planner.h"
+
+#include <map>
+#include <tuple>
+
+namespace scaleout {
+namespace {
+
+bool Fusable(const Response& r) {
+  return !r.is_error() && (r.collective == SO_ALLREDUCE || r.collective == SO_ALLGATHER);
+}
+
+using FusionKey = std::tuple<int32_t, int32_t, int32_t, double, double, std::vector<int32_t>>;
+
+FusionKey KeyOf(const Response& r) {
+  return {r.collective, static_cast<int32_t>(r.dtype), static_cast<int32_t>(r.reduce_op),
+          r.prescale, r.postscale, r.joined_ranks};
+}
+
+}  // namespace
+
+size_t FusedBytes(const Response& response, const ResponseTensor& t) {
+  const size_t esize = IsHalf(response.dtype) ? sizeof(float) : DataTypeSize(response.dtype);
+  if (response.collective == SO_ALLGATHER) {
+    size_t row = 1;
+    for (size_t i = 1; i < t.shape.size(); ++i) row *= static_cast<size_t>(t.shape[i]);
+    size_t rows = 0;
+    for (int64_t d : t.first_dims) rows += static_cast<size_t>(d);
+    return rows * row * esize;
+  }
+  size_t n = 1;
+  for (int64_t d : t.shape) n *= static_cast<size_t>(d);
+  return n * esize;
+}
+
+std::vector<Response> PlanFusion(std::vector<Response> ready, size_t threshold_bytes) {
+  std::vector<Response> out;
+  out.reserve(ready.size());
+  std::map<FusionKey, std::pair<size_t, size_t>> open;  // key -> (index in out, bytes so far)
+  for (Response& r : ready) {
+    if (!Fusable(r) || threshold_bytes == 0) {
+      out.push_back(std::move(r));
+      continue;
+    }
+    const size_t bytes = FusedBytes(r, r.tensors[0]);
+    FusionKey key = KeyOf(r);
+    auto it = open.find(key);
+    if (it != open.end() && it->second.second + bytes <= threshold_bytes) {
+      out[it->second.first].tensors.push_back(std::move(r.tensors[0]));
+      it->second.second += bytes;
+      continue;
+    }
+    open[key] = {out.size(), bytes};
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace scaleout

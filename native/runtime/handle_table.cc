@@ -1,0 +1,95 @@
+#include "runtime/handle_table.h"
+
+#include <chrono>
+
+namespace scaleout {
+namespace {
+Status Unknown(int64_t handle) {
+  return Status(SO_ERR_UNKNOWN_HANDLE, "handle " + std::to_string(handle) +
+                                           " is unknown (never issued, or already released)");
+}
+}  // namespace
+
+Status HandleTable::Add(const std::shared_ptr<TensorEntry>& entry) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!entry->is_join && !names_in_flight_.insert(entry->request.name).second) {
+    return Status::DuplicateName("a collective named '" + entry->request.name +
+                                 "' is already in flight on this rank; wait for it before "
+                                 "submitting the name again, or use another name");
+  }
+  entry->handle = next_handle_++;
+  slots_[entry->handle].entry = entry;
+  return Status::OK();
+}
+
+void HandleTable::Complete(TensorEntry* entry, const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = slots_.find(entry->handle);
+    if (it == slots_.end() || it->second.done) return;
+    it->second.done = true;
+    it->second.status = status;
+    if (!entry->is_join) names_in_flight_.erase(entry->request.name);
+  }
+  cv_.notify_all();
+}
+
+void HandleTable::FailAll(const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& kv : slots_) {
+      if (kv.second.done) continue;
+      kv.second.done = true;
+      kv.second.status = status;
+    }
+    names_in_flight_.clear();
+  }
+  cv_.notify_all();
+}
+
+Status HandleTable::Poll(int64_t handle, bool* done) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slots_.find(handle);
+  if (it == slots_.end()) return Unknown(handle);
+  *done = it->second.done;
+  return Status::OK();
+}
+
+Status HandleTable::Wait(int64_t handle, double timeout_seconds) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = slots_.find(handle);
+  if (it == slots_.end()) return Unknown(handle);
+  auto done = [&] {
+    auto i = slots_.find(handle);
+    return i == slots_.end() || i->second.done;
+  };
+  if (timeout_seconds < 0) {
+    cv_.wait(lock, done);
+  } else if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout_seconds), done)) {
+    return Status::Timeout("handle " + std::to_string(handle) + " did not complete within " +
+                           std::to_string(timeout_seconds) + " s");
+  }
+  it = slots_.find(handle);
+  if (it == slots_.end()) return Unknown(handle);
+  return it->second.status;
+}
+
+Status HandleTable::Get(int64_t handle, std::shared_ptr<TensorEntry>* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slots_.find(handle);
+  if (it == slots_.end()) return Unknown(handle);
+  if (!it->second.done) {
+    return Status::InvalidArgument("handle " + std::to_string(handle) + " has not completed yet");
+  }
+  if (!it->second.status.ok()) return it->second.status;
+  *out = it->second.entry;
+  return Status::OK();
+}
+
+Status HandleTable::Release(int64_t handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (slots_.erase(handle) == 0) return Unknown(handle);
+  return Status::OK();
+}
+
+}  // namespace scaleout

@@ -1,0 +1,50 @@
+// Handles given to callers, and the completion of the collectives behind them.
+//
+// Threading: every method is thread-safe. Callers enqueue and wait on any thread; the
+// coordinator thread completes. An entry stays alive (shared_ptr) while either side holds it.
+#ifndef SCALEOUT_RUNTIME_HANDLE_TABLE_H_
+#define SCALEOUT_RUNTIME_HANDLE_TABLE_H_
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "runtime/tensor_entry.h"
+
+namespace scaleout {
+
+class HandleTable {
+ public:
+  // Registers the entry and reserves its name; DuplicateName if the name is in flight.
+  Status Add(const std::shared_ptr<TensorEntry>& entry);
+  // Marks the entry done with `status` and wakes its waiters; frees its name.
+  void Complete(TensorEntry* entry, const Status& status);
+  // Completes every registered, unfinished entry with `status` (used at shutdown).
+  void FailAll(const Status& status);
+
+  Status Poll(int64_t handle, bool* done);
+  // Blocks until done (timeout < 0: forever); returns the entry's status.
+  Status Wait(int64_t handle, double timeout_seconds);
+  // The completed entry (nullptr and an error status if unknown or not finished).
+  Status Get(int64_t handle, std::shared_ptr<TensorEntry>* out);
+  Status Release(int64_t handle);
+
+ private:
+  struct Slot {
+    std::shared_ptr<TensorEntry> entry;
+    bool done = false;
+    Status status;
+  };
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t next_handle_ = 1;
+  std::unordered_map<int64_t, Slot> slots_;
+  std::unordered_set<std::string> names_in_flight_;
+};
+
+}  // namespace scaleout
+
+#endif  // SCALEOUT_RUNTIME_HANDLE_TABLE_H_

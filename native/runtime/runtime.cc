@@ -1,0 +1,117 @@
+#include "runtime/runtime.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "common/logging.h"
+
+namespace scaleout {
+
+Status Runtime::Create(int64_t comm_fortran_handle, std::shared_ptr<Runtime>* out) {
+  std::shared_ptr<Runtime> rt(new Runtime());
+  Status s = Config::FromEnvironment(&rt->config_);
+  if (!s.ok()) return s;
+  s = MpiContext::Create(comm_fortran_handle, &rt->mpi_);
+  if (!s.ok()) return s;
+  SetLogContext(rt->mpi_->topology().rank, rt->config_.log_level);
+  rt->channel_ = std::make_unique<MpiControlChannel>(rt->mpi_->control_comm());
+  rt->transport_ = std::make_unique<MpiDataTransport>(rt->mpi_->data_comm());
+  rt->coordinator_ = std::make_unique<Coordinator>(rt->config_, rt->channel_.get(),
+                                                   rt->transport_.get(), &rt->handles_, &rt->queue_);
+  rt->coordinator_->Start();
+  *out = std::move(rt);
+  return Status::OK();
+}
+
+Runtime::~Runtime() { Shutdown(); }
+
+void Runtime::Shutdown() {
+  if (coordinator_) {
+    coordinator_->Stop();
+    coordinator_.reset();
+  }
+  handles_.FailAll(Status::ShutDown("scaleout was shut down on this rank"));
+}
+
+Status Runtime::Validate(const EnqueueArgs& a, TensorEntry* e) const {
+  const int size = topology().size;
+  if (a.name == nullptr || a.name[0] == '\0') return Status::InvalidArgument("a collective needs a non-empty name");
+  const std::string name = a.name;
+  auto bad = [&](const std::string& what) {
+    return Status::InvalidArgument(std::string(CollectiveName(a.collective)) + " '" + name + "': " + what);
+  };
+  if (a.collective < 0 || a.collective >= SO_COLLECTIVE_COUNT) {
+    return Status::InvalidArgument("'" + name + "': unknown collective " + std::to_string(a.collective));
+  }
+  e->is_join = a.collective == SO_JOIN;
+  Request& r = e->request;
+  r.name = name;
+  r.collective = a.collective;
+  if (a.collective == SO_JOIN || a.collective == SO_BARRIER) return Status::OK();
+  if (!IsValidDataType(a.dtype)) return bad("unsupported dtype code " + std::to_string(a.dtype));
+  if (!IsValidReduceOp(a.reduce_op)) return bad("unknown reduce op " + std::to_string(a.reduce_op));
+  if (a.ndim < 0 || a.ndim > SO_MAX_NDIM) return bad("ndim must be within 0.." + std::to_string(SO_MAX_NDIM));
+  r.dtype = static_cast<DataType>(a.dtype);
+  r.reduce_op = static_cast<ReduceOp>(a.reduce_op);
+  r.root = a.root;
+  r.prescale = a.prescale;
+  r.postscale = a.postscale;
+  r.shape.assign(a.shape, a.shape + a.ndim);
+  for (int64_t d : r.shape) {
+    if (d < 0) return bad("negative dimension in shape");
+  }
+  const bool reduces = a.collective == SO_ALLREDUCE || a.collective == SO_REDUCESCATTER;
+  if (!reduces) {
+    r.reduce_op = ReduceOp::kSum;
+    r.prescale = r.postscale = 1.0;
+  } else {
+    if (!std::isfinite(a.prescale) || !std::isfinite(a.postscale)) return bad("scale factors must be finite");
+    if (r.dtype == DataType::kBool && (r.reduce_op == ReduceOp::kAverage || a.prescale != 1.0 || a.postscale != 1.0)) {
+      return bad("bool tensors support Sum, Min, Max and Product without scale factors, not Average");
+    }
+  }
+  if (a.collective != SO_BROADCAST) r.root = 0;
+  if (a.collective == SO_BROADCAST && (a.root < 0 || a.root >= size)) {
+    return bad("root rank " + std::to_string(a.root) + " is not in 0.." + std::to_string(size - 1));
+  }
+  const bool core_owned = a.collective == SO_ALLGATHER || a.collective == SO_ALLTOALL || a.collective == SO_REDUCESCATTER;
+  const size_t bytes = static_cast<size_t>(r.NumElements()) * DataTypeSize(r.dtype);
+  if (core_owned && a.output != nullptr) return bad("output must be NULL (the core owns the result)");
+  if (!core_owned && a.output == nullptr && bytes > 0) return bad("an output buffer is required");
+  if (a.input == nullptr && bytes > 0 && a.collective != SO_BROADCAST) return bad("input buffer is NULL");
+  if ((a.collective == SO_ALLGATHER || a.collective == SO_ALLTOALL || a.collective == SO_REDUCESCATTER) && a.ndim < 1) {
+    return bad("needs a tensor with at least one dimension");
+  }
+  if (a.collective == SO_ALLTOALL) {
+    if (a.splits != nullptr) {
+      if (a.nsplits != size) return bad("splits has " + std::to_string(a.nsplits) + " entries, one per rank (" + std::to_string(size) + ") is needed");
+      int64_t sum = 0;
+      for (int i = 0; i < a.nsplits; ++i) {
+        if (a.splits[i] < 0) return bad("splits must not be negative");
+        sum += a.splits[i];
+      }
+      if (sum != r.shape[0]) return bad("splits add up to " + std::to_string(sum) + " rows but the tensor has " + std::to_string(r.shape[0]));
+      e->splits.assign(a.splits, a.splits + a.nsplits);
+    } else if (r.shape[0] % size != 0) {
+      return bad("first dimension " + std::to_string(r.shape[0]) + " is not divisible by the number of ranks (" +
+                 std::to_string(size) + "); pass splits");
+    }
+  }
+  e->input = a.input;
+  e->output = a.output;
+  if (a.collective == SO_BROADCAST && a.input == nullptr) e->input = a.output;
+  return Status::OK();
+}
+
+Status Runtime::Enqueue(const EnqueueArgs& args, int64_t* handle) {
+  auto entry = std::make_shared<TensorEntry>();
+  Status s = Validate(args, entry.get());
+  if (!s.ok()) return s;
+  s = handles_.Add(entry);
+  if (!s.ok()) return s;
+  *handle = entry->handle;
+  queue_.Push(std::move(entry));
+  return Status::OK();
+}
+
+}  // namespace scaleout

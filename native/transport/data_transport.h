@@ -1,0 +1,39 @@
+// The data plane: moves (and, where the backend offers it, reduces) the bytes of collectives.
+// Algorithms in collectives/ call only this interface and never name MPI or shared memory.
+//
+// Contract: every rank calls the same operations in the same order (the coordinator guarantees
+// it). Called from the coordinator thread only. Counts are elements of `dtype`; byte vectors are
+// per rank. float16/bfloat16 never reach Allreduce/ReduceScatter (they are widened first).
+#ifndef SCALEOUT_TRANSPORT_DATA_TRANSPORT_H_
+#define SCALEOUT_TRANSPORT_DATA_TRANSPORT_H_
+
+#include <cstddef>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/status.h"
+
+namespace scaleout {
+
+class DataTransport {
+ public:
+  virtual ~DataTransport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // out = reduce(in over ranks); in == out reduces in place. Average is not accepted (Sum).
+  virtual Status Allreduce(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) = 0;
+  // Rank r's block (recv_bytes[r] bytes) lands at displacement sum(recv_bytes[0..r)) of out.
+  virtual Status Allgatherv(const void* in, size_t in_bytes, void* out,
+                            const std::vector<size_t>& recv_bytes) = 0;
+  virtual Status Broadcast(void* buf, size_t bytes, int root) = 0;
+  // Sends send_bytes[r] bytes (packed in rank order in `in`) to rank r; receives likewise.
+  virtual Status Alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                           const std::vector<size_t>& recv_bytes) = 0;
+  // Reduces `in` (sum(counts) elements) over ranks; rank r receives block r (counts[r]) in out.
+  virtual Status ReduceScatter(const void* in, void* out, const std::vector<size_t>& counts,
+                               DataType dtype, ReduceOp op) = 0;
+};
+
+}  // namespace scaleout
+
+#endif  // SCALEOUT_TRANSPORT_DATA_TRANSPORT_H_

@@ -1,0 +1,88 @@
+#include "transport/mpi/mpi_context.h"
+
+#include <cstdlib>
+#include <string>
+
+namespace scaleout {
+namespace {
+
+const char* ThreadLevelName(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    default: return "MPI_THREAD_MULTIPLE";
+  }
+}
+
+void FinalizeAtExit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+}  // namespace
+
+Status MpiError(const char* what, int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) len = 0;
+  return Status::Transport(std::string(what) + " failed: " + std::string(text, len));
+}
+
+Status MpiContext::Create(int64_t comm_fortran_handle, std::unique_ptr<MpiContext>* out) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (finalized) {
+    return Status::NotInitialized("MPI has already been finalized in this process; scaleout "
+                                  "cannot start after MPI_Finalize");
+  }
+  if (!initialized) {
+    int provided = 0;
+    int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    if (rc != MPI_SUCCESS) return MpiError("MPI_Init_thread", rc);
+    std::atexit(FinalizeAtExit);
+  }
+  int level = 0;
+  MPI_Query_thread(&level);
+  if (level != MPI_THREAD_MULTIPLE) {
+    return Status::InvalidArgument(
+        std::string("MPI was initialised with ") + ThreadLevelName(level) +
+        ", but scaleout's coordinator thread needs MPI_THREAD_MULTIPLE (with mpi4py, leave "
+        "mpi4py.rc.thread_level at its default 'multiple' before importing mpi4py.MPI)");
+  }
+  MPI_Comm user = comm_fortran_handle < 0 ? MPI_COMM_WORLD
+                                           : MPI_Comm_f2c(static_cast<MPI_Fint>(comm_fortran_handle));
+  if (user == MPI_COMM_NULL) return Status::InvalidArgument("init(comm=...) got MPI_COMM_NULL");
+  std::unique_ptr<MpiContext> ctx(new MpiContext());
+  int rc = MPI_Comm_dup(user, &ctx->control_);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_dup(user, &ctx->data_);
+  if (rc != MPI_SUCCESS) return MpiError("MPI_Comm_dup", rc);
+  MPI_Comm_set_errhandler(ctx->control_, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(ctx->data_, MPI_ERRORS_RETURN);
+  Topology& t = ctx->topo_;
+  MPI_Comm_rank(ctx->data_, &t.rank);
+  MPI_Comm_size(ctx->data_, &t.size);
+  rc = MPI_Comm_split_type(ctx->data_, MPI_COMM_TYPE_SHARED, t.rank, MPI_INFO_NULL, &ctx->local_);
+  if (rc != MPI_SUCCESS) return MpiError("MPI_Comm_split_type", rc);
+  MPI_Comm_rank(ctx->local_, &t.local_rank);
+  MPI_Comm_size(ctx->local_, &t.local_size);
+  rc = MPI_Comm_split(ctx->data_, t.local_rank, t.rank, &ctx->cross_);
+  if (rc != MPI_SUCCESS) return MpiError("MPI_Comm_split", rc);
+  MPI_Comm_rank(ctx->cross_, &t.cross_rank);
+  MPI_Comm_size(ctx->cross_, &t.cross_size);
+  *out = std::move(ctx);
+  return Status::OK();
+}
+
+MpiContext::~MpiContext() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  for (MPI_Comm* c : {&control_, &data_, &local_, &cross_}) {
+    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+  }
+}
+
+}  // namespace scaleout

@@ -1,0 +1,42 @@
+// The MPI side of a runtime: communicators duplicated from the user's one (so scaleout's
+// traffic never mixes with the user's), and the rank layout across and within nodes.
+#ifndef SCALEOUT_TRANSPORT_MPI_MPI_CONTEXT_H_
+#define SCALEOUT_TRANSPORT_MPI_MPI_CONTEXT_H_
+
+#include <mpi.h>
+
+#include <memory>
+
+#include "common/status.h"
+
+namespace scaleout {
+
+struct Topology {
+  int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
+};
+
+class MpiContext {
+ public:
+  // comm_fortran_handle < 0 means MPI_COMM_WORLD. Initialises MPI when nobody has.
+  static Status Create(int64_t comm_fortran_handle, std::unique_ptr<MpiContext>* out);
+  ~MpiContext();
+
+  MPI_Comm control_comm() const { return control_; }
+  MPI_Comm data_comm() const { return data_; }
+  const Topology& topology() const { return topo_; }
+
+ private:
+  MpiContext() = default;
+  MPI_Comm control_ = MPI_COMM_NULL;
+  MPI_Comm data_ = MPI_COMM_NULL;
+  MPI_Comm local_ = MPI_COMM_NULL;
+  MPI_Comm cross_ = MPI_COMM_NULL;
+  Topology topo_;
+};
+
+// "MPI_Allreduce failed: <MPI's error string>"
+Status MpiError(const char* what, int code);
+
+}  // namespace scaleout
+
+#endif  // SCALEOUT_TRANSPORT_MPI_MPI_CONTEXT_H_

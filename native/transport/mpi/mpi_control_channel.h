@@ -1,0 +1,38 @@
+// ControlChannel over point-to-point MPI messages on a communicator of its own.
+#ifndef SCALEOUT_TRANSPORT_MPI_MPI_CONTROL_CHANNEL_H_
+#define SCALEOUT_TRANSPORT_MPI_MPI_CONTROL_CHANNEL_H_
+
+#include <mpi.h>
+
+#include <deque>
+#include <vector>
+
+#include "transport/control_channel.h"
+
+namespace scaleout {
+
+class MpiControlChannel : public ControlChannel {
+ public:
+  explicit MpiControlChannel(MPI_Comm comm);
+  ~MpiControlChannel() override;
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Status Send(int dest, std::vector<uint8_t> bytes) override;
+  Status TryReceive(bool* got, int* src, std::vector<uint8_t>* bytes) override;
+
+ private:
+  struct Pending {
+    MPI_Request request;
+    std::vector<uint8_t> bytes;
+  };
+  Status ReapSends();
+
+  MPI_Comm comm_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::deque<Pending> sends_;  // in flight; the bytes must live until MPI is done with them
+};
+
+}  // namespace scaleout
+
+#endif  // SCALEOUT_TRANSPORT_MPI_MPI_CONTROL_CHANNEL_H_

@@ -1,0 +1,130 @@
+#include "transport/mpi/mpi_data_transport.h"
+
+#include <algorithm>
+#include <climits>
+#include <string>
+
+#include "transport/mpi/mpi_context.h"
+
+namespace scaleout {
+namespace {
+
+MPI_Datatype MpiType(DataType t) {
+  switch (t) {
+    case DataType::kUInt8: return MPI_UINT8_T;
+    case DataType::kInt8: return MPI_INT8_T;
+    case DataType::kInt16: return MPI_INT16_T;
+    case DataType::kInt32: return MPI_INT32_T;
+    case DataType::kInt64: return MPI_INT64_T;
+    case DataType::kFloat32: return MPI_FLOAT;
+    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kBool: return MPI_C_BOOL;
+    default: return MPI_DATATYPE_NULL;  // half types are widened before they get here
+  }
+}
+
+MPI_Op MpiOp(DataType t, ReduceOp op) {
+  if (t == DataType::kBool) {
+    return (op == ReduceOp::kProduct || op == ReduceOp::kMin) ? MPI_LAND : MPI_LOR;
+  }
+  switch (op) {
+    case ReduceOp::kMin: return MPI_MIN;
+    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kProduct: return MPI_PROD;
+    default: return MPI_SUM;
+  }
+}
+
+// MPI counts are int: large buffers travel in chunks of at most kMaxCount elements.
+constexpr size_t kMaxCount = size_t(1) << 30;
+
+Status FitsInt(const std::vector<size_t>& v, const char* what, std::vector<int>* out) {
+  out->resize(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] > static_cast<size_t>(INT_MAX)) {
+      return Status::InvalidArgument(std::string(what) + ": a block of " + std::to_string(v[i]) +
+                                     " bytes is larger than MPI's 2 GiB limit for one message");
+    }
+    (*out)[i] = static_cast<int>(v[i]);
+  }
+  return Status::OK();
+}
+
+std::vector<int> Displacements(const std::vector<int>& counts) {
+  std::vector<int> d(counts.size(), 0);
+  for (size_t i = 1; i < counts.size(); ++i) d[i] = d[i - 1] + counts[i - 1];
+  return d;
+}
+
+}  // namespace
+
+MpiDataTransport::MpiDataTransport(MPI_Comm comm) : comm_(comm) {
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+}
+
+Status MpiDataTransport::Allreduce(const void* in, void* out, size_t count, DataType dtype,
+                                   ReduceOp op) {
+  MPI_Datatype type = MpiType(dtype);
+  SO_CHECK(type != MPI_DATATYPE_NULL, "half-precision data reached the MPI transport");
+  const size_t esize = DataTypeSize(dtype);
+  for (size_t done = 0; done < count;) {
+    const size_t n = std::min(count - done, kMaxCount);
+    const char* src = static_cast<const char*>(in) + done * esize;
+    char* dst = static_cast<char*>(out) + done * esize;
+    int rc = MPI_Allreduce(in == out ? MPI_IN_PLACE : src, dst, static_cast<int>(n), type,
+                           MpiOp(dtype, op), comm_);
+    if (rc != MPI_SUCCESS) return MpiError("MPI_Allreduce", rc);
+    done += n;
+  }
+  return Status::OK();
+}
+
+Status MpiDataTransport::Allgatherv(const void* in, size_t in_bytes, void* out,
+                                    const std::vector<size_t>& recv_bytes) {
+  std::vector<int> counts;
+  Status s = FitsInt(recv_bytes, "allgather", &counts);
+  if (!s.ok()) return s;
+  std::vector<int> displs = Displacements(counts);
+  int rc = MPI_Allgatherv(in, static_cast<int>(in_bytes), MPI_BYTE, out, counts.data(),
+                          displs.data(), MPI_BYTE, comm_);
+  if (rc != MPI_SUCCESS) return MpiError("MPI_Allgatherv", rc);
+  return Status::OK();
+}
+
+Status MpiDataTransport::Broadcast(void* buf, size_t bytes, int root) {
+  for (size_t done = 0; done < bytes;) {
+    const size_t n = std::min(bytes - done, kMaxCount);
+    int rc = MPI_Bcast(static_cast<char*>(buf) + done, static_cast<int>(n), MPI_BYTE, root, comm_);
+    if (rc != MPI_SUCCESS) return MpiError("MPI_Bcast", rc);
+    done += n;
+  }
+  return Status::OK();
+}
+
+Status MpiDataTransport::Alltoallv(const void* in, const std::vector<size_t>& send_bytes,
+                                   void* out, const std::vector<size_t>& recv_bytes) {
+  std::vector<int> scounts, rcounts;
+  Status s = FitsInt(send_bytes, "alltoall", &scounts);
+  if (s.ok()) s = FitsInt(recv_bytes, "alltoall", &rcounts);
+  if (!s.ok()) return s;
+  std::vector<int> sdispls = Displacements(scounts), rdispls = Displacements(rcounts);
+  int rc = MPI_Alltoallv(in, scounts.data(), sdispls.data(), MPI_BYTE, out, rcounts.data(),
+                         rdispls.data(), MPI_BYTE, comm_);
+  if (rc != MPI_SUCCESS) return MpiError("MPI_Alltoallv", rc);
+  return Status::OK();
+}
+
+Status MpiDataTransport::ReduceScatter(const void* in, void* out, const std::vector<size_t>& counts,
+                                       DataType dtype, ReduceOp op) {
+  MPI_Datatype type = MpiType(dtype);
+  SO_CHECK(type != MPI_DATATYPE_NULL, "half-precision data reached the MPI transport");
+  std::vector<int> icounts;
+  Status s = FitsInt(counts, "reducescatter", &icounts);
+  if (!s.ok()) return s;
+  int rc = MPI_Reduce_scatter(in, out, icounts.data(), type, MpiOp(dtype, op), comm_);
+  if (rc != MPI_SUCCESS) return MpiError("MPI_Reduce_scatter", rc);
+  return Status::OK();
+}
+
+}  // namespace scaleout

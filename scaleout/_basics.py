@@ -1,0 +1,115 @@
+"""Process-level state: init, shutdown, and the rank layout."""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import threading
+from typing import Any, Optional
+
+from scaleout import _native
+from scaleout._errors import NotInitializedError, error_class
+
+__all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+           "cross_rank", "cross_size", "mpi_threads_supported", "mpi_built", "check"]
+
+_state_lock = threading.Lock()
+_topology: Optional[tuple] = None
+_atexit_registered = False
+
+
+def check(code: int) -> None:
+    """Raises the scaleout exception for a failed C ABI call (code != 0)."""
+    if code:
+        lib = _native.library()
+        name = _native.text(lib.so_status_name(code))
+        raise error_class(name)(_native.text(lib.so_last_error()))
+
+
+def _comm_handle(comm: Any) -> int:
+    if comm is None:
+        return -1
+    from mpi4py import MPI
+    if isinstance(comm, MPI.Comm):
+        return int(comm.py2f())
+    if isinstance(comm, (list, tuple)):
+        ranks = [int(r) for r in comm]
+        group = MPI.COMM_WORLD.Get_group().Incl(ranks)
+        sub = MPI.COMM_WORLD.Create_group(group) if MPI.COMM_WORLD.rank in ranks else None
+        if sub is None or sub == MPI.COMM_NULL:
+            raise ValueError(f"init(comm={ranks}): this process (world rank "
+                             f"{MPI.COMM_WORLD.rank}) is not in the list")
+        return int(sub.py2f())
+    raise TypeError(f"init(comm=...) takes an mpi4py communicator or a list of ranks, "
+                    f"not {type(comm).__name__}")
+
+
+def init(comm: Any = None) -> None:
+    """Starts scaleout on every rank (collective). `comm`: an mpi4py communicator (default
+    MPI.COMM_WORLD) or a list of world ranks. Calling it again while running does nothing."""
+    global _topology, _atexit_registered
+    lib = _native.library()
+    with _state_lock:
+        if lib.so_is_initialized():
+            return
+        check(lib.so_init(_comm_handle(comm)))
+        out = (ctypes.c_int32 * 6)()
+        check(lib.so_topology(out))
+        _topology = tuple(out)
+        if not _atexit_registered:
+            atexit.register(shutdown)
+            _atexit_registered = True
+
+
+def shutdown() -> None:
+    """Stops scaleout on this rank; pending operations fail with ShutDownError. Idempotent;
+    init() may be called again afterwards."""
+    global _topology
+    if _native._lib is None:
+        return
+    with _state_lock:
+        check(_native.library().so_shutdown())
+        _topology = None
+
+
+def is_initialized() -> bool:
+    return _native._lib is not None and bool(_native._lib.so_is_initialized())
+
+
+def _topo() -> tuple:
+    topo = _topology
+    if topo is None:
+        raise NotInitializedError("scaleout is not initialized: call scaleout.init() first")
+    return topo
+
+
+def rank() -> int:
+    return _topo()[0]
+
+
+def size() -> int:
+    return _topo()[1]
+
+
+def local_rank() -> int:
+    return _topo()[2]
+
+
+def local_size() -> int:
+    return _topo()[3]
+
+
+def cross_rank() -> int:
+    return _topo()[4]
+
+
+def cross_size() -> int:
+    return _topo()[5]
+
+
+def mpi_built() -> bool:
+    return True
+
+
+def mpi_threads_supported() -> bool:
+    from mpi4py import MPI
+    return MPI.Query_thread() == MPI.THREAD_MULTIPLE

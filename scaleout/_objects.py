@@ -1,0 +1,43 @@
+"""Collectives on arbitrary Python objects, serialised with cloudpickle."""
+from __future__ import annotations
+
+import io
+from typing import Any, List, Optional
+
+import cloudpickle
+import numpy as np
+
+from scaleout._basics import rank
+from scaleout._ops import allgather, broadcast_
+
+__all__ = ["broadcast_object", "allgather_object"]
+
+
+def _dumps(obj: Any) -> np.ndarray:
+    buf = io.BytesIO()
+    cloudpickle.dump(obj, buf)
+    return np.frombuffer(buf.getvalue(), dtype=np.uint8)
+
+
+def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None) -> Any:
+    """Returns root_rank's `obj` on every rank (other ranks' `obj` is ignored)."""
+    name = name or "broadcast_object"
+    payload = _dumps(obj) if rank() == root_rank else np.zeros(0, dtype=np.uint8)
+    length = np.array([payload.size], dtype=np.int64)
+    broadcast_(length, root_rank, name=f"{name}.size")
+    data = payload.copy() if rank() == root_rank else np.empty(int(length[0]), dtype=np.uint8)
+    broadcast_(data, root_rank, name=f"{name}.data")
+    return obj if rank() == root_rank else cloudpickle.loads(data.tobytes())
+
+
+def allgather_object(obj: Any, name: Optional[str] = None) -> List[Any]:
+    """Returns the list of every rank's `obj`, in rank order."""
+    name = name or "allgather_object"
+    payload = _dumps(obj)
+    sizes = allgather(np.array([payload.size], dtype=np.int64), name=f"{name}.size")
+    data = allgather(payload, name=f"{name}.data")
+    out, offset = [], 0
+    for n in sizes.tolist():
+        out.append(cloudpickle.loads(data[offset:offset + n].tobytes()))
+        offset += n
+    return out
