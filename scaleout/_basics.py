@@ -15,6 +15,7 @@ __all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "
 _state_lock = threading.Lock()
 _topology: Optional[tuple] = None
 _atexit_registered = False
+generation = 0  # counts shutdowns: handles from an earlier runtime are recognised as such
 
 
 def check(code: int) -> None:
@@ -63,11 +64,13 @@ def init(comm: Any = None) -> None:
 def shutdown() -> None:
     """Stops scaleout on this rank; pending operations fail with ShutDownError. Idempotent;
     init() may be called again afterwards."""
-    global _topology
+    global _topology, generation
     if _native._lib is None:
         return
     with _state_lock:
         check(_native.library().so_shutdown())
+        if _topology is not None:
+            generation += 1
         _topology = None
 
 

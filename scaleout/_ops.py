@@ -13,9 +13,9 @@ from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 
-from scaleout import _native
+from scaleout import _basics, _native
 from scaleout._basics import check, size
-from scaleout._errors import InvalidArgumentError
+from scaleout._errors import InvalidArgumentError, ShutDownError
 
 __all__ = ["Average", "Sum", "Min", "Max", "Product", "Handle", "allreduce", "allreduce_",
            "allreduce_async", "allreduce_async_", "grouped_allreduce", "grouped_allreduce_",
@@ -82,12 +82,19 @@ def _resolve_op(op: Optional[int], average: Optional[bool]) -> int:
 def _as_array(obj: Any) -> np.ndarray:
     if isinstance(obj, np.ndarray):
         return obj
+    if isinstance(obj, (np.generic, int, float, bool, list, tuple)):
+        return np.asarray(obj)
     if hasattr(obj, "__dlpack__") and not isinstance(obj, (bytes, bytearray, memoryview)):
         try:
             return np.from_dlpack(obj)
         except (TypeError, RuntimeError, BufferError):
             pass
     return np.asarray(obj)
+
+
+def _contiguous(a: np.ndarray) -> np.ndarray:
+    # np.ascontiguousarray would turn a 0-d array into a 1-d one.
+    return a if a.flags.c_contiguous else a.copy(order="C")
 
 
 def _address(a: np.ndarray) -> int:
@@ -97,7 +104,7 @@ def _address(a: np.ndarray) -> int:
 class Handle:
     """A pending collective. Pass it to poll() or synchronize()."""
 
-    __slots__ = ("_id", "_finish", "_keep", "_result", "_done", "name")
+    __slots__ = ("_id", "_finish", "_keep", "_result", "_done", "name", "_generation")
 
     def __init__(self, handle_id: int, name: str, finish: Callable[["Handle"], Any], keep: tuple):
         self._id = handle_id
@@ -106,10 +113,17 @@ class Handle:
         self._keep = keep  # buffers the core reads or writes until completion
         self._result = None
         self._done = False
+        self._generation = _basics.generation
+
+    def _check_alive(self) -> None:
+        if self._generation != _basics.generation:
+            self._done, self._keep = True, ()
+            raise ShutDownError(f"scaleout was shut down while '{self.name}' was pending")
 
     def __del__(self):
         lib = _native._lib
-        if lib is not None and not self._done and self._id:
+        if (lib is not None and not self._done and self._id
+                and self._generation == _basics.generation):
             lib.so_release(self._id)
 
 
@@ -155,6 +169,7 @@ def poll(handle: Handle) -> bool:
     """True when the collective behind the handle has completed."""
     if handle._done:
         return True
+    handle._check_alive()
     if not handle._id:  # a group: done when every member is
         return all(poll(m) for m in handle._keep)
     done = ctypes.c_int(0)
@@ -166,6 +181,7 @@ def synchronize(handle: Handle) -> Any:
     """Waits for the collective and returns its result (raises its error on every rank)."""
     if handle._done:
         return handle._result
+    handle._check_alive()
     try:
         if handle._id:
             check(_fns()[1](handle._id, -1.0))
@@ -201,7 +217,7 @@ def _received_splits(handle_id: int) -> np.ndarray:
 def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, inplace) -> Handle:
     a = _as_array(tensor)
     code = dtype_code(a.dtype)
-    src = np.ascontiguousarray(a)
+    src = _contiguous(a)
     if inplace:
         if not a.flags.writeable:
             raise InvalidArgumentError("in-place allreduce needs a writable array")
@@ -287,7 +303,7 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 def allgather_async(tensor, name=None) -> Handle:
     """Concatenates every rank's tensor along the first dimension (which may differ by rank)."""
-    a = np.ascontiguousarray(_as_array(tensor))
+    a = _contiguous(_as_array(tensor))
     if a.ndim == 0:
         a = a.reshape(1)
     name = _auto_name("allgather", name)
@@ -301,7 +317,7 @@ def allgather(tensor, name=None) -> np.ndarray:
 
 def _broadcast_async(tensor, root_rank, name, inplace) -> Handle:
     a = _as_array(tensor)
-    src = np.ascontiguousarray(a)
+    src = _contiguous(a)
     if inplace and not a.flags.writeable:
         raise InvalidArgumentError("in-place broadcast needs a writable array")
     dst = src if inplace else np.empty_like(src)
@@ -339,7 +355,7 @@ def broadcast_(tensor, root_rank, name=None):
 def alltoall_async(tensor, splits=None, name=None) -> Handle:
     """Sends splits[i] rows (default: equal parts) of `tensor` to rank i. synchronize() returns
     the received rows, and the rows received from each rank when splits were given."""
-    a = np.ascontiguousarray(_as_array(tensor))
+    a = _contiguous(_as_array(tensor))
     split_arr = None
     if splits is not None:
         split_arr = np.ascontiguousarray(np.asarray(splits, dtype=np.int64).reshape(-1))
@@ -361,7 +377,7 @@ def reducescatter_async(tensor, name=None, op=None, prescale_factor=1.0,
                         postscale_factor=1.0) -> Handle:
     """Reduces `tensor` across ranks and gives each rank a slice of the first dimension (the
     first dim % size ranks get one row more)."""
-    a = np.ascontiguousarray(_as_array(tensor))
+    a = _contiguous(_as_array(tensor))
     name = _auto_name("reducescatter", name)
     hid = enqueue(name, REDUCESCATTER, dtype_code(a.dtype), a.shape, _address(a), 0,
                   _resolve_op(op, None), 0, prescale_factor, postscale_factor)

@@ -93,8 +93,10 @@ float HalfToFloat(uint16_t h) {
     return BitsFloat(FloatBits(magnitude) | sign);
   }
   if (exponent == 0x1f) {
-    // Inf (mantissa 0) or NaN, payload kept in the top mantissa bits.
-    return BitsFloat(sign | 0x7f800000u | (mantissa << 13));
+    // Inf (mantissa 0), or NaN: payload kept in the top mantissa bits and the quiet bit set,
+    // which is what the hardware conversions (x86 F16C, Arm FCVT) do.
+    const uint32_t quiet = mantissa != 0 ? 0x00400000u : 0u;
+    return BitsFloat(sign | 0x7f800000u | quiet | (mantissa << 13));
   }
   return BitsFloat(sign | ((exponent + 127 - 15) << 23) | (mantissa << 13));
 }

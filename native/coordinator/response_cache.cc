@@ -16,7 +16,8 @@ int ResponseCache::Lookup(const std::string& name) const {
 }
 
 const std::string& ResponseCache::NameOf(int slot) const {
-  SO_CHECK(slot >= 0 && slot < size(), "unknown response-cache slot " + std::to_string(slot));
+  SO_CHECK(slot >= 0 && slot < static_cast<int>(names_.size()) && !names_[slot].empty(),
+           "unknown response-cache slot " + std::to_string(slot));
   return names_[slot];
 }
 
@@ -24,26 +25,33 @@ int ResponseCache::Assign(const std::string& name) {
   int existing = Lookup(name);
   if (existing >= 0) return existing;
   if (size() >= capacity_) return -1;
-  Record(size(), name);
-  return size() - 1;
+  const int slot = size();
+  Record(slot, name);
+  return slot;
 }
 
+// Fusion may put a later slot's tensor before an earlier one in a response list, so slots can
+// arrive out of order; each is recorded where it belongs.
 void ResponseCache::Record(int slot, const std::string& name) {
-  SO_CHECK(slot == size(), "response-cache slots must arrive in order (got " +
-                               std::to_string(slot) + ", expected " + std::to_string(size()) + ")");
-  names_.push_back(name);
+  SO_CHECK(slot >= 0 && slot < (capacity_ > 0 ? capacity_ : 1) + 1000000, "implausible cache slot");
+  if (slot >= static_cast<int>(names_.size())) {
+    names_.resize(slot + 1);
+    params_.resize(slot + 1, std::vector<Request>(world_size_));
+    has_params_.resize(slot + 1, std::vector<bool>(world_size_, false));
+  }
+  SO_CHECK(names_[slot].empty(), "cache slot " + std::to_string(slot) + " assigned twice");
+  names_[slot] = name;
   slots_[name] = slot;
-  params_.emplace_back(world_size_);
-  has_params_.emplace_back(world_size_, false);
+  ++assigned_;
 }
 
 const Request* ResponseCache::Params(int slot, int rank) const {
-  if (slot < 0 || slot >= size() || !has_params_[slot][rank]) return nullptr;
+  if (slot < 0 || slot >= static_cast<int>(names_.size()) || !has_params_[slot][rank]) return nullptr;
   return &params_[slot][rank];
 }
 
 void ResponseCache::SetParams(int slot, int rank, const Request& params) {
-  SO_CHECK(slot >= 0 && slot < size(), "unknown response-cache slot");
+  SO_CHECK(slot >= 0 && slot < static_cast<int>(names_.size()), "unknown response-cache slot");
   params_[slot][rank] = params;
   has_params_[slot][rank] = true;
 }

@@ -26,7 +26,7 @@ class ResponseCache {
 
   static bool Cacheable(int32_t collective);
   int capacity() const { return capacity_; }
-  int size() const { return static_cast<int>(names_.size()); }
+  int size() const { return assigned_; }  // slots in use
 
   int Lookup(const std::string& name) const;  // the slot, or -1
   const std::string& NameOf(int slot) const;
@@ -42,7 +42,8 @@ class ResponseCache {
  private:
   int capacity_;
   int world_size_;
-  std::vector<std::string> names_;
+  int assigned_ = 0;
+  std::vector<std::string> names_;  // by slot; empty where not (yet) known
   std::unordered_map<std::string, int> slots_;
   std::vector<std::vector<Request>> params_;     // [slot][rank]
   std::vector<std::vector<bool>> has_params_;    // [slot][rank]

@@ -140,6 +140,10 @@ SO_TEST(HalfToFloatKnownValues) {
   EXPECT_TRUE(std::isnan(HalfToFloat(0x7e00)));
   EXPECT_TRUE(std::isnan(HalfToFloat(0x7c01)));  // signalling NaN, smallest payload
   EXPECT_TRUE(std::isnan(HalfToFloat(0xfe00)));
+  // NaN keeps its sign and payload and comes out quiet, as from the hardware instructions.
+  EXPECT_EQ(Bits(HalfToFloat(0x7c01)), 0x7fc02000u);
+  EXPECT_EQ(Bits(HalfToFloat(0xfe00)), 0xffc00000u);
+  EXPECT_EQ(Bits(HalfToFloat(0x7dff)), 0x7fffe000u);
 }
 
 SO_TEST(HalfRoundTripsAllBitPatterns) {

@@ -1,0 +1,64 @@
+"""Bad input: errors that name what was wrong, raised on every rank, and no hang."""
+import numpy as np
+
+import scaleout as so
+from _harness import check, expect_error, main
+
+
+def run():
+    r, n = so.rank(), so.size()
+    # shape mismatch: reported on every rank, naming the tensor, the field and the ranks
+    shape = (3,) if r == n - 1 else (2,)
+    msg = expect_error(so.MismatchError, lambda: so.allreduce(np.zeros(shape), name="grads.w"),
+                       "grads.w", "shape", f"rank {n - 1} has [3]", what="shape mismatch")
+    check("[2]" in msg, "message shows the other ranks' shape")
+    dtype = np.float64 if r == 0 else np.float32
+    expect_error(so.MismatchError, lambda: so.allreduce(np.zeros(4, dtype), name="dt"),
+                 "dtype", "float64", "float32", "rank 0", what="dtype mismatch")
+    op = so.Sum if r == 0 else so.Max
+    expect_error(so.MismatchError, lambda: so.allreduce(np.zeros(4), op=op, name="op"),
+                 "reduce op", "Sum", "Max", what="op mismatch")
+    expect_error(so.MismatchError, lambda: so.allreduce(np.zeros(4), name="pre",
+                                                        prescale_factor=1.0 + (r == 1)),
+                 "prescale", what="prescale mismatch")
+    expect_error(so.MismatchError, lambda: so.broadcast(np.zeros(4), root_rank=r % 2, name="root"),
+                 "root rank", what="root mismatch")
+    if r == 0:
+        expect_error(so.MismatchError, lambda: so.allreduce(np.zeros(2), name="kind"),
+                     "operation", "allreduce", "allgather", what="collective mismatch")
+    else:
+        expect_error(so.MismatchError, lambda: so.allgather(np.zeros(2), name="kind"),
+                     "operation", what="collective mismatch")
+    expect_error(so.MismatchError, lambda: so.allgather(np.zeros((1, 2 + (r == 0))), name="agdim"),
+                 "shape after the first dimension", what="allgather trailing-dim mismatch")
+    # after all those errors the job still works, and a cached name changes shape cleanly
+    for step in range(3):
+        check(so.allreduce(np.ones(5), op=so.Sum, name="steady")[0] == n, "recovers after errors")
+    expect_error(so.MismatchError, lambda: so.allreduce(np.ones(5 + (r == 0)), name="steady"),
+                 "shape", what="cached name, new mismatched shape")
+    check(so.allreduce(np.ones(7), op=so.Sum, name="steady")[0] == n, "cached name, new shape")
+
+    # local errors
+    h = so.allreduce_async(np.ones(3), name="dup")
+    expect_error(so.DuplicateNameError, lambda: so.allreduce_async(np.ones(3), name="dup"),
+                 "dup", "already in flight", what="duplicate name")
+    so.synchronize(h)
+    expect_error(so.InvalidArgumentError, lambda: so.allreduce(np.zeros(2, np.complex64)),
+                 "complex64", what="unsupported dtype")
+    expect_error(so.InvalidArgumentError, lambda: so.allreduce(np.zeros(2, bool), name="b"),
+                 "bool", "Average", what="bool average")
+    expect_error(so.InvalidArgumentError, lambda: so.allreduce(np.zeros(2), op=17), "reduce op",
+                 what="unknown op")
+    expect_error(so.InvalidArgumentError, lambda: so.broadcast(np.zeros(2), root_rank=n),
+                 "root rank", what="root out of range")
+    expect_error(so.InvalidArgumentError, lambda: so.alltoall(np.zeros(n + 1)),
+                 "not divisible", what="alltoall without splits")
+    expect_error(so.InvalidArgumentError, lambda: so.alltoall(np.zeros(3), splits=[1] * (n + 1)),
+                 "splits", what="alltoall splits length")
+    expect_error(so.InvalidArgumentError, lambda: so.allreduce(np.zeros(2), name=""),
+                 "name", what="empty name")
+    so.barrier()
+
+
+if __name__ == "__main__":
+    main(run)

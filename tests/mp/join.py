@@ -1,0 +1,29 @@
+"""join() with uneven amounts of data: joined ranks contribute zeros, nothing hangs."""
+import numpy as np
+
+import scaleout as so
+from _harness import check, check_close, main
+
+
+def run():
+    r, n = so.rank(), so.size()
+    steps = 3 + 2 * r  # the last rank has the most data
+    for step in range(steps):
+        active = [k for k in range(n) if step < 3 + 2 * k]
+        got = so.allreduce(np.full(4, float(r + 1), np.float32), op=so.Sum, name="grad")
+        check_close(got, np.full(4, float(sum(k + 1 for k in active))), f"step {step} sum")
+        avg = so.allreduce(np.full(2, float(n)), name="avg")  # Average divides by the full size
+        check_close(avg, np.full(2, float(len(active))), f"step {step} average")
+        g = so.allgather(np.full((1, 2), r), name="rows")
+        check(g.shape == (len(active), 2), f"step {step}: joined ranks give no rows ({g.shape})")
+    last = so.join()
+    check(last == n - 1, f"join returns the last rank to join ({last})")
+    # the job goes on normally after everyone joined, and join works twice
+    check(so.allreduce(np.ones(1), op=so.Sum, name="after")[0] == n, "allreduce after join")
+    if r == 0:
+        so.allreduce(np.ones(1), op=so.Sum, name="only0")
+    check(so.join() == 0 if n > 1 else True, "second join: rank 0 joins last")
+
+
+if __name__ == "__main__":
+    main(run)

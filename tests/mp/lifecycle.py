@@ -1,0 +1,46 @@
+"""Collectives before init, shutdown with pending work, idempotent shutdown, init again."""
+import sys
+
+import numpy as np
+
+import scaleout as so
+from _harness import check, expect_error, finish
+
+
+def run():
+    expect_error(so.NotInitializedError, lambda: so.allreduce(np.ones(2)), "init",
+                 what="allreduce before init")
+    expect_error(so.NotInitializedError, so.rank, "init", what="rank before init")
+    so.init()
+    r, n = so.rank(), so.size()
+    check(so.is_initialized(), "initialized")
+    check(so.allreduce(np.ones(3), op=so.Sum, name="a")[0] == n, "first life")
+    # rank 0 leaves a collective pending that others never submit, then shuts down
+    if r == 0:
+        h = so.allreduce_async(np.ones(3), name="never")
+    so.barrier()
+    so.shutdown()
+    so.shutdown()  # idempotent
+    check(not so.is_initialized(), "not initialized after shutdown")
+    if r == 0:
+        expect_error(so.ShutDownError, lambda: so.synchronize(h), "shut down",
+                     what="pending handle fails at shutdown")
+    expect_error(so.NotInitializedError, lambda: so.allreduce(np.ones(2)), what="after shutdown")
+    for life in range(2):
+        so.init()
+        check(so.size() == n and so.rank() == r, "same layout after re-init")
+        check(so.allreduce(np.ones(3), op=so.Sum, name="a")[0] == n, f"life {life + 2}")
+        so.shutdown()
+    # a rank that shuts down while another still waits: the waiter gets ShutDownError, no hang
+    so.init()
+    if r == 1:
+        so.shutdown()
+    else:
+        expect_error(so.ShutDownError, lambda: so.allreduce(np.ones(2), name="orphan"),
+                     "rank 1", "shut down", what="peer shut down")
+        so.shutdown()
+    finish()
+
+
+if __name__ == "__main__":
+    run()

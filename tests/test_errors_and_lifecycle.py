@@ -1,0 +1,27 @@
+"""Error paths, join, shutdown and re-init, and a crashing rank, on real ranks."""
+import time
+
+from conftest import run_mpi
+
+
+def test_mismatches_and_bad_input_raise_on_every_rank(nranks):
+    proc = run_mpi("errors.py", nranks)
+    assert proc.stdout.count("all checks passed") == nranks
+
+
+def test_join_with_uneven_steps(nranks):
+    proc = run_mpi("join.py", nranks)
+    assert proc.stdout.count("all checks passed") == nranks
+
+
+def test_shutdown_and_init_again(nranks):
+    proc = run_mpi("lifecycle.py", nranks)
+    assert proc.stdout.count("all checks passed") == nranks
+
+
+def test_a_crashing_rank_ends_the_job(nranks):
+    start = time.monotonic()
+    proc = run_mpi("crash.py", nranks, timeout=60, check=False)
+    assert proc.returncode != 0
+    assert "unreachable" not in proc.stdout
+    assert time.monotonic() - start < 30

@@ -1,0 +1,312 @@
+"""scaleoutrun's pure pieces: arguments, hosts, the launcher command lines, reports, output."""
+from __future__ import annotations
+
+import os
+import signal
+import stat
+
+import pytest
+
+from scaleout.launcher.config import (LaunchConfig, UsageError, parse_config, split_command,
+                                      tuning_environment)
+from scaleout.launcher.exit_report import RankExit, parse_report
+from scaleout.launcher.hosts import (HostSlots, is_local_host, parse_host_list, parse_hostfile,
+                                     ranks_per_host, read_hostfile)
+from scaleout.launcher.job import BannerFilter, ReportScanner
+from scaleout.launcher.mpi_launcher import (LaunchError, LaunchRequest, MPIExec, MPIFamily,
+                                            build_command, detect_family, exported_names,
+                                            find_mpiexec, yield_environment)
+from scaleout.launcher.output import LinePrefixer
+from scaleout.launcher.plan import plan_job
+from scaleout.launcher.rank_env import local_rank_and_size, rank_from_environment
+
+
+def parse(*argv: str, **environ: str) -> LaunchConfig:
+    return parse_config(list(argv), environ)
+
+
+# --- arguments ----------------------------------------------------------------------------
+
+def test_command_is_everything_after_our_flags():
+    config = parse("-np", "4", "python", "train.py", "-np", "5", "--lr=0.1")
+    assert config.np == 4
+    assert config.command == ("python", "train.py", "-np", "5", "--lr=0.1")
+
+
+def test_double_dash_separates_the_command():
+    config = parse("-np", "2", "--", "-weird-program", "x")
+    assert config.command == ("-weird-program", "x")
+    assert split_command(["--timeline", "--", "python"]) == (["--timeline", "--"], ["python"])
+
+
+def test_flag_spellings_and_values():
+    config = parse("-n", "3", "-H", "a:2,b", "--mpi-yield", "OFF", "--verbose", "python", "x.py")
+    assert (config.np, config.hosts, config.mpi_yield, config.verbose) == (3, "a:2,b", "off", True)
+    assert parse("--num-proc=2", "python").np == 2
+
+
+def test_tuning_flags_become_core_variables():
+    config = parse("-np", "2", "--fusion-threshold-mb", "32", "--cycle-time-ms", "2.5",
+                   "--cache-capacity", "0", "--stall-check-seconds", "30",
+                   "--timeline", "/tmp/t.json", "python", "x.py")
+    assert tuning_environment(config) == {
+        "SCALEOUT_FUSION_THRESHOLD": str(32 * 1024 * 1024),
+        "SCALEOUT_CYCLE_TIME": "2.5",
+        "SCALEOUT_CACHE_CAPACITY": "0",
+        "SCALEOUT_STALL_CHECK_TIME_SECONDS": "30",
+        "SCALEOUT_TIMELINE": "/tmp/t.json",
+    }
+    assert tuning_environment(parse("-np", "2", "python")) == {}
+
+
+def test_every_flag_has_an_environment_variable():
+    config = parse("python", "x.py", SCALEOUTRUN_NP="3", SCALEOUTRUN_HOSTS="a:3",
+                   SCALEOUT_FUSION_THRESHOLD="1048576", SCALEOUT_CYCLE_TIME="5",
+                   SCALEOUTRUN_VERBOSE="1", SCALEOUTRUN_BIND_TO="core",
+                   SCALEOUTRUN_EP_SERVERS="2", SCALEOUT_MPIEXEC="/opt/mpi/bin/mpiexec")
+    assert config.np == 3 and config.hosts == "a:3" and config.verbose
+    assert config.fusion_threshold_bytes == 1048576   # the variable holds bytes, the flag MiB
+    assert config.cycle_time_ms == 5.0
+    assert (config.bind_to, config.ep_servers) == ("core", 2)
+    assert config.mpiexec == "/opt/mpi/bin/mpiexec"
+
+
+def test_the_command_line_wins_over_the_environment():
+    config = parse("-np", "2", "--fusion-threshold-mb", "1", "python",
+                   SCALEOUTRUN_NP="8", SCALEOUT_FUSION_THRESHOLD="5")
+    assert (config.np, config.fusion_threshold_bytes) == (2, 1024 * 1024)
+
+
+@pytest.mark.parametrize("argv", [
+    ["-np", "0", "python"], ["-np", "-1", "python"], ["-np", "two", "python"],
+    ["--no-such-flag", "python"], ["-np", "2"], [],
+    ["-np", "2", "-H", "a:1", "--hostfile", "f", "python"],
+    ["-np", "2", "--bind-to", "everything", "python"],
+    ["-np", "2", "--cache-capacity", "-3", "python"],
+    ["-np", "2", "--fusion-threshold-mb", "nan", "python"],
+])
+def test_usage_errors(argv):
+    with pytest.raises(UsageError):
+        parse(*argv)
+
+
+def test_a_bad_variable_is_a_usage_error_naming_it():
+    with pytest.raises(UsageError, match="SCALEOUTRUN_NP"):
+        parse("python", SCALEOUTRUN_NP="0")
+    with pytest.raises(UsageError, match="SCALEOUT_CACHE_CAPACITY"):
+        parse("-np", "1", "python", SCALEOUT_CACHE_CAPACITY="lots")
+
+
+def test_check_build_needs_no_command():
+    assert parse("--check-build").check_build
+
+
+# --- hosts --------------------------------------------------------------------------------
+
+def test_host_list():
+    assert parse_host_list("a:2,b:3,c") == [HostSlots("a", 2), HostSlots("b", 3), HostSlots("c", 1)]
+    assert parse_host_list("a:1,b:1,a:2") == [HostSlots("a", 3), HostSlots("b", 1)]
+
+
+@pytest.mark.parametrize("text", ["a:0", "a:x", "a,,b", "a:-1", "bad host:2", ""])
+def test_bad_host_lists(text):
+    with pytest.raises(UsageError):
+        parse_host_list(text)
+
+
+def test_hostfile():
+    text = """
+    # the cluster
+    node1 slots=4
+    node2 slots=2 max_slots=8   # Open MPI's spelling works too
+    node3:3
+
+    node4
+    """
+    assert parse_hostfile(text) == [HostSlots("node1", 4), HostSlots("node2", 2),
+                                    HostSlots("node3", 3), HostSlots("node4", 1)]
+
+
+@pytest.mark.parametrize("text, where", [("node1 slots=0", "line 1"),
+                                         ("node1\nnode2 cores=4", "line 2"),
+                                         ("# nothing\n", "no hosts")])
+def test_bad_hostfiles_name_the_line(text, where):
+    with pytest.raises(UsageError, match=where):
+        parse_hostfile(text)
+
+
+def test_read_hostfile(tmp_path):
+    path = tmp_path / "hosts"
+    path.write_text("a slots=2\nb slots=2\n")
+    assert read_hostfile(str(path)) == [HostSlots("a", 2), HostSlots("b", 2)]
+    with pytest.raises(UsageError, match="cannot read hostfile"):
+        read_hostfile(str(tmp_path / "missing"))
+
+
+def test_ranks_fill_hosts_in_order():
+    hosts = [HostSlots("a", 2), HostSlots("b", 2)]
+    assert ranks_per_host(hosts, 3) == [HostSlots("a", 2), HostSlots("b", 1)]
+    assert ranks_per_host(hosts, 1) == [HostSlots("a", 1)]
+    with pytest.raises(UsageError, match="more than the 4 slots"):
+        ranks_per_host(hosts, 5)
+
+
+def test_local_host_names():
+    assert is_local_host("localhost") and is_local_host("127.0.0.1")
+    assert is_local_host("node7.cluster", local_names={"node7"})
+    assert not is_local_host("node8", local_names={"node7"})
+
+
+def test_plan():
+    local = plan_job(parse("-np", "4", "python"), local_cpus=2)
+    assert (local.np, local.hosts, local.local_ranks, local.oversubscribed) == (4, None, 4, True)
+    assert not plan_job(parse("-np", "2", "python"), local_cpus=2).oversubscribed
+    hosts = [HostSlots("localhost", 2), HostSlots("remote", 2)]
+    plan = plan_job(parse("-H", "x", "python"), local_cpus=2, hosts=hosts)
+    assert plan.np == 4 and plan.local_ranks == 2 and not plan.oversubscribed
+    with pytest.raises(UsageError, match="-np"):
+        plan_job(parse("python"), local_cpus=2)
+
+
+# --- the launcher command line ------------------------------------------------------------
+
+HYDRA = MPIExec("/venv/bin/mpiexec", MPIFamily.HYDRA)
+OPEN_MPI = MPIExec("/opt/ompi/bin/mpirun", MPIFamily.OPEN_MPI)
+RANK = ("/venv/bin/python", "/x/rank_exec.py", "--", "python", "train.py")
+
+
+def test_detect_family():
+    hydra = "HYDRA build details:\n    Version:                                 5.0.2\n"
+    assert detect_family(hydra) is MPIFamily.HYDRA
+    assert detect_family("Intel(R) MPI Library for Linux* OS, Version 2021.10") is MPIFamily.HYDRA
+    assert detect_family("mpirun (Open MPI) 4.1.5\n\nReport bugs to ...") is MPIFamily.OPEN_MPI
+    assert detect_family("prterun (PMIx Reference RunTime Environment) 3.0.2") is MPIFamily.OPEN_MPI
+    assert detect_family("something else 1.0") is None
+
+
+def test_hydra_command_lines():
+    assert build_command(HYDRA, LaunchRequest(np=2, rank_command=RANK)) == \
+        ["/venv/bin/mpiexec", "-n", "2", *RANK]
+    hosts = (HostSlots("h1", 2), HostSlots("h2", 2))
+    assert build_command(HYDRA, LaunchRequest(np=4, rank_command=RANK, hosts=hosts,
+                                              exported=("IGNORED",))) == \
+        ["/venv/bin/mpiexec", "-n", "4", "-hosts", "h1:2,h2:2", *RANK]
+
+
+def test_open_mpi_command_lines():
+    request = LaunchRequest(np=4, rank_command=RANK, hosts=(HostSlots("h1", 2), HostSlots("h2", 2)),
+                            exported=("PATH", "SCALEOUT_CYCLE_TIME"), running_as_root=True)
+    assert build_command(OPEN_MPI, request) == [
+        "/opt/ompi/bin/mpirun", "-np", "4", "--allow-run-as-root", "--host", "h1:2,h2:2",
+        "--bind-to", "none", "--map-by", "slot",
+        "-x", "PATH", "-x", "SCALEOUT_CYCLE_TIME", *RANK]
+    local = build_command(OPEN_MPI, LaunchRequest(np=4, rank_command=RANK, oversubscribed=True))
+    assert local[:3] == ["/opt/ompi/bin/mpirun", "-np", "4"]
+    assert "--allow-run-as-root" not in local
+    assert local[local.index("--map-by") + 1] == "slot:OVERSUBSCRIBE"
+
+
+def test_exported_names_leave_out_the_launchers_own():
+    names = exported_names({"PATH": "/bin", "OMPI_COMM_WORLD_RANK": "0", "PMIX_RANK": "0",
+                            "BASH_FUNC_x%%": "() {}", "MY_VAR": "1", "bad name": "x"})
+    assert names == ("MY_VAR", "PATH")
+
+
+def test_yield_only_when_oversubscribed_or_asked():
+    assert yield_environment(MPIFamily.HYDRA, "auto", True, {}) == \
+        {"MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}
+    assert yield_environment(MPIFamily.HYDRA, "auto", False, {}) == {}
+    assert yield_environment(MPIFamily.HYDRA, "on", False, {}) != {}
+    assert yield_environment(MPIFamily.HYDRA, "off", True, {}) == {}
+    assert yield_environment(MPIFamily.OPEN_MPI, "auto", True, {}) == \
+        {"OMPI_MCA_mpi_yield_when_idle": "1"}
+    # The user's own setting stays.
+    assert yield_environment(MPIFamily.HYDRA, "on", True,
+                             {"MPIR_CVAR_ENABLE_HEAVY_YIELD": "0"}) == {}
+
+
+def test_find_mpiexec(tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    python = bindir / "python"
+    with pytest.raises(LaunchError, match="no MPI launcher found"):
+        find_mpiexec(None, str(python), {"PATH": str(tmp_path / "empty")})
+    on_path = tmp_path / "path"
+    on_path.mkdir()
+    for directory in (on_path, bindir):
+        exe = directory / "mpiexec"
+        exe.write_text("#!/bin/sh\n")
+        exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+        # The launcher beside the Python is preferred to PATH's.
+        assert find_mpiexec(None, str(python), {"PATH": str(on_path)}) == str(exe)
+    assert find_mpiexec(str(on_path / "mpiexec"), str(python), {}) == str(on_path / "mpiexec")
+    with pytest.raises(LaunchError, match="SCALEOUT_MPIEXEC"):
+        find_mpiexec(str(tmp_path / "nope"), str(python), {})
+
+
+# --- ranks, reports and output ------------------------------------------------------------
+
+def test_rank_from_each_launchers_variables():
+    assert rank_from_environment({"PMI_RANK": "3"}) == "3"
+    assert rank_from_environment({"OMPI_COMM_WORLD_RANK": "5"}) == "5"
+    assert rank_from_environment({}) == "?"
+    assert local_rank_and_size({"MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "4"}) == (1, 4)
+    assert local_rank_and_size({"OMPI_COMM_WORLD_LOCAL_RANK": "0",
+                                "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}) == (0, 2)
+    assert local_rank_and_size({"SLURM_LOCALID": "1", "SLURM_NODEID": "2",
+                                "SLURM_TASKS_PER_NODE": "4(x2),3"}) == (1, 3)
+    assert local_rank_and_size({}) == (None, None)
+
+
+def test_reports_round_trip():
+    for report in (RankExit("1", code=3), RankExit("0", signal=int(signal.SIGKILL)),
+                   RankExit("2", signal=40)):
+        assert parse_report(report.report_line().rstrip("\n")) == report
+    assert RankExit("1", code=3).describe() == "rank 1 exited with code 3"
+    assert RankExit("1", signal=9).describe() == "rank 1 was killed by SIGKILL"
+    assert RankExit.from_returncode("4", -15).exit_status == 128 + 15
+    assert parse_report("[1] scaleoutrun: rank 1 exited with code 3") is None   # program output
+
+
+def test_report_scanner_across_chunks():
+    scanner = ReportScanner()
+    scanner.feed(b"[0] noise\nscaleoutrun: rank 2 exi")
+    assert scanner.reports == []
+    scanner.feed(b"ted with code 7\n")
+    assert scanner.reports == [RankExit("2", code=7)]
+
+
+def test_line_prefixer_holds_partial_lines():
+    prefixer = LinePrefixer(b"[1] ")
+    assert prefixer.feed(b"hel") == b""
+    assert prefixer.feed(b"lo\nwor") == b"[1] hello\n"
+    assert prefixer.feed(b"ld\n\n") == b"[1] world\n[1] \n"
+    assert prefixer.feed(b"tail") == b""
+    assert prefixer.finish() == b"[1] tail\n"
+    assert LinePrefixer(b"> ", max_pending=4).feed(b"abcdef") == b"> abcdef\n"
+
+
+HYDRA_BANNER = (b"\n" + b"=" * 83 + b"\n=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
+                b"=   EXIT CODE: 9\n" + b"=" * 83 + b"\nYOUR APPLICATION TERMINATED WITH THE EXIT "
+                b"STRING: Killed (signal 9)\nThis typically refers to a problem with your "
+                b"application.\nPlease see the FAQ page for debugging suggestions\n")
+
+
+def test_banner_filter():
+    dropped = BannerFilter()
+    assert dropped.feed(b"[0] out\n" + HYDRA_BANNER + b"after\n", drop=True) == b"[0] out\nafter\n"
+    kept = BannerFilter()
+    first, second = HYDRA_BANNER[:100], HYDRA_BANNER[100:]
+    assert kept.feed(b"[0] out\n" + first, drop=False) == b"[0] out\n"
+    assert kept.feed(second, drop=False) == HYDRA_BANNER
+    assert kept.finish(drop=False) == b""
+    unfinished = BannerFilter()
+    unfinished.feed(b"=" * 50 + b"\nhalf a banner\n", drop=False)
+    assert unfinished.finish(drop=False) == b"=" * 50 + b"\nhalf a banner\n"
+
+
+def test_environment_untouched():
+    # The pure functions read the environment they are given, never os.environ.
+    before = dict(os.environ)
+    parse("-np", "2", "python", SCALEOUTRUN_NP="3")
+    assert dict(os.environ) == before
