@@ -11,15 +11,20 @@
 //   }
 //
 // Checks: EXPECT_TRUE(c), EXPECT_FALSE(c), EXPECT_EQ(a, b), EXPECT_NE(a, b),
-// EXPECT_NEAR(a, b, tolerance), EXPECT_THROW(statement, ExceptionType), and ASSERT_TRUE(c),
-// ASSERT_EQ(a, b). Each argument is evaluated once. EQ/NE compare with == (integers of mixed
-// signedness compare by value, so EXPECT_EQ(v.size(), 3) is fine) and print both values when
-// they can be printed. ASSERT_* leave the current function with `return;`, so use them in the
-// test body or in a void helper. Checks may be made from several threads of one test.
+// EXPECT_NEAR(a, b, tolerance), EXPECT_THROW(statement, ExceptionType), ADD_FAILURE(message)
+// (a failure with your own std::string message), and ASSERT_TRUE(c), ASSERT_EQ(a, b).
+// - Each argument is evaluated once. EXPECT_TRUE/FALSE/EQ/NE/NEAR are expressions that return
+//   whether the check held: `if (!EXPECT_EQ(x, y)) ADD_FAILURE("at i=" + std::to_string(i));`
+// - EQ/NE compare with == (integers of mixed signedness compare by value, so
+//   EXPECT_EQ(v.size(), 3) is fine) and print both values when they can be printed.
+// - ASSERT_* leave the current function with `return;`: use them in the test body or in a
+//   void helper.
+// - Checks may be made from several threads of one test.
 //
-// tests/test_main.cc runs every test, or those whose name contains its first argument; it
-// prints one line per failed check, `file:line: [TestName] message`, and last of all
-// `N passed, M failed` (counted in tests); the exit code is 0 only when nothing failed.
+// tests/test_main.cc runs every test, or those whose name contains its first argument. It
+// prints one line per failed check, `file:line: [TestName] message` (at most 25 per test, then
+// a count), and last of all `N passed, M failed`, counted in tests. The exit code is 0 only
+// when no test failed (and at least one ran).
 #ifndef SCALEOUT_TESTS_TEST_FRAMEWORK_H_
 #define SCALEOUT_TESTS_TEST_FRAMEWORK_H_
 
@@ -47,7 +52,8 @@ namespace detail {
 template <typename T, typename = void>
 struct IsPrintable : std::false_type {};
 template <typename T>
-struct IsPrintable<T, std::void_t<decltype(std::declval<std::ostream&>() << std::declval<const T&>())>>
+struct IsPrintable<
+    T, std::void_t<decltype(std::declval<std::ostream&>() << std::declval<const T&>())>>
     : std::true_type {};
 
 template <typename T>
@@ -120,10 +126,12 @@ inline bool CheckNear(double a, double b, double tolerance, const char* a_text,
       ::scaleout::test::RegisterTest(#name, &SoTestBody_##name, __FILE__, __LINE__);    \
   static void SoTestBody_##name()
 
-#define EXPECT_TRUE(cond) \
-  ::scaleout::test::detail::CheckTrue(static_cast<bool>(cond), true, "EXPECT_TRUE", #cond, __FILE__, __LINE__)
-#define EXPECT_FALSE(cond) \
-  ::scaleout::test::detail::CheckTrue(static_cast<bool>(cond), false, "EXPECT_FALSE", #cond, __FILE__, __LINE__)
+#define EXPECT_TRUE(cond)                                                                   \
+  ::scaleout::test::detail::CheckTrue(static_cast<bool>(cond), true, "EXPECT_TRUE", #cond, \
+                                      __FILE__, __LINE__)
+#define EXPECT_FALSE(cond)                                                                    \
+  ::scaleout::test::detail::CheckTrue(static_cast<bool>(cond), false, "EXPECT_FALSE", #cond, \
+                                      __FILE__, __LINE__)
 #define EXPECT_EQ(a, b) \
   ::scaleout::test::detail::CheckEqual(true, (a), (b), "EXPECT_EQ", #a, #b, __FILE__, __LINE__)
 #define EXPECT_NE(a, b) \
@@ -131,6 +139,8 @@ inline bool CheckNear(double a, double b, double tolerance, const char* a_text,
 #define EXPECT_NEAR(a, b, tolerance)                                                  \
   ::scaleout::test::detail::CheckNear(static_cast<double>(a), static_cast<double>(b), \
                                       static_cast<double>(tolerance), #a, #b, __FILE__, __LINE__)
+
+#define ADD_FAILURE(message) ::scaleout::test::ReportFailure(__FILE__, __LINE__, (message))
 
 #define EXPECT_THROW(statement, exception_type)                                             \
   do {                                                                                      \

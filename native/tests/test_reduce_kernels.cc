@@ -158,9 +158,9 @@ void CheckReduce(DataType dtype, ReduceOp op, size_t count) {
   for (size_t i = 0; i < count + kTail; ++i) {
     const double want = i < count ? Expected(dtype, op, a[i], b[i]) : tail_a;
     if (got[i] != want && ++mismatches <= 3) {
-      EXPECT_EQ(got[i], want);
-      EXPECT_TRUE(std::string(DataTypeName(dtype)) + " " + ReduceOpName(op) + " count " +
-                      std::to_string(count) + " index " + std::to_string(i) == "");
+      ADD_FAILURE(std::string(DataTypeName(dtype)) + " " + ReduceOpName(op) + " count " +
+                  std::to_string(count) + " index " + std::to_string(i) + ": got " +
+                  std::to_string(got[i]) + ", want " + std::to_string(want));
     }
   }
 }
@@ -422,7 +422,6 @@ SO_TEST(ScaleBufferIntegerSpecifics) {
 
   const int64_t big = (int64_t{1} << 53) - 1;
   std::vector<int64_t> i64 = {big, -big, int64_t{1} << 62, int64_t{1} << 62, 1000000000000001};
-  std::vector<int64_t> factors_applied = i64;
   ScaleBuffer(i64.data(), 2, DataType::kInt64, 0.5);
   ScaleBuffer(i64.data() + 2, 1, DataType::kInt64, 4.0);
   ScaleBuffer(i64.data() + 3, 1, DataType::kInt64, -2.0);
@@ -574,8 +573,8 @@ SO_TEST(NarrowFromFloatMatchesScalarBitForBit) {
   for (size_t i = 0; i < probes.size(); ++i) {
     const uint16_t want = FloatToHalf(probes[i]);
     if (out[i] != want && ++bad <= 3) {
-      EXPECT_EQ(out[i], want);
-      EXPECT_EQ(Bits(probes[i]), 0u);  // shows the input
+      ADD_FAILURE("float16 of float bits " + std::to_string(Bits(probes[i])) + ": got " +
+                  std::to_string(out[i]) + ", want " + std::to_string(want));
     }
   }
   // One element per call: the portable path.
@@ -583,16 +582,16 @@ SO_TEST(NarrowFromFloatMatchesScalarBitForBit) {
     uint16_t one = 0;
     NarrowFromFloat(&one, &probes[i], 1, DataType::kFloat16, 1.0);
     if (one != out[i] && ++bad <= 3) {
-      EXPECT_EQ(one, out[i]);
-      EXPECT_EQ(Bits(probes[i]), 0u);
+      ADD_FAILURE("float16 (portable) of float bits " + std::to_string(Bits(probes[i])) +
+                  ": got " + std::to_string(one) + ", want " + std::to_string(out[i]));
     }
   }
   NarrowFromFloat(out.data(), probes.data(), probes.size(), DataType::kBFloat16, 1.0);
   for (size_t i = 0; i < probes.size(); ++i) {
     const uint16_t want = FloatToBFloat16(probes[i]);
     if (out[i] != want && ++bad <= 3) {
-      EXPECT_EQ(out[i], want);
-      EXPECT_EQ(Bits(probes[i]), 0u);
+      ADD_FAILURE("bfloat16 of float bits " + std::to_string(Bits(probes[i])) + ": got " +
+                  std::to_string(out[i]) + ", want " + std::to_string(want));
     }
   }
   EXPECT_EQ(bad, 0);
