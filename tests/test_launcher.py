@@ -12,10 +12,10 @@ from scaleout.launcher.config import (LaunchConfig, UsageError, parse_config, sp
 from scaleout.launcher.exit_report import RankExit, parse_report
 from scaleout.launcher.hosts import (HostSlots, is_local_host, parse_host_list, parse_hostfile,
                                      ranks_per_host, read_hostfile)
-from scaleout.launcher.job import BannerFilter, ReportScanner
+from scaleout.launcher.job import BannerFilter, StderrRelay
 from scaleout.launcher.mpi_launcher import (LaunchError, LaunchRequest, MPIExec, MPIFamily,
                                             build_command, detect_family, exported_names,
-                                            find_mpiexec, yield_environment)
+                                            find_mpiexec, launcher_variables, yield_environment)
 from scaleout.launcher.output import LinePrefixer
 from scaleout.launcher.plan import plan_job
 from scaleout.launcher.rank_env import local_rank_and_size, rank_from_environment
@@ -206,6 +206,20 @@ def test_open_mpi_command_lines():
     assert local[local.index("--map-by") + 1] == "slot:OVERSUBSCRIBE"
 
 
+def test_ssh_port_and_network_interface():
+    request = LaunchRequest(np=2, rank_command=RANK, hosts=(HostSlots("h1", 1), HostSlots("h2", 1)),
+                            ssh_port=2222, network_interface="eth1")
+    hydra = build_command(HYDRA, request)
+    assert hydra[hydra.index("-iface") + 1] == "eth1"
+    assert launcher_variables(HYDRA, request) == {"HYDRA_LAUNCHER_EXTRA_ARGS": "-p 2222"}
+    ompi = " ".join(build_command(OPEN_MPI, request))
+    assert "--mca plm_rsh_args -p 2222" in ompi
+    assert "--mca btl_tcp_if_include eth1 --mca oob_tcp_if_include eth1" in ompi
+    assert launcher_variables(OPEN_MPI, request) == {}
+    config = parse("--ssh-port", "2222", "python", SCALEOUTRUN_NETWORK_INTERFACE="ib0")
+    assert (config.ssh_port, config.network_interface) == (2222, "ib0")
+
+
 def test_exported_names_leave_out_the_launchers_own():
     names = exported_names({"PATH": "/bin", "OMPI_COMM_WORLD_RANK": "0", "PMIX_RANK": "0",
                             "BASH_FUNC_x%%": "() {}", "MY_VAR": "1", "bad name": "x"})
@@ -268,12 +282,14 @@ def test_reports_round_trip():
     assert parse_report("[1] scaleoutrun: rank 1 exited with code 3") is None   # program output
 
 
-def test_report_scanner_across_chunks():
-    scanner = ReportScanner()
-    scanner.feed(b"[0] noise\nscaleoutrun: rank 2 exi")
-    assert scanner.reports == []
-    scanner.feed(b"ted with code 7\n")
-    assert scanner.reports == [RankExit("2", code=7)]
+def test_stderr_relay_finds_reports_and_keeps_started_lines():
+    relay = StderrRelay()
+    assert relay.feed(b"[0] noise\nscaleoutrun: rank 0 started on n1\nscaleoutrun: rank 2 exi") \
+        == b"[0] noise\n"
+    assert relay.reports == [] and relay.started == {0: "n1"}
+    assert relay.feed(b"ted with code 7\n") == b"scaleoutrun: rank 2 exited with code 7\n"
+    assert relay.reports == [RankExit("2", code=7)]
+    assert relay.feed(b"no newline") == b"" and relay.finish() == b"no newline"
 
 
 def test_line_prefixer_holds_partial_lines():

@@ -127,6 +127,22 @@ def test_a_missing_program_is_named(tmp_path):
     assert "could not start" in result.stderr and "no-such-program" in result.stderr
 
 
+def test_ranks_that_never_start_end_the_launch(tmp_path):
+    # A launcher that starts nothing and ignores SIGTERM: the ranks are named, the launcher is
+    # killed after the grace period.
+    fake = tmp_path / "mpiexec"
+    fake.write_text("#!/bin/sh\n"
+                    "if [ \"$1\" = --version ]; then echo 'HYDRA build details:'; exit 0; fi\n"
+                    "trap '' TERM\nsleep 60\n")
+    fake.chmod(0o755)
+    started = time.monotonic()
+    result = scaleoutrun("-np", "2", "--start-timeout", "1", "--mpiexec", str(fake),
+                         "python", "-c", "pass", timeout=40)
+    assert result.returncode == 1
+    assert "ranks 0, 1 (on localhost) did not start within 1 s" in result.stderr
+    assert time.monotonic() - started < 20
+
+
 def test_tuning_flags_and_the_users_environment_reach_every_rank(tmp_path):
     program = script(tmp_path, """
         import os
@@ -182,8 +198,9 @@ def test_usage_errors_exit_2(args):
 
 def test_check_build():
     result = scaleoutrun("--check-build", timeout=60)
-    probe = subprocess.run([sys.executable, "-c", "from scaleout import _native; _native.build_info()"],
-                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    probe = subprocess.run(
+        [sys.executable, "-c", "from scaleout import _native; _native.build_info()"],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     if probe.returncode != 0:   # the core is not built here: the report must say so, exit 1
         assert result.returncode == 1, result.stdout + result.stderr
         assert "cannot be loaded" in result.stderr

@@ -1,0 +1,80 @@
+"""How a rank's end is reported: one line, written by the rank wrapper, read by scaleoutrun.
+
+The wrapper prefixes every line of the user's program with "[rank] ", so a report line, which
+it writes unprefixed, can never be confused with the program's own output.
+"""
+from __future__ import annotations
+
+import re
+import signal
+from dataclasses import dataclass
+from typing import Optional
+
+__all__ = ["RankExit", "parse_report", "signal_name", "started_line", "parse_started"]
+
+_REPORT = re.compile(r"^scaleoutrun: rank (\S+) (?:exited with code (\d+)|was killed by (\w+))")
+# Written by the wrapper before the user's program starts; scaleoutrun consumes these lines.
+_STARTED = re.compile(r"^scaleoutrun: rank (\d+) started on (\S+)$")
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"SIG{number}"
+
+
+@dataclass(frozen=True)
+class RankExit:
+    """A rank's program ended badly: with a non-zero exit code, or killed by a signal."""
+    rank: str
+    code: Optional[int] = None
+    signal: Optional[int] = None
+
+    @classmethod
+    def from_returncode(cls, rank: str, returncode: int) -> "RankExit":
+        """From a subprocess returncode (negative: killed by that signal)."""
+        if returncode < 0:
+            return cls(rank, signal=-returncode)
+        return cls(rank, code=returncode)
+
+    def describe(self) -> str:
+        if self.signal is not None:
+            return f"rank {self.rank} was killed by {signal_name(self.signal)}"
+        return f"rank {self.rank} exited with code {self.code}"
+
+    def report_line(self) -> str:
+        return f"scaleoutrun: {self.describe()}\n"
+
+    @property
+    def exit_status(self) -> int:
+        """The status scaleoutrun exits with: the code, or 128 + the signal as shells do."""
+        if self.signal is not None:
+            return 128 + self.signal
+        return self.code if self.code else 1
+
+
+def parse_report(line: str) -> Optional[RankExit]:
+    """The RankExit a report line describes, or None for any other line."""
+    match = _REPORT.match(line)
+    if not match:
+        return None
+    rank, code, name = match.groups()
+    if code is not None:
+        return RankExit(rank, code=int(code))
+    if name[3:].isdigit():
+        return RankExit(rank, signal=int(name[3:]))
+    try:
+        return RankExit(rank, signal=int(signal.Signals[name]))
+    except KeyError:
+        return None
+
+
+def started_line(rank: str, host: str) -> str:
+    return f"scaleoutrun: rank {rank} started on {host}\n"
+
+
+def parse_started(line: str) -> Optional[tuple[int, str]]:
+    """(rank, host) from a started line, or None for any other line."""
+    match = _STARTED.match(line)
+    return (int(match.group(1)), match.group(2)) if match else None

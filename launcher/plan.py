@@ -1,0 +1,95 @@
+"""From a LaunchConfig to a JobPlan: where the ranks run and what every rank gets. Pure."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .config import LaunchConfig, UsageError, tuning_environment
+from .hosts import HostSlots, is_local_host, parse_host_list, ranks_per_host, read_hostfile
+from .placement import NodePlan, PlacementError, PlacementRequest, parse_ep_affinity, plan_node
+from .topology import Topology
+
+__all__ = ["JobPlan", "HostPlacement", "plan_job", "resolve_hosts", "placement_request",
+           "plan_placement"]
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    np: int
+    # Ranks per host, in rank order; None when every rank runs on this machine.
+    hosts: Optional[tuple[HostSlots, ...]]
+    # The most ranks any host of this machine runs, and whether that is more than its CPUs.
+    local_ranks: int
+    oversubscribed: bool
+    environment: dict[str, str] = field(default_factory=dict)   # added for every rank
+
+
+def resolve_hosts(config: LaunchConfig) -> Optional[list[HostSlots]]:
+    """The hosts named by -H or --hostfile (None when neither was given)."""
+    if config.hosts is not None:
+        return parse_host_list(config.hosts)
+    if config.hostfile is not None:
+        return read_hostfile(config.hostfile)
+    return None
+
+
+def plan_job(config: LaunchConfig, local_cpus: int,
+             hosts: Optional[list[HostSlots]] = None,
+             is_local=is_local_host) -> JobPlan:
+    """The job's shape. hosts: from resolve_hosts (passed in so this stays free of I/O)."""
+    np = config.np
+    if np is None:
+        if hosts is None:
+            raise UsageError("the number of ranks is missing: give -np N "
+                             "(or -H/--hostfile, whose slots then set it)")
+        np = sum(entry.slots for entry in hosts)
+    placed = tuple(ranks_per_host(hosts, np)) if hosts is not None else None
+    if placed is None:
+        local_ranks = np
+    else:
+        local_ranks = max((entry.slots for entry in placed if is_local(entry.host)), default=0)
+    return JobPlan(np=np, hosts=placed, local_ranks=local_ranks,
+                   oversubscribed=local_ranks > local_cpus,
+                   environment=tuning_environment(config))
+
+
+@dataclass(frozen=True)
+class HostPlacement:
+    host: str
+    first_rank: int          # the global rank of its local rank 0
+    plan: NodePlan
+    local: bool              # False: planned with this machine's topology, an assumption
+
+
+def placement_request(config: LaunchConfig) -> PlacementRequest:
+    try:
+        affinity = parse_ep_affinity(config.ep_affinity) if config.ep_affinity else None
+    except PlacementError as exc:
+        raise UsageError(str(exc)) from None
+    return PlacementRequest(bind_to=config.bind_to, map_by=config.map_by,
+                            ep_servers=config.ep_servers, ep_affinity=affinity,
+                            threads_per_rank=config.threads_per_rank)
+
+
+def plan_placement(plan: JobPlan, request: PlacementRequest, topology: Topology,
+                   include_remote: bool, is_local=is_local_host) -> list[HostPlacement]:
+    """Each host's placement, planned on this machine's topology.
+
+    Local hosts are checked for real: an impossible request is a UsageError before anything
+    starts. Remote hosts (include_remote, for --print-placement) are planned as if they were
+    like this machine; when launching, each rank plans again on its own node and reports a
+    placement it cannot make there.
+    """
+    hosts = plan.hosts if plan.hosts is not None else (HostSlots("localhost", plan.np),)
+    placements, first = [], 0
+    for entry in hosts:
+        local = plan.hosts is None or is_local(entry.host)
+        if local or include_remote:
+            try:
+                node = plan_node(topology, entry.slots, request)
+            except PlacementError as exc:
+                where = "" if plan.hosts is None else f" on {entry.host}"
+                raise UsageError(f"cannot place {entry.slots} rank(s){where}: {exc}") from None
+            placements.append(HostPlacement(entry.host, first, node, local))
+        first += entry.slots
+    return placements
