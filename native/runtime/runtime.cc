@@ -51,6 +51,7 @@ Status Runtime::Validate(const EnqueueArgs& a, TensorEntry* e) const {
   if (!IsValidDataType(a.dtype)) return bad("unsupported dtype code " + std::to_string(a.dtype));
   if (!IsValidReduceOp(a.reduce_op)) return bad("unknown reduce op " + std::to_string(a.reduce_op));
   if (a.ndim < 0 || a.ndim > SO_MAX_NDIM) return bad("ndim must be within 0.." + std::to_string(SO_MAX_NDIM));
+  if (a.ndim > 0 && a.shape == nullptr) return bad("shape is NULL but ndim is " + std::to_string(a.ndim));
   r.dtype = static_cast<DataType>(a.dtype);
   r.reduce_op = static_cast<ReduceOp>(a.reduce_op);
   r.root = a.root;

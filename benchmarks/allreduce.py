@@ -1,0 +1,466 @@
+#!/usr/bin/env python
+"""Allreduce benchmark: scaleout beside mpi4py on the same MPI, in the same run.
+
+    mpiexec -n 2 python benchmarks/allreduce.py
+    scaleoutrun -np 2 python benchmarks/allreduce.py [--max-mb 16] [--iters N] [--quick]
+
+Table 1: float32 allreduce (Sum) from 4 KiB to 256 MiB. scaleout is timed through
+`so.allreduce_(buf, op=so.Sum, name=...)` (in place into a preallocated array, the same name
+every iteration so the response cache is used; `--no-inplace` times `so.allreduce`, which
+returns a new array); mpi4py through `comm.Allreduce(x, y, op=MPI.SUM)` on a duplicate of
+COMM_WORLD and, in the "IP" column, `comm.Allreduce(MPI.IN_PLACE, x, op=MPI.SUM)`: scaleout's
+core reduces a single tensor with MPI_Allreduce(MPI_IN_PLACE, ...), so IP is the like-for-like
+figure, while MPICH's out-of-place call pays an extra send-to-receive buffer copy.
+One extra row times scaleout's Average op at one large size.
+
+Table 2: 200 float32 tensors of 16 KiB submitted with `so.allreduce_async_` back to back
+(distinct names, the same every iteration) and then synchronized, timed end to end, beside one
+pre-packed 3.2 MB mpi4py Allreduce and 200 back-to-back 16 KiB mpi4py Allreduces.
+
+Method: warm-up first; the libraries are run in alternating blocks (A B B A A B ...) so
+that machine noise hits both alike; a barrier before every timed iteration; an iteration's time
+is the maximum over ranks (MPI MAX allreduce of the per-rank times); tables report medians.
+Bus bandwidth = bytes * 2(n-1)/n / time (GB/s = 1e9 B/s). Rank 0 prints; other ranks are silent.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import socket
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import scaleout as so
+
+KiB = 1024
+MiB = 1024 * KiB
+SIZES = [4 * KiB, 16 * KiB, 64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB,
+         256 * MiB]
+SMALL_COUNT = 200
+SMALL_FLOATS = 4096  # 16 KiB of float32
+
+perf = time.perf_counter
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--max-mb", type=float, default=256.0,
+                   help="largest message in MiB (default 256; --quick: 16)")
+    p.add_argument("--iters", type=int, default=None,
+                   help="timed iterations at the small sizes (default 1000; --quick: 100); "
+                        "sizes above 1 MiB get proportionally fewer, at least --min-iters")
+    p.add_argument("--min-iters", type=int, default=None,
+                   help="fewest timed iterations at any size (default 10; --quick: 3)")
+    p.add_argument("--small-iters", type=int, default=None,
+                   help="timed iterations of the 200 x 16 KiB case (default 60; --quick: 10)")
+    p.add_argument("--average-mb", type=float, default=64.0,
+                   help="size in MiB of the extra Average-op row (default 64, capped by "
+                        "--max-mb; 0 skips it)")
+    p.add_argument("--no-inplace", action="store_true",
+                   help="time so.allreduce (new result array) instead of so.allreduce_")
+    p.add_argument("--no-mpi-in-place", action="store_true",
+                   help="leave out the comm.Allreduce(MPI.IN_PLACE, x) column (scaleout's core "
+                        "calls MPI_Allreduce in place, so that column is the like-for-like one)")
+    p.add_argument("--no-small", action="store_true", help="skip the 200 x 16 KiB table")
+    p.add_argument("--quick", action="store_true",
+                   help="a short run: max 16 MiB, 10x fewer iterations")
+    p.add_argument("--spread", action="store_true",
+                   help="also print p10 and p90 of each measurement")
+    a = p.parse_args()
+    if a.quick:
+        if a.max_mb == 256.0:
+            a.max_mb = 16.0
+        a.iters = 100 if a.iters is None else a.iters
+        a.min_iters = 3 if a.min_iters is None else a.min_iters
+        a.small_iters = 10 if a.small_iters is None else a.small_iters
+    a.iters = 1000 if a.iters is None else a.iters
+    a.min_iters = 10 if a.min_iters is None else a.min_iters
+    a.small_iters = 60 if a.small_iters is None else a.small_iters
+    a.min_iters = max(1, min(a.min_iters, a.iters))
+    return a
+
+
+def iterations(nbytes: int, args) -> int:
+    """args.iters up to 1 MiB, then inversely proportional to the size (a 'data budget' of
+    args.iters x 2 MiB per library), never fewer than args.min_iters."""
+    return max(args.min_iters, min(args.iters, int(args.iters * 2 * MiB // nbytes)))
+
+
+def fmt_size(nbytes: int) -> str:
+    if nbytes >= MiB and nbytes % MiB == 0:
+        return f"{nbytes // MiB} MiB"
+    if nbytes >= MiB:
+        return f"{nbytes / MiB:.1f} MiB"
+    return f"{nbytes // KiB} KiB"
+
+
+def fmt_time(sec: float) -> str:
+    if sec != sec:  # NaN
+        return "-"
+    if sec < 1e-3:
+        return f"{sec * 1e6:.1f} us"
+    if sec < 1.0:
+        return f"{sec * 1e3:.3g} ms"
+    return f"{sec:.3g} s"
+
+
+def busbw(nbytes: int, sec: float, n: int) -> str:
+    if n < 2 or not sec > 0:
+        return "-"
+    return f"{nbytes * 2 * (n - 1) / n / sec / 1e9:.2f}"
+
+
+class Bench:
+    """Times callables with a barrier before each iteration and the max over ranks."""
+
+    def __init__(self, comm: MPI.Comm):
+        self.comm = comm
+
+    def run_block(self, fn, iters: int) -> np.ndarray:
+        comm = self.comm
+        local = np.empty(iters, dtype=np.float64)
+        for i in range(iters):
+            comm.Barrier()
+            t0 = perf()
+            fn()
+            local[i] = perf() - t0
+        worst = np.empty_like(local)
+        comm.Allreduce(local, worst, op=MPI.MAX)
+        return worst
+
+    def interleaved(self, fns: list, iters: int, warmup: int) -> list:
+        """Runs every fn `warmup` times, then `iters` timed iterations of each in alternating
+        blocks (order reversed every round); returns one array of per-iteration times per fn."""
+        for fn in fns:
+            for _ in range(warmup):
+                fn()
+        self.comm.Barrier()
+        rounds = min(iters, 10)
+        block_sizes = [iters // rounds + (1 if r < iters % rounds else 0) for r in range(rounds)]
+        times = [[] for _ in fns]
+        order = list(range(len(fns)))
+        for b in block_sizes:
+            for k in order:
+                times[k].append(self.run_block(fns[k], b))
+            order.reverse()
+        return [np.concatenate(t) for t in times]
+
+
+def stats(t: np.ndarray) -> tuple:
+    return float(np.median(t)), float(np.percentile(t, 10)), float(np.percentile(t, 90))
+
+
+def cpuset(cores) -> str:
+    """{0, 1, 2, 5} -> '0-2,5'."""
+    cores, parts, i = sorted(cores), [], 0
+    while i < len(cores):
+        j = i
+        while j + 1 < len(cores) and cores[j + 1] == cores[j] + 1:
+            j += 1
+        parts.append(str(cores[i]) if i == j else f"{cores[i]}-{cores[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def affinity_line(comm: MPI.Comm) -> str:
+    """Each rank's CPU affinity (collective), e.g. 'r0:0 r1:1', or 'all ranks: 0-1'."""
+    try:
+        mine = cpuset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        mine = "?"
+    sets = comm.allgather(mine)
+    if len(set(sets)) == 1:
+        return f"all ranks: {sets[0]}"
+    shown = " ".join(f"r{r}:{c}" for r, c in enumerate(sets[:16]))
+    return shown + (f" ... ({len(sets)} ranks)" if len(sets) > 16 else "")
+
+
+def header(args, n: int, affinity: str) -> list:
+    cpu = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mpi_lib = MPI.Get_library_version().strip().splitlines()[0].strip()
+    mpi_lib = " ".join(mpi_lib.split())
+    knobs = {k: v for k, v in sorted(os.environ.items()) if k.startswith("SCALEOUT_")}
+    mpich_knobs = {k: v for k, v in sorted(os.environ.items())
+                   if k.startswith(("MPIR_CVAR_", "MPICH_", "OMP_NUM_THREADS"))}
+    now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+    lines = [
+        f"# scaleout allreduce benchmark  {now}  host={socket.gethostname()}",
+        f"# cpu={cpu}  nproc={os.cpu_count()}  ranks={n}  scaleout={so.__version__}  "
+        f"mpi4py={__import__('mpi4py').__version__}  numpy={np.__version__}  "
+        f"python={sys.version.split()[0]}",
+        f"# MPI library: {mpi_lib}  (thread level {thread_level_name()})",
+        f"# scaleout core: {core_info()}",
+        f"# cpu affinity: {affinity}",
+        "# env: " + (" ".join(f"{k}={v}" for k, v in knobs.items()) or "no SCALEOUT_* set")
+        + ("  " + " ".join(f"{k}={v}" for k, v in mpich_knobs.items()) if mpich_knobs else ""),
+        f"# scaleout call: so.{'allreduce' if args.no_inplace else 'allreduce_'}(x, op=so.Sum, "
+        f"name=<fixed per size>)  ({'new result array' if args.no_inplace else 'in place, preallocated'}); "
+        "mpi4py calls: comm.Allreduce(x, y, op=MPI.SUM) (y preallocated)"
+        + ("" if args.no_mpi_in_place else
+           " and comm.Allreduce(MPI.IN_PLACE, x, op=MPI.SUM) (column IP)")
+        + " on COMM_WORLD.Dup()",
+        "# float32; time = max over ranks per iteration, median over iterations; "
+        "barrier before each iteration; libraries interleaved in blocks; "
+        "busbw = bytes*2(n-1)/n/time in GB/s",
+    ]
+    return lines
+
+
+def core_info() -> str:
+    """The native core's build line, file and a short hash: the core may be rebuilt between
+    runs, so a table can be tied to the binary that produced it."""
+    try:
+        import hashlib
+        from scaleout import _native
+        info = _native.build_info()
+        path = info["library"]
+        with open(path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()[:12]
+        mtime = datetime.datetime.fromtimestamp(os.path.getmtime(path)).astimezone()
+        return (f"{info['build']}; {os.path.basename(path)} sha256:{digest} "
+                f"built {mtime.strftime('%Y-%m-%d %H:%M:%S %Z')}")
+    except Exception as e:  # informational only
+        return f"unavailable ({type(e).__name__}: {e})"
+
+
+def thread_level_name() -> str:
+    lvl = MPI.Query_thread()
+    return {MPI.THREAD_SINGLE: "SINGLE", MPI.THREAD_FUNNELED: "FUNNELED",
+            MPI.THREAD_SERIALIZED: "SERIALIZED", MPI.THREAD_MULTIPLE: "MULTIPLE"}.get(lvl, lvl)
+
+
+def table(rows: list, headers: list, align: list) -> list:
+    widths = [max(len(str(r[i])) for r in rows + [headers]) for i in range(len(headers))]
+
+    def line(cells):
+        return "| " + " | ".join(
+            (str(c).rjust(w) if a == "r" else str(c).ljust(w))
+            for c, w, a in zip(cells, widths, align)) + " |"
+    sep = "|" + "|".join(("-" * (w + 1) + ":") if a == "r" else ("-" * (w + 2))
+                         for w, a in zip(widths, align)) + "|"
+    return [line(headers), sep] + [line(r) for r in rows]
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def check_close(what: str, got: np.ndarray, want: float) -> None:
+    if not np.allclose(got, want):
+        raise CheckFailed(f"{what}: wrong result (got {got.ravel()[:4]} ..., want {want})")
+
+
+def measure(args, comm, bench, nbytes: int, op: int, warmup: int) -> dict:
+    """Times scaleout (op) beside mpi4py Allreduce (Sum) out of place and, unless
+    --no-mpi-in-place, in place, all interleaved; returns per-iteration times by key."""
+    rank, n = comm.rank, comm.size
+    count = nbytes // 4
+    iters = iterations(nbytes, args)
+    opname = "Average" if op == so.Average else "Sum"
+    name = f"bench.allreduce.{opname}.{nbytes}"
+    want = (n + 1) / 2.0 if op == so.Average else n * (n + 1) / 2.0  # rank r gives r+1
+    buf = np.full(count, rank + 1, dtype=np.float32)  # scaleout's (in place unless told)
+    x = np.full(count, rank + 1, dtype=np.float32)    # mpi4py send buffer
+    y = np.empty_like(x)                               # mpi4py receive buffer
+    fns = {}
+
+    # Correctness once per size (also the first warm-up of each). Sum in place would grow the
+    # values every iteration, so such buffers are zeroed afterwards (zeros stay zeros);
+    # Average keeps (n+1)/2 where it is.
+    if args.no_inplace:
+        check_close(f"scaleout allreduce {opname} {fmt_size(nbytes)}",
+                    so.allreduce(buf, op=op, name=name), want)
+        fns["so"] = lambda: so.allreduce(buf, op=op, name=name)
+    else:
+        so.allreduce_(buf, op=op, name=name)
+        check_close(f"scaleout allreduce_ {opname} {fmt_size(nbytes)}", buf, want)
+        if op == so.Sum:
+            buf[...] = 0.0
+        fns["so"] = lambda: so.allreduce_(buf, op=op, name=name)
+
+    comm.Allreduce(x, y, op=MPI.SUM)
+    check_close(f"mpi4py Allreduce {fmt_size(nbytes)}", y, n * (n + 1) / 2.0)
+    fns["mpi"] = lambda: comm.Allreduce(x, y, op=MPI.SUM)
+
+    if not args.no_mpi_in_place:
+        z = np.full(count, rank + 1, dtype=np.float32)
+        comm.Allreduce(MPI.IN_PLACE, z, op=MPI.SUM)
+        check_close(f"mpi4py Allreduce IN_PLACE {fmt_size(nbytes)}", z, n * (n + 1) / 2.0)
+        z[...] = 0.0
+        fns["mpi_ip"] = lambda: comm.Allreduce(MPI.IN_PLACE, z, op=MPI.SUM)
+
+    keys = list(fns)
+    times = bench.interleaved([fns[k] for k in keys], iters, warmup)
+    result = dict(zip(keys, times))
+    result["iters"] = iters
+    return result
+
+
+def main() -> int:
+    args = parse_args()
+    world = MPI.COMM_WORLD
+    comm = world.Dup()
+    so.init()
+    rank, n = so.rank(), so.size()
+    if n != comm.size:
+        raise SystemExit(f"scaleout size {n} != MPI world size {comm.size}")
+    out = print if rank == 0 else (lambda *a, **k: None)
+    bench = Bench(comm)
+    t_start = perf()
+    for line in header(args, n, affinity_line(comm)):
+        out(line)
+    out()
+
+    max_bytes = int(args.max_mb * MiB)
+    sizes = [s for s in SIZES if s <= max_bytes]
+    cases = [(s, so.Sum) for s in sizes]
+    # Extra row: the Average op (a scaling pass after the sum) at one large size.
+    if args.average_mb > 0 and sizes:
+        want = int(min(args.average_mb, args.max_mb) * MiB)
+        avg_bytes = max([s for s in sizes if s <= want], default=0)
+        if avg_bytes:
+            cases.append((avg_bytes, so.Average))
+
+    ip = not args.no_mpi_in_place
+    rows, spread_rows = [], []
+    for nbytes, op in cases:
+        r = measure(args, comm, bench, nbytes, op, warmup=2 if nbytes >= 16 * MiB else 10)
+        m = {k: float(np.median(v)) for k, v in r.items() if k != "iters"}
+        label = fmt_size(nbytes) + (" Average" if op == so.Average else "")
+        row = [label, r["iters"], fmt_time(m["so"]), fmt_time(m["mpi"]),
+               f"{m['so'] / m['mpi']:.2f}"]
+        if ip:
+            row += [fmt_time(m["mpi_ip"]), f"{m['so'] / m['mpi_ip']:.2f}"]
+        row += [busbw(nbytes, m["so"], n), busbw(nbytes, m["mpi"], n)]
+        if ip:
+            row += [busbw(nbytes, m["mpi_ip"], n)]
+        rows.append(row)
+        srow = [label]
+        for k in ("so", "mpi", "mpi_ip"):
+            if k in r:
+                p = stats(r[k])
+                srow += [fmt_time(p[1]), fmt_time(p[2])]
+        spread_rows.append(srow)
+
+    so_call = "so.allreduce" if args.no_inplace else "so.allreduce_"
+    out(f"## allreduce, float32, op Sum; medians. scaleout = {so_call}; "
+        "mpi4py = Allreduce(x, y)" + ("; mpi4py IP = Allreduce(IN_PLACE, x)" if ip else "")
+        + "; ratio = scaleout / mpi4py")
+    hdr = ["size", "iters", "scaleout", "mpi4py", "ratio"]
+    if ip:
+        hdr += ["mpi4py IP", "ratio IP"]
+    hdr += ["scaleout busbw", "mpi4py busbw"] + (["IP busbw"] if ip else [])
+    for line in table(rows, hdr, ["l"] + ["r"] * (len(hdr) - 1)):
+        out(line)
+    out("(busbw in GB/s; the Average row times scaleout's Average against MPI's Sum)")
+    if args.spread:
+        out()
+        shdr = ["size", "scaleout p10", "scaleout p90", "mpi4py p10", "mpi4py p90"]
+        if ip:
+            shdr += ["IP p10", "IP p90"]
+        for line in table(spread_rows, shdr, ["l"] + ["r"] * (len(shdr) - 1)):
+            out(line)
+
+    if not args.no_small:
+        out()
+        small_table(args, comm, bench, rank, n, out)
+
+    out()
+    out(f"# total benchmark time {perf() - t_start:.1f} s")
+    comm.Barrier()
+    comm.Free()
+    so.shutdown()
+    return 0
+
+
+def small_table(args, comm, bench, rank, n, out) -> None:
+    """200 x 16 KiB: scaleout async back to back then synchronize, vs mpi4py."""
+    expect_sum = n * (n + 1) / 2.0
+    iters = args.small_iters
+    names = [f"bench.small.{i}" for i in range(SMALL_COUNT)]
+    names_new = [f"bench.small_new.{i}" for i in range(SMALL_COUNT)]
+    tensors = [np.full(SMALL_FLOATS, rank + 1, dtype=np.float32) for _ in range(SMALL_COUNT)]
+    packed_x = np.full(SMALL_COUNT * SMALL_FLOATS, rank + 1, dtype=np.float32)
+    packed_y = np.empty_like(packed_x)
+    small_x = [np.full(SMALL_FLOATS, rank + 1, dtype=np.float32) for _ in range(SMALL_COUNT)]
+    small_y = [np.empty_like(a) for a in small_x]
+
+    # correctness once
+    handles = [so.allreduce_async_(t, op=so.Sum, name=nm) for t, nm in zip(tensors, names)]
+    for h in handles:
+        so.synchronize(h)
+    for t in tensors:
+        check_close("scaleout 200 x 16 KiB", t, expect_sum)
+        t[...] = 0.0
+    handles = [so.allreduce_async(t, op=so.Sum, name=nm) for t, nm in zip(small_x, names_new)]
+    for h in handles:
+        check_close("scaleout 200 x 16 KiB (allreduce_async)", so.synchronize(h), expect_sum)
+    del handles
+
+    def so_inplace():
+        hs = [so.allreduce_async_(t, op=so.Sum, name=nm) for t, nm in zip(tensors, names)]
+        for h in hs:
+            so.synchronize(h)
+
+    def so_new():
+        hs = [so.allreduce_async(t, op=so.Sum, name=nm) for t, nm in zip(small_x, names_new)]
+        for h in hs:
+            so.synchronize(h)
+
+    def mpi_packed():
+        comm.Allreduce(packed_x, packed_y, op=MPI.SUM)
+
+    def mpi_each():
+        for a, b in zip(small_x, small_y):
+            comm.Allreduce(a, b, op=MPI.SUM)
+
+    fns = [so_inplace, so_new, mpi_packed, mpi_each]
+    times = bench.interleaved(fns, iters, warmup=5)
+    check_close("mpi4py packed", packed_y, expect_sum)
+    check_close("mpi4py 200 x 16 KiB", small_y[-1], expect_sum)
+    med = [float(np.median(t)) for t in times]
+    total = SMALL_COUNT * SMALL_FLOATS * 4
+    labels = [
+        "scaleout: 200 x allreduce_async_ (in place), then synchronize",
+        "scaleout: 200 x allreduce_async (new arrays), then synchronize",
+        "mpi4py: 1 x Allreduce of 3.2 MB, pre-packed",
+        "mpi4py: 200 x Allreduce of 16 KiB, one after another",
+    ]
+    rows = []
+    for label, m, t in zip(labels, med, times):
+        p = stats(t)
+        row = [label, fmt_time(m), f"{m / med[2]:.2f}", f"{m / med[3]:.2f}",
+               busbw(total, m, n)]
+        if args.spread:
+            row += [fmt_time(p[1]), fmt_time(p[2])]
+        rows.append(row)
+    out(f"## {SMALL_COUNT} x 16 KiB float32 (3.2 MB in all), Sum, end to end; "
+        f"median of {iters} iterations")
+    hdr = ["case", "median", "/ packed", "/ 200 mpi4py", "busbw GB/s"]
+    align = ["l", "r", "r", "r", "r"]
+    if args.spread:
+        hdr += ["p10", "p90"]
+        align += ["r", "r"]
+    for line in table(rows, hdr, align):
+        out(line)
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except CheckFailed as e:
+        print(f"rank {MPI.COMM_WORLD.rank}: {e}", file=sys.stderr, flush=True)
+        MPI.COMM_WORLD.Abort(1)
