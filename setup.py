@@ -41,7 +41,12 @@ setup(
     packages=["scaleout", "scaleout.torch", "scaleout.tensorflow", "scaleout.tensorflow.keras",
               "scaleout.launcher"],
     package_dir={"scaleout.launcher": "launcher"},
-    ext_modules=[NativeLibrary("scaleout._scaleout_core")],
+    ext_modules=[
+        NativeLibrary("scaleout._scaleout_core"),
+        # The hot path of enqueue/wait as a CPython extension over the same C ABI (no MPI).
+        Extension("scaleout._fastpath", sources=["native/python/fastpath.c"],
+                  include_dirs=["native"], extra_compile_args=["-O2"]),
+    ],
     cmdclass={"build_ext": BuildNative},
     install_requires=["numpy", "cloudpickle", "mpi4py>=3.1", "mpich"],
     extras_require={

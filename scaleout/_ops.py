@@ -13,7 +13,7 @@ from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 
-from scaleout import _basics, _native
+from scaleout import _basics, _fastpath, _native
 from scaleout._basics import check, size
 from scaleout._errors import InvalidArgumentError, ShutDownError
 
@@ -104,10 +104,15 @@ def _address(a: np.ndarray) -> int:
 class Handle:
     """A pending collective. Pass it to poll() or synchronize()."""
 
-    __slots__ = ("_id", "_finish", "_keep", "_result", "_done", "name", "_generation")
+    __slots__ = ("_id", "_finish", "_keep", "_result", "_done", "name", "_generation",
+                 "_reads_result")
 
-    def __init__(self, handle_id: int, name: str, finish: Callable[["Handle"], Any], keep: tuple):
+    def __init__(self, handle_id: int, name: str, finish: Callable[["Handle"], Any], keep: tuple,
+                 reads_result: bool = True):
         self._id = handle_id
+        # False when the result is already in the caller's buffers at completion, so the core's
+        # handle can be released inside the wait.
+        self._reads_result = reads_result
         self.name = name
         self._finish = finish
         self._keep = keep  # buffers the core reads or writes until completion
@@ -131,11 +136,20 @@ _lib_fns = None
 
 
 def _fns():
+    """(so_enqueue, so_wait, so_poll, so_release) through ctypes, with the fast path bound."""
     global _lib_fns
     if _lib_fns is None:
         lib = _native.library()
+        address = lambda fn: ctypes.cast(fn, ctypes.c_void_p).value  # noqa: E731
+        _fastpath.bind(address(lib.so_enqueue), address(lib.so_wait), address(lib.so_release))
         _lib_fns = (lib.so_enqueue, lib.so_wait, lib.so_poll, lib.so_release)
     return _lib_fns
+
+
+def _checked(hid: int) -> int:
+    if hid < 0:
+        check(-hid)
+    return hid
 
 
 def enqueue(name: str, collective: int, dtype: int, shape: Sequence[int], in_ptr: int,
@@ -144,21 +158,38 @@ def enqueue(name: str, collective: int, dtype: int, shape: Sequence[int], in_ptr
     """Low level: enqueues a collective on raw buffers and returns the core's handle id. Used by
     the framework shims, which own their buffers and keep them alive until completion."""
     so_enqueue = _fns()[0]
+    if splits is None:
+        return _checked(_fastpath.enqueue(name, collective, dtype, tuple(shape), in_ptr or 0,
+                                          out_ptr or 0, reduce_op, root, float(prescale),
+                                          float(postscale)))
     ndim = len(shape)
     shape_arr = (ctypes.c_int64 * ndim)(*shape) if ndim else None
-    splits_ptr, nsplits = None, 0
-    if splits is not None:
-        splits_ptr, nsplits = _address(splits), len(splits)
     handle = ctypes.c_int64(0)
     check(so_enqueue(name.encode(), collective, dtype, ndim, shape_arr, in_ptr or None,
                      out_ptr or None, reduce_op, root, float(prescale), float(postscale),
-                     splits_ptr, nsplits, ctypes.byref(handle)))
+                     _address(splits), len(splits), ctypes.byref(handle)))
     return handle.value
+
+
+def _enqueue_arrays(name: str, collective: int, dtype: int, src: np.ndarray,
+                    dst: Optional[np.ndarray], reduce_op: int = Sum, root: int = 0,
+                    prescale: float = 1.0, postscale: float = 1.0) -> int:
+    """Enqueues on C-contiguous arrays (dst None: the core owns the result)."""
+    _fns()
+    try:
+        hid = _fastpath.enqueue_arrays(name, collective, dtype, src, dst, reduce_op, root,
+                                       float(prescale), float(postscale))
+    except (BufferError, ValueError, TypeError):  # dtypes numpy cannot export (bfloat16)
+        return enqueue(name, collective, dtype, src.shape, _address(src),
+                       _address(dst) if dst is not None else 0, reduce_op, root, prescale,
+                       postscale)
+    return _checked(hid)
 
 
 def wait(handle_id: int) -> None:
     """Low level: blocks (without the GIL) until the core's handle completes; raises its error."""
-    check(_fns()[1](handle_id, -1.0))
+    _fns()
+    check(_fastpath.wait(handle_id, False))
 
 
 def release(handle_id: int) -> None:
@@ -182,14 +213,17 @@ def synchronize(handle: Handle) -> Any:
     if handle._done:
         return handle._result
     handle._check_alive()
+    released = False
     try:
         if handle._id:
-            check(_fns()[1](handle._id, -1.0))
+            status = _fastpath.wait(handle._id, not handle._reads_result)
+            released = status == 0 and not handle._reads_result
+            check(status)
         handle._result = handle._finish(handle)
     finally:
         handle._done = True
         handle._keep = ()
-        if handle._id:
+        if handle._id and not released:
             release(handle._id)
     return handle._result
 
@@ -225,8 +259,8 @@ def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, inplac
     else:
         dst = np.empty_like(src)
     name = _auto_name("allreduce", name)
-    hid = enqueue(name, ALLREDUCE, code, src.shape, _address(src), _address(dst), op,
-                  0, prescale_factor, postscale_factor)
+    hid = _enqueue_arrays(name, ALLREDUCE, code, src, dst, op, 0, prescale_factor,
+                          postscale_factor)
 
     def finish(h: Handle):
         if inplace:
@@ -234,7 +268,7 @@ def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, inplac
                 a[...] = dst
             return tensor
         return dst
-    return Handle(hid, name, finish, (src, dst, a))
+    return Handle(hid, name, finish, (src, dst, a), reads_result=False)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -307,7 +341,7 @@ def allgather_async(tensor, name=None) -> Handle:
     if a.ndim == 0:
         a = a.reshape(1)
     name = _auto_name("allgather", name)
-    hid = enqueue(name, ALLGATHER, dtype_code(a.dtype), a.shape, _address(a), 0)
+    hid = _enqueue_arrays(name, ALLGATHER, dtype_code(a.dtype), a, None)
     return Handle(hid, name, lambda h: _result_array(h._id, a.dtype), (a,))
 
 
@@ -322,8 +356,7 @@ def _broadcast_async(tensor, root_rank, name, inplace) -> Handle:
         raise InvalidArgumentError("in-place broadcast needs a writable array")
     dst = src if inplace else np.empty_like(src)
     name = _auto_name("broadcast", name)
-    hid = enqueue(name, BROADCAST, dtype_code(a.dtype), src.shape, _address(src), _address(dst),
-                  Sum, int(root_rank))
+    hid = _enqueue_arrays(name, BROADCAST, dtype_code(a.dtype), src, dst, Sum, int(root_rank))
 
     def finish(h: Handle):
         if inplace:
@@ -331,7 +364,7 @@ def _broadcast_async(tensor, root_rank, name, inplace) -> Handle:
                 a[...] = dst
             return tensor
         return dst
-    return Handle(hid, name, finish, (src, dst, a))
+    return Handle(hid, name, finish, (src, dst, a), reads_result=False)
 
 
 def broadcast_async(tensor, root_rank, name=None) -> Handle:

@@ -16,11 +16,11 @@ void LogLine(LogLevel level, const std::string& message);
 
 }  // namespace scaleout
 
-#define SO_LOG(level, expr)                                                 \
+#define SO_LOG(level, ...)                                                  \
   do {                                                                      \
     if (::scaleout::LogEnabled(::scaleout::LogLevel::level)) {              \
       std::ostringstream so_log_stream_;                                    \
-      so_log_stream_ << expr;                                               \
+      so_log_stream_ << __VA_ARGS__;                                            \
       ::scaleout::LogLine(::scaleout::LogLevel::level, so_log_stream_.str()); \
     }                                                                       \
   } while (0)

@@ -219,6 +219,12 @@ Status Controller::Dispatch(double now, std::vector<Response>* out) {
     ++stats_.messages_sent;
   }
   stats_.responses_executed += plan.size();
+  if (LogEnabled(LogLevel::kDebug)) {
+    size_t tensors = 0;
+    for (const Response& r : plan) tensors += r.tensors.size();
+    SO_LOG(kDebug, "dispatch at " << now << ": " << plan.size() << " responses, " << tensors
+                                  << " tensors, " << bytes.size() << " bytes to each rank");
+  }
   for (Response& r : plan) out->push_back(std::move(r));
   return Status::OK();
 }

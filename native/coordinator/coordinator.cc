@@ -139,7 +139,12 @@ void Coordinator::Execute(const Response& r) {
       SO_CHECK(entries[i] != nullptr || !r.joined_ranks.empty(),
                "response names '" + r.tensors[i].name + "', which this rank never submitted");
     }
+    const double start = LogEnabled(LogLevel::kDebug) ? Now() : 0;
     status = executor_.Execute(r, entries);
+    if (LogEnabled(LogLevel::kDebug)) {
+      SO_LOG(kDebug, "executed " << CollectiveName(r.collective) << " of " << entries.size()
+                                 << " tensors at " << start << " in " << (Now() - start) * 1e6 << " us");
+    }
   }
   for (TensorEntry* e : entries) {
     if (e != nullptr) handles_->Complete(e, status);

@@ -1,1 +1,50 @@
-"""placeholder: being written."""
+"""scaleout for PyTorch, with Horovod's names: `import scaleout.torch as hvd`.
+
+    hvd.init()
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+
+Tensors are CPU torch tensors; the core works on their memory directly (no copy for contiguous
+tensors). GPU tensors are not supported yet.
+"""
+try:
+    import torch as _torch  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("scaleout.torch needs PyTorch: pip install torch==2.13.0 "
+                      "(or pip install 'scaleout[torch]')") from exc
+
+from scaleout._basics import (cross_rank, cross_size, init, is_initialized, local_rank,
+                              local_size, mpi_built, mpi_threads_supported, rank, shutdown, size)
+from scaleout._errors import (DuplicateNameError, InternalError, InvalidArgumentError,
+                              MismatchError, MPINotFoundError, NotInitializedError,
+                              ScaleoutError, ScaleoutTimeoutError, ShutDownError, TransportError)
+from scaleout._objects import allgather_object, broadcast_object
+from scaleout._ops import Average, Handle, Max, Min, Product, Sum
+from scaleout.torch._broadcast import broadcast_optimizer_state, broadcast_parameters
+from scaleout.torch._collectives import (allgather, allgather_async, allreduce, allreduce_,
+                                         allreduce_async, allreduce_async_, alltoall,
+                                         alltoall_async, barrier, broadcast, broadcast_,
+                                         broadcast_async, broadcast_async_, grouped_allreduce,
+                                         grouped_allreduce_, grouped_allreduce_async,
+                                         grouped_allreduce_async_, join, poll, reducescatter,
+                                         reducescatter_async, synchronize)
+from scaleout.torch._compression import Compression
+from scaleout.torch._optimizer import DistributedOptimizer
+from scaleout.torch._sync_batch_norm import SyncBatchNorm
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "cross_rank", "cross_size", "mpi_built", "mpi_threads_supported",
+    "Average", "Sum", "Min", "Max", "Product", "Handle",
+    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
+    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
+    "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast", "broadcast_",
+    "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
+    "reducescatter_async", "barrier", "join", "poll", "synchronize",
+    "broadcast_object", "allgather_object", "broadcast_parameters", "broadcast_optimizer_state",
+    "DistributedOptimizer", "Compression", "SyncBatchNorm",
+    "ScaleoutError", "InvalidArgumentError", "NotInitializedError", "ShutDownError",
+    "MismatchError", "DuplicateNameError", "TransportError", "ScaleoutTimeoutError",
+    "InternalError", "MPINotFoundError",
+]

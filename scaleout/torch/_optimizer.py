@@ -1,0 +1,270 @@
+"""DistributedOptimizer: averages gradients across ranks, overlapped with back-propagation.
+
+Each parameter gets a post-accumulate-grad hook. When backward has produced a parameter's
+gradient (backward_passes_per_step times), the hook starts an in-place allreduce of `p.grad` at
+once, so the core reduces (and fuses) early layers' gradients while autograd still computes the
+rest. step() waits for all of them, then runs the wrapped optimizer's step.
+
+The returned object is an instance of a subclass of the wrapped optimizer's class (so
+isinstance checks, LR schedulers, state_dict() and load_state_dict() work) that shares the
+wrapped optimizer's parameter groups and state.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import warnings
+import weakref
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple
+
+import torch
+
+from scaleout._basics import size
+from scaleout._errors import InvalidArgumentError, ScaleoutError
+from scaleout._ops import Average, Handle, Sum
+from scaleout._ops import synchronize as _wait
+from scaleout.torch._collectives import _allreduce_async, check_device
+from scaleout.torch._compression import Compression
+
+__all__ = ["DistributedOptimizer"]
+
+
+class _DistributedMixin:
+    """Methods layered over a torch.optim.Optimizer subclass. Attributes are prefixed `_so_` so
+    they cannot collide with the optimizer's own."""
+
+    # ---- set-up ----
+
+    def _so_setup(self, named_parameters, compression, backward_passes_per_step: int, op: int,
+                  gradient_predivide_factor: float, sparse_as_dense: bool) -> None:
+        if op not in (Average, Sum):
+            raise InvalidArgumentError("DistributedOptimizer reduces gradients with op=Average "
+                                       "or op=Sum")
+        if gradient_predivide_factor != 1.0 and op != Average:
+            raise InvalidArgumentError("gradient_predivide_factor needs op=Average")
+        if not gradient_predivide_factor > 0:
+            raise InvalidArgumentError("gradient_predivide_factor must be positive")
+        self._so_compression = compression or Compression.none
+        self._so_sparse_as_dense = sparse_as_dense
+        if op == Average and gradient_predivide_factor != 1.0:
+            # Average split around the sum: divide by f before, multiply by f / size after.
+            self._so_op, self._so_prescale = Sum, 1.0 / gradient_predivide_factor
+            self._so_postscale = gradient_predivide_factor / size()
+        else:
+            self._so_op, self._so_prescale, self._so_postscale = op, 1.0, 1.0
+        self._so_names: Dict[torch.Tensor, str] = {}
+        self._so_named = None if named_parameters is None else _check_names(named_parameters)
+        self._so_passes = 1
+        self._so_passes_left: Dict[torch.Tensor, int] = {}
+        self._so_handles: Dict[torch.Tensor, Tuple[Handle, object]] = {}
+        self._so_hooks = []
+        self._so_synchronized = False
+        self._so_skip = False
+        self.set_backward_passes_per_step(backward_passes_per_step)
+        for group_index, group in enumerate(self.param_groups):
+            self._so_register(group_index, group["params"])
+
+    def _so_register(self, group_index: int, params: List[torch.Tensor]) -> None:
+        unnamed = []
+        for i, p in enumerate(params):
+            if self._so_named is None:
+                name = f"param.{group_index}.{i}"
+            else:
+                name = self._so_named.get(p)
+                if name is None:
+                    unnamed.append(p)
+                    continue
+            check_device(p.device)
+            self._so_names[p] = name
+        if unnamed:
+            shapes = ", ".join(str(tuple(p.shape)) for p in unnamed[:5])
+            raise InvalidArgumentError(
+                f"named_parameters misses {len(unnamed)} parameter(s) the optimizer updates "
+                f"(shapes {shapes}{', ...' if len(unnamed) > 5 else ''}); pass the "
+                "named_parameters() of the model whose parameters the optimizer holds")
+        me = weakref.ref(self)
+        for p in params:
+            if p.requires_grad:
+                self._so_passes_left[p] = self._so_passes
+                self._so_hooks.append(p.register_post_accumulate_grad_hook(
+                    lambda param, me=me: _grad_ready(me, param)))
+
+    def add_param_group(self, param_group: dict) -> None:
+        super().add_param_group(param_group)
+        if hasattr(self, "_so_names"):  # not during the wrapped class's own __init__
+            self._so_register(len(self.param_groups) - 1, self.param_groups[-1]["params"])
+
+    def set_backward_passes_per_step(self, passes: int) -> None:
+        """How many backward passes accumulate locally before the gradients are reduced."""
+        if not isinstance(passes, int) or passes < 1:
+            raise InvalidArgumentError(f"backward_passes_per_step must be an int >= 1, "
+                                       f"not {passes!r}")
+        if self._so_handles:
+            raise ScaleoutError("set_backward_passes_per_step() while gradient reductions are "
+                                "pending; call it after step()")
+        self._so_passes = passes
+        self.backward_passes_per_step = passes
+        self._so_reset_counts()
+
+    # ---- backward and step ----
+
+    def _so_on_grad(self, p: torch.Tensor) -> None:
+        if p not in self._so_passes_left:
+            return
+        if p in self._so_handles:
+            raise ScaleoutError(
+                f"the gradient of '{self._so_names[p]}' was computed more than "
+                f"backward_passes_per_step={self._so_passes} times before step() or "
+                "synchronize(); raise backward_passes_per_step to accumulate more passes "
+                "locally")
+        self._so_synchronized = False
+        left = self._so_passes_left[p] - 1
+        self._so_passes_left[p] = left
+        if left == 0:
+            self._so_start(p)
+
+    def _so_start(self, p: torch.Tensor) -> None:
+        if p.grad is None:
+            # Not used on this rank this step: contribute zeros so other ranks don't wait.
+            p.grad = torch.zeros_like(p)
+        elif p.grad.layout != torch.strided:
+            if not self._so_sparse_as_dense:
+                raise InvalidArgumentError(
+                    f"the gradient of '{self._so_names[p]}' is sparse; scaleout reduces "
+                    "dense gradients: pass sparse_as_dense=True to DistributedOptimizer")
+            p.grad = p.grad.to_dense()
+        wire, ctx = self._so_compression.compress(p.grad)
+        handle = _allreduce_async(wire, f"grad.{self._so_names[p]}", self._so_op,
+                                  self._so_prescale, self._so_postscale, inplace=True)
+        self._so_handles[p] = (handle, ctx)
+
+    def synchronize(self) -> None:
+        """Waits for every gradient's reduction (starting those backward did not produce) and
+        leaves the reduced gradients in p.grad. Follow with `with
+        optimizer.skip_synchronize(): optimizer.step()` to modify gradients in between."""
+        for p in self._so_passes_left:
+            if p not in self._so_handles:
+                self._so_start(p)
+        handles, self._so_handles = self._so_handles, {}
+        error = None
+        for p, (handle, ctx) in handles.items():
+            try:  # wait for all, even after a failure, so no buffer is left in use
+                reduced = _wait(handle)
+                if ctx is not None:
+                    p.grad.copy_(self._so_compression.decompress(reduced, ctx))
+            except ScaleoutError as exc:
+                error = error or exc
+        self._so_reset_counts()
+        if error is not None:
+            raise error
+        self._so_synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self) -> Iterator[None]:
+        """step() inside this block does not reduce: use after an explicit synchronize()."""
+        self._so_skip = True
+        try:
+            yield
+        finally:
+            self._so_skip = False
+
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            # Run the closure (forward and backward) here, so its gradients are reduced before
+            # the wrapped step uses them.
+            with torch.enable_grad():
+                loss = closure()
+        if self._so_skip:
+            if self._so_handles:
+                raise ScaleoutError("step() inside skip_synchronize() while gradient reductions "
+                                    "are pending: call optimizer.synchronize() first")
+        elif not self._so_synchronized:
+            self.synchronize()
+        self._so_synchronized = False
+        super().step()
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        if self._so_handles:
+            raise ScaleoutError(
+                "zero_grad() was called while gradient reductions are pending (after backward(), "
+                "before step() or synchronize()); the core is still writing those gradients. "
+                "Call step() or synchronize() first.")
+        self._so_reset_counts()
+        super().zero_grad(set_to_none=set_to_none)
+
+    def _so_reset_counts(self) -> None:
+        for p in self._so_passes_left:
+            self._so_passes_left[p] = self._so_passes
+
+
+def _grad_ready(optimizer_ref, param: torch.Tensor) -> None:
+    optimizer = optimizer_ref()
+    if optimizer is not None:  # a dropped DistributedOptimizer no longer reduces
+        optimizer._so_on_grad(param)
+
+
+def _check_names(named_parameters) -> Dict[torch.Tensor, str]:
+    pairs = list(named_parameters)
+    for pair in pairs:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)
+                and isinstance(pair[1], torch.Tensor)):
+            raise InvalidArgumentError(
+                "named_parameters must be (name, parameter) pairs, as model.named_parameters() "
+                f"gives; got {type(pair).__name__} {str(pair)[:60]}")
+    counts = collections.Counter(name for name, _ in pairs)
+    duplicates = sorted(name for name, n in counts.items() if n > 1)
+    if duplicates:
+        raise InvalidArgumentError(f"named_parameters has duplicate names: {duplicates[:10]}")
+    by_param: Dict[torch.Tensor, str] = {}
+    for name, p in pairs:
+        by_param.setdefault(p, name)
+    return by_param
+
+
+_classes: Dict[type, type] = {}
+
+
+def DistributedOptimizer(optimizer: torch.optim.Optimizer,
+                         named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]] = None,
+                         compression=Compression.none, backward_passes_per_step: int = 1,
+                         op: int = Average, gradient_predivide_factor: float = 1.0,
+                         sparse_as_dense: bool = False) -> torch.optim.Optimizer:
+    """Wraps a torch.optim optimizer so that step() uses gradients averaged over all ranks.
+
+    - named_parameters: model.named_parameters(); the names identify the reductions across
+      ranks (every parameter the optimizer updates must be named, names must be unique).
+      Without it, parameters are named by their position in the parameter groups.
+    - compression: Compression.none (default), .fp16 or .bf16 for the wire.
+    - backward_passes_per_step: k backward passes accumulate (sum) locally in p.grad before the
+      reduction, as in plain PyTorch gradient accumulation; scale the loss by 1/k for a mean.
+    - op: Average (default) or Sum over ranks. gradient_predivide_factor f (with Average):
+      gradients are divided by f before the sum and multiplied by f/size after it.
+    - sparse_as_dense: reduce sparse gradients (nn.Embedding(sparse=True)) as dense tensors.
+
+    A parameter that got no gradient on this rank is reduced as zeros, so no rank waits forever.
+    Create LR schedulers on the returned optimizer.
+    """
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise InvalidArgumentError(f"DistributedOptimizer wraps a torch.optim.Optimizer, not "
+                                   f"{type(optimizer).__name__}")
+    if isinstance(optimizer, _DistributedMixin):
+        raise InvalidArgumentError("this optimizer is already a DistributedOptimizer")
+    base = type(optimizer)
+    cls = _classes.get(base)
+    if cls is None:
+        cls = _classes[base] = type(base.__name__, (_DistributedMixin, base),
+                                    {"__module__": base.__module__})
+    wrapped = cls.__new__(cls)
+    # Share groups, state and hooks. An LR scheduler made on the original optimizer left a
+    # `step` wrapper on the instance that would bypass the reduction: leave it behind.
+    state = dict(optimizer.__dict__)
+    if "step" in state:
+        warnings.warn("an LR scheduler was created on the optimizer before wrapping it; create "
+                      "schedulers on the DistributedOptimizer instead", stacklevel=2)
+        del state["step"]
+    wrapped.__dict__.update(state)
+    wrapped._so_setup(named_parameters, compression, backward_passes_per_step, op,
+                      gradient_predivide_factor, sparse_as_dense)
+    return wrapped
