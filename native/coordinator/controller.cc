@@ -169,7 +169,12 @@ Status Controller::PollCoordinator(double now, std::vector<Response>* out) {
       }
       case MessageType::kShutdown:
         if (state_ == State::kRunning) {
-          // Everything already sent to src precedes this ack, so src has executed it all.
+          // Work that became ready before src left needs src: send it now, ahead of the ack, so
+          // that src executes it too. Everything sent to src precedes the ack.
+          if (negotiator_->HasReady()) {
+            Status sent = SendReady(now, out);
+            if (!sent.ok()) return sent;
+          }
           live_[src] = false;
           negotiator_->RankGone(src);
           channel_->Send(src, EncodeSignal(MessageType::kAck));
@@ -209,6 +214,10 @@ Status Controller::Dispatch(double now, std::vector<Response>* out) {
     }
     if (bytes < config_.fusion_threshold_bytes) return Status::OK();
   }
+  return SendReady(now, out);
+}
+
+Status Controller::SendReady(double now, std::vector<Response>* out) {
   first_ready_time_ = -1;
   std::vector<Response> plan = PlanFusion(negotiator_->TakeReady(), config_.fusion_threshold_bytes);
   std::vector<uint8_t> bytes = EncodeResponses(plan);

@@ -73,6 +73,7 @@ class Controller {
   Status PollCoordinator(double now, std::vector<Response>* out);
   Status PollWorker(std::vector<Response>* out);
   Status Dispatch(double now, std::vector<Response>* out);
+  Status SendReady(double now, std::vector<Response>* out);
   void Resolve(std::vector<Response>* responses);
 
   ControlChannel* channel_;

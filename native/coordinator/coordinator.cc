@@ -110,10 +110,11 @@ void Coordinator::Accept(const std::shared_ptr<TensorEntry>& entry, double now) 
 }
 
 void Coordinator::Execute(const Response& r) {
-  if (r.collective == SO_JOIN && !r.is_error()) {
+  if (r.collective == SO_JOIN) {
+    const Status status = r.is_error() ? Status(r.error_code, r.error_message) : Status::OK();
     for (auto& j : joins_) {
       j->join_rank = r.last_joined_rank;
-      handles_->Complete(j.get(), Status::OK());
+      handles_->Complete(j.get(), status);
     }
     joins_.clear();
     return;

@@ -75,6 +75,10 @@ void Negotiator::Join(int rank) {
   joined_[rank] = true;
   ++joined_count_;
   last_joined_ = rank;
+  if (std::find(gone_.begin(), gone_.end(), true) != gone_.end()) {
+    FailJoin();
+    return;
+  }
   // A join can complete every pending collective that was waiting only for this rank; keep the
   // order in which they first arrived, which is the same on every run.
   std::vector<std::pair<uint64_t, std::string>> pending;
@@ -99,19 +103,33 @@ void Negotiator::RankGone(int rank) {
   for (const auto& kv : table_) pending.emplace_back(arrival_[kv.first], kv.first);
   std::sort(pending.begin(), pending.end());
   for (const auto& p : pending) CheckReady(p.second);
+  if (joined_count_ > 0) FailJoin();
 }
 
-bool Negotiator::IsReady(const Entry& e) const {
-  bool any_gone = false;
+// Join waits for every rank; once one has shut down it can never complete.
+void Negotiator::FailJoin() {
+  std::vector<int> gone;
   for (int r = 0; r < size_; ++r) {
-    if (e.by_rank[r]) continue;
-    if (gone_[r]) {
-      any_gone = true;
-      continue;
-    }
-    if (!joined_[r]) return false;
+    if (gone_[r]) gone.push_back(r);
   }
-  (void)any_gone;
+  Response r;
+  r.collective = SO_JOIN;
+  r.error_code = SO_ERR_SHUT_DOWN;
+  r.error_message = "join cannot complete: " + RankList(gone) +
+                    (gone.size() == 1 ? " has" : " have") + " shut down";
+  ready_.push_back(std::move(r));
+  std::fill(joined_.begin(), joined_.end(), false);
+  joined_count_ = 0;
+  last_joined_ = -1;
+}
+
+// A collective can never complete once a rank has shut down, even one that rank submitted before
+// leaving (it will not execute it): it is ready at once, to fail.
+bool Negotiator::IsReady(const Entry& e) const {
+  for (int r = 0; r < size_; ++r) {
+    if (gone_[r]) return true;
+    if (!e.by_rank[r] && !joined_[r]) return false;
+  }
   return true;
 }
 
@@ -127,7 +145,7 @@ std::string Negotiator::Validate(const std::string& name, const Entry& e, int* c
   *code = SO_ERR_MISMATCH;
   std::vector<int> gone_missing;
   for (int r = 0; r < size_; ++r) {
-    if (!e.by_rank[r] && gone_[r]) gone_missing.push_back(r);
+    if (gone_[r]) gone_missing.push_back(r);
   }
   const Request* first = nullptr;
   for (const auto& req : e.by_rank) {

@@ -50,6 +50,7 @@ class Negotiator {
 
   bool IsReady(const Entry& e) const;
   void CheckReady(const std::string& name);
+  void FailJoin();
   Response Build(const std::string& name, Entry& e);
   std::string Validate(const std::string& name, const Entry& e, int* code) const;
 

@@ -1,0 +1,89 @@
+"""Builds the native unit tests (native/tests/*.cc, linked with the core) and runs them.
+
+The binary is kept in pytest's cache directory under a digest of the native sources, so it is
+rebuilt only when something under native/ changed. Skipped only where no MPI C++ compiler
+wrapper exists (the core links against MPI); a build that fails is a test failure.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+NATIVE = REPO / "native"
+if str(NATIVE) not in sys.path:
+    sys.path.insert(0, str(NATIVE))
+
+import build_native  # noqa: E402
+
+SUMMARY = re.compile(r"(\d+) passed, (\d+) failed")
+
+
+def _source_digest(mpicxx: str) -> str:
+    """Changes whenever a source, header, the build script or the compiler wrapper changes."""
+    digest = hashlib.sha256(mpicxx.encode())
+    for path in sorted(NATIVE.rglob("*")):
+        if path.is_file() and path.suffix in (".cc", ".h", ".py"):
+            digest.update(str(path.relative_to(NATIVE)).encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+@pytest.fixture(scope="session")
+def native_tests_binary(request, tmp_path_factory) -> Path:
+    try:
+        mpicxx = build_native.find_mpicxx()
+    except build_native.BuildError as e:
+        pytest.skip(f"cannot build the native unit tests: {e}")
+    cache = getattr(request.config, "cache", None)  # absent with -p no:cacheprovider
+    if cache is not None:
+        root = cache.mkdir("native-unit-tests")
+    else:
+        root = tmp_path_factory.mktemp("native-unit-tests")
+    key = _source_digest(mpicxx)
+    binary = root / key / "native_tests"
+    if binary.exists():
+        return binary
+    for stale in root.iterdir():
+        if stale.is_dir() and stale.name != key:
+            shutil.rmtree(stale, ignore_errors=True)
+    (root / key).mkdir(parents=True, exist_ok=True)
+    # Built aside and moved into place, so a concurrent session never runs a half-written file.
+    work = Path(tempfile.mkdtemp(prefix="build-", dir=root / key))
+    try:
+        build_native.build(work / "native_tests", work / "obj", shared=False,
+                           extra_sources=build_native.test_sources())
+        os.replace(work / "native_tests", binary)
+    except build_native.BuildError as e:
+        pytest.fail(f"building the native unit tests failed:\n{e}", pytrace=False)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return binary
+
+
+def test_native_unit_tests_pass(native_tests_binary: Path):
+    try:
+        proc = subprocess.run([str(native_tests_binary)], capture_output=True, text=True,
+                              timeout=240)
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout or ""
+        if isinstance(out, bytes):
+            out = out.decode(errors="replace")
+        pytest.fail(f"the native unit tests did not finish in 240 s (a hang?)\n{out}",
+                    pytrace=False)
+    output = proc.stdout + proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    summary = SUMMARY.fullmatch(lines[-1].strip()) if lines else None
+    assert summary is not None, (
+        f"no `N passed, M failed` line at the end (exit code {proc.returncode}):\n{output}")
+    passed, failed = int(summary.group(1)), int(summary.group(2))
+    assert proc.returncode == 0 and failed == 0 and passed > 0, (
+        f"native unit tests: {passed} passed, {failed} failed, exit {proc.returncode}\n{output}")
