@@ -26,9 +26,10 @@ def check(code: int) -> None:
         raise error_class(name)(_native.text(lib.so_last_error()))
 
 
-def _comm_handle(comm: Any) -> int:
+def _comm_handle(comm: Any) -> Optional[int]:
+    """The Fortran handle of the communicator to run on (None: MPI_COMM_WORLD)."""
     if comm is None:
-        return -1
+        return None
     from mpi4py import MPI
     if isinstance(comm, MPI.Comm):
         return int(comm.py2f())
@@ -52,7 +53,8 @@ def init(comm: Any = None) -> None:
     with _state_lock:
         if lib.so_is_initialized():
             return
-        check(lib.so_init(_comm_handle(comm)))
+        handle = _comm_handle(comm)
+        check(lib.so_init(handle is not None, handle or 0))
         out = (ctypes.c_int32 * 6)()
         check(lib.so_topology(out))
         _topology = tuple(out)

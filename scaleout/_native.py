@@ -26,7 +26,7 @@ _SIGNATURES = {
     "so_status_name": ([_c.c_int], _c.c_char_p),
     "so_dtype_name": ([_c.c_int], _c.c_char_p),
     "so_last_error": ([], _c.c_char_p),
-    "so_init": ([_c.c_int64], _c.c_int),
+    "so_init": ([_c.c_int, _c.c_int64], _c.c_int),
     "so_shutdown": ([], _c.c_int),
     "so_is_initialized": ([], _c.c_int),
     "so_topology": ([_c.POINTER(_c.c_int32)], _c.c_int),

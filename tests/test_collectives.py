@@ -5,3 +5,22 @@ from conftest import run_mpi
 def test_every_collective_op_and_dtype(nranks):
     proc = run_mpi("collectives.py", nranks)
     assert proc.stdout.count("all checks passed") == nranks
+
+
+def test_sub_communicator_user_mpi_threads_and_buffer_inputs(nranks):
+    proc = run_mpi("comm_and_buffers.py", nranks)
+    assert proc.stdout.count("all checks passed") == nranks
+
+
+def test_missing_mpi_gives_one_clear_message():
+    """With mpi4py unimportable, init() names what is missing and how to install it."""
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['mpi4py'] = None\n"
+            "import scaleout\n"
+            "try:\n    scaleout.init()\n"
+            "except scaleout.MPINotFoundError as e:\n    print('MESSAGE', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "MESSAGE" in out.stdout and "pip install mpich mpi4py" in out.stdout
+    assert "Traceback" not in out.stderr

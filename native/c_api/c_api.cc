@@ -78,12 +78,12 @@ SO_EXPORT const char* so_dtype_name(int dtype) {
 }
 SO_EXPORT const char* so_last_error(void) { return t_last_error.c_str(); }
 
-SO_EXPORT int so_init(int64_t comm_fortran_handle) {
+SO_EXPORT int so_init(int has_comm, int64_t comm_fortran_handle) {
   return Guard([&]() -> int {
     std::lock_guard<std::mutex> lock(g_mu);
     if (g_runtime) return SO_OK;
     std::shared_ptr<Runtime> rt;
-    Status s = Runtime::Create(comm_fortran_handle, &rt);
+    Status s = Runtime::Create(has_comm != 0, comm_fortran_handle, &rt);
     if (!s.ok()) return Fail(s);
     g_runtime = std::move(rt);
     return SO_OK;

@@ -62,10 +62,10 @@ const char* so_last_error(void);       /* message of this thread's last failing 
 
 /* ---- lifecycle ---- */
 /* Starts the runtime on the communicator whose Fortran handle is given (MPI_Comm_c2f / mpi4py's
- * Comm.py2f()); a negative value means MPI_COMM_WORLD. MPI must already be initialised with
+ * Comm.py2f()) when has_comm != 0, else on MPI_COMM_WORLD. MPI must already be initialised with
  * MPI_THREAD_MULTIPLE, or not at all (the core then initialises it and finalises it at exit).
  * Calling so_init while initialised is a no-op returning SO_OK. */
-int so_init(int64_t comm_fortran_handle);
+int so_init(int has_comm, int64_t comm_fortran_handle);
 /* Stops the coordinator; pending handles fail with SO_ERR_SHUT_DOWN. Idempotent. */
 int so_shutdown(void);
 int so_is_initialized(void);

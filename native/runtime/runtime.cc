@@ -7,11 +7,11 @@
 
 namespace scaleout {
 
-Status Runtime::Create(int64_t comm_fortran_handle, std::shared_ptr<Runtime>* out) {
+Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, std::shared_ptr<Runtime>* out) {
   std::shared_ptr<Runtime> rt(new Runtime());
   Status s = Config::FromEnvironment(&rt->config_);
   if (!s.ok()) return s;
-  s = MpiContext::Create(comm_fortran_handle, &rt->mpi_);
+  s = MpiContext::Create(has_comm, comm_fortran_handle, &rt->mpi_);
   if (!s.ok()) return s;
   SetLogContext(rt->mpi_->topology().rank, rt->config_.log_level);
   rt->channel_ = std::make_unique<MpiControlChannel>(rt->mpi_->control_comm());

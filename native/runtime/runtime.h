@@ -36,7 +36,7 @@ struct EnqueueArgs {
 
 class Runtime {
  public:
-  static Status Create(int64_t comm_fortran_handle, std::shared_ptr<Runtime>* out);
+  static Status Create(bool has_comm, int64_t comm_fortran_handle, std::shared_ptr<Runtime>* out);
   ~Runtime();
 
   // Validates the request on this rank and hands it to the coordinator thread.

@@ -30,7 +30,7 @@ Status MpiError(const char* what, int code) {
   return Status::Transport(std::string(what) + " failed: " + std::string(text, len));
 }
 
-Status MpiContext::Create(int64_t comm_fortran_handle, std::unique_ptr<MpiContext>* out) {
+Status MpiContext::Create(bool has_comm, int64_t comm_fortran_handle, std::unique_ptr<MpiContext>* out) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -52,7 +52,7 @@ Status MpiContext::Create(int64_t comm_fortran_handle, std::unique_ptr<MpiContex
         ", but scaleout's coordinator thread needs MPI_THREAD_MULTIPLE (with mpi4py, leave "
         "mpi4py.rc.thread_level at its default 'multiple' before importing mpi4py.MPI)");
   }
-  MPI_Comm user = comm_fortran_handle < 0 ? MPI_COMM_WORLD
+  MPI_Comm user = !has_comm ? MPI_COMM_WORLD
                                            : MPI_Comm_f2c(static_cast<MPI_Fint>(comm_fortran_handle));
   if (user == MPI_COMM_NULL) return Status::InvalidArgument("init(comm=...) got MPI_COMM_NULL");
   std::unique_ptr<MpiContext> ctx(new MpiContext());

@@ -17,8 +17,9 @@ struct Topology {
 
 class MpiContext {
  public:
-  // comm_fortran_handle < 0 means MPI_COMM_WORLD. Initialises MPI when nobody has.
-  static Status Create(int64_t comm_fortran_handle, std::unique_ptr<MpiContext>* out);
+  // Runs on the communicator with that Fortran handle, or MPI_COMM_WORLD when !has_comm.
+  // Initialises MPI when nobody has.
+  static Status Create(bool has_comm, int64_t comm_fortran_handle, std::unique_ptr<MpiContext>* out);
   ~MpiContext();
 
   MPI_Comm control_comm() const { return control_; }
