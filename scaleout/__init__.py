@@ -6,8 +6,9 @@
 
 Framework shims live in scaleout.torch and scaleout.tensorflow; the launcher is `scaleoutrun`.
 """
-from scaleout._basics import (cross_rank, cross_size, init, is_initialized, local_rank,
-                              local_size, mpi_built, mpi_threads_supported, rank, shutdown, size)
+from scaleout._basics import (config, cross_rank, cross_size, init, is_initialized, local_rank,
+                              local_size, mpi_built, mpi_threads_supported, placement, rank,
+                              shutdown, size)
 from scaleout._errors import (DuplicateNameError, InternalError, InvalidArgumentError,
                               MismatchError, MPINotFoundError, NotInitializedError,
                               ScaleoutError, ScaleoutTimeoutError, ShutDownError, TransportError)
@@ -23,7 +24,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-    "cross_rank", "cross_size", "mpi_built", "mpi_threads_supported",
+    "cross_rank", "cross_size", "mpi_built", "mpi_threads_supported", "config", "placement",
     "Average", "Sum", "Min", "Max", "Product", "Handle",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",

@@ -10,7 +10,8 @@ from scaleout import _native
 from scaleout._errors import NotInitializedError, error_class
 
 __all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-           "cross_rank", "cross_size", "mpi_threads_supported", "mpi_built", "check"]
+           "cross_rank", "cross_size", "mpi_threads_supported", "mpi_built", "check", "config",
+           "placement"]
 
 _state_lock = threading.Lock()
 _topology: Optional[tuple] = None
@@ -118,3 +119,27 @@ def mpi_built() -> bool:
 def mpi_threads_supported() -> bool:
     from mpi4py import MPI
     return MPI.Query_thread() == MPI.THREAD_MULTIPLE
+
+
+def config() -> dict:
+    """The core's effective configuration (SCALEOUT_* variables as it read them at init)."""
+    _topo()
+    text = _native.text(_native.library().so_config_string())
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def placement() -> dict:
+    """Where this rank runs: the CPUs it computes on (from the operating system), the CPUs its
+    endpoint servers are pinned to, how many servers there are, and the compute threads."""
+    import os
+    cfg = config()
+    ep_cores = [int(c) for c in cfg.get("SCALEOUT_EP_CORES", "").split(",") if c]
+    threads = os.environ.get("OMP_NUM_THREADS") or os.environ.get("SCALEOUT_COMPUTE_THREADS")
+    return {
+        "rank": rank(),
+        "local_rank": local_rank(),
+        "compute_cores": sorted(os.sched_getaffinity(0)),
+        "endpoint_servers": int(cfg.get("SCALEOUT_EP_SERVERS", "1")),
+        "endpoint_cores": ep_cores,
+        "threads": int(threads) if threads else None,
+    }

@@ -1,5 +1,6 @@
 #include "collectives/collective_executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -34,6 +35,33 @@ double PostFactor(const Response& r, int size) {
 
 }  // namespace
 
+// Below this many bytes per server a split costs more in thread hand-offs than it gains.
+constexpr size_t kMinSplitBytesPerServer = size_t(256) << 10;
+
+Status CollectiveExecutor::ReduceSplit(const void* in, void* out, size_t count, DataType dtype,
+                                       ReduceOp op) {
+  const size_t esize = DataTypeSize(dtype);
+  const size_t k = transports_.size();
+  if (k == 1 || count * esize < k * kMinSplitBytesPerServer) {
+    return transport_->Allreduce(in, out, count, dtype, op);
+  }
+  // Contiguous parts, whole 64-byte lines each; the last takes the remainder.
+  const size_t per_line = 64 / esize > 0 ? 64 / esize : 1;
+  const size_t part = (count / k + per_line - 1) / per_line * per_line;
+  std::vector<Status> results(k);
+  endpoints_->Run([&](int i) {
+    const size_t begin = std::min(count, part * i);
+    const size_t end = i + 1 == static_cast<int>(k) ? count : std::min(count, part * (i + 1));
+    const char* src = static_cast<const char*>(in) + begin * esize;
+    char* dst = static_cast<char*>(out) + begin * esize;
+    results[i] = transports_[i]->Allreduce(in == out ? dst : src, dst, end - begin, dtype, op);
+  });
+  for (const Status& s : results) {
+    if (!s.ok()) return s;
+  }
+  return Status::OK();
+}
+
 Status CollectiveExecutor::Execute(const Response& r, const std::vector<TensorEntry*>& entries) {
   switch (r.collective) {
     case SO_ALLREDUCE: return Allreduce(r, entries);
@@ -53,7 +81,7 @@ Status CollectiveExecutor::Allreduce(const Response& r, const std::vector<Tensor
   if (entries.size() == 1 && entries[0] != nullptr && !half && r.prescale == 1.0) {
     TensorEntry* e = entries[0];
     const size_t count = Elements(e->request.shape);
-    Status s = transport_->Allreduce(e->input, e->output, count, r.dtype, op);
+    Status s = ReduceSplit(e->input, e->output, count, r.dtype, op);
     if (s.ok() && post != 1.0) ScaleBuffer(e->output, count, r.dtype, post);
     return s;
   }
@@ -79,7 +107,7 @@ Status CollectiveExecutor::Allreduce(const Response& r, const std::vector<Tensor
     offset += count;
   }
   const auto t1 = std::chrono::steady_clock::now();
-  Status s = transport_->Allreduce(buf, buf, total, wire, op);
+  Status s = ReduceSplit(buf, buf, total, wire, op);
   if (!s.ok()) return s;
   const auto t2 = std::chrono::steady_clock::now();
   offset = 0;

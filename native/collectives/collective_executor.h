@@ -8,6 +8,7 @@
 
 #include <vector>
 
+#include "collectives/endpoint_pool.h"
 #include "coordinator/message.h"
 #include "fusion/fusion_buffer.h"
 #include "runtime/tensor_entry.h"
@@ -17,7 +18,9 @@ namespace scaleout {
 
 class CollectiveExecutor {
  public:
-  explicit CollectiveExecutor(DataTransport* transport) : transport_(transport) {}
+  // transports[i] belongs to endpoint server i of `endpoints` (at least one).
+  CollectiveExecutor(std::vector<DataTransport*> transports, EndpointPool* endpoints)
+      : transport_(transports.at(0)), transports_(std::move(transports)), endpoints_(endpoints) {}
 
   // entries[i] is this rank's entry for response.tensors[i], or nullptr where this rank joined
   // instead of submitting (it then contributes zeros or no rows). Results go into the entries.
@@ -30,7 +33,12 @@ class CollectiveExecutor {
   Status Alltoall(const Response& r, TensorEntry* entry);
   Status ReduceScatter(const Response& r, TensorEntry* entry);
 
-  DataTransport* transport_;
+  // Allreduce of count elements, split across the endpoint servers when large enough.
+  Status ReduceSplit(const void* in, void* out, size_t count, DataType dtype, ReduceOp op);
+
+  DataTransport* transport_;  // endpoint server 0's: every collective that is not split
+  std::vector<DataTransport*> transports_;
+  EndpointPool* endpoints_;
   FusionBuffer fusion_;
   std::vector<uint8_t> zeros_;
 };

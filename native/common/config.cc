@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <sstream>
+#include <string>
 
 namespace scaleout {
 namespace {
@@ -23,6 +24,24 @@ Status ReadNumber(const char* var, double min_value, double* out) {
   return Status::OK();
 }
 
+// "3,7,11" -> {3, 7, 11}; absent or empty leaves *out empty.
+Status ReadCpuList(const char* var, std::vector<int>* out) {
+  const char* raw = std::getenv(var);
+  if (raw == nullptr) return Status::OK();
+  std::stringstream in(raw);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (item.empty()) continue;
+    char* end = nullptr;
+    long cpu = std::strtol(item.c_str(), &end, 10);
+    if (*end != '\0' || cpu < 0) {
+      return Status::InvalidArgument(std::string(var) + "='" + raw + "' is not a comma-separated list of CPU numbers");
+    }
+    out->push_back(static_cast<int>(cpu));
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Status Config::FromEnvironment(Config* out) {
@@ -40,6 +59,12 @@ Status Config::FromEnvironment(Config* out) {
   c.fusion_threshold_bytes = static_cast<size_t>(fusion);
   c.cache_capacity = static_cast<int>(cache);
   c.log_level = static_cast<int>(level);
+  double servers = 1;
+  Status s = ReadNumber("SCALEOUT_EP_SERVERS", 0, &servers);
+  if (!s.ok()) return s;
+  c.ep_servers = servers < 1 ? 1 : static_cast<int>(servers);
+  s = ReadCpuList("SCALEOUT_EP_CORES", &c.ep_cores);
+  if (!s.ok()) return s;
   *out = c;
   return Status::OK();
 }
@@ -50,7 +75,11 @@ std::string Config::ToString() const {
     << "SCALEOUT_CYCLE_TIME=" << cycle_time_ms << "\n"
     << "SCALEOUT_CACHE_CAPACITY=" << cache_capacity << "\n"
     << "SCALEOUT_STALL_CHECK_TIME_SECONDS=" << stall_check_seconds << "\n"
-    << "SCALEOUT_LOG_LEVEL=" << log_level << "\n";
+    << "SCALEOUT_LOG_LEVEL=" << log_level << "\n"
+    << "SCALEOUT_EP_SERVERS=" << ep_servers << "\n"
+    << "SCALEOUT_EP_CORES=";
+  for (size_t i = 0; i < ep_cores.size(); ++i) s << (i ? "," : "") << ep_cores[i];
+  s << "\n";
   return s.str();
 }
 

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -22,6 +23,10 @@ struct Config {
   double stall_check_seconds = 60.0;
   // SCALEOUT_LOG_LEVEL: 0 errors only, 1 warnings (default), 2 info, 3 debug.
   int log_level = 1;
+  // SCALEOUT_EP_SERVERS: endpoint-server threads (Note [Endpoint servers]); 0 counts as 1.
+  int ep_servers = 1;
+  // SCALEOUT_EP_CORES: comma-separated CPUs to pin endpoint server i to (empty: no pinning).
+  std::vector<int> ep_cores;
 
   // Parses the environment; a malformed value is an InvalidArgument naming the variable.
   static Status FromEnvironment(Config* out);

@@ -26,9 +26,15 @@ constexpr double kIdleWakeSeconds = 5e-3;
 
 }  // namespace
 
-Coordinator::Coordinator(const Config& config, ControlChannel* channel, DataTransport* transport,
-                         HandleTable* handles, RequestQueue* queue)
-    : config_(config), controller_(channel, config), executor_(transport), handles_(handles), queue_(queue) {}
+Coordinator::Coordinator(const Config& config, ControlChannel* channel,
+                         const std::vector<DataTransport*>& transports, HandleTable* handles,
+                         RequestQueue* queue)
+    : config_(config),
+      controller_(channel, config),
+      endpoints_(static_cast<int>(transports.size()), config.ep_cores),
+      executor_(transports, &endpoints_),
+      handles_(handles),
+      queue_(queue) {}
 
 Coordinator::~Coordinator() { Stop(); }
 
@@ -42,6 +48,7 @@ void Coordinator::Stop() {
 }
 
 void Coordinator::Loop() {
+  endpoints_.PinServerZero();
   Status fatal;
   try {
     while (!controller_.shutdown_complete()) {

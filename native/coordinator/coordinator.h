@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "collectives/collective_executor.h"
+#include "collectives/endpoint_pool.h"
 #include "common/config.h"
 #include "coordinator/controller.h"
 #include "runtime/handle_table.h"
@@ -24,8 +25,10 @@ namespace scaleout {
 
 class Coordinator {
  public:
-  Coordinator(const Config& config, ControlChannel* channel, DataTransport* transport,
-              HandleTable* handles, RequestQueue* queue);
+  // transports[i] is endpoint server i's data plane (Note [Endpoint servers]).
+  Coordinator(const Config& config, ControlChannel* channel,
+              const std::vector<DataTransport*>& transports, HandleTable* handles,
+              RequestQueue* queue);
   ~Coordinator();
 
   void Start();
@@ -43,6 +46,7 @@ class Coordinator {
 
   Config config_;
   Controller controller_;
+  EndpointPool endpoints_;
   CollectiveExecutor executor_;
   HandleTable* handles_;
   RequestQueue* queue_;

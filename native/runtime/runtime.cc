@@ -11,13 +11,17 @@ Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, std::shared_p
   std::shared_ptr<Runtime> rt(new Runtime());
   Status s = Config::FromEnvironment(&rt->config_);
   if (!s.ok()) return s;
-  s = MpiContext::Create(has_comm, comm_fortran_handle, &rt->mpi_);
+  s = MpiContext::Create(has_comm, comm_fortran_handle, rt->config_.ep_servers, &rt->mpi_);
   if (!s.ok()) return s;
   SetLogContext(rt->mpi_->topology().rank, rt->config_.log_level);
   rt->channel_ = std::make_unique<MpiControlChannel>(rt->mpi_->control_comm());
-  rt->transport_ = std::make_unique<MpiDataTransport>(rt->mpi_->data_comm());
-  rt->coordinator_ = std::make_unique<Coordinator>(rt->config_, rt->channel_.get(),
-                                                   rt->transport_.get(), &rt->handles_, &rt->queue_);
+  std::vector<DataTransport*> transports;
+  for (int i = 0; i < rt->mpi_->data_channels(); ++i) {
+    rt->transports_.push_back(std::make_unique<MpiDataTransport>(rt->mpi_->data_comm(i)));
+    transports.push_back(rt->transports_.back().get());
+  }
+  rt->coordinator_ = std::make_unique<Coordinator>(rt->config_, rt->channel_.get(), transports,
+                                                   &rt->handles_, &rt->queue_);
   rt->coordinator_->Start();
   *out = std::move(rt);
   return Status::OK();

@@ -54,7 +54,7 @@ class Runtime {
   Config config_;
   std::unique_ptr<MpiContext> mpi_;
   std::unique_ptr<MpiControlChannel> channel_;
-  std::unique_ptr<MpiDataTransport> transport_;
+  std::vector<std::unique_ptr<MpiDataTransport>> transports_;  // one per endpoint server
   HandleTable handles_;
   RequestQueue queue_;
   std::unique_ptr<Coordinator> coordinator_;

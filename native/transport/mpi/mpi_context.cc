@@ -30,7 +30,8 @@ Status MpiError(const char* what, int code) {
   return Status::Transport(std::string(what) + " failed: " + std::string(text, len));
 }
 
-Status MpiContext::Create(bool has_comm, int64_t comm_fortran_handle, std::unique_ptr<MpiContext>* out) {
+Status MpiContext::Create(bool has_comm, int64_t comm_fortran_handle, int data_channels,
+                          std::unique_ptr<MpiContext>* out) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -57,18 +58,30 @@ Status MpiContext::Create(bool has_comm, int64_t comm_fortran_handle, std::uniqu
   if (user == MPI_COMM_NULL) return Status::InvalidArgument("init(comm=...) got MPI_COMM_NULL");
   std::unique_ptr<MpiContext> ctx(new MpiContext());
   int rc = MPI_Comm_dup(user, &ctx->control_);
-  if (rc == MPI_SUCCESS) rc = MPI_Comm_dup(user, &ctx->data_);
   if (rc != MPI_SUCCESS) return MpiError("MPI_Comm_dup", rc);
   MPI_Comm_set_errhandler(ctx->control_, MPI_ERRORS_RETURN);
-  MPI_Comm_set_errhandler(ctx->data_, MPI_ERRORS_RETURN);
+  int range[2] = {-data_channels, data_channels};  // -min, max in one reduction
+  rc = MPI_Allreduce(MPI_IN_PLACE, range, 2, MPI_INT, MPI_MAX, ctx->control_);
+  if (rc != MPI_SUCCESS) return MpiError("MPI_Allreduce", rc);
+  if (-range[0] != range[1]) {
+    return Status::InvalidArgument("SCALEOUT_EP_SERVERS differs across ranks (from " +
+                                   std::to_string(-range[0]) + " to " + std::to_string(range[1]) +
+                                   "); every rank must use the same number of endpoint servers");
+  }
+  ctx->data_.assign(data_channels, MPI_COMM_NULL);
+  for (MPI_Comm& c : ctx->data_) {
+    rc = MPI_Comm_dup(user, &c);
+    if (rc != MPI_SUCCESS) return MpiError("MPI_Comm_dup", rc);
+    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+  }
   Topology& t = ctx->topo_;
-  MPI_Comm_rank(ctx->data_, &t.rank);
-  MPI_Comm_size(ctx->data_, &t.size);
-  rc = MPI_Comm_split_type(ctx->data_, MPI_COMM_TYPE_SHARED, t.rank, MPI_INFO_NULL, &ctx->local_);
+  MPI_Comm_rank(ctx->control_, &t.rank);
+  MPI_Comm_size(ctx->control_, &t.size);
+  rc = MPI_Comm_split_type(ctx->control_, MPI_COMM_TYPE_SHARED, t.rank, MPI_INFO_NULL, &ctx->local_);
   if (rc != MPI_SUCCESS) return MpiError("MPI_Comm_split_type", rc);
   MPI_Comm_rank(ctx->local_, &t.local_rank);
   MPI_Comm_size(ctx->local_, &t.local_size);
-  rc = MPI_Comm_split(ctx->data_, t.local_rank, t.rank, &ctx->cross_);
+  rc = MPI_Comm_split(ctx->control_, t.local_rank, t.rank, &ctx->cross_);
   if (rc != MPI_SUCCESS) return MpiError("MPI_Comm_split", rc);
   MPI_Comm_rank(ctx->cross_, &t.cross_rank);
   MPI_Comm_size(ctx->cross_, &t.cross_size);
@@ -80,8 +93,11 @@ MpiContext::~MpiContext() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  for (MPI_Comm* c : {&control_, &data_, &local_, &cross_}) {
+  for (MPI_Comm* c : {&control_, &local_, &cross_}) {
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+  }
+  for (MPI_Comm& c : data_) {
+    if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <memory>
+#include <vector>
 
 #include "common/status.h"
 
@@ -19,17 +20,21 @@ class MpiContext {
  public:
   // Runs on the communicator with that Fortran handle, or MPI_COMM_WORLD when !has_comm.
   // Initialises MPI when nobody has.
-  static Status Create(bool has_comm, int64_t comm_fortran_handle, std::unique_ptr<MpiContext>* out);
+  // `data_channels` communicators are made for the data plane (one per endpoint server); every
+  // rank must ask for the same number (checked here, an error on every rank otherwise).
+  static Status Create(bool has_comm, int64_t comm_fortran_handle, int data_channels,
+                       std::unique_ptr<MpiContext>* out);
   ~MpiContext();
 
   MPI_Comm control_comm() const { return control_; }
-  MPI_Comm data_comm() const { return data_; }
+  MPI_Comm data_comm(int i = 0) const { return data_[i]; }
+  int data_channels() const { return static_cast<int>(data_.size()); }
   const Topology& topology() const { return topo_; }
 
  private:
   MpiContext() = default;
   MPI_Comm control_ = MPI_COMM_NULL;
-  MPI_Comm data_ = MPI_COMM_NULL;
+  std::vector<MPI_Comm> data_;
   MPI_Comm local_ = MPI_COMM_NULL;
   MPI_Comm cross_ = MPI_COMM_NULL;
   Topology topo_;

@@ -1,0 +1,16 @@
+"""Endpoint servers (Note [Endpoint servers]): K = 1, 2, 3 give identical results."""
+import pytest
+
+from conftest import run_mpi
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_results_identical_for_any_number_of_endpoint_servers(k, nranks):
+    proc = run_mpi("endpoints.py", nranks, str(k), env={"SCALEOUT_EP_SERVERS": str(k)})
+    assert proc.stdout.count("all checks passed") == nranks
+
+
+def test_ranks_must_agree_on_the_number_of_servers():
+    proc = run_mpi("ep_mismatch.py", 2, check=False, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("SCALEOUT_EP_SERVERS differs across ranks") == 2
