@@ -63,6 +63,7 @@ Status Config::FromEnvironment(Config* out) {
   Status s = ReadNumber("SCALEOUT_EP_SERVERS", 0, &servers);
   if (!s.ok()) return s;
   c.ep_servers = servers < 1 ? 1 : static_cast<int>(servers);
+  if (const char* timeline = std::getenv("SCALEOUT_TIMELINE")) c.timeline_path = timeline;
   s = ReadCpuList("SCALEOUT_EP_CORES", &c.ep_cores);
   if (!s.ok()) return s;
   *out = c;
@@ -76,6 +77,7 @@ std::string Config::ToString() const {
     << "SCALEOUT_CACHE_CAPACITY=" << cache_capacity << "\n"
     << "SCALEOUT_STALL_CHECK_TIME_SECONDS=" << stall_check_seconds << "\n"
     << "SCALEOUT_LOG_LEVEL=" << log_level << "\n"
+    << "SCALEOUT_TIMELINE=" << timeline_path << "\n"
     << "SCALEOUT_EP_SERVERS=" << ep_servers << "\n"
     << "SCALEOUT_EP_CORES=";
   for (size_t i = 0; i < ep_cores.size(); ++i) s << (i ? "," : "") << ep_cores[i];

@@ -25,6 +25,8 @@ struct Config {
   int log_level = 1;
   // SCALEOUT_EP_SERVERS: endpoint-server threads (Note [Endpoint servers]); 0 counts as 1.
   int ep_servers = 1;
+  // SCALEOUT_TIMELINE: Chrome-trace file written by rank 0 (Note [Timeline]); empty: off.
+  std::string timeline_path;
   // SCALEOUT_EP_CORES: comma-separated CPUs to pin endpoint server i to (empty: no pinning).
   std::vector<int> ep_cores;
 

@@ -1,5 +1,6 @@
 #include "coordinator/coordinator.h"
 
+#include <cctype>
 #include <chrono>
 #include <sched.h>
 
@@ -38,7 +39,12 @@ Coordinator::Coordinator(const Config& config, ControlChannel* channel,
 
 Coordinator::~Coordinator() { Stop(); }
 
-void Coordinator::Start() { thread_ = std::thread([this] { Loop(); }); }
+void Coordinator::Start(int rank) {
+  // Not fatal: failing init on rank 0 alone would leave the other ranks waiting for it.
+  Status s = timeline_.Open(config_.timeline_path, rank);
+  if (!s.ok()) SO_LOG(kWarning, s.message() << "; no timeline is written");
+  thread_ = std::thread([this] { Loop(); });
+}
 
 void Coordinator::Stop() {
   if (!thread_.joinable()) return;
@@ -73,6 +79,7 @@ void Coordinator::Loop() {
                    : Status::ShutDown("scaleout was shut down on this rank while the collective was pending");
   FailPending(why);
   for (auto& e : queue_->TakeAll()) handles_->Complete(e.get(), why);
+  timeline_.Close();
 }
 
 Status Coordinator::Step(double now, bool* made_progress) {
@@ -139,6 +146,12 @@ void Coordinator::Execute(const Response& r) {
     entries.push_back(it->second.get());
     pending_.erase(it);
   }
+  const double agreed = Now();
+  if (timeline_.enabled()) {
+    for (TensorEntry* e : entries) {
+      if (e != nullptr) timeline_.Span(e->request.name, "NEGOTIATE", e->submitted_at, agreed);
+    }
+  }
   Status status;
   if (r.is_error()) {
     status = Status(r.error_code, r.error_message);
@@ -147,11 +160,18 @@ void Coordinator::Execute(const Response& r) {
       SO_CHECK(entries[i] != nullptr || !r.joined_ranks.empty(),
                "response names '" + r.tensors[i].name + "', which this rank never submitted");
     }
-    const double start = LogEnabled(LogLevel::kDebug) ? Now() : 0;
     status = executor_.Execute(r, entries);
-    if (LogEnabled(LogLevel::kDebug)) {
-      SO_LOG(kDebug, "executed " << CollectiveName(r.collective) << " of " << entries.size()
-                                 << " tensors at " << start << " in " << (Now() - start) * 1e6 << " us");
+    const double done = Now();
+    SO_LOG(kDebug, "executed " << CollectiveName(r.collective) << " of " << entries.size()
+                               << " tensors in " << (done - agreed) * 1e6 << " us");
+    if (timeline_.enabled()) {
+      const std::string args = "{\"fused_tensors\": " + std::to_string(entries.size()) +
+                               ", \"status\": " + JsonString(StatusName(status.code())) + "}";
+      std::string upper = CollectiveName(r.collective);
+      for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      for (TensorEntry* e : entries) {
+        if (e != nullptr) timeline_.Span(e->request.name, upper.c_str(), agreed, done, args);
+      }
     }
   }
   for (TensorEntry* e : entries) {

@@ -18,6 +18,7 @@
 #include "collectives/endpoint_pool.h"
 #include "common/config.h"
 #include "coordinator/controller.h"
+#include "coordinator/timeline.h"
 #include "runtime/handle_table.h"
 #include "runtime/request_queue.h"
 
@@ -31,7 +32,8 @@ class Coordinator {
               RequestQueue* queue);
   ~Coordinator();
 
-  void Start();
+  // Opens the timeline (if configured) and starts the thread.
+  void Start(int rank);
   // Runs the shutdown protocol with the other ranks, stops the thread, fails what is pending.
   void Stop();
 
@@ -46,6 +48,7 @@ class Coordinator {
 
   Config config_;
   Controller controller_;
+  Timeline timeline_;
   EndpointPool endpoints_;
   CollectiveExecutor executor_;
   HandleTable* handles_;

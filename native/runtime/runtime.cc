@@ -22,7 +22,7 @@ Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, std::shared_p
   }
   rt->coordinator_ = std::make_unique<Coordinator>(rt->config_, rt->channel_.get(), transports,
                                                    &rt->handles_, &rt->queue_);
-  rt->coordinator_->Start();
+  rt->coordinator_->Start(rt->mpi_->topology().rank);
   *out = std::move(rt);
   return Status::OK();
 }

@@ -1,0 +1,42 @@
+// Note [Timeline]
+// With SCALEOUT_TIMELINE=<file>, rank 0 writes a Chrome trace (open it in chrome://tracing or
+// Perfetto): one row per tensor name, with a NEGOTIATE span from submission until every rank
+// agreed, and a span named after the collective for its execution, whose arguments say how many
+// tensors were fused with it and how many bytes moved. Written by the coordinator thread only;
+// the file is valid JSON once the runtime shuts down (and readable as a trace before that).
+#ifndef SCALEOUT_COORDINATOR_TIMELINE_H_
+#define SCALEOUT_COORDINATOR_TIMELINE_H_
+
+#include <cstdio>
+#include <string>
+#include <unordered_map>
+
+#include "common/status.h"
+
+namespace scaleout {
+
+class Timeline {
+ public:
+  ~Timeline();
+  // Starts writing to `path` on rank 0; an empty path (or another rank) leaves it disabled.
+  Status Open(const std::string& path, int rank);
+  bool enabled() const { return file_ != nullptr; }
+  // Times are monotonic seconds.
+  void Span(const std::string& tensor, const char* name, double start, double end,
+            const std::string& args_json = "");
+  void Close();
+
+ private:
+  int RowOf(const std::string& tensor);
+
+  std::FILE* file_ = nullptr;
+  double origin_ = -1;
+  std::unordered_map<std::string, int> rows_;
+};
+
+// "a\"b" -> "\"a\\\"b\"": a JSON string literal.
+std::string JsonString(const std::string& s);
+
+}  // namespace scaleout
+
+#endif  // SCALEOUT_COORDINATOR_TIMELINE_H_
