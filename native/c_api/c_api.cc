@@ -67,6 +67,17 @@ int WithRuntime(Fn&& fn) {
   });
 }
 
+// Runs fn(entry) for a completed, successful handle.
+template <typename Fn>
+int WithResult(int64_t handle, Fn&& fn) {
+  return WithRuntime([&](Runtime& rt) -> int {
+    std::shared_ptr<scaleout::TensorEntry> e;
+    Status s = rt.handles().Get(handle, &e);
+    if (!s.ok()) return Fail(s);
+    return fn(*e);
+  });
+}
+
 }  // namespace
 
 SO_EXPORT int so_abi_version(void) { return SCALEOUT_ABI_VERSION; }
@@ -157,49 +168,38 @@ SO_EXPORT int so_wait(int64_t handle, double timeout_seconds) {
 }
 
 SO_EXPORT int so_result_shape(int64_t handle, int* ndim_out, int64_t* shape_out) {
-  return WithRuntime([&](Runtime& rt) -> int {
-    std::shared_ptr<scaleout::TensorEntry> e;
-    Status s = rt.handles().Get(handle, &e);
-    if (!s.ok()) return Fail(s);
-    *ndim_out = static_cast<int>(e->result_shape.size());
-    for (size_t i = 0; i < e->result_shape.size(); ++i) shape_out[i] = e->result_shape[i];
+  return WithResult(handle, [&](const scaleout::TensorEntry& e) -> int {
+    *ndim_out = static_cast<int>(e.result_shape.size());
+    for (size_t i = 0; i < e.result_shape.size(); ++i) shape_out[i] = e.result_shape[i];
     return SO_OK;
   });
 }
 
 SO_EXPORT int so_result_copy(int64_t handle, void* dst, int64_t nbytes) {
-  return WithRuntime([&](Runtime& rt) -> int {
-    std::shared_ptr<scaleout::TensorEntry> e;
-    Status s = rt.handles().Get(handle, &e);
-    if (!s.ok()) return Fail(s);
-    if (static_cast<size_t>(nbytes) != e->result.size()) {
-      return Fail(Status::InvalidArgument("result has " + std::to_string(e->result.size()) +
+  return WithResult(handle, [&](const scaleout::TensorEntry& e) -> int {
+    if (static_cast<size_t>(nbytes) != e.result.size()) {
+      return Fail(Status::InvalidArgument("result has " + std::to_string(e.result.size()) +
                                           " bytes, destination " + std::to_string(nbytes)));
     }
-    if (nbytes > 0) std::memcpy(dst, e->result.data(), e->result.size());
+    if (nbytes > 0) std::memcpy(dst, e.result.data(), e.result.size());
     return SO_OK;
   });
 }
 
 SO_EXPORT int so_result_splits(int64_t handle, int64_t* splits_out, int nsplits) {
-  return WithRuntime([&](Runtime& rt) -> int {
-    std::shared_ptr<scaleout::TensorEntry> e;
-    Status s = rt.handles().Get(handle, &e);
-    if (!s.ok()) return Fail(s);
-    if (static_cast<size_t>(nsplits) != e->received_splits.size()) {
-      return Fail(Status::InvalidArgument("the handle has " + std::to_string(e->received_splits.size()) + " received splits"));
+  return WithResult(handle, [&](const scaleout::TensorEntry& e) -> int {
+    if (static_cast<size_t>(nsplits) != e.received_splits.size()) {
+      return Fail(Status::InvalidArgument("the handle has " + std::to_string(e.received_splits.size()) +
+                                          " received splits"));
     }
-    for (int i = 0; i < nsplits; ++i) splits_out[i] = e->received_splits[i];
+    for (int i = 0; i < nsplits; ++i) splits_out[i] = e.received_splits[i];
     return SO_OK;
   });
 }
 
 SO_EXPORT int so_result_join_rank(int64_t handle, int32_t* rank_out) {
-  return WithRuntime([&](Runtime& rt) -> int {
-    std::shared_ptr<scaleout::TensorEntry> e;
-    Status s = rt.handles().Get(handle, &e);
-    if (!s.ok()) return Fail(s);
-    *rank_out = e->join_rank;
+  return WithResult(handle, [&](const scaleout::TensorEntry& e) -> int {
+    *rank_out = e.join_rank;
     return SO_OK;
   });
 }
