@@ -25,3 +25,11 @@ def test_a_crashing_rank_ends_the_job(nranks):
     assert proc.returncode != 0
     assert "unreachable" not in proc.stdout
     assert time.monotonic() - start < 30
+
+
+def test_stalled_collective_is_reported_with_the_missing_rank(nranks):
+    proc = run_mpi("stall.py", nranks, env={"SCALEOUT_STALL_CHECK_TIME_SECONDS": "1"})
+    assert proc.stdout.count("all checks passed") == nranks
+    last = nranks - 1
+    assert f"allreduce 'late.tensor' has waited" in proc.stderr
+    assert f"still missing on rank {last}" in proc.stderr
