@@ -57,7 +57,8 @@ void Coordinator::Loop() {
   endpoints_.PinServerZero();
   Status fatal;
   try {
-    while (!controller_.shutdown_complete()) {
+    // After rank 0 has left, keep serving (failing) this rank's requests until its own shutdown.
+    while (!controller_.shutdown_complete() || (controller_.coordinator_gone() && !stop_requested_)) {
       bool progress = false;
       fatal = Step(Now(), &progress);
       if (!fatal.ok()) break;

@@ -39,6 +39,25 @@ def run():
         expect_error(so.ShutDownError, lambda: so.allreduce(np.ones(2), name="orphan"),
                      "rank 1", "shut down", what="peer shut down")
         so.shutdown()
+    # rank 0 leaves first: the others' later collectives fail at once instead of hanging
+    so.init()
+    so.barrier()
+    if r == 0:
+        so.shutdown()
+    else:
+        import time
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                so.allreduce(np.ones(2), name=f"after0.{time.monotonic()}")
+            except so.ShutDownError as e:
+                check("rank 0" in str(e), f"names rank 0: {e}")
+                break
+        else:
+            check(False, "collectives kept working after rank 0 shut down")
+        expect_error(so.ShutDownError, lambda: so.allreduce(np.ones(2), name="again"), "rank 0",
+                     what="still failing, not hanging")
+        so.shutdown()
     finish()
 
 
