@@ -33,3 +33,8 @@ def test_stalled_collective_is_reported_with_the_missing_rank(nranks):
     last = nranks - 1
     assert f"allreduce 'late.tensor' has waited" in proc.stderr
     assert f"still missing on rank {last}" in proc.stderr
+
+
+def test_ctrl_c_interrupts_a_blocked_wait():
+    proc = run_mpi("interrupt.py", 2, timeout=60)
+    assert "interrupted while waiting" in proc.stdout

@@ -126,7 +126,8 @@ static PyObject* enqueue_arrays(PyObject* self, PyObject* const* args, Py_ssize_
 }
 
 /* wait(handle, release) -> status: blocks without the GIL; releases the handle when asked and
- * the wait succeeded (a failed handle is released by the caller after reading its error). */
+ * the wait succeeded (a failed handle is released by the caller after reading its error). The
+ * wait is cut into slices so that Ctrl-C (or any signal handler raising) interrupts it. */
 static PyObject* wait(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   if (!bound()) return NULL;
   if (nargs != 2) {
@@ -137,10 +138,14 @@ static PyObject* wait(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   int release = PyObject_IsTrue(args[1]);
   if (PyErr_Occurred()) return NULL;
   int rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = so_wait_p(handle, -1.0);
-  if (rc == 0 && release) so_release_p(handle);
-  Py_END_ALLOW_THREADS
+  for (;;) {
+    Py_BEGIN_ALLOW_THREADS
+    rc = so_wait_p(handle, 0.25);
+    if (rc == 0 && release) so_release_p(handle);
+    Py_END_ALLOW_THREADS
+    if (rc != SO_ERR_TIMEOUT) break;
+    if (PyErr_CheckSignals() != 0) return NULL;
+  }
   return PyLong_FromLong(rc);
 }
 
