@@ -3,6 +3,7 @@
 
     mpiexec -n 2 python benchmarks/allreduce.py
     scaleoutrun -np 2 python benchmarks/allreduce.py [--max-mb 16] [--iters N] [--quick]
+    scaleoutrun -np 2 python benchmarks/allreduce.py --ep-servers 1,2,3 [--ep-only]
 
 Table 1: float32 allreduce (Sum) from 4 KiB to 256 MiB. scaleout is timed through
 `so.allreduce_(buf, op=so.Sum, name=...)` (in place into a preallocated array, the same name
@@ -16,6 +17,12 @@ One extra row times scaleout's Average op at one large size.
 Table 2: 200 float32 tensors of 16 KiB submitted with `so.allreduce_async_` back to back
 (distinct names, the same every iteration) and then synchronized, timed end to end, beside one
 pre-packed 3.2 MB mpi4py Allreduce and 200 back-to-back 16 KiB mpi4py Allreduces.
+
+Table 3 (with --ep-servers K1,K2,...): scaleout's allreduce_ from --ep-min-mb up, with each
+number K of endpoint servers. The core reads SCALEOUT_EP_SERVERS at init, so the script shuts
+the core down and initializes it again for each K; the Ks take turns in two rounds (1 2 3,
+3 2 1). A large allreduce is split across the K servers, each reducing its part on its own
+communicator (below 256 KiB per server it is not split).
 
 Method: warm-up first; the libraries are run in alternating blocks (A B B A A B ...) so
 that machine noise hits both alike; a barrier before every timed iteration; an iteration's time
@@ -71,6 +78,13 @@ def parse_args() -> argparse.Namespace:
                    help="a short run: max 16 MiB, 10x fewer iterations")
     p.add_argument("--spread", action="store_true",
                    help="also print p10 and p90 of each measurement")
+    p.add_argument("--ep-servers", type=ep_server_list, default=None, metavar="LIST",
+                   help="also time scaleout with each number of endpoint servers in LIST, "
+                        "e.g. 1,2,3, at the large sizes (table 3; default: not run)")
+    p.add_argument("--ep-min-mb", type=float, default=1.0,
+                   help="smallest size in MiB of the endpoint-server table (default 1)")
+    p.add_argument("--ep-only", action="store_true",
+                   help="run only the endpoint-server table (needs --ep-servers)")
     a = p.parse_args()
     if a.quick:
         if a.max_mb == 256.0:
@@ -82,7 +96,20 @@ def parse_args() -> argparse.Namespace:
     a.min_iters = 10 if a.min_iters is None else a.min_iters
     a.small_iters = 60 if a.small_iters is None else a.small_iters
     a.min_iters = max(1, min(a.min_iters, a.iters))
+    if a.ep_only and not a.ep_servers:
+        p.error("--ep-only needs --ep-servers LIST")
     return a
+
+
+def ep_server_list(text: str) -> list:
+    """'1,2,3' -> [1, 2, 3] (each at least 1, no repeats)."""
+    try:
+        ks = [int(word) for word in text.split(",") if word.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of numbers like 1,2,3")
+    if not ks or min(ks) < 1 or len(set(ks)) != len(ks):
+        raise argparse.ArgumentTypeError(f"{text!r}: give distinct numbers of servers, each >= 1")
+    return ks
 
 
 def iterations(nbytes: int, args) -> int:
@@ -324,6 +351,26 @@ def main() -> int:
         out(line)
     out()
 
+    if not args.ep_only:
+        sizes_table(args, comm, bench, n, out)
+        if not args.no_small:
+            out()
+            small_table(args, comm, bench, rank, n, out)
+    if args.ep_servers:
+        if not args.ep_only:
+            out()
+        ep_table(args, comm, bench, rank, n, out)
+
+    out()
+    out(f"# total benchmark time {perf() - t_start:.1f} s")
+    comm.Barrier()
+    comm.Free()
+    so.shutdown()
+    return 0
+
+
+def sizes_table(args, comm, bench, n, out) -> None:
+    """Table 1: scaleout beside mpi4py from 4 KiB to --max-mb, and the Average row."""
     max_bytes = int(args.max_mb * MiB)
     sizes = [s for s in SIZES if s <= max_bytes]
     cases = [(s, so.Sum) for s in sizes]
@@ -374,16 +421,74 @@ def main() -> int:
         for line in table(spread_rows, shdr, ["l"] + ["r"] * (len(shdr) - 1)):
             out(line)
 
-    if not args.no_small:
-        out()
-        small_table(args, comm, bench, rank, n, out)
 
-    out()
-    out(f"# total benchmark time {perf() - t_start:.1f} s")
-    comm.Barrier()
-    comm.Free()
+def reinit_with_servers(k: int) -> None:
+    """Shuts the core down and starts it again with k endpoint servers (read at init)."""
     so.shutdown()
-    return 0
+    os.environ["SCALEOUT_EP_SERVERS"] = str(k)
+    so.init()
+    got = so.placement()["endpoint_servers"]
+    if got != k:
+        raise CheckFailed(f"asked for {k} endpoint servers, the core reports {got}")
+
+
+def ep_table(args, comm, bench, rank, n, out) -> None:
+    """Table 3: scaleout's allreduce_ at the large sizes with each number of endpoint servers.
+
+    K is fixed for the life of an init, so the Ks cannot be interleaved iteration by iteration
+    as the libraries are in table 1: instead each K runs half its iterations in each of two
+    rounds, the second in reverse order (1 2 3, then 3 2 1)."""
+    ks = args.ep_servers
+    max_bytes = int(args.max_mb * MiB)
+    sizes = [s for s in SIZES if args.ep_min_mb * MiB <= s <= max_bytes]
+    if not sizes:
+        out(f"## endpoint servers: no sizes between --ep-min-mb {args.ep_min_mb} and "
+            f"--max-mb {args.max_mb}")
+        return
+    before = os.environ.get("SCALEOUT_EP_SERVERS")
+    ep_cores = [c for c in os.environ.get("SCALEOUT_EP_CORES", "").split(",") if c]
+    rounds = 2
+    times = {(k, nbytes): [] for k in ks for nbytes in sizes}
+    want = n * (n + 1) / 2.0
+    for round_index in range(rounds):
+        for k in (ks if round_index % 2 == 0 else ks[::-1]):
+            reinit_with_servers(k)
+            for nbytes in sizes:
+                buf = np.full(nbytes // 4, rank + 1, dtype=np.float32)
+                name = f"bench.ep.{nbytes}"
+                so.allreduce_(buf, op=so.Sum, name=name)
+                check_close(f"scaleout allreduce_ {fmt_size(nbytes)} with {k} endpoint servers",
+                            buf, want)
+                buf[...] = 0.0   # zeros stay zeros under Sum
+                iters = max(1, iterations(nbytes, args) // rounds)
+                warmup = 1 if nbytes >= 16 * MiB else 3
+                fn = lambda: so.allreduce_(buf, op=so.Sum, name=name)  # noqa: E731
+                times[(k, nbytes)].append(bench.interleaved([fn], iters, warmup)[0])
+    if before is None:
+        os.environ.pop("SCALEOUT_EP_SERVERS", None)
+    else:
+        os.environ["SCALEOUT_EP_SERVERS"] = before
+
+    first = ks[0]
+    rows = []
+    for nbytes in sizes:
+        med = {k: float(np.median(np.concatenate(times[(k, nbytes)]))) for k in ks}
+        iters = sum(len(t) for t in times[(first, nbytes)])
+        row = [fmt_size(nbytes), iters] + [fmt_time(med[k]) for k in ks]
+        row += [busbw(nbytes, med[k], n) for k in ks]
+        row += [f"{med[k] / med[first]:.2f}" for k in ks[1:]]
+        rows.append(row)
+    out(f"## endpoint servers: so.allreduce_, float32, Sum, with K servers per rank; medians "
+        f"over {rounds} rounds; ratio = time with K / time with K={first}")
+    hdr = (["size", "iters"] + [f"K={k}" for k in ks] + [f"busbw K={k}" for k in ks]
+           + [f"K={k} / K={first}" for k in ks[1:]])
+    for line in table(rows, hdr, ["l"] + ["r"] * (len(hdr) - 1)):
+        out(line)
+    pinned = (f"servers pinned to SCALEOUT_EP_CORES={','.join(ep_cores)} (rank 0's; servers "
+              f"beyond {len(ep_cores)} run unpinned)" if ep_cores
+              else "no SCALEOUT_EP_CORES: servers unpinned")
+    out(f"(busbw in GB/s; {pinned}; an allreduce is split only at 256 KiB or more per server; "
+        f"{os.cpu_count()} CPUs on this host)")
 
 
 def small_table(args, comm, bench, rank, n, out) -> None:

@@ -104,6 +104,7 @@ class Option:
         return (self.env_parse or self.parse)(text)
 
 
+SLURM_MODES = ("auto", "on", "off")
 BIND_TO = ("auto", "none", "core", "socket", "numa")
 MAP_BY = ("socket", "numa", "core")
 
@@ -115,6 +116,11 @@ OPTIONS: tuple[Option, ...] = (
            "hosts and their slots, e.g. host1:2,host2:2", _text, metavar="LIST"),
     Option(("--hostfile",), "hostfile", "SCALEOUTRUN_HOSTFILE",
            "file of 'host slots=N' lines ('#' starts a comment)", _text, metavar="FILE"),
+    Option(("--slurm",), "slurm", "SCALEOUTRUN_SLURM",
+           "inside a Slurm allocation: auto (without -H/--hostfile, run on the allocation's "
+           "nodes, started through Slurm), on (start ranks through Slurm; an error outside an "
+           "allocation), off (ignore Slurm: ssh to -H/--hostfile hosts, or this machine)",
+           _choice(*SLURM_MODES), metavar="MODE"),
     Option(("--mpiexec",), "mpiexec", "SCALEOUT_MPIEXEC",
            "the MPI launcher to use (default: mpiexec beside this Python, then on PATH)",
            _text, metavar="PATH"),
@@ -124,7 +130,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--ssh-port",), "ssh_port", "SCALEOUTRUN_SSH_PORT",
            "ssh port of the remote hosts", _positive_int, metavar="PORT"),
     Option(("--network-interface",), "network_interface", "SCALEOUTRUN_NETWORK_INTERFACE",
-           "network interface for the launcher's and MPI's TCP traffic, e.g. eth0",
+           "network interface for the launcher's and the MPI's traffic, e.g. eth0 "
+           "(Hydra's -iface or Open MPI's tcp_if_include, and UCX_NET_DEVICES, FI_TCP_IFACE "
+           "for an MPI over UCX or libfabric, unless set)",
            _text, metavar="IFACE"),
     Option(("--start-timeout",), "start_timeout", "SCALEOUTRUN_START_TIMEOUT",
            "seconds every rank may take to start before the launch is abandoned "
@@ -178,6 +186,7 @@ class LaunchConfig:
     np: Optional[int] = None
     hosts: Optional[str] = None
     hostfile: Optional[str] = None
+    slurm: str = "auto"
     mpiexec: Optional[str] = None
     mpi_yield: str = "auto"
     ssh_port: Optional[int] = None

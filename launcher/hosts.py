@@ -100,7 +100,8 @@ def merge_hosts(hosts: Iterable[HostSlots]) -> list[HostSlots]:
     return [HostSlots(host, count) for host, count in slots.items()]
 
 
-def ranks_per_host(hosts: Sequence[HostSlots], np: int) -> list[HostSlots]:
+def ranks_per_host(hosts: Sequence[HostSlots], np: int,
+                   origin: str = "the hosts given") -> list[HostSlots]:
     """How many of np ranks each host runs when ranks fill hosts in order, slot by slot.
 
     That is the order both Hydra and Open MPI (--map-by slot) use, and it makes ranks
@@ -110,7 +111,7 @@ def ranks_per_host(hosts: Sequence[HostSlots], np: int) -> list[HostSlots]:
     total = sum(entry.slots for entry in hosts)
     if np > total:
         listed = ",".join(f"{entry.host}:{entry.slots}" for entry in hosts)
-        raise UsageError(f"-np {np} is more than the {total} slots of the hosts given ({listed})")
+        raise UsageError(f"-np {np} is more than the {total} slots of {origin} ({listed})")
     placed, left = [], np
     for entry in hosts:
         if left == 0:

@@ -20,6 +20,7 @@ from typing import Mapping, Optional, Sequence
 
 from .exit_report import RankExit, parse_report, parse_started, signal_name
 from .output import write_all
+from .unreachable import Unreachable, parse_unreachable, planned_host
 
 __all__ = ["JobOutcome", "run_job", "StderrRelay", "BannerFilter", "descendants"]
 
@@ -35,13 +36,15 @@ class JobOutcome:
 
 
 class StderrRelay:
-    """The launcher's stderr, line by line: records the wrappers' reports (and lets them
-    through) and their started lines (which it keeps to itself)."""
+    """The launcher's stderr, line by line: records the wrappers' reports and the remote
+    shell's failures to reach a host (and lets both through), and the wrappers' started lines
+    (which it keeps to itself)."""
 
     def __init__(self) -> None:
         self._pending = b""
         self.reports: list[RankExit] = []
         self.started: dict[int, str] = {}
+        self.unreachable: list[Unreachable] = []
 
     def feed(self, data: bytes) -> bytes:
         lines = (self._pending + data).split(b"\n")
@@ -56,6 +59,8 @@ class StderrRelay:
             report = parse_report(text)
             if report is not None:
                 self.reports.append(report)
+            elif (failure := parse_unreachable(text)) is not None:
+                self.unreachable.append(failure)
             out.append(line + b"\n")
         if len(self._pending) > 1 << 16:   # no line ends in sight: let it through
             out.append(self._pending)
@@ -254,7 +259,7 @@ class _Supervisor:
                         selector.unregister(key.fd)
                     elif key.fd == err_fd:
                         write_all(2, self.relay.feed(data))
-                        if self.relay.reports:
+                        if self.relay.reports or self.relay.unreachable:
                             self._stop(signal.SIGTERM)
                     else:
                         write_all(1, banners.feed(data, drop=bool(self.relay.reports)))
@@ -266,8 +271,23 @@ class _Supervisor:
     def _not_started(self) -> list[int]:
         return [rank for rank in range(len(self.rank_hosts)) if rank not in self.relay.started]
 
+    def _unreachable_message(self) -> str:
+        hosts: dict[str, str] = {}   # planned host -> the first line about it
+        for failure in self.relay.unreachable:
+            hosts.setdefault(planned_host(failure.host, self.rank_hosts), failure.line)
+        parts = []
+        for host, line in hosts.items():
+            ranks = [rank for rank, where in enumerate(self.rank_hosts) if where == host]
+            verb = "was" if len(ranks) == 1 else "were"
+            planned = f" ({_ranks_text(ranks, [])} {verb} to run there)" if ranks else ""
+            parts.append(f"host {host} could not be reached{planned}: {line}")
+        return "scaleoutrun: " + "; ".join(parts) + "; the job was stopped"
+
     def _outcome(self, returncode: int) -> JobOutcome:
         reports = self.relay.reports
+        # An unreachable host comes first: the ranks elsewhere only end because of it.
+        if self.relay.unreachable:
+            return JobOutcome(1, None, self._unreachable_message())
         if reports:
             first = reports[0]
             stopped = "; the other ranks were stopped" if self.stop_requested_at else ""

@@ -1,7 +1,8 @@
 """scaleoutrun: parse the arguments, plan the job, launch it through the MPI's own launcher.
 
     scaleoutrun -np 4 python train.py --epochs 3
-    scaleoutrun -H host1:2,host2:2 python train.py
+    scaleoutrun -H host1:2,host2:2 python train.py          (over ssh)
+    scaleoutrun python train.py       (in a Slurm allocation: its nodes and tasks, through srun)
     scaleoutrun --check-build
 
 Exit status: the failing rank's (its code, or 128 + the signal that killed it); 2 for a usage
@@ -20,8 +21,8 @@ from .config import LaunchConfig, UsageError, parse_config
 from .hosts import HostSlots
 from .job import run_job
 from .mpi_launcher import (LaunchError, LaunchRequest, MPIExec, MPIFamily, build_command,
-                           exported_names, find_mpiexec, launcher_variables, probe_family,
-                           yield_environment)
+                           exported_names, find_mpiexec, interface_environment,
+                           launcher_variables, probe_family, yield_environment)
 from .placement_table import format_placement
 from .plan import placement_request, plan_job, plan_placement, resolve_hosts
 from .topology import detect
@@ -48,7 +49,7 @@ def _rank_command(config: LaunchConfig, launcher: MPIExec,
 
 def launch(config: LaunchConfig) -> int:
     environ = dict(os.environ)
-    plan = plan_job(config, len(os.sched_getaffinity(0)), resolve_hosts(config))
+    plan = plan_job(config, len(os.sched_getaffinity(0)), resolve_hosts(config, environ))
     placement = placement_request(config)
     topology = detect()
     placements = plan_placement(plan, placement, topology, include_remote=config.print_placement)
@@ -58,18 +59,27 @@ def launch(config: LaunchConfig) -> int:
 
     launcher = probe_family(find_mpiexec(config.mpiexec, sys.executable, environ))
     added = {**plan.environment,
-             **yield_environment(launcher.family, config.mpi_yield, plan.oversubscribed, environ)}
+             **yield_environment(launcher.family, config.mpi_yield, plan.oversubscribed, environ),
+             **interface_environment(config.network_interface, environ)}
     env = {**environ, **added}
+    hydra = launcher.family is MPIFamily.HYDRA
     request = LaunchRequest(
         np=plan.np, rank_command=_rank_command(config, launcher, placement.to_args()),
         hosts=plan.hosts, oversubscribed=plan.oversubscribed,
-        exported=exported_names(env) if launcher.family is MPIFamily.OPEN_MPI else (),
+        exported=() if hydra else exported_names(env),
         running_as_root=os.geteuid() == 0, ssh_port=config.ssh_port,
-        network_interface=config.network_interface)
+        network_interface=config.network_interface,
+        remote_launch=plan.remote_launch or "ssh",
+        environment=tuple(sorted(added.items())) if hydra else ())
     command = build_command(launcher, request)
-    env.update(launcher_variables(launcher, request))
+    launcher_env = launcher_variables(launcher, request, environ)
+    env.update(launcher_env)
     if config.verbose:
-        shown = "".join(f"{name}={shlex.quote(value)} " for name, value in sorted(added.items()))
+        # What the command line does not show: variables for the launcher itself, and (for
+        # Open MPI, whose -x names only) the values of those scaleoutrun adds for the ranks.
+        shown_vars = {**launcher_env, **({} if hydra else added)}
+        shown = "".join(f"{name}={shlex.quote(value)} "
+                        for name, value in sorted(shown_vars.items()))
         print(f"scaleoutrun: {shown}{shlex.join(command)}", file=sys.stderr, flush=True)
 
     hosts = plan.hosts or (HostSlots("localhost", plan.np),)

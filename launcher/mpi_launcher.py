@@ -18,7 +18,7 @@ from .hosts import HostSlots, format_host_list
 
 __all__ = ["MPIFamily", "MPIExec", "LaunchError", "find_mpiexec", "detect_family",
            "probe_family", "LaunchRequest", "build_command", "launcher_variables",
-           "yield_environment", "exported_names"]
+           "interface_environment", "yield_environment", "exported_names"]
 
 
 class LaunchError(Exception):
@@ -103,44 +103,79 @@ class LaunchRequest:
     running_as_root: bool = False
     ssh_port: Optional[int] = None                  # for remote hosts
     network_interface: Optional[str] = None         # the launcher's and MPI's TCP traffic
+    remote_launch: str = "ssh"                      # how hosts are reached: ssh or slurm
+    # Variables scaleoutrun sets for every rank, named on Hydra's command line (-genv) so that
+    # they reach remote ranks whatever a site's Hydra configuration says about the environment.
+    environment: tuple[tuple[str, str], ...] = ()
     extra_args: tuple[str, ...] = field(default=())
 
 
 def build_command(launcher: MPIExec, request: LaunchRequest) -> list[str]:
-    """The full launcher command line for one job."""
+    """The full launcher command line for one job.
+
+    With hosts, the launcher starts its per-host daemons over ssh (or through Slurm's srun) and
+    those start the ranks; a host that is this machine is started without ssh by both.
+    """
     if launcher.family is MPIFamily.HYDRA:
-        # Hydra passes the whole environment to every rank by default (-genvall), locally and
-        # over ssh. It binds nothing unless asked; binding is the rank wrapper's job.
+        # Hydra binds nothing unless asked; binding is the rank wrapper's job.
         args = [launcher.path, "-n", str(request.np)]
         if request.hosts:
-            args += ["-hosts", format_host_list(request.hosts)]
+            args += ["-launcher", request.remote_launch, "-hosts", format_host_list(request.hosts)]
         if request.network_interface:
             args += ["-iface", request.network_interface]
+        # -genvall is Hydra's default, said explicitly for the same reason as -genv.
+        args.append("-genvall")
+        for name, value in request.environment:
+            args += ["-genv", name, value]
     else:
         args = [launcher.path, "-np", str(request.np)]
         if request.running_as_root:
             args.append("--allow-run-as-root")
         if request.hosts:
-            args += ["--host", format_host_list(request.hosts)]
+            args += ["--host", format_host_list(request.hosts),
+                     "--mca", "plm", "slurm" if request.remote_launch == "slurm" else "rsh"]
         # Open MPI binds to cores by default (for 2 ranks or fewer), which would fight the rank
         # wrapper's own binding; and it refuses more ranks than cores unless told.
         args += ["--bind-to", "none",
                  "--map-by", "slot:OVERSUBSCRIBE" if request.oversubscribed else "slot"]
-        if request.ssh_port is not None:
+        if request.ssh_port is not None and request.remote_launch == "ssh":
             args += ["--mca", "plm_rsh_args", f"-p {request.ssh_port}"]
         if request.network_interface:
             args += ["--mca", "btl_tcp_if_include", request.network_interface,
                      "--mca", "oob_tcp_if_include", request.network_interface]
+        # Open MPI passes only the variables it is told to (Hydra passes them all).
         for name in request.exported:
             args += ["-x", name]
     return args + list(request.extra_args) + list(request.rank_command)
 
 
-def launcher_variables(launcher: MPIExec, request: LaunchRequest) -> dict[str, str]:
-    """Settings the launcher takes from its environment rather than its command line."""
-    if launcher.family is MPIFamily.HYDRA and request.ssh_port is not None:
-        return {"HYDRA_LAUNCHER_EXTRA_ARGS": f"-p {request.ssh_port}"}
-    return {}
+# Hydra's ssh launcher splits these on spaces and adds them to its ssh command line (its
+# -launcher-exec takes a program, not a command line: "ssh -p 2222" is not found). Intel MPI's
+# Hydra reads the second name.
+_HYDRA_SSH_ARGS = ("HYDRA_LAUNCHER_EXTRA_ARGS", "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS")
+
+
+def launcher_variables(launcher: MPIExec, request: LaunchRequest,
+                       environ: Mapping[str, str]) -> dict[str, str]:
+    """Settings the launcher takes from its environment rather than its command line. ssh
+    arguments the user already gives Hydra this way are kept, ours added after them."""
+    if launcher.family is not MPIFamily.HYDRA or request.ssh_port is None \
+            or request.remote_launch != "ssh":
+        return {}
+    ours = f"-p {request.ssh_port}"
+    return {name: f"{environ[name]} {ours}" if environ.get(name, "").strip() else ours
+            for name in _HYDRA_SSH_ARGS}
+
+
+def interface_environment(interface: Optional[str],
+                          environ: Mapping[str, str]) -> dict[str, str]:
+    """Variables that keep the MPI's own traffic on the chosen interface, which -iface and
+    tcp_if_include do not reach when the MPI runs over UCX (MPICH's ch4:ucx, as in the mpich
+    wheel) or libfabric's tcp provider. A value the user set is left alone."""
+    if not interface:
+        return {}
+    wanted = {"UCX_NET_DEVICES": interface, "FI_TCP_IFACE": interface}
+    return {name: value for name, value in wanted.items() if name not in environ}
 
 
 def yield_environment(family: MPIFamily, mode: str, oversubscribed: bool,

@@ -2,15 +2,25 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Mapping, Optional
 
 from .config import LaunchConfig, UsageError, tuning_environment
 from .hosts import HostSlots, is_local_host, parse_host_list, ranks_per_host, read_hostfile
 from .placement import NodePlan, PlacementError, PlacementRequest, parse_ep_affinity, plan_node
+from .slurm import detect_allocation
 from .topology import Topology
 
-__all__ = ["JobPlan", "HostPlacement", "plan_job", "resolve_hosts", "placement_request",
-           "plan_placement"]
+__all__ = ["HostSource", "JobPlan", "HostPlacement", "plan_job", "resolve_hosts",
+           "placement_request", "plan_placement"]
+
+
+@dataclass(frozen=True)
+class HostSource:
+    """Where the ranks may run, and how the MPI's launcher reaches those hosts."""
+    hosts: tuple[HostSlots, ...]
+    origin: str                       # for messages: "-H", "the Slurm allocation of job 7"
+    remote_launch: str = "ssh"        # "ssh" or "slurm"
+    default_np: Optional[int] = None  # the ranks to start when -np is not given
 
 
 @dataclass(frozen=True)
@@ -22,35 +32,46 @@ class JobPlan:
     local_ranks: int
     oversubscribed: bool
     environment: dict[str, str] = field(default_factory=dict)   # added for every rank
+    remote_launch: Optional[str] = None   # how hosts are reached: "ssh", "slurm"; None: local
 
 
-def resolve_hosts(config: LaunchConfig) -> Optional[list[HostSlots]]:
-    """The hosts named by -H or --hostfile (None when neither was given)."""
+def resolve_hosts(config: LaunchConfig, environ: Mapping[str, str]) -> Optional[HostSource]:
+    """The hosts named by -H or --hostfile, else those of the Slurm allocation scaleoutrun runs
+    in (--slurm auto or on); None when every rank runs on this machine. Reading the hostfile is
+    its one side effect."""
+    allocation = detect_allocation(environ) if config.slurm != "off" else None
+    if config.slurm == "on" and allocation is None:
+        raise UsageError("--slurm on, but this is not inside a Slurm allocation "
+                         "(SLURM_JOB_ID and SLURM_JOB_NODELIST are not set)")
+    remote_launch = "slurm" if config.slurm == "on" else "ssh"
     if config.hosts is not None:
-        return parse_host_list(config.hosts)
+        return HostSource(tuple(parse_host_list(config.hosts)), "-H", remote_launch)
     if config.hostfile is not None:
-        return read_hostfile(config.hostfile)
+        return HostSource(tuple(read_hostfile(config.hostfile)), config.hostfile, remote_launch)
+    if allocation is not None:
+        return HostSource(allocation.hosts, allocation.describe(), "slurm", allocation.ntasks)
     return None
 
 
 def plan_job(config: LaunchConfig, local_cpus: int,
-             hosts: Optional[list[HostSlots]] = None,
+             source: Optional[HostSource] = None,
              is_local=is_local_host) -> JobPlan:
-    """The job's shape. hosts: from resolve_hosts (passed in so this stays free of I/O)."""
+    """The job's shape. source: from resolve_hosts (passed in so this stays free of I/O)."""
     np = config.np
     if np is None:
-        if hosts is None:
+        if source is None:
             raise UsageError("the number of ranks is missing: give -np N "
                              "(or -H/--hostfile, whose slots then set it)")
-        np = sum(entry.slots for entry in hosts)
-    placed = tuple(ranks_per_host(hosts, np)) if hosts is not None else None
+        np = source.default_np or sum(entry.slots for entry in source.hosts)
+    placed = tuple(ranks_per_host(source.hosts, np, source.origin)) if source is not None else None
     if placed is None:
         local_ranks = np
     else:
         local_ranks = max((entry.slots for entry in placed if is_local(entry.host)), default=0)
     return JobPlan(np=np, hosts=placed, local_ranks=local_ranks,
                    oversubscribed=local_ranks > local_cpus,
-                   environment=tuning_environment(config))
+                   environment=tuning_environment(config),
+                   remote_launch=source.remote_launch if source is not None else None)
 
 
 @dataclass(frozen=True)

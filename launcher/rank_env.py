@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Mapping, Optional
 
+from .slurm import expand_counts
+
 __all__ = ["rank_from_environment", "local_rank_and_size"]
 
 # Hydra (MPICH, Intel MPI), Open MPI, PMIx launchers, Slurm's srun.
@@ -34,13 +36,10 @@ def _slurm_local(environ: Mapping[str, str]) -> tuple[Optional[int], Optional[in
     local, node = environ.get("SLURM_LOCALID", ""), environ.get("SLURM_NODEID", "")
     if not (local.isdigit() and node.isdigit()):
         return None, None
-    counts: list[int] = []
-    for item in environ.get("SLURM_TASKS_PER_NODE", "").split(","):
-        count, _, repeat = item.partition("(x")
-        if not count.isdigit():
-            return None, None
-        times = repeat.rstrip(")")
-        counts += [int(count)] * (int(times) if times.isdigit() else 1)
+    try:
+        counts = expand_counts(environ.get("SLURM_TASKS_PER_NODE", ""))
+    except ValueError:
+        return None, None
     if int(node) >= len(counts):
         return None, None
     return int(local), counts[int(node)]

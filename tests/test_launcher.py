@@ -17,7 +17,7 @@ from scaleout.launcher.mpi_launcher import (LaunchError, LaunchRequest, MPIExec,
                                             build_command, detect_family, exported_names,
                                             find_mpiexec, launcher_variables, yield_environment)
 from scaleout.launcher.output import LinePrefixer
-from scaleout.launcher.plan import plan_job
+from scaleout.launcher.plan import plan_job, resolve_hosts
 from scaleout.launcher.rank_env import local_rank_and_size, rank_from_environment
 
 
@@ -161,9 +161,10 @@ def test_plan():
     local = plan_job(parse("-np", "4", "python"), local_cpus=2)
     assert (local.np, local.hosts, local.local_ranks, local.oversubscribed) == (4, None, 4, True)
     assert not plan_job(parse("-np", "2", "python"), local_cpus=2).oversubscribed
-    hosts = [HostSlots("localhost", 2), HostSlots("remote", 2)]
-    plan = plan_job(parse("-H", "x", "python"), local_cpus=2, hosts=hosts)
+    config = parse("-H", "localhost:2,remote:2", "python")
+    plan = plan_job(config, local_cpus=2, source=resolve_hosts(config, {}))
     assert plan.np == 4 and plan.local_ranks == 2 and not plan.oversubscribed
+    assert plan.remote_launch == "ssh"
     with pytest.raises(UsageError, match="-np"):
         plan_job(parse("python"), local_cpus=2)
 
@@ -186,11 +187,12 @@ def test_detect_family():
 
 def test_hydra_command_lines():
     assert build_command(HYDRA, LaunchRequest(np=2, rank_command=RANK)) == \
-        ["/venv/bin/mpiexec", "-n", "2", *RANK]
+        ["/venv/bin/mpiexec", "-n", "2", "-genvall", *RANK]
     hosts = (HostSlots("h1", 2), HostSlots("h2", 2))
     assert build_command(HYDRA, LaunchRequest(np=4, rank_command=RANK, hosts=hosts,
                                               exported=("IGNORED",))) == \
-        ["/venv/bin/mpiexec", "-n", "4", "-hosts", "h1:2,h2:2", *RANK]
+        ["/venv/bin/mpiexec", "-n", "4", "-launcher", "ssh", "-hosts", "h1:2,h2:2", "-genvall",
+         *RANK]
 
 
 def test_open_mpi_command_lines():
@@ -198,7 +200,7 @@ def test_open_mpi_command_lines():
                             exported=("PATH", "SCALEOUT_CYCLE_TIME"), running_as_root=True)
     assert build_command(OPEN_MPI, request) == [
         "/opt/ompi/bin/mpirun", "-np", "4", "--allow-run-as-root", "--host", "h1:2,h2:2",
-        "--bind-to", "none", "--map-by", "slot",
+        "--mca", "plm", "rsh", "--bind-to", "none", "--map-by", "slot",
         "-x", "PATH", "-x", "SCALEOUT_CYCLE_TIME", *RANK]
     local = build_command(OPEN_MPI, LaunchRequest(np=4, rank_command=RANK, oversubscribed=True))
     assert local[:3] == ["/opt/ompi/bin/mpirun", "-np", "4"]
@@ -211,11 +213,11 @@ def test_ssh_port_and_network_interface():
                             ssh_port=2222, network_interface="eth1")
     hydra = build_command(HYDRA, request)
     assert hydra[hydra.index("-iface") + 1] == "eth1"
-    assert launcher_variables(HYDRA, request) == {"HYDRA_LAUNCHER_EXTRA_ARGS": "-p 2222"}
+    assert launcher_variables(HYDRA, request, {})["HYDRA_LAUNCHER_EXTRA_ARGS"] == "-p 2222"
     ompi = " ".join(build_command(OPEN_MPI, request))
     assert "--mca plm_rsh_args -p 2222" in ompi
     assert "--mca btl_tcp_if_include eth1 --mca oob_tcp_if_include eth1" in ompi
-    assert launcher_variables(OPEN_MPI, request) == {}
+    assert launcher_variables(OPEN_MPI, request, {}) == {}
     config = parse("--ssh-port", "2222", "python", SCALEOUTRUN_NETWORK_INTERFACE="ib0")
     assert (config.ssh_port, config.network_interface) == (2222, "ib0")
 

@@ -10,11 +10,10 @@ import sys
 import pytest
 
 from scaleout.launcher.config import UsageError, parse_config
-from scaleout.launcher.hosts import HostSlots
 from scaleout.launcher.placement import (PlacementError, PlacementRequest, plan_node,
                                          rank_environment)
 from scaleout.launcher.placement_table import format_placement
-from scaleout.launcher.plan import placement_request, plan_job, plan_placement
+from scaleout.launcher.plan import placement_request, plan_job, plan_placement, resolve_hosts
 from scaleout.launcher.topology import (Core, detect, format_cpu_list, parse_cpu_list,
                                         synthetic)
 
@@ -162,7 +161,7 @@ def test_uneven_ranks_per_socket():
 
 def test_uneven_slots_across_hosts():
     config = parse_config(["-H", "localhost:3,far:1", "--ep-servers", "1", "x"], {})
-    plan = plan_job(config, local_cpus=72, hosts=[HostSlots("localhost", 3), HostSlots("far", 1)])
+    plan = plan_job(config, local_cpus=72, source=resolve_hosts(config, {}))
     placements = plan_placement(plan, placement_request(config), XEON, include_remote=True)
     assert [(p.host, p.first_rank, len(p.plan.ranks), p.local) for p in placements] == \
         [("localhost", 0, 3, True), ("far", 3, 1, False)]
