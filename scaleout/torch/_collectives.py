@@ -10,7 +10,7 @@ The out-of-place forms are differentiable (see the autograd functions at the end
 from __future__ import annotations
 
 import ctypes
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -101,8 +101,9 @@ def _allreduce_async(tensor, name: Optional[str], op: int, prescale_factor: floa
     hid = _core.enqueue(name, _core.ALLREDUCE, code, tuple(src.shape), src.data_ptr(),
                         dst.data_ptr(), op, 0, prescale_factor, postscale_factor)
     if inplace:
-        return Handle(hid, name, lambda h: _written(tensor, dst), (src, tensor))
-    return Handle(hid, name, lambda h: dst, (src, dst))
+        return Handle(hid, name, lambda h: _written(tensor, dst), (src, tensor),
+                      reads_result=False)
+    return Handle(hid, name, lambda h: dst, (src, dst), reads_result=False)
 
 
 def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
@@ -242,8 +243,9 @@ def _broadcast_async(tensor, root_rank: int, name: Optional[str], inplace: bool)
     hid = _core.enqueue(name, _core.BROADCAST, code, tuple(src.shape), src.data_ptr(),
                         dst.data_ptr(), Sum, int(root_rank))
     if inplace:
-        return Handle(hid, name, lambda h: _written(tensor, dst), (src, tensor))
-    return Handle(hid, name, lambda h: dst, (src, dst))
+        return Handle(hid, name, lambda h: _written(tensor, dst), (src, tensor),
+                      reads_result=False)
+    return Handle(hid, name, lambda h: dst, (src, dst), reads_result=False)
 
 
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None) -> Handle:

@@ -2,8 +2,8 @@
 
 Each parameter gets a post-accumulate-grad hook. When backward has produced a parameter's
 gradient (backward_passes_per_step times), the hook starts an in-place allreduce of `p.grad` at
-once, so the core reduces (and fuses) early layers' gradients while autograd still computes the
-rest. step() waits for all of them, then runs the wrapped optimizer's step.
+once, so the core reduces (and fuses) the last layers' gradients while autograd still computes
+the earlier layers'. step() waits for all of them, then runs the wrapped optimizer's step.
 
 The returned object is an instance of a subclass of the wrapped optimizer's class (so
 isinstance checks, LR schedulers, state_dict() and load_state_dict() work) that shares the
@@ -185,6 +185,10 @@ class _DistributedMixin:
         super().step()
         return loss
 
+    # The wrapped class's step() already runs the optimizer's step hooks; this flag keeps
+    # Optimizer._patch_step_function (called by load_state_dict) from wrapping this one too.
+    step.hooked = True
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         if self._so_handles:
             raise ScaleoutError(
@@ -193,6 +197,10 @@ class _DistributedMixin:
                 "Call step() or synchronize() first.")
         self._so_reset_counts()
         super().zero_grad(set_to_none=set_to_none)
+
+    def __del__(self):
+        for hook in getattr(self, "_so_hooks", ()):
+            hook.remove()
 
     def _so_reset_counts(self) -> None:
         for p in self._so_passes_left:
@@ -230,6 +238,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
                          named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]] = None,
                          compression=Compression.none, backward_passes_per_step: int = 1,
                          op: int = Average, gradient_predivide_factor: float = 1.0,
+                         num_groups: int = 0, groups=None,
                          sparse_as_dense: bool = False) -> torch.optim.Optimizer:
     """Wraps a torch.optim optimizer so that step() uses gradients averaged over all ranks.
 
@@ -241,11 +250,15 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
       reduction, as in plain PyTorch gradient accumulation; scale the loss by 1/k for a mean.
     - op: Average (default) or Sum over ranks. gradient_predivide_factor f (with Average):
       gradients are divided by f before the sum and multiplied by f/size after it.
+    - num_groups, groups: accepted for Horovod scripts and not needed: the core fuses whatever
+      gradients are ready together, up to SCALEOUT_FUSION_THRESHOLD bytes.
     - sparse_as_dense: reduce sparse gradients (nn.Embedding(sparse=True)) as dense tensors.
 
-    A parameter that got no gradient on this rank is reduced as zeros, so no rank waits forever.
-    Create LR schedulers on the returned optimizer.
+    A parameter that got no gradient on this rank is reduced as zeros, so no rank waits forever
+    (one that got none on any rank is left with a zero gradient, as in Horovod). Create LR
+    schedulers on the returned optimizer; the parameters' hooks go when it is deleted.
     """
+    del num_groups, groups  # hints the core does not need
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise InvalidArgumentError(f"DistributedOptimizer wraps a torch.optim.Optimizer, not "
                                    f"{type(optimizer).__name__}")

@@ -1,0 +1,63 @@
+"""scaleout.torch: collectives, autograd, DistributedOptimizer, broadcasts, SyncBatchNorm, join,
+and the proof that synchronous data-parallel training equals one big batch."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import run_mpi  # noqa: E402
+
+
+def passed(proc, n):
+    return proc.stdout.count("all checks passed") == n
+
+
+def test_tensor_collectives_errors_and_gradients(nranks):
+    assert passed(run_mpi("torch_ops.py", nranks), nranks)
+
+
+def test_distributed_optimizer_broadcasts_and_join(nranks):
+    assert passed(run_mpi("torch_optimizer.py", nranks), nranks)
+
+
+@pytest.mark.parametrize("np_", [2, 3], ids=lambda n: f"np{n}")
+def test_n_ranks_with_batch_b_train_like_one_process_with_batch_nb(np_):
+    # SGD+momentum and Adam, backward_passes_per_step 1 and 2, float64 and float32,
+    # SyncBatchNorm against BatchNorm on the global batch.
+    assert passed(run_mpi("torch_equivalence.py", np_), np_)
+
+
+# ---- pure pieces, in this process (no ranks) ----
+
+def test_gpu_tensors_get_a_clear_error():
+    from scaleout import InvalidArgumentError
+    from scaleout.torch._collectives import check_device
+    check_device(torch.device("cpu"))
+    with pytest.raises(InvalidArgumentError, match="GPU tensors are not supported yet"):
+        check_device(torch.device("cuda", 0))
+
+
+def test_compression_casts_floats_and_restores_them():
+    from scaleout.torch import Compression
+    x = torch.tensor([1.0, 2.5, -3.0], dtype=torch.float64)
+    for comp, wire in ((Compression.fp16, torch.float16), (Compression.bf16, torch.bfloat16)):
+        sent, ctx = comp.compress(x)
+        assert sent.dtype == wire
+        back = comp.decompress(sent, ctx)
+        assert back.dtype == torch.float64 and torch.equal(back, x)
+        ints = torch.arange(3)
+        assert comp.compress(ints)[0] is ints
+    sent, ctx = Compression.none.compress(x)
+    assert sent is x and Compression.none.decompress(sent, ctx) is x
+    half = torch.ones(2, dtype=torch.float16)
+    assert Compression.fp16.compress(half)[0] is half
+
+
+def test_named_parameters_are_checked():
+    from scaleout import InvalidArgumentError
+    from scaleout.torch._optimizer import _check_names
+    a, b = torch.nn.Parameter(torch.ones(1)), torch.nn.Parameter(torch.ones(2))
+    assert _check_names(iter([("a", a), ("b", b)])) == {a: "a", b: "b"}
+    with pytest.raises(InvalidArgumentError, match=r"duplicate names: \['a'\]"):
+        _check_names([("a", a), ("a", b)])
+    with pytest.raises(InvalidArgumentError, match="pairs"):
+        _check_names([a, b])
