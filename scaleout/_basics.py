@@ -11,7 +11,7 @@ from scaleout._errors import NotInitializedError, error_class
 
 __all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
            "cross_rank", "cross_size", "mpi_threads_supported", "mpi_built", "check", "config",
-           "placement"]
+           "placement", "mpi_enabled", "gloo_enabled", "nccl_built", "cuda_built", "rocm_built"]
 
 _state_lock = threading.Lock()
 _topology: Optional[tuple] = None
@@ -114,6 +114,28 @@ def cross_size() -> int:
 
 def mpi_built() -> bool:
     return True
+
+
+def mpi_enabled() -> bool:
+    """The job runs over MPI (always, for scaleout)."""
+    return True
+
+
+def gloo_enabled() -> bool:
+    return False
+
+
+def nccl_built() -> bool:
+    return False
+
+
+def cuda_built() -> bool:
+    """GPU tensors are not supported yet."""
+    return False
+
+
+def rocm_built() -> bool:
+    return False
 
 
 def mpi_threads_supported() -> bool:

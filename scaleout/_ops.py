@@ -228,13 +228,23 @@ def synchronize(handle: Handle) -> Any:
     return handle._result
 
 
-def _result_array(handle_id: int, dtype: np.dtype) -> np.ndarray:
-    lib = _native.library()
+def result_shape(handle_id: int) -> tuple:
+    """Low level: the shape of a completed core-owned result (allgather, alltoall,
+    reducescatter)."""
     ndim = ctypes.c_int(0)
     shape = (ctypes.c_int64 * 32)()
-    check(lib.so_result_shape(handle_id, ctypes.byref(ndim), shape))
-    out = np.empty(tuple(shape[: ndim.value]), dtype=dtype)
-    check(lib.so_result_copy(handle_id, _address(out) if out.size else None, out.nbytes))
+    check(_native.library().so_result_shape(handle_id, ctypes.byref(ndim), shape))
+    return tuple(shape[: ndim.value])
+
+
+def result_copy(handle_id: int, dst_ptr: int, nbytes: int) -> None:
+    """Low level: copies a completed core-owned result into nbytes of memory at dst_ptr."""
+    check(_native.library().so_result_copy(handle_id, dst_ptr or None, nbytes))
+
+
+def _result_array(handle_id: int, dtype: np.dtype) -> np.ndarray:
+    out = np.empty(result_shape(handle_id), dtype=dtype)
+    result_copy(handle_id, _address(out) if out.size else 0, out.nbytes)
     return out
 
 

@@ -14,13 +14,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("scaleout.torch needs PyTorch: pip install torch==2.13.0 "
                       "(or pip install 'scaleout[torch]')") from exc
 
-from scaleout._basics import (cross_rank, cross_size, init, is_initialized, local_rank,
-                              local_size, mpi_built, mpi_threads_supported, rank, shutdown, size)
-from scaleout._errors import (DuplicateNameError, InternalError, InvalidArgumentError,
-                              MismatchError, MPINotFoundError, NotInitializedError,
-                              ScaleoutError, ScaleoutTimeoutError, ShutDownError, TransportError)
-from scaleout._objects import allgather_object, broadcast_object
-from scaleout._ops import Average, Handle, Max, Min, Product, Sum
+from scaleout import _common
+from scaleout._common import *  # noqa: F401,F403
 from scaleout.torch._broadcast import broadcast_optimizer_state, broadcast_parameters
 from scaleout.torch._collectives import (allgather, allgather_async, allreduce, allreduce_,
                                          allreduce_async, allreduce_async_, alltoall,
@@ -33,18 +28,12 @@ from scaleout.torch._compression import Compression
 from scaleout.torch._optimizer import DistributedOptimizer
 from scaleout.torch._sync_batch_norm import SyncBatchNorm
 
-__all__ = [
-    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-    "cross_rank", "cross_size", "mpi_built", "mpi_threads_supported",
-    "Average", "Sum", "Min", "Max", "Product", "Handle",
+__all__ = _common.__all__ + [
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
     "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast", "broadcast_",
     "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
     "reducescatter_async", "barrier", "join", "poll", "synchronize",
-    "broadcast_object", "allgather_object", "broadcast_parameters", "broadcast_optimizer_state",
+    "broadcast_parameters", "broadcast_optimizer_state",
     "DistributedOptimizer", "Compression", "SyncBatchNorm",
-    "ScaleoutError", "InvalidArgumentError", "NotInitializedError", "ShutDownError",
-    "MismatchError", "DuplicateNameError", "TransportError", "ScaleoutTimeoutError",
-    "InternalError", "MPINotFoundError",
 ]

@@ -9,16 +9,14 @@ The out-of-place forms are differentiable (see the autograd functions at the end
 """
 from __future__ import annotations
 
-import ctypes
 from typing import List, Optional, Sequence
 
 import numpy as np
 import torch
 from torch.autograd.graph import increment_version
 
-from scaleout import _native
 from scaleout import _ops as _core
-from scaleout._basics import check, rank, size
+from scaleout._basics import rank, size
 from scaleout._errors import InvalidArgumentError
 from scaleout._ops import Average, Handle, Sum, poll, synchronize
 
@@ -70,13 +68,9 @@ def _dense(tensor: torch.Tensor) -> torch.Tensor:
 
 def _result_tensor(handle_id: int, dtype: torch.dtype) -> torch.Tensor:
     """Copies a core-owned result (allgather, alltoall, reducescatter) into a new tensor."""
-    lib = _native.library()
-    ndim = ctypes.c_int(0)
-    shape = (ctypes.c_int64 * 32)()
-    check(lib.so_result_shape(handle_id, ctypes.byref(ndim), shape))
-    out = torch.empty(tuple(shape[: ndim.value]), dtype=dtype)
+    out = torch.empty(_core.result_shape(handle_id), dtype=dtype)
     nbytes = out.numel() * out.element_size()
-    check(lib.so_result_copy(handle_id, out.data_ptr() if nbytes else None, nbytes))
+    _core.result_copy(handle_id, out.data_ptr() if nbytes else 0, nbytes)
     return out
 
 

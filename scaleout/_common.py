@@ -1,0 +1,22 @@
+"""The names every front end (scaleout, scaleout.torch, scaleout.tensorflow) exports alike:
+process state, reduce ops, handles, object collectives and the exception classes."""
+from scaleout._basics import (config, cross_rank, cross_size, cuda_built, gloo_enabled, init,
+                              is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
+                              mpi_threads_supported, nccl_built, placement, rank, rocm_built,
+                              shutdown, size)
+from scaleout._errors import (DuplicateNameError, InternalError, InvalidArgumentError,
+                              MismatchError, MPINotFoundError, NotInitializedError,
+                              ScaleoutError, ScaleoutTimeoutError, ShutDownError, TransportError)
+from scaleout._objects import allgather_object, broadcast_object
+from scaleout._ops import Average, Handle, Max, Min, Product, Sum
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "cross_rank", "cross_size", "mpi_built", "mpi_enabled", "mpi_threads_supported",
+    "gloo_enabled", "nccl_built", "cuda_built", "rocm_built", "config", "placement",
+    "Average", "Sum", "Min", "Max", "Product", "Handle",
+    "broadcast_object", "allgather_object",
+    "ScaleoutError", "InvalidArgumentError", "NotInitializedError", "ShutDownError",
+    "MismatchError", "DuplicateNameError", "TransportError", "ScaleoutTimeoutError",
+    "InternalError", "MPINotFoundError",
+]
