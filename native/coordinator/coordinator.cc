@@ -175,9 +175,7 @@ void Coordinator::Execute(const Response& r) {
       }
     }
   }
-  for (TensorEntry* e : entries) {
-    if (e != nullptr) handles_->Complete(e, status);
-  }
+  handles_->CompleteAll(entries, status);
 }
 
 void Coordinator::FailPending(const Status& status) {

@@ -50,6 +50,35 @@ std::string Str(double v) {
   return s.str();
 }
 
+// The first field on which the ranks' requests differ, as a message naming the ranks.
+std::string FieldMismatch(const std::string& name, const std::vector<std::optional<Request>>& br,
+                          const Request& first) {
+  const char* op = CollectiveName(first.collective);
+  std::string msg = Disagreement("operation", name, "collective", br,
+                                 [](const Request& r) { return std::string(CollectiveName(r.collective)); });
+  if (msg.empty()) {
+    msg = Disagreement("dtype", name, op, br, [](const Request& r) { return std::string(DataTypeName(r.dtype)); });
+  }
+  if (msg.empty() && (first.collective == SO_ALLGATHER || first.collective == SO_ALLTOALL)) {
+    msg = Disagreement("number of dimensions", name, op, br,
+                       [](const Request& r) { return std::to_string(r.shape.size()); });
+    if (msg.empty()) {
+      msg = Disagreement("shape after the first dimension", name, op, br, [](const Request& r) {
+        return ShapeString(std::vector<int64_t>(r.shape.begin() + (r.shape.empty() ? 0 : 1), r.shape.end()));
+      });
+    }
+  } else if (msg.empty()) {
+    msg = Disagreement("shape", name, op, br, [](const Request& r) { return ShapeString(r.shape); });
+  }
+  if (msg.empty()) {
+    msg = Disagreement("reduce op", name, op, br, [](const Request& r) { return std::string(ReduceOpName(r.reduce_op)); });
+  }
+  if (msg.empty()) msg = Disagreement("prescale factor", name, op, br, [](const Request& r) { return Str(r.prescale); });
+  if (msg.empty()) msg = Disagreement("postscale factor", name, op, br, [](const Request& r) { return Str(r.postscale); });
+  if (msg.empty()) msg = Disagreement("root rank", name, op, br, [](const Request& r) { return std::to_string(r.root); });
+  return msg;
+}
+
 }  // namespace
 
 Negotiator::Negotiator(int world_size, ResponseCache* cache)
@@ -161,34 +190,9 @@ std::string Negotiator::Validate(const std::string& name, const Entry& e, int* c
            (gone_missing.size() == 1 ? " has" : " have") + " shut down";
   }
   const auto& br = e.by_rank;
-  std::string msg = Disagreement("operation", name, "collective", br,
-                                 [](const Request& r) { return std::string(CollectiveName(r.collective)); });
-  if (!msg.empty()) return msg;
-  msg = Disagreement("dtype", name, op, br, [](const Request& r) { return std::string(DataTypeName(r.dtype)); });
-  if (!msg.empty()) return msg;
-  if (first->collective == SO_ALLGATHER || first->collective == SO_ALLTOALL) {
-    msg = Disagreement("number of dimensions", name, op, br,
-                       [](const Request& r) { return std::to_string(r.shape.size()); });
-    if (!msg.empty()) return msg;
-    msg = Disagreement("shape after the first dimension", name, op, br, [](const Request& r) {
-      return ShapeString(std::vector<int64_t>(r.shape.begin() + (r.shape.empty() ? 0 : 1), r.shape.end()));
-    });
-  } else if (first->collective != SO_BARRIER && first->collective != SO_JOIN) {
-    msg = Disagreement("shape", name, op, br, [](const Request& r) { return ShapeString(r.shape); });
-  }
-  if (!msg.empty()) return msg;
-  if (first->collective == SO_ALLREDUCE || first->collective == SO_REDUCESCATTER) {
-    msg = Disagreement("reduce op", name, op, br, [](const Request& r) { return std::string(ReduceOpName(r.reduce_op)); });
-    if (!msg.empty()) return msg;
-    msg = Disagreement("prescale factor", name, op, br, [](const Request& r) { return Str(r.prescale); });
-    if (!msg.empty()) return msg;
-    msg = Disagreement("postscale factor", name, op, br, [](const Request& r) { return Str(r.postscale); });
-    if (!msg.empty()) return msg;
-  }
-  if (first->collective == SO_BROADCAST) {
-    msg = Disagreement("root rank", name, op, br, [](const Request& r) { return std::to_string(r.root); });
-    if (!msg.empty()) return msg;
-  }
+  bool agree = true;  // the common case, checked without formatting anything
+  for (const auto& req : br) agree = agree && (!req || req->SameParams(*first));
+  if (!agree) return FieldMismatch(name, br, *first);
   // Joined ranks can stand in only where "contributes nothing" has a meaning.
   std::vector<int> joined_missing;
   for (int r = 0; r < size_; ++r) {

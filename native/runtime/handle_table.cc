@@ -23,15 +23,24 @@ Status HandleTable::Add(const std::shared_ptr<TensorEntry>& entry) {
 }
 
 void HandleTable::Complete(TensorEntry* entry, const Status& status) {
+  CompleteAll({entry}, status);
+}
+
+void HandleTable::CompleteAll(const std::vector<TensorEntry*>& entries, const Status& status) {
+  bool any = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = slots_.find(entry->handle);
-    if (it == slots_.end() || it->second.done) return;
-    it->second.done = true;
-    it->second.status = status;
-    if (!entry->is_join) names_in_flight_.erase(entry->request.name);
+    for (TensorEntry* entry : entries) {
+      if (entry == nullptr) continue;
+      auto it = slots_.find(entry->handle);
+      if (it == slots_.end() || it->second.done) continue;
+      it->second.done = true;
+      it->second.status = status;
+      if (!entry->is_join) names_in_flight_.erase(entry->request.name);
+      any = true;
+    }
   }
-  cv_.notify_all();
+  if (any) cv_.notify_all();
 }
 
 void HandleTable::FailAll(const Status& status) {

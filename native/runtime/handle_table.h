@@ -11,6 +11,7 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "runtime/tensor_entry.h"
 
@@ -22,6 +23,8 @@ class HandleTable {
   Status Add(const std::shared_ptr<TensorEntry>& entry);
   // Marks the entry done with `status` and wakes its waiters; frees its name.
   void Complete(TensorEntry* entry, const Status& status);
+  // The same for several entries, waking waiters once (a fused response completes many).
+  void CompleteAll(const std::vector<TensorEntry*>& entries, const Status& status);
   // Completes every registered, unfinished entry with `status` (used at shutdown).
   void FailAll(const Status& status);
 
