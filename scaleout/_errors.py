@@ -9,6 +9,10 @@ from __future__ import annotations
 class ScaleoutError(RuntimeError):
     """Base class of every scaleout error."""
 
+    # TensorFlow's autograph re-raises an error from a traced function as its own type only when
+    # the type's __init__ is Exception.__init__; RuntimeError's would turn ours into StagingError.
+    __init__ = Exception.__init__
+
 
 class InvalidArgumentError(ScaleoutError, ValueError):
     """Bad input on this rank: dtype, shape, op, root rank, ..."""

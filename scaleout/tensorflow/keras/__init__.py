@@ -1,1 +1,63 @@
-"""placeholder: being written."""
+"""scaleout for Keras 3 on TensorFlow, with Horovod's names:
+`import scaleout.tensorflow.keras as hvd`.
+
+    hvd.init()
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01 * hvd.size(), momentum=0.9))
+    model.compile(optimizer=opt, loss="sparse_categorical_crossentropy", jit_compile=False)
+    model.fit(x, y, callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+                               hvd.callbacks.MetricAverageCallback()],
+              verbose=1 if hvd.rank() == 0 else 0)
+
+Saved models load with `hvd.load_model` (optimizer distributed again) or, for inference without
+scaleout, with plain `keras.models.load_model`. XLA (`jit_compile=True`) is not supported: Keras's
+default `jit_compile="auto"` picks False on CPU-only machines; elsewhere pass jit_compile=False.
+"""
+try:
+    import keras as _keras
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("scaleout.tensorflow.keras needs TensorFlow with Keras 3: "
+                      "pip install tensorflow-cpu") from exc
+if not _keras.__version__.startswith("3."):  # pragma: no cover
+    raise ImportError(f"scaleout.tensorflow.keras supports Keras 3 (TensorFlow >= 2.16), "
+                      f"found Keras {_keras.__version__}")
+
+from scaleout import _common
+from scaleout._common import *  # noqa: F401,F403
+from scaleout._ops import Average
+from scaleout.tensorflow import _collectives as _tf_ops
+from scaleout.tensorflow._collectives import alltoall, barrier, broadcast_variables, join
+from scaleout.tensorflow._compression import Compression
+from scaleout.tensorflow.keras import callbacks
+from scaleout.tensorflow.keras._optimizer import DistributedOptimizer, is_distributed, load_model
+
+
+# Horovod's Keras module orders these arguments differently from its TensorFlow module
+# (name comes second), so they are thin wrappers rather than re-exports.
+def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0,
+              op=None, compression=Compression.none):
+    """Reduces a tensor-compatible value across ranks (default Average); returns a tensor."""
+    return _tf_ops.allreduce(value, average=average, compression=compression, op=op,
+                             prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                             name=name)
+
+
+def allgather(value, name=None):
+    """Concatenates every rank's value along the first dimension; returns a tensor."""
+    return _tf_ops.allgather(value, name=name)
+
+
+def broadcast(value, root_rank, name=None):
+    """root_rank's value on every rank; returns a tensor."""
+    return _tf_ops.broadcast(value, root_rank, name=name)
+
+
+def reducescatter(value, name=None, op=Average):
+    """Reduces across ranks and returns this rank's slice of the first dimension."""
+    return _tf_ops.reducescatter(value, op=op, name=name)
+
+
+__all__ = _common.__all__ + [
+    "allreduce", "allgather", "broadcast", "reducescatter", "alltoall", "join", "barrier",
+    "broadcast_variables", "DistributedOptimizer", "is_distributed", "load_model", "callbacks",
+    "Compression",
+]

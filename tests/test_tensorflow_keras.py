@@ -1,0 +1,13 @@
+"""scaleout.tensorflow.keras on real ranks: model.fit with DistributedOptimizer equals one process
+with the whole batch, callbacks, save/load, and the jit_compile error."""
+import pytest
+
+pytest.importorskip("tensorflow")
+pytest.importorskip("keras")
+
+from conftest import run_mpi  # noqa: E402
+
+
+def test_keras_fit_callbacks_save_load(nranks, tmp_path):
+    proc = run_mpi("tf_keras.py", nranks, str(tmp_path), timeout=300)
+    assert proc.stdout.count("all checks passed") == nranks
