@@ -1,64 +1,28 @@
-"""Gradient compression for the wire: floating-point tensors are cast to a 16-bit type before the
-reduction and back after it. Integer and bool tensors pass untouched.
-
-The core reduces float16 and bfloat16 in float32 and rounds once, so only the inputs and the
-result are rounded, not every partial sum. The casts are TensorFlow ops, so compression works
-the same eagerly and inside tf.function.
-"""
-from __future__ import annotations
-
-from typing import Any, Optional, Tuple
-
+"""Compression.none / fp16 / bf16 for TensorFlow tensors (the logic is scaleout._compression's).
+The casts are TensorFlow ops, so compression works the same eagerly and inside tf.function."""
 import tensorflow as tf
+
+from scaleout._compression import CastCompressor, Compressor, NoneCompressor
 
 __all__ = ["Compression", "Compressor", "NoneCompressor", "FP16Compressor", "BF16Compressor"]
 
 
-class Compressor:
-    """Interface: compress(tensor) -> (tensor for the wire, context); decompress(tensor, context)
-    -> tensor in the original dtype."""
+class _TensorFlowCast(CastCompressor):
+    @staticmethod
+    def is_floating(tensor):
+        return tensor.dtype.is_floating
 
     @staticmethod
-    def compress(tensor: tf.Tensor) -> Tuple[tf.Tensor, Any]:
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor: tf.Tensor, ctx: Any) -> tf.Tensor:
-        raise NotImplementedError
+    def cast(tensor, dtype):
+        return tf.cast(tensor, dtype)
 
 
-class NoneCompressor(Compressor):
-    """No compression: the tensor goes to the core as it is."""
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
-
-
-class _CastCompressor(Compressor):
-    wire_dtype: tf.DType
-
-    @classmethod
-    def compress(cls, tensor):
-        if tensor.dtype.is_floating and tensor.dtype != cls.wire_dtype:
-            return tf.cast(tensor, cls.wire_dtype), tensor.dtype
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx: Optional[tf.DType]):
-        return tensor if ctx is None else tf.cast(tensor, ctx)
-
-
-class FP16Compressor(_CastCompressor):
+class FP16Compressor(_TensorFlowCast):
     """Sends floating-point tensors as float16 (half the bytes of float32; range up to 65504)."""
     wire_dtype = tf.float16
 
 
-class BF16Compressor(_CastCompressor):
+class BF16Compressor(_TensorFlowCast):
     """Sends floating-point tensors as bfloat16 (half the bytes, float32's range, 8-bit
     mantissa)."""
     wire_dtype = tf.bfloat16
