@@ -58,3 +58,13 @@ def main(fn) -> None:
         traceback.print_exc()
         failures.append("exception")
     finish()
+
+
+def main_tests(namespace: dict) -> None:
+    """Inits, then runs every test_*(rank, size) function of a script's namespace in order."""
+    def run():
+        r, n = so.rank(), so.size()
+        for name, fn in list(namespace.items()):
+            if name.startswith("test_"):
+                fn(r, n)
+    main(run)

@@ -2,7 +2,7 @@
 import numpy as np
 
 import scaleout as so
-from _harness import check, check_close, main
+from _harness import check, check_close, main_tests
 
 DTYPES = ["uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64", "bool"]
 
@@ -167,12 +167,5 @@ def test_objects_and_barrier(r, n):
     check(so.cross_size() == 1 and so.cross_rank() == 0, "cross rank on one host")
 
 
-def run():
-    r, n = so.rank(), so.size()
-    for name, fn in list(globals().items()):
-        if name.startswith("test_"):
-            fn(r, n)
-
-
 if __name__ == "__main__":
-    main(run)
+    main_tests(globals())

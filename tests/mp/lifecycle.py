@@ -1,5 +1,4 @@
 """Collectives before init, shutdown with pending work, idempotent shutdown, init again."""
-import sys
 
 import numpy as np
 

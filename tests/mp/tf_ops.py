@@ -5,7 +5,7 @@ import numpy as np
 from tf_common import expect_graph_error, so, tf  # noqa: F401  (sets TensorFlow up first)
 import scaleout.tensorflow as hvd
 from scaleout.tensorflow._collectives import check_device
-from _harness import check, check_close, expect_error, main
+from _harness import check, check_close, expect_error, main_tests
 
 DTYPES = [tf.uint8, tf.int8, tf.int16, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32,
           tf.float64, tf.bool]
@@ -221,12 +221,5 @@ def test_errors(r, n):
     check_close(hvd.allreduce(tf.ones(2), op=hvd.Sum), [n, n], "still working")
 
 
-def run():
-    r, n = so.rank(), so.size()
-    for name, fn in list(globals().items()):
-        if name.startswith("test_"):
-            fn(r, n)
-
-
 if __name__ == "__main__":
-    main(run)
+    main_tests(globals())

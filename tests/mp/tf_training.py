@@ -6,7 +6,7 @@ import numpy as np
 from tf_common import so, tf
 import keras
 import scaleout.tensorflow as hvd
-from _harness import check, check_close, expect_error, main
+from _harness import check, check_close, expect_error, main_tests
 
 B, STEPS, FEATURES, VOCAB = 4, 5, 6, 12
 
@@ -115,12 +115,5 @@ def test_custom_loop_equivalence(r, n):
     check(all(w == weights[0] for w in weights), "every rank holds the same weights, bit for bit")
 
 
-def run():
-    r, n = so.rank(), so.size()
-    for name, fn in list(globals().items()):
-        if name.startswith("test_"):
-            fn(r, n)
-
-
 if __name__ == "__main__":
-    main(run)
+    main_tests(globals())
