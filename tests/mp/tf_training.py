@@ -3,7 +3,7 @@ synchronous-SGD equivalence of a custom training loop (n ranks with batch b == o
 batch n * b, computed on every rank as the reference)."""
 import numpy as np
 
-from tf_common import so, tf
+from tf_common import tf  # noqa: F401  (sets TensorFlow up first)
 import keras
 import scaleout.tensorflow as hvd
 from _harness import check, check_close, expect_error, main_tests
