@@ -11,6 +11,7 @@
 #include "collectives/reduce_kernels.h"
 #include "common/dtype.h"
 #include "common/status.h"
+#include "tests/bits.h"
 #include "tests/test_framework.h"
 
 namespace scaleout {
@@ -22,18 +23,6 @@ const DataType kAllTypes[] = {DataType::kUInt8,   DataType::kInt8,     DataType:
                               DataType::kBool};
 const ReduceOp kAllOps[] = {ReduceOp::kAverage, ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax,
                             ReduceOp::kProduct};
-
-uint32_t Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-
-float FromBits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
 
 template <typename T>
 void Put(std::vector<uint8_t>& bytes, size_t i, T value) {
