@@ -208,17 +208,21 @@ Status Controller::Dispatch(double now, std::vector<Response>* out) {
   if (first_ready_time_ < 0) first_ready_time_ = now;
   if (config_.cycle_time_ms > 0 && negotiator_->HasPartial() &&
       now - first_ready_time_ < config_.cycle_time_ms * 1e-3) {
-    size_t bytes = 0;
-    for (const Response& r : negotiator_->ready()) {
-      if (!r.tensors.empty()) bytes += FusedBytes(r, r.tensors[0]);
+    // Count only what became ready since the last poll: this runs on every poll while holding.
+    const std::vector<Response>& ready = negotiator_->ready();
+    for (; held_count_ < ready.size(); ++held_count_) {
+      const Response& r = ready[held_count_];
+      if (!r.tensors.empty()) held_bytes_ += FusedBytes(r, r.tensors[0]);
     }
-    if (bytes < config_.fusion_threshold_bytes) return Status::OK();
+    if (held_bytes_ < config_.fusion_threshold_bytes) return Status::OK();
   }
   return SendReady(now, out);
 }
 
 Status Controller::SendReady(double now, std::vector<Response>* out) {
   first_ready_time_ = -1;
+  held_count_ = 0;
+  held_bytes_ = 0;
   std::vector<Response> plan = PlanFusion(negotiator_->TakeReady(), config_.fusion_threshold_bytes);
   std::vector<uint8_t> bytes = EncodeResponses(plan);
   for (int r = 1; r < size_; ++r) {

@@ -95,6 +95,8 @@ class Controller {
   std::vector<bool> live_;           // workers that have not shut down
   std::vector<bool> awaiting_ack_;   // during our own shutdown
   double first_ready_time_ = -1;     // when the oldest held-back ready response became ready
+  size_t held_count_ = 0;            // ready responses counted into held_bytes_
+  size_t held_bytes_ = 0;            // fusion-buffer bytes of the held-back ready responses
 };
 
 }  // namespace scaleout
