@@ -126,10 +126,31 @@ class Handle:
             raise ShutDownError(f"scaleout was shut down while '{self.name}' was pending")
 
     def __del__(self):
-        lib = _native._lib
-        if (lib is not None and not self._done and self._id
-                and self._generation == _basics.generation):
-            lib.so_release(self._id)
+        # Dropped before completion: the collective still runs on every rank and uses the
+        # buffers, so they stay alive (and the core handle unreleased) until it completes.
+        if not self._done and self._id and self._generation == _basics.generation:
+            try:
+                _orphans.append((self._id, self._keep, self._generation))
+            except (AttributeError, TypeError):  # module already torn down at interpreter exit
+                pass
+
+
+# Handles dropped while pending: (id, buffers, generation), released once complete.
+_orphans: list = []
+
+
+def _sweep_orphans() -> None:
+    done = ctypes.c_int(0)
+    so_poll = _fns()[2]
+    keep = []
+    for hid, buffers, generation in _orphans:
+        if generation != _basics.generation:
+            continue  # its runtime is gone, and the buffers with it
+        if so_poll(hid, ctypes.byref(done)) != 0 or done.value:
+            release(hid)
+        else:
+            keep.append((hid, buffers, generation))
+    _orphans[:] = keep
 
 
 _lib_fns = None
@@ -158,6 +179,8 @@ def enqueue(name: str, collective: int, dtype: int, shape: Sequence[int], in_ptr
     """Low level: enqueues a collective on raw buffers and returns the core's handle id. Used by
     the framework shims, which own their buffers and keep them alive until completion."""
     so_enqueue = _fns()[0]
+    if _orphans:
+        _sweep_orphans()
     if splits is None:
         return _checked(_fastpath.enqueue(name, collective, dtype, tuple(shape), in_ptr or 0,
                                           out_ptr or 0, reduce_op, root, float(prescale),
@@ -176,6 +199,8 @@ def _enqueue_arrays(name: str, collective: int, dtype: int, src: np.ndarray,
                     prescale: float = 1.0, postscale: float = 1.0) -> int:
     """Enqueues on C-contiguous arrays (dst None: the core owns the result)."""
     _fns()
+    if _orphans:
+        _sweep_orphans()
     try:
         hid = _fastpath.enqueue_arrays(name, collective, dtype, src, dst, reduce_op, root,
                                        float(prescale), float(postscale))
@@ -213,12 +238,13 @@ def synchronize(handle: Handle) -> Any:
     if handle._done:
         return handle._result
     handle._check_alive()
-    released = False
+    status, released = 0, False
+    if handle._id:
+        # An interrupt (KeyboardInterrupt) propagates from here and leaves the handle pending.
+        status = _fastpath.wait(handle._id, not handle._reads_result)
+        released = status == 0 and not handle._reads_result
     try:
-        if handle._id:
-            status = _fastpath.wait(handle._id, not handle._reads_result)
-            released = status == 0 and not handle._reads_result
-            check(status)
+        check(status)
         handle._result = handle._finish(handle)
     finally:
         handle._done = True
@@ -437,7 +463,7 @@ def barrier(name=None) -> None:
     """Returns once every rank has reached the barrier."""
     name = _auto_name("barrier", name)
     hid = enqueue(name, BARRIER, 0, (), 0, 0)
-    synchronize(Handle(hid, name, lambda h: None, ()))
+    synchronize(Handle(hid, name, lambda h: None, (), reads_result=False))
 
 
 def join() -> int:

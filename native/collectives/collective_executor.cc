@@ -43,7 +43,7 @@ Status CollectiveExecutor::ReduceSplit(const void* in, void* out, size_t count, 
   const size_t esize = DataTypeSize(dtype);
   const size_t k = transports_.size();
   if (k == 1 || count * esize < k * kMinSplitBytesPerServer) {
-    return transport_->Allreduce(in, out, count, dtype, op);
+    return transports_[0]->Allreduce(in, out, count, dtype, op);
   }
   // Contiguous parts, whole 64-byte lines each; the last takes the remainder.
   const size_t per_line = 64 / esize > 0 ? 64 / esize : 1;
@@ -74,7 +74,7 @@ Status CollectiveExecutor::Execute(const Response& r, const std::vector<TensorEn
 }
 
 Status CollectiveExecutor::Allreduce(const Response& r, const std::vector<TensorEntry*>& entries) {
-  const double post = PostFactor(r, transport_->size());
+  const double post = PostFactor(r, transports_[0]->size());
   const bool half = IsHalf(r.dtype);
   const ReduceOp op = WireOp(r.reduce_op);
   // One whole-precision tensor of this rank's own: reduce straight from input into output.
@@ -90,7 +90,9 @@ Status CollectiveExecutor::Allreduce(const Response& r, const std::vector<Tensor
   const size_t esize = DataTypeSize(r.dtype);
   size_t total = 0;
   for (size_t i = 0; i < entries.size(); ++i) total += Elements(ShapeOf(r, entries, i));
-  const auto t0 = std::chrono::steady_clock::now();
+  const bool timed = LogEnabled(LogLevel::kDebug);
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = timed ? Clock::now() : Clock::time_point();
   uint8_t* buf = fusion_.Get(total * wsize);
   size_t offset = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
@@ -106,10 +108,10 @@ Status CollectiveExecutor::Allreduce(const Response& r, const std::vector<Tensor
     }
     offset += count;
   }
-  const auto t1 = std::chrono::steady_clock::now();
+  const auto t1 = timed ? Clock::now() : t0;
   Status s = ReduceSplit(buf, buf, total, wire, op);
   if (!s.ok()) return s;
-  const auto t2 = std::chrono::steady_clock::now();
+  const auto t2 = timed ? Clock::now() : t0;
   offset = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
     const size_t count = Elements(ShapeOf(r, entries, i));
@@ -124,7 +126,7 @@ Status CollectiveExecutor::Allreduce(const Response& r, const std::vector<Tensor
       if (post != 1.0) ScaleBuffer(e->output, count, r.dtype, post);
     }
   }
-  const auto t3 = std::chrono::steady_clock::now();
+  const auto t3 = timed ? Clock::now() : t0;
   SO_LOG(kDebug, "fused allreduce: pack " << std::chrono::duration<double, std::micro>(t1 - t0).count()
          << " us, reduce " << std::chrono::duration<double, std::micro>(t2 - t1).count()
          << " us, unpack " << std::chrono::duration<double, std::micro>(t3 - t2).count() << " us");
@@ -132,8 +134,8 @@ Status CollectiveExecutor::Allreduce(const Response& r, const std::vector<Tensor
 }
 
 Status CollectiveExecutor::Allgather(const Response& r, const std::vector<TensorEntry*>& entries) {
-  const int size = transport_->size();
-  const int self = transport_->rank();
+  const int size = transports_[0]->size();
+  const int self = transports_[0]->rank();
   const size_t esize = DataTypeSize(r.dtype);
   const size_t nt = r.tensors.size();
   std::vector<size_t> row_bytes(nt);
@@ -157,10 +159,10 @@ Status CollectiveExecutor::Allgather(const Response& r, const std::vector<Tensor
     TensorEntry* e = entries[0];
     if (e == nullptr) {  // joined: contributes no rows, discards the result
       zeros_.resize(total);
-      return transport_->Allgatherv(nullptr, 0, zeros_.data(), recv_bytes);
+      return transports_[0]->Allgatherv(nullptr, 0, zeros_.data(), recv_bytes);
     }
     prepare_result(0, e);
-    return transport_->Allgatherv(e->input, send_bytes, e->result.data(), recv_bytes);
+    return transports_[0]->Allgatherv(e->input, send_bytes, e->result.data(), recv_bytes);
   }
   // Fused: pack this rank's tensors back to back; rank k's block holds its tensors in order.
   uint8_t* send = fusion_.Get(send_bytes, 0);
@@ -171,7 +173,7 @@ Status CollectiveExecutor::Allgather(const Response& r, const std::vector<Tensor
     off += bytes;
   }
   uint8_t* recv = fusion_.Get(total, 1);
-  Status s = transport_->Allgatherv(send, send_bytes, recv, recv_bytes);
+  Status s = transports_[0]->Allgatherv(send, send_bytes, recv, recv_bytes);
   if (!s.ok()) return s;
   std::vector<size_t> result_off(nt, 0);
   for (size_t t = 0; t < nt; ++t) {
@@ -198,23 +200,23 @@ Status CollectiveExecutor::Broadcast(const Response& r, TensorEntry* e) {
                        DataTypeSize(r.dtype);
   if (e == nullptr) {  // joined: take part, discard the data
     zeros_.resize(bytes);
-    return transport_->Broadcast(zeros_.data(), bytes, r.root);
+    return transports_[0]->Broadcast(zeros_.data(), bytes, r.root);
   }
-  if (transport_->rank() == r.root && e->input != e->output && bytes > 0) {
+  if (transports_[0]->rank() == r.root && e->input != e->output && bytes > 0) {
     std::memcpy(e->output, e->input, bytes);
   }
-  return transport_->Broadcast(e->output, bytes, r.root);
+  return transports_[0]->Broadcast(e->output, bytes, r.root);
 }
 
 Status CollectiveExecutor::Alltoall(const Response& r, TensorEntry* e) {
-  const int size = transport_->size();
+  const int size = transports_[0]->size();
   const std::vector<int64_t>& shape = e->request.shape;
   const size_t row_bytes = Elements(shape, 1) * DataTypeSize(r.dtype);
   std::vector<int64_t> splits = e->splits;
   if (splits.empty()) splits.assign(size, shape[0] / size);
   std::vector<int64_t> received(size, 0);
   std::vector<size_t> eight(size, sizeof(int64_t));
-  Status s = transport_->Alltoallv(splits.data(), eight, received.data(), eight);
+  Status s = transports_[0]->Alltoallv(splits.data(), eight, received.data(), eight);
   if (!s.ok()) return s;
   std::vector<size_t> send_bytes(size), recv_bytes(size);
   int64_t rows = 0;
@@ -227,12 +229,12 @@ Status CollectiveExecutor::Alltoall(const Response& r, TensorEntry* e) {
   e->result_shape = shape;
   e->result_shape[0] = rows;
   e->received_splits = received;
-  return transport_->Alltoallv(e->input, send_bytes, e->result.data(), recv_bytes);
+  return transports_[0]->Alltoallv(e->input, send_bytes, e->result.data(), recv_bytes);
 }
 
 Status CollectiveExecutor::ReduceScatter(const Response& r, TensorEntry* e) {
-  const int size = transport_->size();
-  const int self = transport_->rank();
+  const int size = transports_[0]->size();
+  const int self = transports_[0]->rank();
   const std::vector<int64_t>& shape = e->request.shape;
   const size_t row = Elements(shape, 1);
   const int64_t d0 = shape[0];
@@ -252,7 +254,7 @@ Status CollectiveExecutor::ReduceScatter(const Response& r, TensorEntry* e) {
     float* wide = reinterpret_cast<float*>(fusion_.Get(total * sizeof(float), 0));
     float* out = reinterpret_cast<float*>(fusion_.Get(mine * sizeof(float), 1));
     WidenToFloat(wide, e->input, total, r.dtype, r.prescale);
-    Status s = transport_->ReduceScatter(wide, out, counts, DataType::kFloat32, op);
+    Status s = transports_[0]->ReduceScatter(wide, out, counts, DataType::kFloat32, op);
     if (s.ok()) NarrowFromFloat(e->result.data(), out, mine, r.dtype, post);
     return s;
   }
@@ -263,7 +265,7 @@ Status CollectiveExecutor::ReduceScatter(const Response& r, TensorEntry* e) {
     ScaleBuffer(scaled, total, r.dtype, r.prescale);
     src = scaled;
   }
-  Status s = transport_->ReduceScatter(src, e->result.data(), counts, r.dtype, op);
+  Status s = transports_[0]->ReduceScatter(src, e->result.data(), counts, r.dtype, op);
   if (s.ok() && post != 1.0) ScaleBuffer(e->result.data(), mine, r.dtype, post);
   return s;
 }

@@ -20,7 +20,7 @@ class CollectiveExecutor {
  public:
   // transports[i] belongs to endpoint server i of `endpoints` (at least one).
   CollectiveExecutor(std::vector<DataTransport*> transports, EndpointPool* endpoints)
-      : transport_(transports.at(0)), transports_(std::move(transports)), endpoints_(endpoints) {}
+      : transports_(std::move(transports)), endpoints_(endpoints) {}
 
   // entries[i] is this rank's entry for response.tensors[i], or nullptr where this rank joined
   // instead of submitting (it then contributes zeros or no rows). Results go into the entries.
@@ -36,7 +36,7 @@ class CollectiveExecutor {
   // Allreduce of count elements, split across the endpoint servers when large enough.
   Status ReduceSplit(const void* in, void* out, size_t count, DataType dtype, ReduceOp op);
 
-  DataTransport* transport_;  // endpoint server 0's: every collective that is not split
+  // transports_[0] (endpoint server 0's) carries every collective that is not split.
   std::vector<DataTransport*> transports_;
   EndpointPool* endpoints_;
   FusionBuffer fusion_;

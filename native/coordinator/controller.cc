@@ -40,7 +40,7 @@ void Controller::Submit(const Request& request, double now) {
     if (slot >= 0) cache_.SetParams(slot, rank_, request);
     ++stats_.requests_sent_full;
   }
-  sent_[request.name] = request;
+  if (slot < 0) sent_[request.name] = request;  // read back only when a response assigns a slot
   has_outgoing_ = true;
 }
 
@@ -103,7 +103,6 @@ Status Controller::PollWorker(std::vector<Response>* out) {
       case MessageType::kResponses: {
         std::vector<Response> responses = DecodeResponses(bytes);
         Resolve(&responses);
-        stats_.responses_executed += responses.size();
         for (Response& r : responses) out->push_back(std::move(r));
         break;
       }
@@ -231,7 +230,6 @@ Status Controller::SendReady(double now, std::vector<Response>* out) {
     if (!s.ok()) return s;
     ++stats_.messages_sent;
   }
-  stats_.responses_executed += plan.size();
   if (LogEnabled(LogLevel::kDebug)) {
     size_t tensors = 0;
     for (const Response& r : plan) tensors += r.tensors.size();

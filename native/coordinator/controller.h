@@ -62,7 +62,6 @@ class Controller {
     uint64_t requests_sent_full = 0;
     uint64_t requests_sent_cached = 0;
     uint64_t messages_sent = 0;
-    uint64_t responses_executed = 0;
   };
   const Stats& stats() const { return stats_; }
   const ResponseCache& cache() const { return cache_; }

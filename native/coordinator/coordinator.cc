@@ -25,6 +25,10 @@ constexpr int kYieldRounds = 2000;
 constexpr double kMaxSleepSeconds = 200e-6;
 constexpr double kIdleWakeSeconds = 5e-3;
 
+Status CoordinatorGone() {
+  return Status::ShutDown("rank 0 has shut down scaleout; collectives can no longer complete");
+}
+
 }  // namespace
 
 Coordinator::Coordinator(const Config& config, ControlChannel* channel,
@@ -41,7 +45,7 @@ Coordinator::~Coordinator() { Stop(); }
 
 void Coordinator::Start(int rank) {
   // Not fatal: failing init on rank 0 alone would leave the other ranks waiting for it.
-  Status s = timeline_.Open(config_.timeline_path, rank);
+  Status s = timeline_.Open(config_.timeline_path, rank, Now());
   if (!s.ok()) SO_LOG(kWarning, s.message() << "; no timeline is written");
   thread_ = std::thread([this] { Loop(); });
 }
@@ -76,10 +80,14 @@ void Coordinator::Loop() {
   if (!fatal.ok()) SO_LOG(kError, fatal.message());
   Status why = !fatal.ok() ? fatal
                : controller_.coordinator_gone()
-                   ? Status::ShutDown("rank 0 has shut down scaleout; collectives can no longer complete")
+                   ? CoordinatorGone()
                    : Status::ShutDown("scaleout was shut down on this rank while the collective was pending");
-  FailPending(why);
-  for (auto& e : queue_->TakeAll()) handles_->Complete(e.get(), why);
+  // Completes everything registered (queued, pending, or mid-execution when an exception hit)
+  // and makes later enqueues fail at once: nothing is left waiting on a stopped thread.
+  handles_->Close(why);
+  pending_.clear();
+  joins_.clear();
+  queue_->TakeAll();
   timeline_.Close();
 }
 
@@ -98,7 +106,7 @@ Status Coordinator::Step(double now, bool* made_progress) {
   if (!responses.empty()) *made_progress = true;
   for (const Response& r : responses) Execute(r);
   if (controller_.coordinator_gone()) {
-    FailPending(Status::ShutDown("rank 0 has shut down scaleout; collectives can no longer complete"));
+    FailPending(CoordinatorGone());
   }
   if (config_.stall_check_seconds > 0 && now - last_stall_check_ > 1.0) {
     last_stall_check_ = now;
@@ -110,7 +118,7 @@ Status Coordinator::Step(double now, bool* made_progress) {
 void Coordinator::Accept(const std::shared_ptr<TensorEntry>& entry, double now) {
   if (shutdown_begun_ || controller_.coordinator_gone()) {
     handles_->Complete(entry.get(), controller_.coordinator_gone()
-        ? Status::ShutDown("rank 0 has shut down scaleout; collectives can no longer complete")
+        ? CoordinatorGone()
         : Status::ShutDown("scaleout is shutting down on this rank"));
     return;
   }
@@ -147,7 +155,8 @@ void Coordinator::Execute(const Response& r) {
     entries.push_back(it->second.get());
     pending_.erase(it);
   }
-  const double agreed = Now();
+  const bool timed = timeline_.enabled() || LogEnabled(LogLevel::kDebug);
+  const double agreed = timed ? Now() : 0;
   if (timeline_.enabled()) {
     for (TensorEntry* e : entries) {
       if (e != nullptr) timeline_.Span(e->request.name, "NEGOTIATE", e->submitted_at, agreed);
@@ -162,7 +171,7 @@ void Coordinator::Execute(const Response& r) {
                "response names '" + r.tensors[i].name + "', which this rank never submitted");
     }
     status = executor_.Execute(r, entries);
-    const double done = Now();
+    const double done = timed ? Now() : 0;
     SO_LOG(kDebug, "executed " << CollectiveName(r.collective) << " of " << entries.size()
                                << " tensors in " << (done - agreed) * 1e6 << " us");
     if (timeline_.enabled()) {

@@ -33,8 +33,8 @@ const char* CollectiveName(int32_t collective);
 // One tensor inside a (possibly fused) response.
 struct ResponseTensor {
   std::string name;
-  std::vector<int64_t> shape;       // the agreed shape (allgather: this rank-independent part is
-                                    // shape[1:]; shape[0] is the coordinator's own first dim)
+  std::vector<int64_t> shape;       // the agreed shape (allgather: only shape[1:] is agreed;
+                                    // shape[0] is the first submitting rank's first dim)
   std::vector<int64_t> first_dims;  // allgather: rows contributed by each rank
   int32_t cache_slot = -1;          // >= 0: the name's slot in the response cache
   bool assigns_slot = false;        // this response creates the cache slot

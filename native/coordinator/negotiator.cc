@@ -91,7 +91,7 @@ void Negotiator::Add(int rank, Request request, double now) {
   if (e.by_rank.empty()) {
     e.by_rank.resize(size_);
     e.first_seen = now;
-    arrival_[name] = arrival_counter_++;
+    e.arrival = arrival_counter_++;
   }
   SO_CHECK(!e.by_rank[rank], "rank " + std::to_string(rank) + " submitted '" + name + "' twice");
   e.by_rank[rank] = std::move(request);
@@ -108,12 +108,7 @@ void Negotiator::Join(int rank) {
     FailJoin();
     return;
   }
-  // A join can complete every pending collective that was waiting only for this rank; keep the
-  // order in which they first arrived, which is the same on every run.
-  std::vector<std::pair<uint64_t, std::string>> pending;
-  for (const auto& kv : table_) pending.emplace_back(arrival_[kv.first], kv.first);
-  std::sort(pending.begin(), pending.end());
-  for (const auto& p : pending) CheckReady(p.second);
+  CheckAllPending();
   if (joined_count_ == size_) {
     Response r;
     r.collective = SO_JOIN;
@@ -125,13 +120,26 @@ void Negotiator::Join(int rank) {
   }
 }
 
+// A join or a departed rank can make several pending collectives ready at once; they are taken
+// in the order they first arrived, so the outcome does not depend on hash-map order.
+void Negotiator::CheckAllPending() {
+  std::vector<std::pair<uint64_t, std::string>> pending;
+  for (const auto& kv : table_) pending.emplace_back(kv.second.arrival, kv.first);
+  std::sort(pending.begin(), pending.end());
+  for (const auto& p : pending) CheckReady(p.second);
+}
+
+const Request* Negotiator::FirstRequest(const Entry& e) {
+  for (const auto& req : e.by_rank) {
+    if (req) return &*req;
+  }
+  return nullptr;
+}
+
 void Negotiator::RankGone(int rank) {
   if (gone_[rank]) return;
   gone_[rank] = true;
-  std::vector<std::pair<uint64_t, std::string>> pending;
-  for (const auto& kv : table_) pending.emplace_back(arrival_[kv.first], kv.first);
-  std::sort(pending.begin(), pending.end());
-  for (const auto& p : pending) CheckReady(p.second);
+  CheckAllPending();
   if (joined_count_ > 0) FailJoin();
 }
 
@@ -167,7 +175,6 @@ void Negotiator::CheckReady(const std::string& name) {
   if (it == table_.end() || !IsReady(it->second)) return;
   ready_.push_back(Build(name, it->second));
   table_.erase(it);
-  arrival_.erase(name);
 }
 
 std::string Negotiator::Validate(const std::string& name, const Entry& e, int* code) const {
@@ -176,13 +183,7 @@ std::string Negotiator::Validate(const std::string& name, const Entry& e, int* c
   for (int r = 0; r < size_; ++r) {
     if (gone_[r]) gone_missing.push_back(r);
   }
-  const Request* first = nullptr;
-  for (const auto& req : e.by_rank) {
-    if (req) {
-      first = &*req;
-      break;
-    }
-  }
+  const Request* first = FirstRequest(e);
   const char* op = CollectiveName(first->collective);
   if (!gone_missing.empty()) {
     *code = SO_ERR_SHUT_DOWN;
@@ -215,13 +216,7 @@ std::string Negotiator::Validate(const std::string& name, const Entry& e, int* c
 }
 
 Response Negotiator::Build(const std::string& name, Entry& e) {
-  const Request* first = nullptr;
-  for (const auto& req : e.by_rank) {
-    if (req) {
-      first = &*req;
-      break;
-    }
-  }
+  const Request* first = FirstRequest(e);
   Response r;
   ResponseTensor t;
   t.name = name;
@@ -262,7 +257,8 @@ Response Negotiator::Build(const std::string& name, Entry& e) {
       t.assigns_slot = slot >= 0;
     }
     t.cache_slot = slot;
-    if (slot >= 0) {
+    // Existing slots are kept current as full requests arrive (Controller::PollCoordinator).
+    if (t.assigns_slot) {
       for (int rk = 0; rk < size_; ++rk) {
         if (e.by_rank[rk]) cache_->SetParams(slot, rk, *e.by_rank[rk]);
       }
@@ -287,13 +283,7 @@ std::vector<std::string> Negotiator::StallReport(double now, double threshold) {
     e.stall_reported = true;
     std::vector<int> have, missing;
     for (int r = 0; r < size_; ++r) (e.by_rank[r] || joined_[r] ? have : missing).push_back(r);
-    const Request* first = nullptr;
-    for (const auto& req : e.by_rank) {
-      if (req) {
-        first = &*req;
-        break;
-      }
-    }
+    const Request* first = FirstRequest(e);
     std::ostringstream s;
     s << CollectiveName(first->collective) << " '" << kv.first << "' has waited "
       << static_cast<int>(now - e.first_seen) << " s: submitted by " << RankList(have)

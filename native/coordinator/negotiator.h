@@ -31,7 +31,6 @@ class Negotiator {
   // Single-tensor responses that became ready, in the order they became ready (errors too).
   std::vector<Response> TakeReady();
   bool HasReady() const { return !ready_.empty(); }
-  bool HasPending() const { return !table_.empty() || joined_count_ > 0; }
   // Some collective has been submitted by some ranks but not yet by all.
   bool HasPartial() const { return !table_.empty(); }
   const std::vector<Response>& ready() const { return ready_; }
@@ -45,9 +44,12 @@ class Negotiator {
     std::vector<std::optional<Request>> by_rank;
     int submitted = 0;
     double first_seen = 0;
+    uint64_t arrival = 0;  // order of first arrival among all names
     bool stall_reported = false;
   };
 
+  static const Request* FirstRequest(const Entry& e);  // nullptr if nobody submitted
+  void CheckAllPending();
   bool IsReady(const Entry& e) const;
   void CheckReady(const std::string& name);
   void FailJoin();
@@ -63,7 +65,6 @@ class Negotiator {
   int last_joined_ = -1;
   std::vector<bool> gone_;
   uint64_t arrival_counter_ = 0;
-  std::unordered_map<std::string, uint64_t> arrival_;  // name -> order of first arrival
 };
 
 }  // namespace scaleout

@@ -24,8 +24,9 @@ std::string JsonString(const std::string& s) {
 
 Timeline::~Timeline() { Close(); }
 
-Status Timeline::Open(const std::string& path, int rank) {
+Status Timeline::Open(const std::string& path, int rank, double now) {
   if (path.empty() || rank != 0) return Status::OK();
+  origin_ = now;
   file_ = std::fopen(path.c_str(), "w");
   if (file_ == nullptr) {
     return Status::InvalidArgument("SCALEOUT_TIMELINE: cannot write '" + path + "': " + std::strerror(errno));
@@ -47,7 +48,6 @@ int Timeline::RowOf(const std::string& tensor) {
 void Timeline::Span(const std::string& tensor, const char* name, double start, double end,
                     const std::string& args_json) {
   if (file_ == nullptr) return;
-  if (origin_ < 0) origin_ = start;
   const int row = RowOf(tensor);
   std::fprintf(file_, "{\"name\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f",
                name, row, (start - origin_) * 1e6, (end - start) * 1e6);

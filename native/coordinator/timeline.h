@@ -2,7 +2,7 @@
 // With SCALEOUT_TIMELINE=<file>, rank 0 writes a Chrome trace (open it in chrome://tracing or
 // Perfetto): one row per tensor name, with a NEGOTIATE span from submission until every rank
 // agreed, and a span named after the collective for its execution, whose arguments say how many
-// tensors were fused with it and how many bytes moved. Written by the coordinator thread only;
+// tensors were fused with it and the status. Written by the coordinator thread only;
 // the file is valid JSON once the runtime shuts down (and readable as a trace before that).
 #ifndef SCALEOUT_COORDINATOR_TIMELINE_H_
 #define SCALEOUT_COORDINATOR_TIMELINE_H_
@@ -19,7 +19,8 @@ class Timeline {
  public:
   ~Timeline();
   // Starts writing to `path` on rank 0; an empty path (or another rank) leaves it disabled.
-  Status Open(const std::string& path, int rank);
+  // `now` (monotonic seconds, the clock of every Span) is the trace's time zero.
+  Status Open(const std::string& path, int rank, double now);
   bool enabled() const { return file_ != nullptr; }
   // Times are monotonic seconds.
   void Span(const std::string& tensor, const char* name, double start, double end,
@@ -30,7 +31,7 @@ class Timeline {
   int RowOf(const std::string& tensor);
 
   std::FILE* file_ = nullptr;
-  double origin_ = -1;
+  double origin_ = 0;
   std::unordered_map<std::string, int> rows_;
 };
 

@@ -1,6 +1,7 @@
 #include "runtime/handle_table.h"
 
 #include <chrono>
+#include <iterator>
 
 namespace scaleout {
 namespace {
@@ -12,6 +13,7 @@ Status Unknown(int64_t handle) {
 
 Status HandleTable::Add(const std::shared_ptr<TensorEntry>& entry) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return closed_status_;
   if (!entry->is_join && !names_in_flight_.insert(entry->request.name).second) {
     return Status::DuplicateName("a collective named '" + entry->request.name +
                                  "' is already in flight on this rank; wait for it before "
@@ -26,6 +28,19 @@ void HandleTable::Complete(TensorEntry* entry, const Status& status) {
   CompleteAll({entry}, status);
 }
 
+bool HandleTable::FinishLocked(std::unordered_map<int64_t, Slot>::iterator it, const Status& status) {
+  if (it->second.done) return false;
+  const TensorEntry& entry = *it->second.entry;
+  if (!entry.is_join) names_in_flight_.erase(entry.request.name);
+  if (it->second.orphaned) {
+    slots_.erase(it);
+    return false;
+  }
+  it->second.done = true;
+  it->second.status = status;
+  return true;
+}
+
 void HandleTable::CompleteAll(const std::vector<TensorEntry*>& entries, const Status& status) {
   bool any = false;
   {
@@ -33,11 +48,7 @@ void HandleTable::CompleteAll(const std::vector<TensorEntry*>& entries, const St
     for (TensorEntry* entry : entries) {
       if (entry == nullptr) continue;
       auto it = slots_.find(entry->handle);
-      if (it == slots_.end() || it->second.done) continue;
-      it->second.done = true;
-      it->second.status = status;
-      if (!entry->is_join) names_in_flight_.erase(entry->request.name);
-      any = true;
+      if (it != slots_.end()) any = FinishLocked(it, status) || any;
     }
   }
   if (any) cv_.notify_all();
@@ -46,20 +57,28 @@ void HandleTable::CompleteAll(const std::vector<TensorEntry*>& entries, const St
 void HandleTable::FailAll(const Status& status) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& kv : slots_) {
-      if (kv.second.done) continue;
-      kv.second.done = true;
-      kv.second.status = status;
+    for (auto it = slots_.begin(); it != slots_.end();) {
+      auto next = std::next(it);
+      FinishLocked(it, status);
+      it = next;
     }
-    names_in_flight_.clear();
   }
   cv_.notify_all();
+}
+
+void HandleTable::Close(const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    closed_status_ = status;
+  }
+  FailAll(status);
 }
 
 Status HandleTable::Poll(int64_t handle, bool* done) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = slots_.find(handle);
-  if (it == slots_.end()) return Unknown(handle);
+  if (it == slots_.end() || it->second.orphaned) return Unknown(handle);
   *done = it->second.done;
   return Status::OK();
 }
@@ -97,7 +116,13 @@ Status HandleTable::Get(int64_t handle, std::shared_ptr<TensorEntry>* out) {
 
 Status HandleTable::Release(int64_t handle) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (slots_.erase(handle) == 0) return Unknown(handle);
+  auto it = slots_.find(handle);
+  if (it == slots_.end() || it->second.orphaned) return Unknown(handle);
+  if (it->second.done) {
+    slots_.erase(it);
+  } else {
+    it->second.orphaned = true;
+  }
   return Status::OK();
 }
 

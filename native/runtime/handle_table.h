@@ -27,25 +27,34 @@ class HandleTable {
   void CompleteAll(const std::vector<TensorEntry*>& entries, const Status& status);
   // Completes every registered, unfinished entry with `status` (used at shutdown).
   void FailAll(const Status& status);
+  // FailAll, and from now on Add refuses new entries with `status` (the coordinator stopped).
+  void Close(const Status& status);
 
   Status Poll(int64_t handle, bool* done);
   // Blocks until done (timeout < 0: forever); returns the entry's status.
   Status Wait(int64_t handle, double timeout_seconds);
   // The completed entry (nullptr and an error status if unknown or not finished).
   Status Get(int64_t handle, std::shared_ptr<TensorEntry>* out);
+  // Frees the handle. A pending one is orphaned: its name stays reserved (the collective still
+  // runs on every rank) until it completes, then the slot is dropped.
   Status Release(int64_t handle);
 
  private:
   struct Slot {
     std::shared_ptr<TensorEntry> entry;
     bool done = false;
+    bool orphaned = false;  // released while pending: dropped when it completes
     Status status;
   };
+  // Marks one slot done; erases it if orphaned. Caller holds mu_. Returns whether it changed.
+  bool FinishLocked(std::unordered_map<int64_t, Slot>::iterator it, const Status& status);
   std::mutex mu_;
   std::condition_variable cv_;
   int64_t next_handle_ = 1;
   std::unordered_map<int64_t, Slot> slots_;
   std::unordered_set<std::string> names_in_flight_;
+  bool closed_ = false;
+  Status closed_status_;
 };
 
 }  // namespace scaleout

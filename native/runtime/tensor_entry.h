@@ -26,9 +26,6 @@ struct TensorEntry {
   double submitted_at = 0;  // monotonic seconds, for stall warnings
   bool stall_reported = false;
 
-  size_t InputBytes() const {
-    return static_cast<size_t>(request.NumElements()) * DataTypeSize(request.dtype);
-  }
 };
 
 }  // namespace scaleout

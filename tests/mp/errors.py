@@ -59,6 +59,14 @@ def run():
                  "name", what="empty name")
     so.barrier()
 
+    # A handle dropped before completion: the collective still completes on every rank, its
+    # buffers stay alive meanwhile, and the name is free again afterwards.
+    h = so.allreduce_async(np.full(50000, float(r)), op=so.Sum, name="dropped")
+    del h
+    so.barrier(name="after.drop")
+    got = so.allreduce(np.ones(3), op=so.Sum, name="dropped")
+    check(got.tolist() == [n] * 3, "a dropped handle's name can be used again")
+
 
 if __name__ == "__main__":
     main(run)
