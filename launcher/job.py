@@ -16,13 +16,16 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from .exit_report import RankExit, parse_report, parse_started, signal_name
 from .output import write_all
 from .unreachable import Unreachable, parse_unreachable, planned_host
 
 __all__ = ["JobOutcome", "run_job", "StderrRelay", "BannerFilter", "descendants"]
+
+# Given the hosts of ranks that never started, the ones that cannot be reached, with why.
+HostProbe = Callable[[Sequence[str]], "list[Unreachable]"]
 
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 PR_SET_PDEATHSIG = 1
@@ -164,8 +167,9 @@ def _ranks_text(ranks: Sequence[int], rank_hosts: Sequence[str]) -> str:
 
 class _Supervisor:
     def __init__(self, command: Sequence[str], env: Mapping[str, str], rank_hosts: Sequence[str],
-                 start_timeout: float, grace: float):
+                 start_timeout: float, grace: float, probe: Optional[HostProbe]):
         self.command = list(command)
+        self.probe = probe
         self.env = dict(env)
         self.rank_hosts = list(rank_hosts)
         self.start_timeout = start_timeout
@@ -285,6 +289,14 @@ class _Supervisor:
 
     def _outcome(self, returncode: int) -> JobOutcome:
         reports = self.relay.reports
+        if (returncode != 0 and not reports and not self.relay.unreachable
+                and self.interrupted is None and not self.start_timed_out
+                and self.probe is not None):
+            # The launcher failed before some ranks started and its messages named no host:
+            # find out whether their hosts can be reached at all.
+            missing = list(dict.fromkeys(self.rank_hosts[rank] for rank in self._not_started()))
+            if missing:
+                self.relay.unreachable.extend(self.probe(missing))
         # An unreachable host comes first: the ranks elsewhere only end because of it.
         if self.relay.unreachable:
             return JobOutcome(1, None, self._unreachable_message())
@@ -314,11 +326,13 @@ class _Supervisor:
 
 
 def run_job(command: Sequence[str], env: Mapping[str, str], rank_hosts: Sequence[str],
-            start_timeout: float = 0.0, grace: float = 6.0) -> JobOutcome:
+            start_timeout: float = 0.0, grace: float = 6.0,
+            probe: Optional[HostProbe] = None) -> JobOutcome:
     """Runs the launcher command to its end. stdin is inherited; stdout and stderr are relayed.
 
     rank_hosts: the host each rank is expected on, by rank. start_timeout: seconds for every
     rank's wrapper to start (0: no limit). grace: seconds between asking the launcher to stop
-    the job and killing what is left of it.
+    the job and killing what is left of it. probe: asked, when the launcher fails before some
+    ranks start without naming a host it could not reach, which of their hosts cannot be.
     """
-    return _Supervisor(command, env, rank_hosts, start_timeout, grace).run()
+    return _Supervisor(command, env, rank_hosts, start_timeout, grace, probe).run()

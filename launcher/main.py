@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 
 from .check_build import check_build
 from .config import LaunchConfig, UsageError, parse_config
-from .hosts import HostSlots
+from .hosts import HostSlots, is_local_host
 from .job import run_job
 from .mpi_launcher import (LaunchError, LaunchRequest, MPIExec, MPIFamily, build_command,
                            exported_names, find_mpiexec, interface_environment,
@@ -26,6 +26,7 @@ from .mpi_launcher import (LaunchError, LaunchRequest, MPIExec, MPIFamily, build
 from .placement_table import format_placement
 from .plan import placement_request, plan_job, plan_placement, resolve_hosts
 from .topology import detect
+from .unreachable import probe_hosts
 
 __all__ = ["main"]
 
@@ -86,7 +87,13 @@ def launch(config: LaunchConfig) -> int:
     rank_hosts = [entry.host for entry in hosts for _ in range(entry.slots)]
     start_timeout = DEFAULT_START_TIMEOUT if config.start_timeout is None else config.start_timeout
     sys.stdout.flush()
-    outcome = run_job(command, env, rank_hosts, start_timeout)
+    probe = None
+    if plan.hosts and request.remote_launch == "ssh":
+        # Hydra and mpirun start a host that is this machine without ssh.
+        def probe(hosts):
+            return probe_hosts([host for host in hosts if not is_local_host(host)],
+                               config.ssh_port)
+    outcome = run_job(command, env, rank_hosts, start_timeout, probe=probe)
     if outcome.message:
         print(outcome.message, file=sys.stderr, flush=True)
     return outcome.exit_status

@@ -4,14 +4,21 @@ Both Hydra and Open MPI start their per-host daemons with ssh and pass ssh's own
 through; these are the lines that name the host. (A rank's own output cannot look like them:
 the rank wrapper prefixes every line of it with "[rank] ".) A host that hangs instead of
 failing is caught by --start-timeout, which names the hosts of the ranks that never started.
+
+ssh's complaint does not always get through: Hydra forwards its children's stderr itself and,
+when a proxy fails to launch, may exit before it has read it. So when the launcher ends with
+ranks that never started on remote hosts and nothing named them, scaleoutrun asks ssh again
+(probe_hosts), the way the launcher would have reached them.
 """
 from __future__ import annotations
 
 import re
+import subprocess
+import time
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-__all__ = ["Unreachable", "parse_unreachable", "planned_host"]
+__all__ = ["Unreachable", "parse_unreachable", "planned_host", "probe_hosts"]
 
 _PATTERNS = (
     # ssh: connect to host hostb port 2222: Connection refused / No route to host / timed out
@@ -46,3 +53,43 @@ def planned_host(printed: str, hosts: Sequence[str]) -> str:
         if host.lower() == printed.lower():
             return host
     return printed
+
+
+def _ssh_command(host: str, port: Optional[int], timeout: float) -> list[str]:
+    command = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(timeout))}"]
+    if port is not None:
+        command += ["-p", str(port)]
+    return command + [host, "true"]
+
+
+def probe_hosts(hosts: Sequence[str], port: Optional[int],
+                timeout: float = 5.0) -> list[Unreachable]:
+    """The hosts among `hosts` that ssh cannot log in to (non-interactively, on `port`), each
+    with ssh's own message. All are tried at once; none takes longer than about `timeout`."""
+    running = []
+    for host in hosts:
+        try:
+            proc = subprocess.Popen(_ssh_command(host, port, timeout), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    text=True, errors="replace")
+        except OSError as exc:   # no ssh at all: the launcher could not have used it either
+            return [Unreachable(host, f"ssh could not be run: {exc}") for host in hosts]
+        running.append((host, proc))
+    deadline = time.monotonic() + timeout + 2.0
+    failures = []
+    for host, proc in running:
+        try:
+            _, err = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            failures.append(Unreachable(host, f"ssh to {host} did not answer within "
+                                              f"{timeout:g} s"))
+            continue
+        if proc.returncode != 255:   # ssh's own failures exit 255; anything else logged in
+            continue
+        lines = [line.strip() for line in err.splitlines() if line.strip()]
+        named = next((found for line in lines if (found := parse_unreachable(line))), None)
+        failures.append(named or Unreachable(host, lines[-1] if lines else
+                                             f"ssh to {host} failed without a message"))
+    return failures

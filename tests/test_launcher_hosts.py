@@ -246,6 +246,29 @@ def test_an_unreachable_host_ends_the_launch_naming_it(tmp_path):
            "host hostb port 2222: Connection refused; the job was stopped" in result.stderr
 
 
+def test_a_host_the_launcher_fails_on_silently_is_probed_and_named(tmp_path):
+    # Hydra can exit on a failed proxy launch before it has passed on ssh's complaint; then
+    # scaleoutrun asks ssh itself (the ssh on PATH, here one that refuses like a closed port).
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "ssh_calls"
+    ssh = bin_dir / "ssh"
+    ssh.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n"
+                   "echo 'ssh: connect to host hostb port 2299: Connection refused' >&2\n"
+                   "exit 255\n")
+    ssh.chmod(0o755)
+    fake = _fake_mpiexec(tmp_path, "echo '[mpiexec@here] Launch proxy failed.' >&2\nexit 255\n")
+    result = _scaleoutrun("-H", "localhost:1,hostB:2", "--ssh-port", "2299", "--mpiexec", fake,
+                          "python", "-c", "pass",
+                          env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert result.returncode == 1, result.stderr
+    assert "host hostB could not be reached (ranks 1, 2 were to run there): ssh: connect to " \
+           "host hostb port 2299: Connection refused" in result.stderr
+    # Only the remote host was probed, on the job's port, never asking for a password.
+    assert calls.read_text().split() == ["-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
+                                         "-p", "2299", "hostB", "true"]
+
+
 def test_slurm_allocation_reaches_the_launcher_command_line(tmp_path):
     fake = _fake_mpiexec(tmp_path, "exit 0\n")
     env = {**SLURM, "SLURM_JOB_NODELIST": "localhost,far[1-3]"}

@@ -385,6 +385,18 @@ def test_an_unreachable_host_is_named(hosts):
     assert time.monotonic() - started < 30
 
 
+def test_probing_a_host_over_ssh(hosts):
+    # What scaleoutrun asks ssh when the launcher fails without naming a host.
+    probe = ("import sys; from scaleout.launcher.unreachable import probe_hosts; "
+             "print([u.line for u in probe_hosts(['hostB'], int(sys.argv[1]))])")
+    closed = hosts.run_on("hostA", [sys.executable, "-c", probe, "2299"], what="probing hostB")
+    assert closed.stdout.strip() == \
+        "['ssh: connect to host hostb port 2299: Connection refused']", closed.stdout
+    open_ = hosts.run_on("hostA", [sys.executable, "-c", probe, str(SSH_PORT)],
+                         what="probing hostB")
+    assert open_.stdout.strip() == "[]", open_.stdout
+
+
 def test_a_host_that_never_starts_its_ranks_is_named(hosts):
     hosts.start_sshd("hostB", HANGING_SSH_PORT, force_command="sleep 300")
     result = scaleoutrun_on_a(hosts, "-H", "hostA:1,hostB:1", "--ssh-port",
