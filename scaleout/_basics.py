@@ -6,7 +6,7 @@ import ctypes
 import threading
 from typing import Any, Optional
 
-from scaleout import _native
+from scaleout import _fastpath, _native
 from scaleout._errors import NotInitializedError, error_class
 
 __all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
@@ -74,6 +74,7 @@ def shutdown() -> None:
         check(_native.library().so_shutdown())
         if _topology is not None:
             generation += 1
+            _fastpath.set_generation(generation)
         _topology = None
 
 

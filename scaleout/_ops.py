@@ -101,42 +101,14 @@ def _address(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 
 
-class Handle:
-    """A pending collective. Pass it to poll() or synchronize()."""
-
-    __slots__ = ("_id", "_finish", "_keep", "_result", "_done", "name", "_generation",
-                 "_reads_result")
-
-    def __init__(self, handle_id: int, name: str, finish: Callable[["Handle"], Any], keep: tuple,
-                 reads_result: bool = True):
-        self._id = handle_id
-        # False when the result is already in the caller's buffers at completion, so the core's
-        # handle can be released inside the wait.
-        self._reads_result = reads_result
-        self.name = name
-        self._finish = finish
-        self._keep = keep  # buffers the core reads or writes until completion
-        self._result = None
-        self._done = False
-        self._generation = _basics.generation
-
-    def _check_alive(self) -> None:
-        if self._generation != _basics.generation:
-            self._done, self._keep = True, ()
-            raise ShutDownError(f"scaleout was shut down while '{self.name}' was pending")
-
-    def __del__(self):
-        # Dropped before completion: the collective still runs on every rank and uses the
-        # buffers, so they stay alive (and the core handle unreleased) until it completes.
-        if not self._done and self._id and self._generation == _basics.generation:
-            try:
-                _orphans.append((self._id, self._keep, self._generation))
-            except (AttributeError, TypeError):  # module already torn down at interpreter exit
-                pass
-
+# A pending collective (a C type: see native/python/fastpath.c). Handle(id, name, finish, keep,
+# reads_result=True): finish(handle) makes the result once the core's handle has completed;
+# keep holds the buffers the core reads or writes until then; reads_result=False says the
+# result is in the caller's buffers at completion, so the core's handle is released in the wait.
+Handle = _fastpath.Handle
 
 # Handles dropped while pending: (id, buffers, generation), released once complete.
-_orphans: list = []
+_orphans: list = _fastpath.orphans
 
 
 def _sweep_orphans() -> None:
@@ -153,6 +125,10 @@ def _sweep_orphans() -> None:
     _orphans[:] = keep
 
 
+def _shut_down(name: str) -> None:
+    raise ShutDownError(f"scaleout was shut down while '{name}' was pending")
+
+
 _lib_fns = None
 
 
@@ -162,7 +138,8 @@ def _fns():
     if _lib_fns is None:
         lib = _native.library()
         address = lambda fn: ctypes.cast(fn, ctypes.c_void_p).value  # noqa: E731
-        _fastpath.bind(address(lib.so_enqueue), address(lib.so_wait), address(lib.so_release))
+        _fastpath.bind(address(lib.so_enqueue), address(lib.so_wait), address(lib.so_release),
+                       check, _shut_down)
         _lib_fns = (lib.so_enqueue, lib.so_wait, lib.so_poll, lib.so_release)
     return _lib_fns
 
@@ -225,7 +202,9 @@ def poll(handle: Handle) -> bool:
     """True when the collective behind the handle has completed."""
     if handle._done:
         return True
-    handle._check_alive()
+    if handle._generation != _basics.generation:
+        handle._done, handle._keep = True, ()
+        _shut_down(handle.name)
     if not handle._id:  # a group: done when every member is
         return all(poll(m) for m in handle._keep)
     done = ctypes.c_int(0)
@@ -233,25 +212,9 @@ def poll(handle: Handle) -> bool:
     return bool(done.value)
 
 
-def synchronize(handle: Handle) -> Any:
-    """Waits for the collective and returns its result (raises its error on every rank)."""
-    if handle._done:
-        return handle._result
-    handle._check_alive()
-    status, released = 0, False
-    if handle._id:
-        # An interrupt (KeyboardInterrupt) propagates from here and leaves the handle pending.
-        status = _fastpath.wait(handle._id, not handle._reads_result)
-        released = status == 0 and not handle._reads_result
-    try:
-        check(status)
-        handle._result = handle._finish(handle)
-    finally:
-        handle._done = True
-        handle._keep = ()
-        if handle._id and not released:
-            release(handle._id)
-    return handle._result
+# synchronize(handle) -> result: waits for the collective and returns its result (raises its
+# error on every rank); an interrupt (KeyboardInterrupt) leaves the handle pending.
+synchronize = _fastpath.synchronize
 
 
 def result_shape(handle_id: int) -> tuple:
@@ -285,6 +248,15 @@ def _received_splits(handle_id: int) -> np.ndarray:
 # ---- allreduce ----
 
 def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, inplace) -> Handle:
+    if type(tensor) is np.ndarray and name is not None:
+        # The common case in one C call; None when it does not apply (the path below then
+        # explains any error).
+        if _orphans:
+            _sweep_orphans()
+        got = _fastpath.allreduce_array(name, tensor, tensor if inplace else np.empty_like(tensor),
+                                        op, float(prescale_factor), float(postscale_factor))
+        if got is not None:
+            return _checked(got) if type(got) is int else got
     a = _as_array(tensor)
     code = dtype_code(a.dtype)
     src = _contiguous(a)

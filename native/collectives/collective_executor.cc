@@ -73,59 +73,104 @@ Status CollectiveExecutor::Execute(const Response& r, const std::vector<TensorEn
   }
 }
 
+// The tensors of an allreduce response laid end to end (the fused element space), and how to
+// move this rank's part of any range of it into and out of a buffer in the wire dtype.
+class CollectiveExecutor::FusedTensors {
+ public:
+  FusedTensors(const Response& r, const std::vector<TensorEntry*>& entries, double post)
+      : r_(r), entries_(entries), post_(post), half_(IsHalf(r.dtype)), esize_(DataTypeSize(r.dtype)),
+        wsize_(half_ ? sizeof(float) : esize_) {
+    starts_.reserve(entries.size() + 1);
+    starts_.push_back(0);
+    for (size_t i = 0; i < entries.size(); ++i) starts_.push_back(starts_.back() + Elements(ShapeOf(r, entries, i)));
+  }
+  size_t total() const { return starts_.back(); }
+  DataType wire() const { return half_ ? DataType::kFloat32 : r_.dtype; }
+
+  // Elements [first, first + count) of this rank's input (zeros where it joined), prescaled and
+  // widened, into dst.
+  void Pack(size_t first, size_t count, uint8_t* dst) const {
+    ForEachPiece(first, count, [&](size_t i, size_t at, size_t n, size_t into) {
+      uint8_t* out = dst + into * wsize_;
+      const TensorEntry* e = entries_[i];
+      if (e == nullptr) {
+        std::memset(out, 0, n * wsize_);  // a joined rank contributes zeros
+      } else if (half_) {
+        WidenToFloat(reinterpret_cast<float*>(out), static_cast<const uint8_t*>(e->input) + at * esize_, n,
+                     r_.dtype, r_.prescale);
+      } else {
+        std::memcpy(out, static_cast<const uint8_t*>(e->input) + at * esize_, n * esize_);
+        if (r_.prescale != 1.0) ScaleBuffer(out, n, r_.dtype, r_.prescale);
+      }
+    });
+  }
+
+  // The reduced elements [first, first + count) from src into the outputs, postscaled and
+  // narrowed.
+  void Unpack(size_t first, size_t count, const uint8_t* src) const {
+    ForEachPiece(first, count, [&](size_t i, size_t at, size_t n, size_t from) {
+      TensorEntry* e = entries_[i];
+      if (e == nullptr) return;
+      uint8_t* out = static_cast<uint8_t*>(e->output) + at * esize_;
+      if (half_) {
+        NarrowFromFloat(out, reinterpret_cast<const float*>(src + from * wsize_), n, r_.dtype, post_);
+      } else {
+        std::memcpy(out, src + from * wsize_, n * esize_);
+        if (post_ != 1.0) ScaleBuffer(out, n, r_.dtype, post_);
+      }
+    });
+  }
+
+ private:
+  // fn(tensor, its first element in the range, elements, their offset in the range) for each
+  // tensor overlapping [first, first + count).
+  template <typename Fn>
+  void ForEachPiece(size_t first, size_t count, Fn fn) const {
+    const size_t end = first + count;
+    size_t i = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), first) - starts_.begin()) - 1;
+    for (; i + 1 < starts_.size() && starts_[i] < end; ++i) {
+      const size_t lo = std::max(first, starts_[i]);
+      const size_t hi = std::min(end, starts_[i + 1]);
+      if (hi > lo) fn(i, lo - starts_[i], hi - lo, lo - first);
+    }
+  }
+
+  const Response& r_;
+  const std::vector<TensorEntry*>& entries_;
+  const double post_;
+  const bool half_;
+  const size_t esize_, wsize_;
+  std::vector<size_t> starts_;  // tensor i holds fused elements [starts_[i], starts_[i + 1])
+};
+
 Status CollectiveExecutor::Allreduce(const Response& r, const std::vector<TensorEntry*>& entries) {
   const double post = PostFactor(r, transports_[0]->size());
-  const bool half = IsHalf(r.dtype);
   const ReduceOp op = WireOp(r.reduce_op);
+  const FusedTensors fused(r, entries, post);
+  const size_t bytes = fused.total() * DataTypeSize(fused.wire());
+  if (staged_ != nullptr && bytes <= staged_max_bytes_) {
+    return staged_->Run(
+        fused.total(), fused.wire(), op,
+        [&](size_t first, size_t count, uint8_t* dst) { fused.Pack(first, count, dst); },
+        [&](size_t first, size_t count, const uint8_t* src) { fused.Unpack(first, count, src); });
+  }
   // One whole-precision tensor of this rank's own: reduce straight from input into output.
-  if (entries.size() == 1 && entries[0] != nullptr && !half && r.prescale == 1.0) {
+  if (entries.size() == 1 && entries[0] != nullptr && !IsHalf(r.dtype) && r.prescale == 1.0) {
     TensorEntry* e = entries[0];
-    const size_t count = Elements(e->request.shape);
-    Status s = ReduceSplit(e->input, e->output, count, r.dtype, op);
-    if (s.ok() && post != 1.0) ScaleBuffer(e->output, count, r.dtype, post);
+    Status s = ReduceSplit(e->input, e->output, fused.total(), r.dtype, op);
+    if (s.ok() && post != 1.0) ScaleBuffer(e->output, fused.total(), r.dtype, post);
     return s;
   }
-  const DataType wire = half ? DataType::kFloat32 : r.dtype;
-  const size_t wsize = DataTypeSize(wire);
-  const size_t esize = DataTypeSize(r.dtype);
-  size_t total = 0;
-  for (size_t i = 0; i < entries.size(); ++i) total += Elements(ShapeOf(r, entries, i));
   const bool timed = LogEnabled(LogLevel::kDebug);
   using Clock = std::chrono::steady_clock;
   const auto t0 = timed ? Clock::now() : Clock::time_point();
-  uint8_t* buf = fusion_.Get(total * wsize);
-  size_t offset = 0;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const size_t count = Elements(ShapeOf(r, entries, i));
-    uint8_t* dst = buf + offset * wsize;
-    if (entries[i] == nullptr) {
-      std::memset(dst, 0, count * wsize);  // a joined rank contributes zeros
-    } else if (half) {
-      WidenToFloat(reinterpret_cast<float*>(dst), entries[i]->input, count, r.dtype, r.prescale);
-    } else {
-      std::memcpy(dst, entries[i]->input, count * esize);
-      if (r.prescale != 1.0) ScaleBuffer(dst, count, r.dtype, r.prescale);
-    }
-    offset += count;
-  }
+  uint8_t* buf = fusion_.Get(bytes);
+  fused.Pack(0, fused.total(), buf);
   const auto t1 = timed ? Clock::now() : t0;
-  Status s = ReduceSplit(buf, buf, total, wire, op);
+  Status s = ReduceSplit(buf, buf, fused.total(), fused.wire(), op);
   if (!s.ok()) return s;
   const auto t2 = timed ? Clock::now() : t0;
-  offset = 0;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const size_t count = Elements(ShapeOf(r, entries, i));
-    const uint8_t* src = buf + offset * wsize;
-    offset += count;
-    TensorEntry* e = entries[i];
-    if (e == nullptr) continue;
-    if (half) {
-      NarrowFromFloat(e->output, reinterpret_cast<const float*>(src), count, r.dtype, post);
-    } else {
-      std::memcpy(e->output, src, count * esize);
-      if (post != 1.0) ScaleBuffer(e->output, count, r.dtype, post);
-    }
-  }
+  fused.Unpack(0, fused.total(), buf);
   const auto t3 = timed ? Clock::now() : t0;
   SO_LOG(kDebug, "fused allreduce: pack " << std::chrono::duration<double, std::micro>(t1 - t0).count()
          << " us, reduce " << std::chrono::duration<double, std::micro>(t2 - t1).count()

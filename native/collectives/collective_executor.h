@@ -8,7 +8,10 @@
 
 #include <vector>
 
+#include <memory>
+
 #include "collectives/endpoint_pool.h"
+#include "collectives/staged_allreduce.h"
 #include "coordinator/message.h"
 #include "fusion/fusion_buffer.h"
 #include "runtime/tensor_entry.h"
@@ -18,15 +21,20 @@ namespace scaleout {
 
 class CollectiveExecutor {
  public:
-  // transports[i] belongs to endpoint server i of `endpoints` (at least one).
-  CollectiveExecutor(std::vector<DataTransport*> transports, EndpointPool* endpoints)
-      : transports_(std::move(transports)), endpoints_(endpoints) {}
+  // transports[i] belongs to endpoint server i of `endpoints` (at least one). With `peers`
+  // (ranks that share a machine), allreduces of up to `staged_max_bytes` go through it.
+  CollectiveExecutor(std::vector<DataTransport*> transports, EndpointPool* endpoints,
+                     PeerMemory* peers = nullptr, size_t staged_max_bytes = 0)
+      : transports_(std::move(transports)), endpoints_(endpoints),
+        staged_(peers != nullptr ? std::make_unique<StagedAllreduce>(peers) : nullptr),
+        staged_max_bytes_(staged_max_bytes) {}
 
   // entries[i] is this rank's entry for response.tensors[i], or nullptr where this rank joined
   // instead of submitting (it then contributes zeros or no rows). Results go into the entries.
   Status Execute(const Response& response, const std::vector<TensorEntry*>& entries);
 
  private:
+  class FusedTensors;
   Status Allreduce(const Response& r, const std::vector<TensorEntry*>& entries);
   Status Allgather(const Response& r, const std::vector<TensorEntry*>& entries);
   Status Broadcast(const Response& r, TensorEntry* entry);
@@ -39,6 +47,8 @@ class CollectiveExecutor {
   // transports_[0] (endpoint server 0's) carries every collective that is not split.
   std::vector<DataTransport*> transports_;
   EndpointPool* endpoints_;
+  std::unique_ptr<StagedAllreduce> staged_;
+  size_t staged_max_bytes_;
   FusionBuffer fusion_;
   std::vector<uint8_t> zeros_;
 };

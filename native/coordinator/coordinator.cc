@@ -32,12 +32,12 @@ Status CoordinatorGone() {
 }  // namespace
 
 Coordinator::Coordinator(const Config& config, ControlChannel* channel,
-                         const std::vector<DataTransport*>& transports, HandleTable* handles,
-                         RequestQueue* queue)
+                         const std::vector<DataTransport*>& transports, PeerMemory* peers,
+                         HandleTable* handles, RequestQueue* queue)
     : config_(config),
       controller_(channel, config),
       endpoints_(static_cast<int>(transports.size()), config.ep_cores),
-      executor_(transports, &endpoints_),
+      executor_(transports, &endpoints_, peers, config.shm_threshold_bytes),
       handles_(handles),
       queue_(queue) {}
 

@@ -26,10 +26,11 @@ namespace scaleout {
 
 class Coordinator {
  public:
-  // transports[i] is endpoint server i's data plane (Note [Endpoint servers]).
+  // transports[i] is endpoint server i's data plane (Note [Endpoint servers]); peers, when not
+  // null, the memory of ranks that share this machine (Note [Staged allreduce]).
   Coordinator(const Config& config, ControlChannel* channel,
-              const std::vector<DataTransport*>& transports, HandleTable* handles,
-              RequestQueue* queue);
+              const std::vector<DataTransport*>& transports, PeerMemory* peers,
+              HandleTable* handles, RequestQueue* queue);
   ~Coordinator();
 
   // Opens the timeline (if configured) and starts the thread.

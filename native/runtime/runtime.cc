@@ -20,8 +20,16 @@ Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, std::shared_p
     rt->transports_.push_back(std::make_unique<MpiDataTransport>(rt->mpi_->data_comm(i)));
     transports.push_back(rt->transports_.back().get());
   }
+  // Note [Staged allreduce]: ranks that all share this machine reduce through shared memory.
+  const Topology& topo = rt->mpi_->topology();
+  if (topo.size > 1 && topo.local_size == topo.size && rt->config_.shm_threshold_bytes > 0) {
+    s = ShmPeerMemory::Create(transports[0], rt->config_.shm_area_bytes, &rt->peers_);
+    if (!s.ok()) {
+      SO_LOG(kWarning, "shared memory unavailable (" << s.message() << "); allreduces go through MPI");
+    }
+  }
   rt->coordinator_ = std::make_unique<Coordinator>(rt->config_, rt->channel_.get(), transports,
-                                                   &rt->handles_, &rt->queue_);
+                                                   rt->peers_.get(), &rt->handles_, &rt->queue_);
   rt->coordinator_->Start(rt->mpi_->topology().rank);
   *out = std::move(rt);
   return Status::OK();

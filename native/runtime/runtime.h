@@ -14,6 +14,7 @@
 #include "transport/mpi/mpi_context.h"
 #include "transport/mpi/mpi_control_channel.h"
 #include "transport/mpi/mpi_data_transport.h"
+#include "transport/shm/shm_peer_memory.h"
 
 namespace scaleout {
 
@@ -55,6 +56,7 @@ class Runtime {
   std::unique_ptr<MpiContext> mpi_;
   std::unique_ptr<MpiControlChannel> channel_;
   std::vector<std::unique_ptr<MpiDataTransport>> transports_;  // one per endpoint server
+  std::unique_ptr<ShmPeerMemory> peers_;  // when every rank is on this machine
   HandleTable handles_;
   RequestQueue queue_;
   std::unique_ptr<Coordinator> coordinator_;

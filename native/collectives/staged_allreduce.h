@@ -1,0 +1,43 @@
+// Allreduce through PeerMemory (ranks that share a machine): each rank packs its elements into
+// its own staging area, reduces one slice of them across every rank's area, and copies every
+// slice's result out of the area of the rank that reduced it. See Note [Staged allreduce].
+//
+// Threading: coordinator thread only (it drives PeerMemory::Sync).
+#ifndef SCALEOUT_COLLECTIVES_STAGED_ALLREDUCE_H_
+#define SCALEOUT_COLLECTIVES_STAGED_ALLREDUCE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+#include "common/dtype.h"
+#include "common/status.h"
+#include "transport/peer_memory.h"
+
+namespace scaleout {
+
+class StagedAllreduce {
+ public:
+  explicit StagedAllreduce(PeerMemory* memory) : memory_(memory) {}
+
+  // Writes this rank's elements [first, first + count) to dst.
+  using PackFn = std::function<void(size_t first, size_t count, uint8_t* dst)>;
+  // Takes the reduced elements [first, first + count) from src.
+  using UnpackFn = std::function<void(size_t first, size_t count, const uint8_t* src)>;
+
+  // Reduces `total` elements of `dtype` (not float16/bfloat16: widen first) with `op` (Average
+  // reduces as Sum). Every rank calls it with the same total, dtype and op.
+  Status Run(size_t total, DataType dtype, ReduceOp op, const PackFn& pack, const UnpackFn& unpack);
+
+  // The elements [*lo, *hi) of a count-element round that `rank` of `size` reduces: whole
+  // 64-byte lines, as evenly spread as they go (exposed for tests).
+  static void Slice(size_t count, size_t esize, int rank, int size, size_t* lo, size_t* hi);
+
+ private:
+  PeerMemory* memory_;
+  uint64_t rounds_ = 0;  // rounds run so far; its parity picks the areas of the next one
+};
+
+}  // namespace scaleout
+
+#endif  // SCALEOUT_COLLECTIVES_STAGED_ALLREDUCE_H_

@@ -1,0 +1,236 @@
+#include "transport/shm/shm_peer_memory.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define SO_CPU_RELAX() _mm_pause()
+#else
+#define SO_CPU_RELAX() std::atomic_signal_fence(std::memory_order_seq_cst)
+#endif
+
+namespace scaleout {
+
+struct ShmPeerMemory::RankLine {
+  std::atomic<uint64_t> syncs;  // how many times this rank has entered Sync()
+  int64_t pid;
+  uint8_t pad[128 - sizeof(std::atomic<uint64_t>) - sizeof(int64_t)];
+};
+
+namespace {
+
+static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t) &&
+              std::atomic<uint64_t>::is_always_lock_free,
+              "Sync() needs lock-free 64-bit atomics in shared memory");
+
+constexpr uint64_t kMagic = 0x73636c6f7574534dULL;  // "scloutSM"
+constexpr size_t kPage = 4096;
+constexpr size_t kNameBytes = 64;
+
+struct Header {
+  uint64_t magic;
+  uint64_t size;
+  uint64_t area_bytes;
+};
+
+size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+size_t LinesBytes(int size) { return RoundUp(static_cast<size_t>(size) * 128, kPage); }
+
+size_t SegmentBytes(int size, size_t area_bytes) {
+  return kPage + LinesBytes(size) + static_cast<size_t>(size) * 2 * area_bytes;
+}
+
+std::string SystemError(const std::string& what, int err) {
+  return what + ": " + std::strerror(err);
+}
+
+std::string NewName() {
+  std::random_device device;
+  std::ostringstream name;
+  name << "/scaleout-" << ::getpid() << "-" << std::hex << device() << device();
+  return name.str();
+}
+
+}  // namespace
+
+// Note [Shared-memory sync]
+// Sync() is a counting barrier: a rank stores its count of Sync() calls (release) into its own
+// line and waits until every other rank's count has caught up (acquire), which also publishes
+// every write made to the areas before. While it waits it spins briefly (the other ranks are
+// usually microseconds behind), then yields the core, then sleeps in growing steps: with more
+// ranks than cores a spinning rank would take the core from the rank it waits for. Every tenth
+// of a second of waiting it checks that the rank it waits for is still alive, so a rank that
+// died makes the others fail with an error that names it instead of waiting forever.
+namespace {
+constexpr int kSpinChecks = 512;
+constexpr double kYieldSeconds = 100e-6;
+constexpr double kMaxSleepSeconds = 200e-6;
+constexpr double kAliveCheckSeconds = 0.1;
+}  // namespace
+
+Status ShmPeerMemory::Create(DataTransport* bootstrap, size_t area_bytes,
+                             std::unique_ptr<ShmPeerMemory>* out) {
+  const int rank = bootstrap->rank();
+  const int size = bootstrap->size();
+  area_bytes = RoundUp(area_bytes, kPage);
+  const size_t bytes = SegmentBytes(size, area_bytes);
+  std::unique_ptr<ShmPeerMemory> mem(new ShmPeerMemory(rank, size, area_bytes));
+  std::string error;
+  char name[kNameBytes] = {0};
+  if (rank == 0) {
+    const std::string chosen = NewName();
+    int fd = ::shm_open(chosen.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) {
+      error = SystemError("shm_open(" + chosen + ")", errno);
+    } else {
+      // posix_fallocate, unlike ftruncate alone, makes a too-small /dev/shm fail here rather
+      // than with SIGBUS at the first touch of a page it cannot back.
+      int rc = ::ftruncate(fd, static_cast<off_t>(bytes)) != 0 ? errno : ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+      if (rc != 0) {
+        error = SystemError("reserving " + std::to_string(bytes >> 20) + " MiB in " + chosen, rc);
+      } else {
+        Status s = mem->Map(fd, bytes);
+        if (!s.ok()) error = s.message();
+      }
+      ::close(fd);
+      if (!error.empty()) {
+        ::shm_unlink(chosen.c_str());
+      } else {
+        auto* header = reinterpret_cast<Header*>(mem->base_);
+        header->magic = kMagic;
+        header->size = static_cast<uint64_t>(size);
+        header->area_bytes = area_bytes;
+        std::strncpy(name, chosen.c_str(), kNameBytes - 1);
+      }
+    }
+  }
+  Status s = bootstrap->Broadcast(name, kNameBytes, 0);
+  if (!s.ok()) return s;
+  if (rank != 0) {
+    if (name[0] == '\0') {
+      error = "rank 0 could not create the segment";
+    } else {
+      int fd = ::shm_open(name, O_RDWR, 0600);
+      if (fd < 0) {
+        error = SystemError(std::string("shm_open(") + name + ")", errno);
+      } else {
+        struct stat st;
+        if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
+          error = std::string(name) + " is not the size rank 0 made it";
+        } else {
+          Status m = mem->Map(fd, bytes);
+          if (!m.ok()) error = m.message();
+        }
+        ::close(fd);
+      }
+      if (error.empty() && reinterpret_cast<Header*>(mem->base_)->magic != kMagic) {
+        error = std::string(name) + " is not a scaleout segment";
+      }
+    }
+  }
+  if (error.empty()) {
+    RankLine* line = mem->Line(rank);
+    line->pid = ::getpid();
+    line->syncs.store(0, std::memory_order_release);
+  }
+  // Every rank must hold the segment before its name goes, and all must agree to use it.
+  int32_t ok = error.empty() ? 1 : 0;
+  s = bootstrap->Allreduce(&ok, &ok, 1, DataType::kInt32, ReduceOp::kMin);
+  if (rank == 0 && name[0] != '\0') ::shm_unlink(name);
+  if (!s.ok()) return s;
+  if (!ok) {
+    return Status::Transport(error.empty() ? "another rank could not map the shared-memory segment"
+                                           : error);
+  }
+  *out = std::move(mem);
+  return Status::OK();
+}
+
+Status ShmPeerMemory::Map(int fd, size_t bytes) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return Status::Transport(SystemError("mmap of the shared-memory segment", errno));
+  base_ = static_cast<uint8_t*>(p);
+  mapped_bytes_ = bytes;
+  return Status::OK();
+}
+
+ShmPeerMemory::~ShmPeerMemory() {
+  if (base_ != nullptr) ::munmap(base_, mapped_bytes_);
+}
+
+ShmPeerMemory::RankLine* ShmPeerMemory::Line(int rank) const {
+  return reinterpret_cast<RankLine*>(base_ + kPage) + rank;
+}
+
+uint8_t* ShmPeerMemory::Area(int rank, int parity) const {
+  return base_ + kPage + LinesBytes(size_) + (static_cast<size_t>(rank) * 2 + parity) * area_bytes_;
+}
+
+Status ShmPeerMemory::Sync() {
+  const uint64_t count = ++syncs_;
+  Line(rank_)->syncs.store(count, std::memory_order_release);
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    Status s = WaitFor(peer, count);
+    if (!s.ok()) return s;
+  }
+  return Status::OK();
+}
+
+Status ShmPeerMemory::WaitFor(int peer, uint64_t count) {
+  const std::atomic<uint64_t>& theirs = Line(peer)->syncs;
+  for (int i = 0; i < kSpinChecks; ++i) {
+    if (theirs.load(std::memory_order_acquire) >= count) return Status::OK();
+    SO_CPU_RELAX();
+  }
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto next_alive_check = start + std::chrono::duration<double>(kAliveCheckSeconds);
+  double sleep = 10e-6;
+  while (theirs.load(std::memory_order_acquire) < count) {
+    const auto now = Clock::now();
+    if (now - start < std::chrono::duration<double>(kYieldSeconds)) {
+      ::sched_yield();
+      continue;
+    }
+    if (now >= next_alive_check) {
+      if (PeerGone(peer)) {
+        return Status::Transport("rank " + std::to_string(peer) + " (pid " + std::to_string(Line(peer)->pid) +
+                                 ") ended while this rank waited for it in a shared-memory collective");
+      }
+      next_alive_check = now + std::chrono::duration<double>(kAliveCheckSeconds);
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(sleep));
+    sleep = std::min(sleep * 2, kMaxSleepSeconds);
+  }
+  return Status::OK();
+}
+
+bool ShmPeerMemory::PeerGone(int peer) const {
+  const pid_t pid = static_cast<pid_t>(Line(peer)->pid);
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  // Dead but not yet reaped by its parent: still a process id, no longer a process.
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(stat, text);
+  const size_t paren = text.rfind(')');
+  return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z';
+}
+
+}  // namespace scaleout

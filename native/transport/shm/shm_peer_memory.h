@@ -1,0 +1,52 @@
+// PeerMemory in one POSIX shared-memory segment mapped by every rank of a single-machine job.
+//
+// Layout: a header page; one 128-byte line per rank (its pid and its Sync() count, alone on its
+// line so that ranks spinning on one another do not share lines); then each rank's two areas.
+// Rank 0 creates the segment under a random name, the others open it, and once every rank has
+// it mapped the name is unlinked: the memory goes away with the last process, however the job
+// ends. See Note [Shared-memory sync] in the .cc for how ranks wait for one another.
+#ifndef SCALEOUT_TRANSPORT_SHM_SHM_PEER_MEMORY_H_
+#define SCALEOUT_TRANSPORT_SHM_SHM_PEER_MEMORY_H_
+
+#include <memory>
+#include <string>
+
+#include "transport/data_transport.h"
+#include "transport/peer_memory.h"
+
+namespace scaleout {
+
+class ShmPeerMemory : public PeerMemory {
+ public:
+  // Collective over `bootstrap` (which carries the segment's name and the ranks' agreement):
+  // every rank gets the segment, or every rank gets an error saying why not (then nothing is
+  // left behind). All ranks of `bootstrap` must be on this machine.
+  static Status Create(DataTransport* bootstrap, size_t area_bytes,
+                       std::unique_ptr<ShmPeerMemory>* out);
+  ~ShmPeerMemory() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  size_t area_bytes() const override { return area_bytes_; }
+  uint8_t* Area(int rank, int parity) const override;
+  Status Sync() override;
+
+ private:
+  struct RankLine;
+  ShmPeerMemory(int rank, int size, size_t area_bytes) : rank_(rank), size_(size), area_bytes_(area_bytes) {}
+  Status Map(int fd, size_t bytes);
+  RankLine* Line(int rank) const;
+  Status WaitFor(int peer, uint64_t count);
+  bool PeerGone(int peer) const;
+
+  int rank_;
+  int size_;
+  size_t area_bytes_;
+  uint8_t* base_ = nullptr;
+  size_t mapped_bytes_ = 0;
+  uint64_t syncs_ = 0;
+};
+
+}  // namespace scaleout
+
+#endif  // SCALEOUT_TRANSPORT_SHM_SHM_PEER_MEMORY_H_
