@@ -1,9 +1,16 @@
 """Collectives on real MPI ranks (2 and 4, the latter oversubscribing this 2-core machine)."""
+import pytest
+
 from conftest import run_mpi
 
+# The allreduce data paths on one machine: shared memory (with its default staging area, and
+# with the smallest, so that every tensor but the tiniest takes several rounds), and MPI.
+PATHS = {"shm": {}, "shm-4KiB-rounds": {"SCALEOUT_SHM_AREA": "4096"}, "mpi": {"SCALEOUT_SHM": "0"}}
 
-def test_every_collective_op_and_dtype(nranks):
-    proc = run_mpi("collectives.py", nranks)
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_every_collective_op_and_dtype(nranks, path):
+    proc = run_mpi("collectives.py", nranks, "mpi" if path == "mpi" else "shm", env=PATHS[path])
     assert proc.stdout.count("all checks passed") == nranks
 
 

@@ -99,7 +99,7 @@ class CollectiveExecutor::FusedTensors {
         WidenToFloat(reinterpret_cast<float*>(out), static_cast<const uint8_t*>(e->input) + at * esize_, n,
                      r_.dtype, r_.prescale);
       } else {
-        std::memcpy(out, static_cast<const uint8_t*>(e->input) + at * esize_, n * esize_);
+        CopyBytes(out, static_cast<const uint8_t*>(e->input) + at * esize_, n * esize_);
         if (r_.prescale != 1.0) ScaleBuffer(out, n, r_.dtype, r_.prescale);
       }
     });
@@ -115,7 +115,7 @@ class CollectiveExecutor::FusedTensors {
       if (half_) {
         NarrowFromFloat(out, reinterpret_cast<const float*>(src + from * wsize_), n, r_.dtype, post_);
       } else {
-        std::memcpy(out, src + from * wsize_, n * esize_);
+        CopyBytes(out, src + from * wsize_, n * esize_);
         if (post_ != 1.0) ScaleBuffer(out, n, r_.dtype, post_);
       }
     });
@@ -147,8 +147,7 @@ Status CollectiveExecutor::Allreduce(const Response& r, const std::vector<Tensor
   const double post = PostFactor(r, transports_[0]->size());
   const ReduceOp op = WireOp(r.reduce_op);
   const FusedTensors fused(r, entries, post);
-  const size_t bytes = fused.total() * DataTypeSize(fused.wire());
-  if (staged_ != nullptr && bytes <= staged_max_bytes_) {
+  if (staged_ != nullptr) {
     return staged_->Run(
         fused.total(), fused.wire(), op,
         [&](size_t first, size_t count, uint8_t* dst) { fused.Pack(first, count, dst); },
@@ -164,7 +163,7 @@ Status CollectiveExecutor::Allreduce(const Response& r, const std::vector<Tensor
   const bool timed = LogEnabled(LogLevel::kDebug);
   using Clock = std::chrono::steady_clock;
   const auto t0 = timed ? Clock::now() : Clock::time_point();
-  uint8_t* buf = fusion_.Get(bytes);
+  uint8_t* buf = fusion_.Get(fused.total() * DataTypeSize(fused.wire()));
   fused.Pack(0, fused.total(), buf);
   const auto t1 = timed ? Clock::now() : t0;
   Status s = ReduceSplit(buf, buf, fused.total(), fused.wire(), op);
@@ -214,7 +213,7 @@ Status CollectiveExecutor::Allgather(const Response& r, const std::vector<Tensor
   size_t off = 0;
   for (size_t t = 0; t < nt; ++t) {
     const size_t bytes = static_cast<size_t>(r.tensors[t].first_dims[self]) * row_bytes[t];
-    if (entries[t] != nullptr && bytes > 0) std::memcpy(send + off, entries[t]->input, bytes);
+    if (entries[t] != nullptr && bytes > 0) CopyBytes(send + off, entries[t]->input, bytes);
     off += bytes;
   }
   uint8_t* recv = fusion_.Get(total, 1);
@@ -230,7 +229,7 @@ Status CollectiveExecutor::Allgather(const Response& r, const std::vector<Tensor
     for (size_t t = 0; t < nt; ++t) {
       const size_t bytes = static_cast<size_t>(r.tensors[t].first_dims[k]) * row_bytes[t];
       if (entries[t] != nullptr && bytes > 0) {
-        std::memcpy(entries[t]->result.data() + result_off[t], recv + pos, bytes);
+        CopyBytes(entries[t]->result.data() + result_off[t], recv + pos, bytes);
       }
       result_off[t] += bytes;
       pos += bytes;
@@ -248,7 +247,7 @@ Status CollectiveExecutor::Broadcast(const Response& r, TensorEntry* e) {
     return transports_[0]->Broadcast(zeros_.data(), bytes, r.root);
   }
   if (transports_[0]->rank() == r.root && e->input != e->output && bytes > 0) {
-    std::memcpy(e->output, e->input, bytes);
+    CopyBytes(e->output, e->input, bytes);
   }
   return transports_[0]->Broadcast(e->output, bytes, r.root);
 }
@@ -306,7 +305,7 @@ Status CollectiveExecutor::ReduceScatter(const Response& r, TensorEntry* e) {
   const void* src = e->input;
   if (r.prescale != 1.0) {
     uint8_t* scaled = fusion_.Get(total * DataTypeSize(r.dtype), 0);
-    std::memcpy(scaled, e->input, total * DataTypeSize(r.dtype));
+    CopyBytes(scaled, e->input, total * DataTypeSize(r.dtype));
     ScaleBuffer(scaled, total, r.dtype, r.prescale);
     src = scaled;
   }

@@ -22,12 +22,11 @@ namespace scaleout {
 class CollectiveExecutor {
  public:
   // transports[i] belongs to endpoint server i of `endpoints` (at least one). With `peers`
-  // (ranks that share a machine), allreduces of up to `staged_max_bytes` go through it.
+  // (ranks that share a machine), allreduces go through it (Note [Staged allreduce]).
   CollectiveExecutor(std::vector<DataTransport*> transports, EndpointPool* endpoints,
-                     PeerMemory* peers = nullptr, size_t staged_max_bytes = 0)
+                     PeerMemory* peers = nullptr)
       : transports_(std::move(transports)), endpoints_(endpoints),
-        staged_(peers != nullptr ? std::make_unique<StagedAllreduce>(peers) : nullptr),
-        staged_max_bytes_(staged_max_bytes) {}
+        staged_(peers != nullptr ? std::make_unique<StagedAllreduce>(peers) : nullptr) {}
 
   // entries[i] is this rank's entry for response.tensors[i], or nullptr where this rank joined
   // instead of submitting (it then contributes zeros or no rows). Results go into the entries.
@@ -48,7 +47,6 @@ class CollectiveExecutor {
   std::vector<DataTransport*> transports_;
   EndpointPool* endpoints_;
   std::unique_ptr<StagedAllreduce> staged_;
-  size_t staged_max_bytes_;
   FusionBuffer fusion_;
   std::vector<uint8_t> zeros_;
 };

@@ -7,6 +7,10 @@
 
 #include "common/status.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define SCALEOUT_HAVE_F16C_PATH 1
 #include <immintrin.h>
@@ -445,6 +449,36 @@ void ScaleBuffer(void* buf, size_t count, DataType dtype, double factor) {
     case DataType::kBool: break;
   }
   InvalidDataType(dtype, "ScaleBuffer");
+}
+
+// Note [Copies]
+// Measured on this machine's EPYC, copying 128 KiB: glibc memcpy 2.6-3.5 us for most relative
+// alignments but 44 us when (dst - src) mod 4096 is 16; a plain 16-byte-vector loop 2.6-4.7 us
+// for all. Below a few KiB glibc never takes the rep-movsb path, and its small-copy code is the
+// fastest there is.
+constexpr size_t kLoopCopyBytes = 4096;
+
+void CopyBytes(void* dst, const void* src, size_t bytes) {
+#if defined(__SSE2__)
+  if (bytes >= kLoopCopyBytes) {
+    auto* d = static_cast<uint8_t*>(dst);
+    const auto* s = static_cast<const uint8_t*>(src);
+    size_t i = 0;
+    for (; i + 64 <= bytes; i += 64) {
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
+      const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), a);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+    }
+    if (i < bytes) std::memcpy(d + i, s + i, bytes - i);
+    return;
+  }
+#endif
+  if (bytes > 0) std::memcpy(dst, src, bytes);
 }
 
 void WidenToFloat(float* dst, const void* src, size_t count, DataType dtype, double factor) {

@@ -1,25 +1,34 @@
 #include "collectives/staged_allreduce.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "collectives/reduce_kernels.h"
+#include "common/logging.h"
 
 namespace scaleout {
 
 // Note [Staged allreduce]
-// A round handles as many elements as one staging area holds:
-//   1. every rank packs its elements into its own area (the only copy of its input);  Sync
-//   2. rank k reduces slice k of the round: its own area's slice, in place, with the same
-//      slice of every other rank's area;                                              Sync
-//   3. every rank unpacks each slice from the area of the rank that reduced it.
+// A round handles as many elements as one staging area holds. Rank k owns slice k of the round:
+//   1. every rank packs the slices it does not own into its own area;                   Sync
+//   2. rank k, a block at a time, packs its own slice into its area, reduces the block
+//      with the same block of every other rank's area, and unpacks the result into its
+//      outputs at once, while the block is still in its cache;                          Sync
+//   3. every rank unpacks each other slice from the area of the rank that owns it.
 // Each element is reduced by one rank only, so all ranks get the same bits whatever the op or
-// dtype. The rounds alternate between each rank's two areas: a rank can pack round n + 1 while
-// the others still unpack round n from its other area, and it only comes back to that area
-// after the first Sync of round n + 1, by which time every rank has finished round n. So two
-// Syncs per round suffice.
-// Per rank and byte of input: pack reads 1 and writes 1, the reduction reads 2 and writes 1 of
-// its 1/size share, unpack reads 1 and writes 1: less memory traffic than packing into a
-// private buffer, having MPI copy it across processes and back, and unpacking.
+// dtype. No rank reads another's own slice before the second Sync, which is why that slice
+// can be packed after the first. The rounds alternate between each rank's two areas: a rank
+// can pack round n + 1 while the others still unpack round n from its other area, and it only
+// comes back to that area after the first Sync of round n + 1, by which time every rank has
+// finished round n. So two Syncs per round suffice.
+// Per rank and byte, this is one pass over the input and one over the output (the packing and
+// unpacking a private fusion buffer needs too) plus reading 1/size of the bytes from each other
+// rank: less memory traffic than packing, having MPI copy the buffer between processes, and
+// unpacking.
+
+namespace {
+constexpr size_t kBlockBytes = size_t(64) << 10;
+}  // namespace
 
 void StagedAllreduce::Slice(size_t count, size_t esize, int rank, int size, size_t* lo,
                             size_t* hi) {
@@ -40,24 +49,46 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
   const size_t per_round = memory_->area_bytes() / esize;
   const int self = memory_->rank();
   const int size = memory_->size();
+  const size_t block = std::max<size_t>(1, kBlockBytes / esize);
   for (size_t first = 0; first < total; first += per_round) {
     const size_t count = std::min(per_round, total - first);
     const int parity = static_cast<int>(rounds_++ & 1);
+    const bool timed = LogEnabled(LogLevel::kDebug);
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = timed ? Clock::now() : Clock::time_point();
     uint8_t* mine = memory_->Area(self, parity);
-    pack(first, count, mine);
-    Status s = memory_->Sync();
-    if (!s.ok()) return s;
     size_t lo, hi;
     Slice(count, esize, self, size, &lo, &hi);
-    for (int k = 0; k < size && hi > lo; ++k) {
-      if (k == self) continue;
-      ReduceInto(mine + lo * esize, memory_->Area(k, parity) + lo * esize, hi - lo, dtype, op);
+    pack(first, lo, mine);
+    pack(first + hi, count - hi, mine + hi * esize);
+    const auto t1 = timed ? Clock::now() : t0;
+    Status s = memory_->Sync();
+    if (!s.ok()) return s;
+    const auto t2 = timed ? Clock::now() : t0;
+    for (size_t begin = lo; begin < hi; begin += block) {
+      const size_t n = std::min(block, hi - begin);
+      uint8_t* at = mine + begin * esize;
+      pack(first + begin, n, at);
+      for (int k = 0; k < size; ++k) {
+        if (k != self) ReduceInto(at, memory_->Area(k, parity) + begin * esize, n, dtype, op);
+      }
+      unpack(first + begin, n, at);
     }
+    const auto t3 = timed ? Clock::now() : t0;
     s = memory_->Sync();
     if (!s.ok()) return s;
+    const auto t4 = timed ? Clock::now() : t0;
     for (int k = 0; k < size; ++k) {
+      if (k == self) continue;
       Slice(count, esize, k, size, &lo, &hi);
       if (hi > lo) unpack(first + lo, hi - lo, memory_->Area(k, parity) + lo * esize);
+    }
+    if (timed) {
+      const auto t5 = Clock::now();
+      auto us = [](Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); };
+      SO_LOG(kDebug, "staged allreduce round of " << count * esize << " bytes: pack " << us(t1 - t0)
+             << " us, wait " << us(t2 - t1) << " us, reduce own slice " << us(t3 - t2) << " us, wait "
+             << us(t4 - t3) << " us, unpack " << us(t5 - t4) << " us");
     }
   }
   return Status::OK();

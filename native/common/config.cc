@@ -49,21 +49,21 @@ Status Config::FromEnvironment(Config* out) {
   double fusion = static_cast<double>(c.fusion_threshold_bytes);
   double cache = c.cache_capacity;
   double level = c.log_level;
-  double shm = static_cast<double>(c.shm_threshold_bytes);
+  double shm = c.shm ? 1 : 0;
   double area = static_cast<double>(c.shm_area_bytes);
   for (Status s : {ReadNumber("SCALEOUT_FUSION_THRESHOLD", 0, &fusion),
                    ReadNumber("SCALEOUT_CYCLE_TIME", 0, &c.cycle_time_ms),
                    ReadNumber("SCALEOUT_CACHE_CAPACITY", 0, &cache),
                    ReadNumber("SCALEOUT_STALL_CHECK_TIME_SECONDS", 0, &c.stall_check_seconds),
                    ReadNumber("SCALEOUT_LOG_LEVEL", 0, &level),
-                   ReadNumber("SCALEOUT_SHM_THRESHOLD", 0, &shm),
+                   ReadNumber("SCALEOUT_SHM", 0, &shm),
                    ReadNumber("SCALEOUT_SHM_AREA", 4096, &area)}) {
     if (!s.ok()) return s;
   }
   c.fusion_threshold_bytes = static_cast<size_t>(fusion);
   c.cache_capacity = static_cast<int>(cache);
   c.log_level = static_cast<int>(level);
-  c.shm_threshold_bytes = static_cast<size_t>(shm);
+  c.shm = shm != 0;
   c.shm_area_bytes = static_cast<size_t>(area);
   double servers = 1;
   Status s = ReadNumber("SCALEOUT_EP_SERVERS", 0, &servers);
@@ -84,7 +84,7 @@ std::string Config::ToString() const {
     << "SCALEOUT_STALL_CHECK_TIME_SECONDS=" << stall_check_seconds << "\n"
     << "SCALEOUT_LOG_LEVEL=" << log_level << "\n"
     << "SCALEOUT_TIMELINE=" << timeline_path << "\n"
-    << "SCALEOUT_SHM_THRESHOLD=" << shm_threshold_bytes << "\n"
+    << "SCALEOUT_SHM=" << (shm ? 1 : 0) << "\n"
     << "SCALEOUT_SHM_AREA=" << shm_area_bytes << "\n"
     << "SCALEOUT_EP_SERVERS=" << ep_servers << "\n"
     << "SCALEOUT_EP_CORES=";

@@ -27,11 +27,11 @@ struct Config {
   int ep_servers = 1;
   // SCALEOUT_TIMELINE: Chrome-trace file written by rank 0 (Note [Timeline]); empty: off.
   std::string timeline_path;
-  // SCALEOUT_SHM_THRESHOLD: when every rank is on one machine, allreduces of up to this many
-  // bytes go through shared memory (Note [Staged allreduce]); 0: always MPI.
-  size_t shm_threshold_bytes = size_t(1) << 30;
+  // SCALEOUT_SHM: 1 (default): when every rank is on one machine, allreduces go through shared
+  // memory (Note [Staged allreduce]); 0: through MPI. After init it says which is in use.
+  bool shm = true;
   // SCALEOUT_SHM_AREA: bytes each rank stages per round of a shared-memory allreduce.
-  size_t shm_area_bytes = size_t(4) << 20;
+  size_t shm_area_bytes = size_t(1) << 20;
   // SCALEOUT_EP_CORES: comma-separated CPUs to pin endpoint server i to (empty: no pinning).
   std::vector<int> ep_cores;
 

@@ -37,7 +37,7 @@ Coordinator::Coordinator(const Config& config, ControlChannel* channel,
     : config_(config),
       controller_(channel, config),
       endpoints_(static_cast<int>(transports.size()), config.ep_cores),
-      executor_(transports, &endpoints_, peers, config.shm_threshold_bytes),
+      executor_(transports, &endpoints_, peers),
       handles_(handles),
       queue_(queue) {}
 

@@ -22,12 +22,13 @@ Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, std::shared_p
   }
   // Note [Staged allreduce]: ranks that all share this machine reduce through shared memory.
   const Topology& topo = rt->mpi_->topology();
-  if (topo.size > 1 && topo.local_size == topo.size && rt->config_.shm_threshold_bytes > 0) {
+  if (topo.size > 1 && topo.local_size == topo.size && rt->config_.shm) {
     s = ShmPeerMemory::Create(transports[0], rt->config_.shm_area_bytes, &rt->peers_);
     if (!s.ok()) {
       SO_LOG(kWarning, "shared memory unavailable (" << s.message() << "); allreduces go through MPI");
     }
   }
+  rt->config_.shm = rt->peers_ != nullptr;  // what config() reports: the path in use
   rt->coordinator_ = std::make_unique<Coordinator>(rt->config_, rt->channel_.get(), transports,
                                                    rt->peers_.get(), &rt->handles_, &rt->queue_);
   rt->coordinator_->Start(rt->mpi_->topology().rank);

@@ -374,6 +374,27 @@ double ExpectedIntegerScale(DataType dtype, double v, double factor) {
   return std::isnan(r) ? 0 : std::fmin(std::fmax(r, lo), hi);
 }
 
+SO_TEST(CopyBytesCopiesExactlyAtEveryAlignment) {
+  std::vector<uint8_t> src(80000), dst(80000);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + 3);
+  for (size_t bytes : {0, 1, 63, 64, 65, 4095, 4096, 4097, 70000}) {
+    for (size_t src_off : {0, 1, 16, 33}) {
+      for (size_t dst_off : {0, 3, 16, 48}) {
+        std::fill(dst.begin(), dst.end(), 0xEE);
+        CopyBytes(dst.data() + dst_off, src.data() + src_off, bytes);
+        bool ok = true;
+        for (size_t i = 0; i < dst.size() && ok; ++i) {
+          const bool inside = i >= dst_off && i < dst_off + bytes;
+          ok = dst[i] == (inside ? src[i - dst_off + src_off] : 0xEE);
+        }
+        if (!EXPECT_TRUE(ok)) {
+          ADD_FAILURE(std::to_string(bytes) + " bytes, src +" + std::to_string(src_off) + ", dst +" + std::to_string(dst_off));
+        }
+      }
+    }
+  }
+}
+
 SO_TEST(ScaleBufferIntegers) {
   const double values[] = {-7, -3, -1, 0, 1, 3, 7, 100, -100, 127, -128, 200};
   const double factors[] = {0.5, -0.5, 2.0, 1.0 / 3, -1.5, 0.0, 1e6};

@@ -1,4 +1,8 @@
-"""Every collective, op and dtype on real ranks, checked against numpy on each rank."""
+"""Every collective, op and dtype on real ranks, checked against numpy on each rank.
+
+Argument: the allreduce data path the run must be using ("shm" or "mpi")."""
+import sys
+
 import numpy as np
 
 import scaleout as so
@@ -97,6 +101,38 @@ def test_fusion_many_tensors(r, n):
           for i, dt in enumerate(["float32", "float64", "int32", "float16"] * 3)]
     for h in hs:
         check_close(so.synchronize(h), np.full(5, n * (n - 1) / 2), "mixed-dtype fusion")
+
+
+def test_data_path(r, n):
+    want = "1" if sys.argv[1] == "shm" else "0"
+    check(so.config()["SCALEOUT_SHM"] == want, f"allreduces go through {sys.argv[1]}")
+
+
+def test_large_and_fused_tensors_across_rounds_and_slices(r, n):
+    # Sizes that do not divide into 64-byte lines, ranks or rounds; exact integer-valued sums.
+    sizes = [1, 17, 1000, 4097, 33333, 70001]
+    for dtype, op in [("float32", so.Sum), ("float64", so.Average), ("int64", so.Max),
+                      ("int32", so.Min), ("float16", so.Sum), ("uint8", so.Product)]:
+        inputs = [[(np.arange(s) % 7 + k + (1 if dtype == "uint8" else 0)).astype(dtype)
+                   for s in sizes] for k in range(n)]
+        if dtype == "uint8":  # products of small values only
+            inputs = [[(x % 2 + 1).astype(dtype) for x in per_rank] for per_rank in inputs]
+        handles = [so.allreduce_async(x, op=op, name=f"big.{dtype}.{i}")
+                   for i, x in enumerate(inputs[r])]
+        for i, h in enumerate(handles):
+            want = expected(op, [inputs[k][i] for k in range(n)], dtype)
+            check_close(so.synchronize(h), want, f"{dtype} op {op} tensor of {sizes[i]}", rtol=0)
+    # One large tensor alone, in place, with scale factors.
+    x = np.arange(300_001, dtype=np.float64) * (r + 1)
+    so.allreduce_(x, op=so.Sum, prescale_factor=0.5, postscale_factor=4.0, name="big.alone")
+    check_close(x, np.arange(300_001) * 2.0 * n * (n + 1) / 2, "large in-place allreduce", rtol=1e-12)
+    # A rank that joined contributes zeros, across rounds too.
+    if r != n - 1:
+        got = so.allreduce(np.ones(50_000, np.float32), op=so.Sum, name="big.joined")
+        check_close(got, np.full(50_000, n - 1), "allreduce while the last rank has joined", rtol=0)
+    last = so.join()
+    check(last != n - 1 and so.allgather_object(last) == [last] * n,
+          "every rank hears the same last rank to join, not the one that joined first")
 
 
 def test_different_submission_order(r, n):

@@ -39,10 +39,18 @@ def run():
     check(so.allreduce(np.ones(7), op=so.Sum, name="steady")[0] == n, "cached name, new shape")
 
     # local errors
-    h = so.allreduce_async(np.ones(3), name="dup")
-    expect_error(so.DuplicateNameError, lambda: so.allreduce_async(np.ones(3), name="dup"),
-                 "dup", "already in flight", what="duplicate name")
-    so.synchronize(h)
+    # A name is in flight until its collective completes. Each rank submits a name of its own,
+    # which no other rank submits before the barrier, so it is still in flight when the rank
+    # submits it again; after the barrier each rank submits the others' names.
+    from mpi4py import MPI
+    own = so.allreduce_async(np.ones(3), op=so.Sum, name=f"dup.{r}")
+    expect_error(so.DuplicateNameError,
+                 lambda: so.allreduce_async(np.ones(3), op=so.Sum, name=f"dup.{r}"),
+                 f"dup.{r}", "already in flight", what="duplicate name")
+    MPI.COMM_WORLD.Barrier()
+    others = [so.allreduce_async(np.ones(3), op=so.Sum, name=f"dup.{k}") for k in range(n) if k != r]
+    check(all(so.synchronize(h).tolist() == [n] * 3 for h in [own] + others),
+          "the first submission of a duplicated name completes")
     expect_error(so.InvalidArgumentError, lambda: so.allreduce(np.zeros(2, np.complex64)),
                  "complex64", what="unsupported dtype")
     expect_error(so.InvalidArgumentError, lambda: so.allreduce(np.zeros(2, bool), name="b"),

@@ -1,9 +1,11 @@
 #include "transport/shm/shm_peer_memory.h"
 
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,7 +17,6 @@
 #include <fstream>
 #include <random>
 #include <sstream>
-#include <thread>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -27,16 +28,32 @@
 namespace scaleout {
 
 struct ShmPeerMemory::RankLine {
-  std::atomic<uint64_t> syncs;  // how many times this rank has entered Sync()
+  std::atomic<uint64_t> syncs;    // how many times this rank has entered Sync()
+  std::atomic<uint32_t> futex;    // the low 32 bits of syncs, for waiters to sleep on
+  std::atomic<uint32_t> waiters;  // ranks asleep (or about to be) on `futex`
   int64_t pid;
-  uint8_t pad[128 - sizeof(std::atomic<uint64_t>) - sizeof(int64_t)];
+  uint8_t pad[128 - 2 * sizeof(uint64_t) - sizeof(int64_t)];
 };
 
 namespace {
 
 static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t) &&
-              std::atomic<uint64_t>::is_always_lock_free,
-              "Sync() needs lock-free 64-bit atomics in shared memory");
+              std::atomic<uint64_t>::is_always_lock_free &&
+              sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
+              std::atomic<uint32_t>::is_always_lock_free,
+              "Sync() needs lock-free atomics in shared memory");
+
+// Process-shared futex calls (no FUTEX_PRIVATE_FLAG: the word is in a shared mapping).
+void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, double seconds) {
+  struct timespec timeout;
+  timeout.tv_sec = static_cast<time_t>(seconds);
+  timeout.tv_nsec = static_cast<long>((seconds - static_cast<double>(timeout.tv_sec)) * 1e9);
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &timeout, nullptr, 0);
+}
+
+void FutexWakeAll(std::atomic<uint32_t>* word) {
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
 
 constexpr uint64_t kMagic = 0x73636c6f7574534dULL;  // "scloutSM"
 constexpr size_t kPage = 4096;
@@ -72,15 +89,19 @@ std::string NewName() {
 // Note [Shared-memory sync]
 // Sync() is a counting barrier: a rank stores its count of Sync() calls (release) into its own
 // line and waits until every other rank's count has caught up (acquire), which also publishes
-// every write made to the areas before. While it waits it spins briefly (the other ranks are
-// usually microseconds behind), then yields the core, then sleeps in growing steps: with more
-// ranks than cores a spinning rank would take the core from the rank it waits for. Every tenth
-// of a second of waiting it checks that the rank it waits for is still alive, so a rank that
-// died makes the others fail with an error that names it instead of waiting forever.
+// every write made to the areas before. A waiting rank spins briefly (the others are usually
+// microseconds behind), then yields the core for a while, then sleeps on a futex over the
+// awaited rank's count, which that rank wakes when it arrives (it only makes the system call
+// when someone sleeps). Sleeping matters with more ranks than cores, where a spinning rank takes
+// the core from the rank it waits for; the futex, unlike a timed sleep, wakes it as soon as the
+// rank arrives. The sleeper and the arriving rank each write their side (the waiter count, the
+// count) before reading the other's, with sequentially consistent atomics, so at least one of
+// them sees the other: no wake-up is lost. Every tenth of a second of waiting the rank checks
+// that the rank it waits for is still alive, so a rank that died makes the others fail with an
+// error that names it instead of waiting forever.
 namespace {
-constexpr int kSpinChecks = 512;
+constexpr double kSpinSeconds = 20e-6;
 constexpr double kYieldSeconds = 100e-6;
-constexpr double kMaxSleepSeconds = 200e-6;
 constexpr double kAliveCheckSeconds = 0.1;
 }  // namespace
 
@@ -147,6 +168,8 @@ Status ShmPeerMemory::Create(DataTransport* bootstrap, size_t area_bytes,
   if (error.empty()) {
     RankLine* line = mem->Line(rank);
     line->pid = ::getpid();
+    line->futex.store(0);
+    line->waiters.store(0);
     line->syncs.store(0, std::memory_order_release);
   }
   // Every rank must hold the segment before its name goes, and all must agree to use it.
@@ -184,7 +207,10 @@ uint8_t* ShmPeerMemory::Area(int rank, int parity) const {
 
 Status ShmPeerMemory::Sync() {
   const uint64_t count = ++syncs_;
-  Line(rank_)->syncs.store(count, std::memory_order_release);
+  RankLine* line = Line(rank_);
+  line->syncs.store(count, std::memory_order_release);
+  line->futex.store(static_cast<uint32_t>(count), std::memory_order_seq_cst);
+  if (line->waiters.load(std::memory_order_seq_cst) != 0) FutexWakeAll(&line->futex);
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     Status s = WaitFor(peer, count);
@@ -194,30 +220,28 @@ Status ShmPeerMemory::Sync() {
 }
 
 Status ShmPeerMemory::WaitFor(int peer, uint64_t count) {
-  const std::atomic<uint64_t>& theirs = Line(peer)->syncs;
-  for (int i = 0; i < kSpinChecks; ++i) {
-    if (theirs.load(std::memory_order_acquire) >= count) return Status::OK();
+  RankLine* theirs = Line(peer);
+  auto arrived = [&] { return theirs->syncs.load(std::memory_order_acquire) >= count; };
+  using Clock = std::chrono::steady_clock;
+  using Seconds = std::chrono::duration<double>;
+  const auto start = Clock::now();
+  for (int i = 0; !arrived(); ++i) {
+    if (i % 64 == 63) {
+      const auto waited = Clock::now() - start;
+      if (waited >= Seconds(kYieldSeconds)) break;
+      if (waited >= Seconds(kSpinSeconds)) ::sched_yield();
+    }
     SO_CPU_RELAX();
   }
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
-  auto next_alive_check = start + std::chrono::duration<double>(kAliveCheckSeconds);
-  double sleep = 10e-6;
-  while (theirs.load(std::memory_order_acquire) < count) {
-    const auto now = Clock::now();
-    if (now - start < std::chrono::duration<double>(kYieldSeconds)) {
-      ::sched_yield();
-      continue;
+  while (!arrived()) {
+    theirs->waiters.fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t seen = theirs->futex.load(std::memory_order_seq_cst);
+    if (!arrived()) FutexWait(&theirs->futex, seen, kAliveCheckSeconds);
+    theirs->waiters.fetch_sub(1, std::memory_order_seq_cst);
+    if (!arrived() && Clock::now() - start >= Seconds(kAliveCheckSeconds) && PeerGone(peer)) {
+      return Status::Transport("rank " + std::to_string(peer) + " (pid " + std::to_string(theirs->pid) +
+                               ") ended while this rank waited for it in a shared-memory collective");
     }
-    if (now >= next_alive_check) {
-      if (PeerGone(peer)) {
-        return Status::Transport("rank " + std::to_string(peer) + " (pid " + std::to_string(Line(peer)->pid) +
-                                 ") ended while this rank waited for it in a shared-memory collective");
-      }
-      next_alive_check = now + std::chrono::duration<double>(kAliveCheckSeconds);
-    }
-    std::this_thread::sleep_for(std::chrono::duration<double>(sleep));
-    sleep = std::min(sleep * 2, kMaxSleepSeconds);
   }
   return Status::OK();
 }

@@ -1,0 +1,201 @@
+// StagedAllreduce (Note [Staged allreduce]) over an in-process PeerMemory whose "ranks" are
+// threads: slices, rounds, every op's result on every rank, and failures of Sync.
+#include <algorithm>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/staged_allreduce.h"
+#include "tests/test_framework.h"
+
+namespace scaleout {
+namespace {
+
+// The areas of `size` ranks in one process; Sync is a barrier across the threads that play the
+// ranks, and fails on the call numbered `fail_at` (1-based, 0: never) on every rank.
+class SharedAreas {
+ public:
+  SharedAreas(int size, size_t area_bytes, uint64_t fail_at = 0)
+      : size_(size), area_bytes_(area_bytes), fail_at_(fail_at),
+        memory_(static_cast<size_t>(size) * 2 * area_bytes + 64) {}
+
+  class View : public PeerMemory {
+   public:
+    View(SharedAreas* shared, int rank) : shared_(shared), rank_(rank) {}
+    int rank() const override { return rank_; }
+    int size() const override { return shared_->size_; }
+    size_t area_bytes() const override { return shared_->area_bytes_; }
+    uint8_t* Area(int rank, int parity) const override { return shared_->Area(rank, parity); }
+    Status Sync() override {
+      const uint64_t count = ++syncs_;
+      shared_->Barrier();
+      if (count == shared_->fail_at_) return Status::Transport("sync " + std::to_string(count) + " failed");
+      return Status::OK();
+    }
+
+   private:
+    SharedAreas* shared_;
+    int rank_;
+    uint64_t syncs_ = 0;
+  };
+
+ private:
+  uint8_t* Area(int rank, int parity) {
+    uint8_t* base = memory_.data() + (64 - reinterpret_cast<uintptr_t>(memory_.data()) % 64) % 64;
+    return base + (static_cast<size_t>(rank) * 2 + parity) * area_bytes_;
+  }
+  void Barrier() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t generation = generation_;
+    if (++arrived_ == size_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return generation_ != generation; });
+    }
+  }
+
+  const int size_;
+  const size_t area_bytes_;
+  const uint64_t fail_at_;
+  std::vector<uint8_t> memory_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+};
+
+// Runs one StagedAllreduce per rank thread over int64 inputs; returns what each rank unpacked
+// and how many times each element was unpacked on each rank.
+struct Outcome {
+  std::vector<std::vector<int64_t>> results;
+  std::vector<std::vector<int>> unpacked;
+  std::vector<Status> status;
+};
+
+Outcome RunRanks(int size, size_t area_bytes, size_t total, ReduceOp op, int repeats = 1,
+                 uint64_t fail_at = 0) {
+  SharedAreas shared(size, area_bytes, fail_at);
+  Outcome out;
+  out.results.assign(size, std::vector<int64_t>(total, -999));
+  out.unpacked.assign(size, std::vector<int>(total, 0));
+  out.status.resize(size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      SharedAreas::View view(&shared, r);
+      StagedAllreduce staged(&view);
+      std::mt19937 jitter(r);
+      for (int rep = 0; rep < repeats && out.status[r].ok(); ++rep) {
+        std::fill(out.unpacked[r].begin(), out.unpacked[r].end(), 0);
+        auto pack = [&](size_t first, size_t count, uint8_t* dst) {
+          if (jitter() % 4 == 0) std::this_thread::yield();
+          auto* d = reinterpret_cast<int64_t*>(dst);
+          for (size_t i = 0; i < count; ++i) d[i] = static_cast<int64_t>((first + i) % 11) * (r + 1) + rep;
+        };
+        auto unpack = [&](size_t first, size_t count, const uint8_t* src) {
+          const auto* s = reinterpret_cast<const int64_t*>(src);
+          for (size_t i = 0; i < count; ++i) {
+            out.results[r][first + i] = s[i];
+            ++out.unpacked[r][first + i];
+          }
+        };
+        out.status[r] = staged.Run(total, DataType::kInt64, op, pack, unpack);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return out;
+}
+
+int64_t Expected(size_t i, int size, ReduceOp op, int rep) {
+  int64_t acc = op == ReduceOp::kProduct ? 1 : (op == ReduceOp::kMin ? INT64_MAX : op == ReduceOp::kMax ? INT64_MIN : 0);
+  for (int r = 0; r < size; ++r) {
+    const int64_t v = static_cast<int64_t>(i % 11) * (r + 1) + rep;
+    if (op == ReduceOp::kSum) acc += v;
+    if (op == ReduceOp::kMin) acc = std::min(acc, v);
+    if (op == ReduceOp::kMax) acc = std::max(acc, v);
+    if (op == ReduceOp::kProduct) acc *= v;
+  }
+  return acc;
+}
+
+SO_TEST(SlicesCoverTheRoundInWholeLinesWithoutOverlap) {
+  for (size_t esize : {1, 2, 4, 8}) {
+    for (int size : {1, 2, 3, 4, 7}) {
+      for (size_t count : {0, 1, 15, 16, 17, 64, 100, 1000, 4097}) {
+        size_t expect_lo = 0;
+        for (int k = 0; k < size; ++k) {
+          size_t lo, hi;
+          StagedAllreduce::Slice(count, esize, k, size, &lo, &hi);
+          if (!EXPECT_EQ(lo, expect_lo) || !EXPECT_TRUE(hi >= lo)) {
+            ADD_FAILURE("esize " + std::to_string(esize) + " size " + std::to_string(size) + " count " + std::to_string(count));
+          }
+          if (hi < count) EXPECT_EQ(hi * esize % 64, 0);  // boundaries on 64-byte lines
+          expect_lo = hi;
+        }
+        EXPECT_EQ(expect_lo, count);
+      }
+    }
+  }
+}
+
+SO_TEST(EveryRankGetsTheReductionOfEveryElementOnce) {
+  // Area sizes from 8 elements (many rounds, slices shorter than a line) to the whole input.
+  for (int size : {1, 2, 3, 4}) {
+    for (size_t area : {size_t(64), size_t(512), size_t(8) << 10, size_t(1) << 20}) {
+      for (size_t total : {size_t(0), size_t(1), size_t(7), size_t(1000), size_t(12345)}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+          if (op == ReduceOp::kProduct && total > 1000) continue;
+          Outcome o = RunRanks(size, area, total, op);
+          const std::string where = "size " + std::to_string(size) + " area " + std::to_string(area) +
+                                    " total " + std::to_string(total) + " op " + std::to_string(static_cast<int>(op));
+          for (int r = 0; r < size; ++r) {
+            if (!EXPECT_TRUE(o.status[r].ok())) ADD_FAILURE(where + ": " + o.status[r].message());
+            for (size_t i = 0; i < total; ++i) {
+              if (!EXPECT_EQ(o.results[r][i], Expected(i, size, op, 0)) || !EXPECT_EQ(o.unpacked[r][i], 1)) {
+                ADD_FAILURE(where + " rank " + std::to_string(r) + " element " + std::to_string(i));
+                break;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+SO_TEST(BackToBackRunsReuseTheAreasSafely) {
+  // Rounds alternate areas without a third Sync: repeated runs with jittered ranks must not
+  // see a later round's data in an earlier one.
+  for (int size : {2, 3, 4}) {
+    Outcome o = RunRanks(size, 256, 3000, ReduceOp::kSum, 50);
+    for (int r = 0; r < size; ++r) {
+      ASSERT_TRUE(o.status[r].ok());
+      for (size_t i = 0; i < 3000; ++i) {
+        if (!EXPECT_EQ(o.results[r][i], Expected(i, size, ReduceOp::kSum, 49))) {
+          ADD_FAILURE("size " + std::to_string(size) + " rank " + std::to_string(r) + " element " + std::to_string(i));
+          break;
+        }
+      }
+    }
+  }
+}
+
+SO_TEST(AFailedSyncEndsTheRunWithItsStatus) {
+  for (uint64_t fail_at : {1, 2, 5}) {
+    Outcome o = RunRanks(3, 512, 2000, ReduceOp::kSum, 1, fail_at);
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_FALSE(o.status[r].ok());
+      EXPECT_EQ(o.status[r].message(), "sync " + std::to_string(fail_at) + " failed");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace scaleout
