@@ -231,6 +231,9 @@ def header(args, n: int, affinity: str) -> list:
         f"# MPI library: {mpi_lib}  (thread level {thread_level_name()})",
         f"# scaleout core: {core_info()}",
         f"# cpu affinity: {affinity}",
+        "# scaleout allreduce data path: " + ("shared memory (SCALEOUT_SHM=1)"
+                                              if so.config().get("SCALEOUT_SHM") == "1"
+                                              else "MPI (SCALEOUT_SHM=0)"),
         "# env: " + (" ".join(f"{k}={v}" for k, v in knobs.items()) or "no SCALEOUT_* set")
         + ("  " + " ".join(f"{k}={v}" for k, v in mpich_knobs.items()) if mpich_knobs else ""),
         f"# scaleout call: so.{'allreduce' if args.no_inplace else 'allreduce_'}(x, op=so.Sum, "
@@ -423,9 +426,11 @@ def sizes_table(args, comm, bench, n, out) -> None:
 
 
 def reinit_with_servers(k: int) -> None:
-    """Shuts the core down and starts it again with k endpoint servers (read at init)."""
+    """Shuts the core down and starts it again with k endpoint servers (read at init). The
+    servers split MPI allreduces, so the shared-memory path is turned off."""
     so.shutdown()
     os.environ["SCALEOUT_EP_SERVERS"] = str(k)
+    os.environ["SCALEOUT_SHM"] = "0"
     so.init()
     got = so.placement()["endpoint_servers"]
     if got != k:
@@ -446,6 +451,7 @@ def ep_table(args, comm, bench, rank, n, out) -> None:
             f"--max-mb {args.max_mb}")
         return
     before = os.environ.get("SCALEOUT_EP_SERVERS")
+    shm_before = os.environ.get("SCALEOUT_SHM")
     ep_cores = [c for c in os.environ.get("SCALEOUT_EP_CORES", "").split(",") if c]
     rounds = 2
     times = {(k, nbytes): [] for k in ks for nbytes in sizes}
@@ -464,10 +470,11 @@ def ep_table(args, comm, bench, rank, n, out) -> None:
                 warmup = 1 if nbytes >= 16 * MiB else 3
                 fn = lambda: so.allreduce_(buf, op=so.Sum, name=name)  # noqa: E731
                 times[(k, nbytes)].append(bench.interleaved([fn], iters, warmup)[0])
-    if before is None:
-        os.environ.pop("SCALEOUT_EP_SERVERS", None)
-    else:
-        os.environ["SCALEOUT_EP_SERVERS"] = before
+    for name, value in (("SCALEOUT_EP_SERVERS", before), ("SCALEOUT_SHM", shm_before)):
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
     first = ks[0]
     rows = []
@@ -478,8 +485,9 @@ def ep_table(args, comm, bench, rank, n, out) -> None:
         row += [busbw(nbytes, med[k], n) for k in ks]
         row += [f"{med[k] / med[first]:.2f}" for k in ks[1:]]
         rows.append(row)
-    out(f"## endpoint servers: so.allreduce_, float32, Sum, with K servers per rank; medians "
-        f"over {rounds} rounds; ratio = time with K / time with K={first}")
+    out(f"## endpoint servers: so.allreduce_ over MPI (SCALEOUT_SHM=0), float32, Sum, with K "
+        f"servers per rank; medians over {rounds} rounds; ratio = time with K / time with "
+        f"K={first}")
     hdr = (["size", "iters"] + [f"K={k}" for k in ks] + [f"busbw K={k}" for k in ks]
            + [f"K={k} / K={first}" for k in ks[1:]])
     for line in table(rows, hdr, ["l"] + ["r"] * (len(hdr) - 1)):
