@@ -14,6 +14,14 @@ def test_every_collective_op_and_dtype(nranks, path):
     assert proc.stdout.count("all checks passed") == nranks
 
 
+def test_without_room_for_shared_memory_allreduces_go_through_mpi(nranks):
+    # Staging areas of 10 TB cannot be reserved in /dev/shm: every rank says so and goes on.
+    proc = run_mpi("collectives.py", nranks, "mpi", env={"SCALEOUT_SHM_AREA": "1e13"})
+    assert proc.stdout.count("all checks passed") == nranks
+    assert "reserving 38146972 MiB" in proc.stderr, proc.stderr
+    assert proc.stderr.count("shared memory unavailable") == nranks, proc.stderr
+
+
 def test_sub_communicator_user_mpi_threads_and_buffer_inputs(nranks):
     proc = run_mpi("comm_and_buffers.py", nranks)
     assert proc.stdout.count("all checks passed") == nranks
