@@ -56,7 +56,12 @@ def dtype_code(dtype: Any) -> int:
     code = _CODE_BY_DTYPE.get(dtype)
     if code is not None:
         return code
-    name = np.dtype(dtype).name
+    dt = np.dtype(dtype)
+    if not dt.isnative:
+        raise InvalidArgumentError(
+            f"dtype {dt.str} is not in this machine's byte order; convert it first, e.g. "
+            "array.astype(array.dtype.newbyteorder('='))")
+    name = dt.name
     try:
         code = _CODE_BY_DTYPE[dtype] = _DTYPE_CODES[name]
         return code
@@ -114,19 +119,26 @@ _orphans: list = _fastpath.orphans
 def _sweep_orphans() -> None:
     done = ctypes.c_int(0)
     so_poll = _fns()[2]
+    # Handles dropped by other threads meanwhile (the ctypes calls release the GIL) are appended
+    # at the end: take only the entries there now, and put back those still pending.
+    taken = _orphans[:]
+    del _orphans[:len(taken)]
     keep = []
-    for hid, buffers, generation in _orphans:
+    for hid, buffers, generation in taken:
         if generation != _basics.generation:
             continue  # its runtime is gone, and the buffers with it
         if so_poll(hid, ctypes.byref(done)) != 0 or done.value:
             release(hid)
         else:
             keep.append((hid, buffers, generation))
-    _orphans[:] = keep
+    _orphans.extend(keep)
 
 
 def _shut_down(name: str) -> None:
     raise ShutDownError(f"scaleout was shut down while '{name}' was pending")
+
+
+_fastpath.set_errors(check, _shut_down)
 
 
 _lib_fns = None
@@ -138,8 +150,7 @@ def _fns():
     if _lib_fns is None:
         lib = _native.library()
         address = lambda fn: ctypes.cast(fn, ctypes.c_void_p).value  # noqa: E731
-        _fastpath.bind(address(lib.so_enqueue), address(lib.so_wait), address(lib.so_release),
-                       check, _shut_down)
+        _fastpath.bind(address(lib.so_enqueue), address(lib.so_wait), address(lib.so_release))
         _lib_fns = (lib.so_enqueue, lib.so_wait, lib.so_poll, lib.so_release)
     return _lib_fns
 

@@ -15,8 +15,8 @@ def test_every_collective_op_and_dtype(nranks, path):
 
 
 def test_without_room_for_shared_memory_allreduces_go_through_mpi(nranks):
-    # Staging areas of 10 TB cannot be reserved in /dev/shm: every rank says so and goes on.
-    proc = run_mpi("collectives.py", nranks, "mpi", env={"SCALEOUT_SHM_AREA": "1e13"})
+    # Staging areas of 1 TB each cannot be reserved in /dev/shm: every rank says so and goes on.
+    proc = run_mpi("collectives.py", nranks, "mpi", env={"SCALEOUT_SHM_AREA": "1e12"})
     assert proc.stdout.count("all checks passed") == nranks
     assert "shared memory unavailable (reserving " in proc.stderr, proc.stderr
     assert proc.stderr.count("shared memory unavailable") == nranks, proc.stderr

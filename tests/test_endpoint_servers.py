@@ -13,7 +13,8 @@ def test_results_identical_for_any_number_of_endpoint_servers(k, nranks):
     assert proc.stdout.count("all checks passed") == nranks
 
 
-def test_ranks_must_agree_on_the_number_of_servers():
-    proc = run_mpi("ep_mismatch.py", 2, check=False, timeout=60)
+@pytest.mark.parametrize("variable", ["SCALEOUT_EP_SERVERS", "SCALEOUT_SHM", "SCALEOUT_SHM_AREA"])
+def test_ranks_must_agree_on_how_they_communicate(variable):
+    proc = run_mpi("setting_mismatch.py", 2, variable, check=False, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("SCALEOUT_EP_SERVERS differs across ranks") == 2
+    assert proc.stdout.count(f"{variable} differs across ranks") == 2, proc.stdout + proc.stderr

@@ -21,6 +21,9 @@ namespace scaleout {
 // can pack round n + 1 while the others still unpack round n from its other area, and it only
 // comes back to that area after the first Sync of round n + 1, by which time every rank has
 // finished round n. So two Syncs per round suffice.
+// Like MPI's buffers, the tensors of one collective must not overlap one another: outputs are
+// written (step 2) while other inputs may still be packed (step 1 of a later round), so in-place
+// tensors that alias each other would read a mix of inputs and results.
 // Per rank and byte, this is one pass over the input and one over the output (the packing and
 // unpacking a private fusion buffer needs too) plus reading 1/size of the bytes from each other
 // rank: less memory traffic than packing, having MPI copy the buffer between processes, and

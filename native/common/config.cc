@@ -64,6 +64,10 @@ Status Config::FromEnvironment(Config* out) {
   c.cache_capacity = static_cast<int>(cache);
   c.log_level = static_cast<int>(level);
   c.shm = shm != 0;
+  if (area > static_cast<double>(size_t(1) << 40)) {
+    return Status::InvalidArgument("SCALEOUT_SHM_AREA='" + std::string(std::getenv("SCALEOUT_SHM_AREA")) +
+                                   "' is more than 1 TiB");
+  }
   c.shm_area_bytes = static_cast<size_t>(area);
   double servers = 1;
   Status s = ReadNumber("SCALEOUT_EP_SERVERS", 0, &servers);

@@ -9,7 +9,7 @@
  * up, a __del__ call per handle, attribute traffic), as C a tenth of that. This module is only
  * a thinner binding of the same C ABI (native/c_api/scaleout.h): it does not link against the
  * core; Python hands it the C ABI's function addresses from the ctypes-loaded library (bind()),
- * and the Python functions that raise scaleout's exceptions.
+ * and the Python functions that raise scaleout's exceptions (set_errors()).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -36,16 +36,31 @@ static long long generation = 0;
 
 static PyObject* bind(PyObject* self, PyObject* args) {
   unsigned long long enq, wait, rel;
-  PyObject *check, *shut_down;
-  if (!PyArg_ParseTuple(args, "KKKOO", &enq, &wait, &rel, &check, &shut_down)) return NULL;
+  if (!PyArg_ParseTuple(args, "KKK", &enq, &wait, &rel)) return NULL;
   so_enqueue_p = (enqueue_fn)(uintptr_t)enq;
   so_wait_p = (wait_fn)(uintptr_t)wait;
   so_release_p = (release_fn)(uintptr_t)rel;
+  Py_RETURN_NONE;
+}
+
+/* set_errors(check, shut_down): the Python functions that raise scaleout's exceptions (set when
+ * scaleout is imported, before any handle exists). */
+static PyObject* set_errors(PyObject* self, PyObject* args) {
+  PyObject *check, *shut_down;
+  if (!PyArg_ParseTuple(args, "OO", &check, &shut_down)) return NULL;
   Py_INCREF(check);
   Py_XSETREF(check_fn, check);
   Py_INCREF(shut_down);
   Py_XSETREF(shut_down_fn, shut_down);
   Py_RETURN_NONE;
+}
+
+static int errors_set(void) {
+  if (check_fn == NULL || shut_down_fn == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "scaleout._fastpath used before set_errors()");
+    return 0;
+  }
+  return 1;
 }
 
 static PyObject* set_generation(PyObject* self, PyObject* arg) {
@@ -303,14 +318,16 @@ static PyObject* synchronize(PyObject* self, PyObject* arg) {
     Py_INCREF(result);
     return result;
   }
+  if (!errors_set()) return NULL;
   if (h->generation != generation) {
     h->done = 1;
     Py_CLEAR(h->keep);
+    Py_CLEAR(h->result);  /* a failed handle has no result */
     return PyObject_CallOneArg(shut_down_fn, h->name ? h->name : Py_None);
   }
-  if (!bound()) return NULL;
   int rc = 0, released = 0;
   if (h->id != 0) {
+    if (!bound()) return NULL;
     rc = wait_handle(h->id, !h->reads_result);
     if (rc < 0) return NULL;
     released = rc == 0 && !h->reads_result;
@@ -338,6 +355,8 @@ static PyObject* synchronize(PyObject* self, PyObject* arg) {
   if (result != NULL) {
     Py_INCREF(result);
     Py_XSETREF(h->result, result);
+  } else {
+    Py_CLEAR(h->result);  /* a failed handle has no result */
   }
   return result;
 }
@@ -419,9 +438,7 @@ static PyObject* allreduce_array(PyObject* self, PyObject* const* args, Py_ssize
 }
 
 static PyMethodDef methods[] = {
-    {"bind", bind, METH_VARARGS,
-     "bind(enqueue, wait, release, check, shut_down): the C ABI's function addresses, and the "
-     "functions that raise scaleout's errors"},
+    {"bind", bind, METH_VARARGS, "bind(enqueue, wait, release): the C ABI's function addresses"},
     {"enqueue", (PyCFunction)(void (*)(void))enqueue, METH_FASTCALL,
      "enqueue(name, collective, dtype, shape, in_ptr, out_ptr, op, root, pre, post) -> id or -status"},
     {"enqueue_arrays", (PyCFunction)(void (*)(void))enqueue_arrays, METH_FASTCALL,
@@ -431,6 +448,8 @@ static PyMethodDef methods[] = {
     {"allreduce_array", (PyCFunction)(void (*)(void))allreduce_array, METH_FASTCALL,
      "allreduce_array(name, src, dst, op, pre, post) -> Handle, -status, or None"},
     {"set_generation", set_generation, METH_O, "set_generation(n): the runtime's generation"},
+    {"set_errors", set_errors, METH_VARARGS,
+     "set_errors(check, shut_down): the functions that raise scaleout's errors"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -2,7 +2,9 @@
 // pipes: the areas are shared, Sync orders them, the segment's name is gone once both have
 // it, and a rank that dies is named by the rank that waits for it.
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -160,6 +162,30 @@ SO_TEST(AFailureOnOneRankFailsCreateOnBoth) {
   EXPECT_TRUE(mem == nullptr);
   EXPECT_EQ(ExitCode(child), 0);
   EXPECT_EQ(SegmentsOf(::getpid()), 0);
+}
+
+SO_TEST(SegmentsLeftByAKilledJobAreRemovedByTheNextOne) {
+  // A name as rank 0 of a job killed during set-up leaves it: its pid is gone.
+  const pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  ASSERT_TRUE(gone > 0);
+  ExitCode(gone);
+  const std::string stale = "/scaleout-" + std::to_string(gone) + "-deadbeef";
+  const int fd = ::shm_open(stale.c_str(), O_CREAT | O_RDWR, 0600);
+  ASSERT_TRUE(fd >= 0);
+  ::close(fd);
+  ASSERT_EQ(SegmentsOf(gone), 1);
+  std::unique_ptr<PipeTransport> transport;
+  const pid_t child = ForkRanks(&transport, [](PipeTransport& t) {
+    std::unique_ptr<ShmPeerMemory> mem;
+    return ShmPeerMemory::Create(&t, 4096, &mem).ok() ? 0 : 1;
+  });
+  ASSERT_TRUE(child > 0);
+  std::unique_ptr<ShmPeerMemory> mem;
+  EXPECT_TRUE(ShmPeerMemory::Create(transport.get(), 4096, &mem).ok());
+  EXPECT_EQ(ExitCode(child), 0);
+  EXPECT_EQ(SegmentsOf(gone), 0);
+  if (SegmentsOf(gone) != 0) ::shm_unlink(stale.c_str());
 }
 
 }  // namespace

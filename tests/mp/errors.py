@@ -12,6 +12,9 @@ def run():
     msg = expect_error(so.MismatchError, lambda: so.allreduce(np.zeros(shape), name="grads.w"),
                        "grads.w", "shape", f"rank {n - 1} has [3]", what="shape mismatch")
     check("[2]" in msg, "message shows the other ranks' shape")
+    h = so.allreduce_async(np.zeros(shape), name="grads.async")
+    expect_error(so.MismatchError, lambda: so.synchronize(h), "grads.async", what="async mismatch")
+    check(so.synchronize(h) is None, "a failed handle has no result when synchronized again")
     dtype = np.float64 if r == 0 else np.float32
     expect_error(so.MismatchError, lambda: so.allreduce(np.zeros(4, dtype), name="dt"),
                  "dtype", "float64", "float32", "rank 0", what="dtype mismatch")

@@ -13,6 +13,7 @@ def run():
     so.init()
     r, n = so.rank(), so.size()
     check(so.is_initialized(), "initialized")
+    check(so.grouped_allreduce([]) == [], "an empty group as the first collective")
     check(so.allreduce(np.ones(3), op=so.Sum, name="a")[0] == n, "first life")
     # rank 0 leaves a collective pending that others never submit, then shuts down
     if r == 0:

@@ -1,5 +1,6 @@
 #include "transport/shm/shm_peer_memory.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sched.h>
@@ -13,6 +14,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -32,7 +34,8 @@ struct ShmPeerMemory::RankLine {
   std::atomic<uint32_t> futex;    // the low 32 bits of syncs, for waiters to sleep on
   std::atomic<uint32_t> waiters;  // ranks asleep (or about to be) on `futex`
   int64_t pid;
-  uint8_t pad[128 - 2 * sizeof(uint64_t) - sizeof(int64_t)];
+  uint64_t pid_namespace;         // PidNamespace() of the rank
+  uint8_t pad[128 - 4 * sizeof(uint64_t)];
 };
 
 namespace {
@@ -69,12 +72,42 @@ size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 size_t LinesBytes(int size) { return RoundUp(static_cast<size_t>(size) * 128, kPage); }
 
-size_t SegmentBytes(int size, size_t area_bytes) {
-  return kPage + LinesBytes(size) + static_cast<size_t>(size) * 2 * area_bytes;
+// False when the segment would not fit in a size_t.
+bool SegmentBytes(int size, size_t area_bytes, size_t* bytes) {
+  size_t areas;
+  return !__builtin_mul_overflow(static_cast<size_t>(size) * 2, area_bytes, &areas) &&
+         !__builtin_add_overflow(kPage + LinesBytes(size), areas, bytes);
 }
 
 std::string SystemError(const std::string& what, int err) {
   return what + ": " + std::strerror(err);
+}
+
+// Segments are named /scaleout-<rank 0's pid>-<random> and unlinked as soon as every rank has
+// mapped them; a job killed before that leaves one behind. Removes those of this user whose
+// creator is gone.
+void RemoveStaleSegments() {
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return;
+  const uid_t uid = ::geteuid();
+  while (dirent* e = ::readdir(dir)) {
+    const char* n = e->d_name;
+    if (std::strncmp(n, "scaleout-", 9) != 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(n + 9, &end, 10);
+    if (end == n + 9 || *end != '-' || pid <= 0) continue;
+    struct stat st;
+    const std::string path = std::string("/dev/shm/") + n;
+    if (::stat(path.c_str(), &st) != 0 || st.st_uid != uid) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) ::shm_unlink((std::string("/") + n).c_str());
+  }
+  ::closedir(dir);
+}
+
+// The inode of this process's pid namespace: pids mean the same to two ranks only when equal.
+uint64_t PidNamespace() {
+  struct stat st;
+  return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
 }
 
 std::string NewName() {
@@ -110,11 +143,14 @@ Status ShmPeerMemory::Create(DataTransport* bootstrap, size_t area_bytes,
   const int rank = bootstrap->rank();
   const int size = bootstrap->size();
   area_bytes = RoundUp(area_bytes, kPage);
-  const size_t bytes = SegmentBytes(size, area_bytes);
+  size_t bytes = 0;
   std::unique_ptr<ShmPeerMemory> mem(new ShmPeerMemory(rank, size, area_bytes));
   std::string error;
   char name[kNameBytes] = {0};
-  if (rank == 0) {
+  if (!SegmentBytes(size, area_bytes, &bytes)) {
+    error = std::to_string(size) + " ranks' areas of " + std::to_string(area_bytes) + " bytes do not fit in memory";
+  } else if (rank == 0) {
+    RemoveStaleSegments();
     const std::string chosen = NewName();
     int fd = ::shm_open(chosen.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) {
@@ -142,8 +178,11 @@ Status ShmPeerMemory::Create(DataTransport* bootstrap, size_t area_bytes,
     }
   }
   Status s = bootstrap->Broadcast(name, kNameBytes, 0);
-  if (!s.ok()) return s;
-  if (rank != 0) {
+  if (!s.ok()) {
+    if (rank == 0 && name[0] != '\0') ::shm_unlink(name);
+    return s;
+  }
+  if (rank != 0 && error.empty()) {
     if (name[0] == '\0') {
       error = "rank 0 could not create the segment";
     } else {
@@ -168,6 +207,7 @@ Status ShmPeerMemory::Create(DataTransport* bootstrap, size_t area_bytes,
   if (error.empty()) {
     RankLine* line = mem->Line(rank);
     line->pid = ::getpid();
+    line->pid_namespace = PidNamespace();
     line->futex.store(0);
     line->waiters.store(0);
     line->syncs.store(0, std::memory_order_release);
@@ -247,6 +287,9 @@ Status ShmPeerMemory::WaitFor(int peer, uint64_t count) {
 }
 
 bool ShmPeerMemory::PeerGone(int peer) const {
+  // Ranks in different pid namespaces (containers sharing /dev/shm) cannot see each other's
+  // processes: there a dead rank is left to the launcher.
+  if (Line(peer)->pid_namespace == 0 || Line(peer)->pid_namespace != Line(rank_)->pid_namespace) return false;
   const pid_t pid = static_cast<pid_t>(Line(peer)->pid);
   if (::kill(pid, 0) != 0) return errno == ESRCH;
   // Dead but not yet reaped by its parent: still a process id, no longer a process.

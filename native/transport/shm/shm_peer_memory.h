@@ -3,8 +3,10 @@
 // Layout: a header page; one 128-byte line per rank (its pid and its Sync() count, alone on its
 // line so that ranks spinning on one another do not share lines); then each rank's two areas.
 // Rank 0 creates the segment under a random name, the others open it, and once every rank has
-// it mapped the name is unlinked: the memory goes away with the last process, however the job
-// ends. See Note [Shared-memory sync] in the .cc for how ranks wait for one another.
+// it mapped the name is unlinked: from then on the memory goes away with the last process,
+// however the job ends. (A job killed between the two leaves the name behind; the next job's
+// rank 0 removes those whose creator is gone.) See Note [Shared-memory sync] in the .cc for how
+// ranks wait for one another.
 #ifndef SCALEOUT_TRANSPORT_SHM_SHM_PEER_MEMORY_H_
 #define SCALEOUT_TRANSPORT_SHM_SHM_PEER_MEMORY_H_
 

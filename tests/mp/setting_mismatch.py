@@ -1,0 +1,18 @@
+"""Ranks configured differently (argument: the variable; each rank sets its own value) get an
+error naming the variable on every rank, not a hang."""
+import os
+import sys
+
+from mpi4py import MPI
+
+variable = sys.argv[1]
+rank = MPI.COMM_WORLD.rank
+os.environ[variable] = {"SCALEOUT_EP_SERVERS": str(1 + rank),
+                        "SCALEOUT_SHM": str(rank % 2),
+                        "SCALEOUT_SHM_AREA": str(4096 * (1 + rank))}[variable]
+import scaleout as so  # noqa: E402
+
+try:
+    so.init()
+except so.InvalidArgumentError as e:
+    print(e, flush=True)
