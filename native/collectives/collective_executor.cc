@@ -99,8 +99,16 @@ class CollectiveExecutor::FusedTensors {
         WidenToFloat(reinterpret_cast<float*>(out), static_cast<const uint8_t*>(e->input) + at * esize_, n,
                      r_.dtype, r_.prescale);
       } else {
-        CopyBytes(out, static_cast<const uint8_t*>(e->input) + at * esize_, n * esize_);
-        if (r_.prescale != 1.0) ScaleBuffer(out, n, r_.dtype, r_.prescale);
+        const uint8_t* in = static_cast<const uint8_t*>(e->input) + at * esize_;
+        if (r_.prescale == 1.0) {
+          CopyBytes(out, in, n * esize_);
+          return;
+        }
+        for (size_t done = 0; done < n; done += scale_block_) {  // as in Unpack
+          const size_t k = std::min(scale_block_, n - done);
+          CopyBytes(out + done * esize_, in + done * esize_, k * esize_);
+          ScaleBuffer(out + done * esize_, k, r_.dtype, r_.prescale);
+        }
       }
     });
   }
@@ -114,9 +122,15 @@ class CollectiveExecutor::FusedTensors {
       uint8_t* out = static_cast<uint8_t*>(e->output) + at * esize_;
       if (half_) {
         NarrowFromFloat(out, reinterpret_cast<const float*>(src + from * wsize_), n, r_.dtype, post_);
-      } else {
+      } else if (post_ == 1.0) {
         CopyBytes(out, src + from * wsize_, n * esize_);
-        if (post_ != 1.0) ScaleBuffer(out, n, r_.dtype, post_);
+      } else {
+        // Scaled a block at a time, while the block just copied is still in the cache.
+        for (size_t done = 0; done < n; done += scale_block_) {
+          const size_t k = std::min(scale_block_, n - done);
+          CopyBytes(out + done * esize_, src + (from + done) * wsize_, k * esize_);
+          ScaleBuffer(out + done * esize_, k, r_.dtype, post_);
+        }
       }
     });
   }
@@ -140,6 +154,7 @@ class CollectiveExecutor::FusedTensors {
   const double post_;
   const bool half_;
   const size_t esize_, wsize_;
+  const size_t scale_block_ = (size_t(32) << 10) / esize_;  // elements copied then scaled at once
   std::vector<size_t> starts_;  // tensor i holds fused elements [starts_[i], starts_[i + 1])
 };
 
