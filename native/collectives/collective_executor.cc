@@ -99,16 +99,7 @@ class CollectiveExecutor::FusedTensors {
         WidenToFloat(reinterpret_cast<float*>(out), static_cast<const uint8_t*>(e->input) + at * esize_, n,
                      r_.dtype, r_.prescale);
       } else {
-        const uint8_t* in = static_cast<const uint8_t*>(e->input) + at * esize_;
-        if (r_.prescale == 1.0) {
-          CopyBytes(out, in, n * esize_);
-          return;
-        }
-        for (size_t done = 0; done < n; done += scale_block_) {  // as in Unpack
-          const size_t k = std::min(scale_block_, n - done);
-          CopyBytes(out + done * esize_, in + done * esize_, k * esize_);
-          ScaleBuffer(out + done * esize_, k, r_.dtype, r_.prescale);
-        }
+        CopyScaled(out, static_cast<const uint8_t*>(e->input) + at * esize_, n, r_.prescale);
       }
     });
   }
@@ -122,20 +113,24 @@ class CollectiveExecutor::FusedTensors {
       uint8_t* out = static_cast<uint8_t*>(e->output) + at * esize_;
       if (half_) {
         NarrowFromFloat(out, reinterpret_cast<const float*>(src + from * wsize_), n, r_.dtype, post_);
-      } else if (post_ == 1.0) {
-        CopyBytes(out, src + from * wsize_, n * esize_);
       } else {
-        // Scaled a block at a time, while the block just copied is still in the cache.
-        for (size_t done = 0; done < n; done += scale_block_) {
-          const size_t k = std::min(scale_block_, n - done);
-          CopyBytes(out + done * esize_, src + (from + done) * wsize_, k * esize_);
-          ScaleBuffer(out + done * esize_, k, r_.dtype, post_);
-        }
+        CopyScaled(out, src + from * wsize_, n, post_);
       }
     });
   }
 
  private:
+  // n elements of the (whole-precision) dtype from src to dst, times factor: scaled a block at a
+  // time, while the block just copied is still in the cache.
+  void CopyScaled(uint8_t* dst, const uint8_t* src, size_t n, double factor) const {
+    if (factor == 1.0) return CopyBytes(dst, src, n * esize_);
+    for (size_t done = 0; done < n; done += scale_block_) {
+      const size_t k = std::min(scale_block_, n - done);
+      CopyBytes(dst + done * esize_, src + done * esize_, k * esize_);
+      ScaleBuffer(dst + done * esize_, k, r_.dtype, factor);
+    }
+  }
+
   // fn(tensor, its first element in the range, elements, their offset in the range) for each
   // tensor overlapping [first, first + count).
   template <typename Fn>

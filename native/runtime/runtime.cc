@@ -6,28 +6,16 @@
 #include "common/logging.h"
 
 namespace scaleout {
-namespace {
-
-// Settings that change how ranks take part in collectives must be equal on every rank: an error
-// naming the variable on every rank otherwise (rather than a hang in the first collective).
-Status AgreeAcrossRanks(DataTransport* transport, const char* variable, int64_t value) {
-  int64_t range[2] = {-value, value};  // -min, max in one reduction
-  Status s = transport->Allreduce(range, range, 2, DataType::kInt64, ReduceOp::kMax);
-  if (!s.ok()) return s;
-  if (-range[0] != range[1]) {
-    return Status::InvalidArgument(std::string(variable) + " differs across ranks (from " + std::to_string(-range[0]) +
-                                   " to " + std::to_string(range[1]) + "); every rank must use the same value");
-  }
-  return Status::OK();
-}
-
-}  // namespace
 
 Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, std::shared_ptr<Runtime>* out) {
   std::shared_ptr<Runtime> rt(new Runtime());
   Status s = Config::FromEnvironment(&rt->config_);
   if (!s.ok()) return s;
-  s = MpiContext::Create(has_comm, comm_fortran_handle, rt->config_.ep_servers, &rt->mpi_);
+  // Settings that change how ranks take part in collectives must be the same on every rank.
+  s = MpiContext::Create(has_comm, comm_fortran_handle, rt->config_.ep_servers,
+                         {{"SCALEOUT_SHM", rt->config_.shm ? 1 : 0},
+                          {"SCALEOUT_SHM_AREA", static_cast<int64_t>(rt->config_.shm_area_bytes)}},
+                         &rt->mpi_);
   if (!s.ok()) return s;
   SetLogContext(rt->mpi_->topology().rank, rt->config_.log_level);
   rt->channel_ = std::make_unique<MpiControlChannel>(rt->mpi_->control_comm());
@@ -35,11 +23,6 @@ Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, std::shared_p
   for (int i = 0; i < rt->mpi_->data_channels(); ++i) {
     rt->transports_.push_back(std::make_unique<MpiDataTransport>(rt->mpi_->data_comm(i)));
     transports.push_back(rt->transports_.back().get());
-  }
-  for (Status agreed : {AgreeAcrossRanks(transports[0], "SCALEOUT_SHM", rt->config_.shm ? 1 : 0),
-                        AgreeAcrossRanks(transports[0], "SCALEOUT_SHM_AREA",
-                                         static_cast<int64_t>(rt->config_.shm_area_bytes))}) {
-    if (!agreed.ok()) return agreed;
   }
   // Note [Staged allreduce]: ranks that all share this machine reduce through shared memory.
   const Topology& topo = rt->mpi_->topology();

@@ -31,6 +31,7 @@ Status MpiError(const char* what, int code) {
 }
 
 Status MpiContext::Create(bool has_comm, int64_t comm_fortran_handle, int data_channels,
+                          const std::vector<std::pair<std::string, int64_t>>& agreed,
                           std::unique_ptr<MpiContext>* out) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
@@ -60,13 +61,21 @@ Status MpiContext::Create(bool has_comm, int64_t comm_fortran_handle, int data_c
   int rc = MPI_Comm_dup(user, &ctx->control_);
   if (rc != MPI_SUCCESS) return MpiError("MPI_Comm_dup", rc);
   MPI_Comm_set_errhandler(ctx->control_, MPI_ERRORS_RETURN);
-  int range[2] = {-data_channels, data_channels};  // -min, max in one reduction
-  rc = MPI_Allreduce(MPI_IN_PLACE, range, 2, MPI_INT, MPI_MAX, ctx->control_);
+  // Before the data communicators, whose number is one of the settings: a mismatch there would
+  // hang in MPI_Comm_dup. One reduction of (-value, value) pairs gives every setting's min and max.
+  std::vector<std::pair<std::string, int64_t>> settings = {{"SCALEOUT_EP_SERVERS", data_channels}};
+  settings.insert(settings.end(), agreed.begin(), agreed.end());
+  std::vector<int64_t> range;
+  for (const auto& setting : settings) range.insert(range.end(), {-setting.second, setting.second});
+  rc = MPI_Allreduce(MPI_IN_PLACE, range.data(), static_cast<int>(range.size()), MPI_INT64_T, MPI_MAX,
+                     ctx->control_);
   if (rc != MPI_SUCCESS) return MpiError("MPI_Allreduce", rc);
-  if (-range[0] != range[1]) {
-    return Status::InvalidArgument("SCALEOUT_EP_SERVERS differs across ranks (from " +
-                                   std::to_string(-range[0]) + " to " + std::to_string(range[1]) +
-                                   "); every rank must use the same number of endpoint servers");
+  for (size_t i = 0; i < settings.size(); ++i) {
+    if (-range[2 * i] != range[2 * i + 1]) {
+      return Status::InvalidArgument(settings[i].first + " differs across ranks (from " +
+                                     std::to_string(-range[2 * i]) + " to " + std::to_string(range[2 * i + 1]) +
+                                     "); every rank must use the same value");
+    }
   }
   ctx->data_.assign(data_channels, MPI_COMM_NULL);
   for (MPI_Comm& c : ctx->data_) {

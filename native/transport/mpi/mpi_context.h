@@ -5,7 +5,10 @@
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -20,9 +23,11 @@ class MpiContext {
  public:
   // Runs on the communicator with that Fortran handle, or MPI_COMM_WORLD when !has_comm.
   // Initialises MPI when nobody has.
-  // `data_channels` communicators are made for the data plane (one per endpoint server); every
-  // rank must ask for the same number (checked here, an error on every rank otherwise).
+  // `data_channels` communicators are made for the data plane (one per endpoint server). Every
+  // rank must ask for the same number, and give the same value for each of `agreed` (settings
+  // named by their variable): checked here, an error naming the variable on every rank otherwise.
   static Status Create(bool has_comm, int64_t comm_fortran_handle, int data_channels,
+                       const std::vector<std::pair<std::string, int64_t>>& agreed,
                        std::unique_ptr<MpiContext>* out);
   ~MpiContext();
 
