@@ -11,7 +11,7 @@ import build_native  # noqa: E402
 
 
 class NativeLibrary(Extension):
-    """A plain shared library loaded with ctypes (no Python module init inside)."""
+    """A plain shared library (no Python module init inside), opened by scaleout._binding."""
 
     def __init__(self, name):
         super().__init__(name, sources=[])
@@ -43,9 +43,9 @@ setup(
     package_dir={"scaleout.launcher": "launcher"},
     ext_modules=[
         NativeLibrary("scaleout._scaleout_core"),
-        # The hot path of enqueue/wait as a CPython extension over the same C ABI (no MPI).
-        Extension("scaleout._fastpath", sources=["native/python/fastpath.c"],
-                  include_dirs=["native"], extra_compile_args=["-O2"]),
+        # The one Python binding of the C ABI (it opens the core itself: importing it loads no MPI).
+        Extension("scaleout._binding", sources=["native/python/binding.c"],
+                  include_dirs=["native"], extra_compile_args=["-O2"], libraries=["dl"]),
     ],
     cmdclass={"build_ext": BuildNative},
     install_requires=["numpy", "cloudpickle", "mpi4py>=3.1", "mpich"],

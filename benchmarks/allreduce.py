@@ -18,6 +18,12 @@ Table 2: 200 float32 tensors of 16 KiB submitted with `so.allreduce_async_` back
 (distinct names, the same every iteration) and then synchronized, timed end to end, beside one
 pre-packed 3.2 MB mpi4py Allreduce and 200 back-to-back 16 KiB mpi4py Allreduces.
 
+Table 2b: the same 200 x 16 KiB through each front end: numpy (`so.allreduce_async_`),
+torch (`scaleout.torch.allreduce_async_` on tensors) and TensorFlow (eager
+`scaleout.tensorflow.grouped_allreduce`, which submits all 200 in one call), end to end, and the
+time to submit one collective (the submission loop alone, divided by 200, median over ranks'
+iterations).
+
 Table 3 (with --ep-servers K1,K2,...): scaleout's allreduce_ from --ep-min-mb up, with each
 number K of endpoint servers. The core reads SCALEOUT_EP_SERVERS at init, so the script shuts
 the core down and initializes it again for each K; the Ks take turns in two rounds (1 2 3,
@@ -73,7 +79,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--no-mpi-in-place", action="store_true",
                    help="leave out the comm.Allreduce(MPI.IN_PLACE, x) column (scaleout's core "
                         "calls MPI_Allreduce in place, so that column is the like-for-like one)")
-    p.add_argument("--no-small", action="store_true", help="skip the 200 x 16 KiB table")
+    p.add_argument("--no-small", action="store_true", help="skip the 200 x 16 KiB tables")
+    p.add_argument("--no-frameworks", action="store_true",
+                   help="leave torch and TensorFlow out of the front-end table (table 2b)")
     p.add_argument("--quick", action="store_true",
                    help="a short run: max 16 MiB, 10x fewer iterations")
     p.add_argument("--spread", action="store_true",
@@ -254,8 +262,8 @@ def core_info() -> str:
     runs, so a table can be tied to the binary that produced it."""
     try:
         import hashlib
-        from scaleout import _native
-        info = _native.build_info()
+        from scaleout import _core
+        info = _core.build_info()
         path = info["library"]
         with open(path, "rb") as f:
             digest = hashlib.sha256(f.read()).hexdigest()[:12]
@@ -359,6 +367,8 @@ def main() -> int:
         if not args.no_small:
             out()
             small_table(args, comm, bench, rank, n, out)
+            out()
+            frontends_table(args, comm, bench, rank, n, out)
     if args.ep_servers:
         if not args.ep_only:
             out()
@@ -568,6 +578,84 @@ def small_table(args, comm, bench, rank, n, out) -> None:
         hdr += ["p10", "p90"]
         align += ["r", "r"]
     for line in table(rows, hdr, align):
+        out(line)
+
+
+def frontends_table(args, comm, bench, rank, n, out) -> None:
+    """200 x 16 KiB through numpy, torch and TensorFlow: end to end, and the submission cost."""
+    expect_sum = n * (n + 1) / 2.0
+    iters = args.small_iters
+    submit_times = {}
+
+    def timed(label, submit, finish):
+        submit_times[label] = []
+
+        def fn():
+            t0 = perf()
+            pending = submit()
+            submit_times[label].append((perf() - t0) / SMALL_COUNT)
+            finish(pending)
+        return fn
+
+    arrays = [np.full(SMALL_FLOATS, rank + 1, dtype=np.float32) for _ in range(SMALL_COUNT)]
+    names = [f"bench.fe.np.{i}" for i in range(SMALL_COUNT)]
+    cases = [("numpy: so.allreduce_async_", timed(
+        "numpy", lambda: [so.allreduce_async_(a, op=so.Sum, name=nm)
+                          for a, nm in zip(arrays, names)],
+        lambda hs: [so.synchronize(h) for h in hs]))]
+    checks = [lambda: arrays[-1]]
+    resets = [lambda: [a.fill(0.0) for a in arrays]]
+    if not args.no_frameworks:
+        try:
+            import torch
+            import scaleout.torch as sot
+        except ImportError:
+            torch = None
+        if torch is not None:
+            tensors = [torch.full((SMALL_FLOATS,), float(rank + 1)) for _ in range(SMALL_COUNT)]
+            tnames = [f"bench.fe.torch.{i}" for i in range(SMALL_COUNT)]
+            cases.append(("torch: scaleout.torch.allreduce_async_", timed(
+                "torch", lambda: [sot.allreduce_async_(t, op=sot.Sum, name=nm)
+                                  for t, nm in zip(tensors, tnames)],
+                lambda hs: [sot.synchronize(h) for h in hs])))
+            checks.append(lambda: tensors[-1].numpy())
+            resets.append(lambda: [t.zero_() for t in tensors])
+        try:
+            import tensorflow as tf
+            import scaleout.tensorflow as sotf
+        except ImportError:
+            tf = None
+        if tf is not None:
+            tf_in = [tf.fill([SMALL_FLOATS], float(rank + 1)) for _ in range(SMALL_COUNT)]
+            tf_out = [None]
+
+            def tf_step():
+                tf_out[0] = sotf.grouped_allreduce(tf_in, op=sotf.Sum, name="bench.fe.tf")
+            cases.append(("TensorFlow: eager grouped_allreduce of 200", tf_step))
+            checks.append(lambda: tf_out[0][-1].numpy())
+    labels = [c[0] for c in cases]
+    for (label, fn), get in zip(cases, checks):  # correctness once, then zeros (Sum stays 0)
+        fn()
+        check_close(label, np.asarray(get()), expect_sum)
+    for reset in resets:
+        reset()
+    times = bench.interleaved([c[1] for c in cases], iters, warmup=5)
+    med = [float(np.median(t)) for t in times]
+    rows = []
+    for label, key, m in zip(labels, ["numpy", "torch", "tf"], med):
+        per = submit_times.get(key)
+        if per:
+            local = np.array([float(np.median(per))])
+            worst = np.empty_like(local)
+            comm.Allreduce(local, worst, op=MPI.MAX)
+            per_call = f"{worst[0] * 1e6:.2f} us"
+        else:
+            per_call = "n/a (one call)"
+        rows.append([label, fmt_time(m), f"{m / med[0]:.2f}", per_call])
+    out(f"## {SMALL_COUNT} x 16 KiB float32 through each front end, Sum, end to end; "
+        f"median of {iters} iterations")
+    for line in table(rows, ["case", "median", "/ numpy", "submit one (median)"],
+                      ["l", "r", "r", "r"]):
         out(line)
 
 

@@ -2,29 +2,19 @@
 from __future__ import annotations
 
 import atexit
-import ctypes
 import threading
 from typing import Any, Optional
 
-from scaleout import _fastpath, _native
-from scaleout._errors import NotInitializedError, error_class
+from scaleout import _binding, _core
+from scaleout._errors import NotInitializedError
 
 __all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-           "cross_rank", "cross_size", "mpi_threads_supported", "mpi_built", "check", "config",
+           "cross_rank", "cross_size", "mpi_threads_supported", "mpi_built", "config",
            "placement", "mpi_enabled", "gloo_enabled", "nccl_built", "cuda_built", "rocm_built"]
 
 _state_lock = threading.Lock()
 _topology: Optional[tuple] = None
 _atexit_registered = False
-generation = 0  # counts shutdowns: handles from an earlier runtime are recognised as such
-
-
-def check(code: int) -> None:
-    """Raises the scaleout exception for a failed C ABI call (code != 0)."""
-    if code:
-        lib = _native.library()
-        name = _native.text(lib.so_status_name(code))
-        raise error_class(name)(_native.text(lib.so_last_error()))
 
 
 def _comm_handle(comm: Any) -> Optional[int]:
@@ -50,15 +40,12 @@ def init(comm: Any = None) -> None:
     """Starts scaleout on every rank (collective). `comm`: an mpi4py communicator (default
     MPI.COMM_WORLD) or a list of world ranks. Calling it again while running does nothing."""
     global _topology, _atexit_registered
-    lib = _native.library()
+    _core.ensure_loaded()
     with _state_lock:
-        if lib.so_is_initialized():
+        if _binding.is_initialized():
             return
-        handle = _comm_handle(comm)
-        check(lib.so_init(handle is not None, handle or 0))
-        out = (ctypes.c_int32 * 6)()
-        check(lib.so_topology(out))
-        _topology = tuple(out)
+        _binding.init(_comm_handle(comm))
+        _topology = _binding.topology()
         if not _atexit_registered:
             atexit.register(shutdown)
             _atexit_registered = True
@@ -67,19 +54,14 @@ def init(comm: Any = None) -> None:
 def shutdown() -> None:
     """Stops scaleout on this rank; pending operations fail with ShutDownError. Idempotent;
     init() may be called again afterwards."""
-    global _topology, generation
-    if _native._lib is None:
-        return
+    global _topology
     with _state_lock:
-        check(_native.library().so_shutdown())
-        if _topology is not None:
-            generation += 1
-            _fastpath.set_generation(generation)
+        _binding.shutdown()
         _topology = None
 
 
 def is_initialized() -> bool:
-    return _native._lib is not None and bool(_native._lib.so_is_initialized())
+    return _binding.is_initialized()
 
 
 def _topo() -> tuple:
@@ -147,7 +129,7 @@ def mpi_threads_supported() -> bool:
 def config() -> dict:
     """The core's effective configuration (SCALEOUT_* variables as it read them at init)."""
     _topo()
-    text = _native.text(_native.library().so_config_string())
+    text = _binding.config_string()
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
 

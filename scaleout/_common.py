@@ -8,7 +8,7 @@ from scaleout._errors import (DuplicateNameError, InternalError, InvalidArgument
                               MismatchError, MPINotFoundError, NotInitializedError,
                               ScaleoutError, ScaleoutTimeoutError, ShutDownError, TransportError)
 from scaleout._objects import allgather_object, broadcast_object
-from scaleout._ops import Average, Handle, Max, Min, Product, Sum
+from scaleout._core import Average, Handle, Max, Min, Product, Sum
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",

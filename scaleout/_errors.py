@@ -1,7 +1,8 @@
 """One exception hierarchy for every failure the core or the Python layer reports.
 
 Each status code of the native core maps to one class through the code's name, which the
-library itself provides (so_status_name), so no code number is copied here by hand.
+C header's table provides (the binding registers these classes by name, once), so no code number
+is copied here by hand.
 """
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ class ScaleoutError(RuntimeError):
 
 class InvalidArgumentError(ScaleoutError, ValueError):
     """Bad input on this rank: dtype, shape, op, root rank, ..."""
+
+
+class NoGradientError(InvalidArgumentError, NotImplementedError):
+    """A collective's gradient is not defined for the arguments it ran with (e.g. op=Max)."""
 
 
 class NotInitializedError(ScaleoutError):
@@ -50,7 +55,7 @@ class MPINotFoundError(ScaleoutError, ImportError):
     """No usable MPI library or mpi4py was found."""
 
 
-_BY_STATUS_NAME = {
+BY_STATUS_NAME = {
     "INVALID_ARGUMENT": InvalidArgumentError,
     "NOT_INITIALIZED": NotInitializedError,
     "SHUT_DOWN": ShutDownError,
@@ -61,7 +66,3 @@ _BY_STATUS_NAME = {
     "INTERNAL": InternalError,
     "UNKNOWN_HANDLE": InvalidArgumentError,
 }
-
-
-def error_class(status_name: str) -> type[ScaleoutError]:
-    return _BY_STATUS_NAME.get(status_name, ScaleoutError)

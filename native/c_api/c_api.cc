@@ -25,10 +25,19 @@ thread_local std::string t_last_error;
 // The current runtime; callers take a reference so a concurrent shutdown cannot free it under them.
 std::mutex g_mu;
 std::shared_ptr<Runtime> g_runtime;
+int64_t g_last_epoch = 0;  // epochs of runtimes started so far (guarded by g_mu)
 
 std::shared_ptr<Runtime> Current() {
   std::lock_guard<std::mutex> lock(g_mu);
   return g_runtime;
+}
+
+// A handle from a runtime that has been shut down since (its epoch is older than the current
+// runtime's, or there is none now).
+bool FromStoppedRuntime(int64_t handle, const Runtime* rt) {
+  const int64_t epoch = handle >> SO_HANDLE_EPOCH_SHIFT;
+  std::lock_guard<std::mutex> lock(g_mu);
+  return epoch >= 1 && epoch <= g_last_epoch && (rt == nullptr || epoch < rt->epoch());
 }
 
 int Fail(const Status& s) {
@@ -67,10 +76,25 @@ int WithRuntime(Fn&& fn) {
   });
 }
 
+// Runs fn(runtime) for a handle of the current runtime; a handle of a runtime shut down since
+// gets SO_ERR_SHUT_DOWN.
+template <typename Fn>
+int WithHandle(int64_t handle, Fn&& fn) {
+  return Guard([&]() -> int {
+    std::shared_ptr<Runtime> rt = Current();
+    if (FromStoppedRuntime(handle, rt.get())) {
+      return Fail(Status::ShutDown("scaleout was shut down while this collective was pending; "
+                                   "its result is lost"));
+    }
+    if (!rt) return Fail(NotInitialized());
+    return fn(*rt);
+  });
+}
+
 // Runs fn(entry) for a completed, successful handle.
 template <typename Fn>
 int WithResult(int64_t handle, Fn&& fn) {
-  return WithRuntime([&](Runtime& rt) -> int {
+  return WithHandle(handle, [&](Runtime& rt) -> int {
     std::shared_ptr<scaleout::TensorEntry> e;
     Status s = rt.handles().Get(handle, &e);
     if (!s.ok()) return Fail(s);
@@ -84,9 +108,6 @@ SO_EXPORT int so_abi_version(void) { return SCALEOUT_ABI_VERSION; }
 SO_EXPORT const char* so_version(void) { return "0.1.0"; }
 SO_EXPORT const char* so_build_info(void) { return SCALEOUT_BUILD_INFO; }
 SO_EXPORT const char* so_status_name(int code) { return scaleout::StatusName(code); }
-SO_EXPORT const char* so_dtype_name(int dtype) {
-  return scaleout::IsValidDataType(dtype) ? scaleout::DataTypeName(static_cast<scaleout::DataType>(dtype)) : "unknown";
-}
 SO_EXPORT const char* so_last_error(void) { return t_last_error.c_str(); }
 
 SO_EXPORT int so_init(int has_comm, int64_t comm_fortran_handle) {
@@ -94,8 +115,9 @@ SO_EXPORT int so_init(int has_comm, int64_t comm_fortran_handle) {
     std::lock_guard<std::mutex> lock(g_mu);
     if (g_runtime) return SO_OK;
     std::shared_ptr<Runtime> rt;
-    Status s = Runtime::Create(has_comm != 0, comm_fortran_handle, &rt);
+    Status s = Runtime::Create(has_comm != 0, comm_fortran_handle, g_last_epoch + 1, &rt);
     if (!s.ok()) return Fail(s);
+    ++g_last_epoch;
     g_runtime = std::move(rt);
     return SO_OK;
   });
@@ -155,7 +177,7 @@ SO_EXPORT int so_enqueue(const char* name, int collective, int dtype, int ndim, 
 }
 
 SO_EXPORT int so_poll(int64_t handle, int* done_out) {
-  return WithRuntime([&](Runtime& rt) -> int {
+  return WithHandle(handle, [&](Runtime& rt) -> int {
     bool done = false;
     Status s = rt.handles().Poll(handle, &done);
     *done_out = done ? 1 : 0;
@@ -164,7 +186,7 @@ SO_EXPORT int so_poll(int64_t handle, int* done_out) {
 }
 
 SO_EXPORT int so_wait(int64_t handle, double timeout_seconds) {
-  return WithRuntime([&](Runtime& rt) -> int { return Report(rt.handles().Wait(handle, timeout_seconds)); });
+  return WithHandle(handle, [&](Runtime& rt) -> int { return Report(rt.handles().Wait(handle, timeout_seconds)); });
 }
 
 SO_EXPORT int so_result_shape(int64_t handle, int* ndim_out, int64_t* shape_out) {
@@ -205,5 +227,5 @@ SO_EXPORT int so_result_join_rank(int64_t handle, int32_t* rank_out) {
 }
 
 SO_EXPORT int so_release(int64_t handle) {
-  return WithRuntime([&](Runtime& rt) -> int { return Report(rt.handles().Release(handle)); });
+  return WithHandle(handle, [&](Runtime& rt) -> int { return Report(rt.handles().Release(handle)); });
 }

@@ -6,7 +6,7 @@
  * thread-local message read by so_last_error().
  *
  * Threading: every function may be called from any thread. so_wait() blocks; callers that hold
- * a language lock (the Python GIL) must release it first (ctypes.CDLL does so for every call).
+ * a language lock (the Python GIL) must release it first (the Python binding does).
  */
 #ifndef SCALEOUT_C_API_H_
 #define SCALEOUT_C_API_H_
@@ -17,38 +17,61 @@
 extern "C" {
 #endif
 
-#define SCALEOUT_ABI_VERSION 1
+#define SCALEOUT_ABI_VERSION 2
 
-/* Status codes. Names are available at run time through so_status_name(). */
-enum {
-  SO_OK = 0,
-  SO_ERR_INVALID_ARGUMENT = 1,  /* bad input on this rank (dtype, shape, op, root, ...) */
-  SO_ERR_NOT_INITIALIZED = 2,   /* called before so_init or after so_shutdown */
-  SO_ERR_SHUT_DOWN = 3,         /* this rank or another rank shut down; the work was abandoned */
-  SO_ERR_MISMATCH = 4,          /* ranks disagree about a collective with the same name */
-  SO_ERR_DUPLICATE_NAME = 5,    /* the name is already in flight on this rank */
-  SO_ERR_TRANSPORT = 6,         /* the MPI (or another transport) failed */
-  SO_ERR_TIMEOUT = 7,           /* a bounded wait ran out */
-  SO_ERR_INTERNAL = 8,          /* a broken invariant inside the core (a bug) */
-  SO_ERR_UNKNOWN_HANDLE = 9,    /* the handle was never issued or was already released */
-  SO_STATUS_COUNT = 10
-};
+/*
+ * The tables: every code the ABI uses, with its name, written once here. The core takes its names
+ * from these rows, and the Python binding (native/python/binding.c, compiled from this header)
+ * hands the same rows to Python, which builds its enums from them at import: a code cannot mean
+ * one thing in C and another in Python.
+ *
+ * SO_ERROR_TABLE(X): X(NAME, code) for every failure status; SO_OK is 0.
+ * SO_DTYPE_TABLE(X): X(ENUM, name, code, bytes per element).
+ * SO_REDUCE_OP_TABLE(X): X(ENUM, name, code).
+ * SO_COLLECTIVE_TABLE(X): X(ENUM, name, code).
+ */
+#define SO_ERROR_TABLE(X)                                                                        \
+  X(INVALID_ARGUMENT, 1) /* bad input on this rank (dtype, shape, op, root, ...) */             \
+  X(NOT_INITIALIZED, 2)  /* called before so_init or after so_shutdown */                       \
+  X(SHUT_DOWN, 3)        /* this or another rank shut down (or the handle's runtime did) */     \
+  X(MISMATCH, 4)         /* ranks disagree about a collective with the same name */             \
+  X(DUPLICATE_NAME, 5)   /* the name is already in flight on this rank */                      \
+  X(TRANSPORT, 6)        /* the MPI (or another transport) failed */                            \
+  X(TIMEOUT, 7)          /* a bounded wait ran out */                                           \
+  X(INTERNAL, 8)         /* a broken invariant inside the core (a bug) */                       \
+  X(UNKNOWN_HANDLE, 9)   /* the handle was never issued or was already released */
 
-/* Element types. */
-enum {
-  SO_UINT8 = 0, SO_INT8 = 1, SO_INT16 = 2, SO_INT32 = 3, SO_INT64 = 4,
-  SO_FLOAT16 = 5, SO_BFLOAT16 = 6, SO_FLOAT32 = 7, SO_FLOAT64 = 8, SO_BOOL = 9,
-  SO_DTYPE_COUNT = 10
-};
+#define SO_DTYPE_TABLE(X)                                                                        \
+  X(UINT8, uint8, 0, 1) X(INT8, int8, 1, 1) X(INT16, int16, 2, 2) X(INT32, int32, 3, 4)          \
+  X(INT64, int64, 4, 8) X(FLOAT16, float16, 5, 2) X(BFLOAT16, bfloat16, 6, 2)                   \
+  X(FLOAT32, float32, 7, 4) X(FLOAT64, float64, 8, 8) X(BOOL, bool, 9, 1)
 
-/* Reduction operations. */
-enum { SO_AVERAGE = 0, SO_SUM = 1, SO_MIN = 2, SO_MAX = 3, SO_PRODUCT = 4, SO_REDUCE_OP_COUNT = 5 };
+#define SO_REDUCE_OP_TABLE(X) \
+  X(AVERAGE, Average, 0) X(SUM, Sum, 1) X(MIN, Min, 2) X(MAX, Max, 3) X(PRODUCT, Product, 4)
 
-/* Collective kinds. */
-enum {
-  SO_ALLREDUCE = 0, SO_ALLGATHER = 1, SO_BROADCAST = 2, SO_ALLTOALL = 3,
-  SO_REDUCESCATTER = 4, SO_BARRIER = 5, SO_JOIN = 6, SO_COLLECTIVE_COUNT = 7
-};
+#define SO_COLLECTIVE_TABLE(X)                                                                   \
+  X(ALLREDUCE, allreduce, 0) X(ALLGATHER, allgather, 1) X(BROADCAST, broadcast, 2)              \
+  X(ALLTOALL, alltoall, 3) X(REDUCESCATTER, reducescatter, 4) X(BARRIER, barrier, 5)            \
+  X(JOIN, join, 6)
+
+/* Status codes (so_status_name() gives the name of one). */
+#define SO_ENUM_ERROR_(NAME, code) SO_ERR_##NAME = code,
+enum { SO_OK = 0, SO_ERROR_TABLE(SO_ENUM_ERROR_) SO_STATUS_COUNT };
+#undef SO_ENUM_ERROR_
+
+/* Element types, reduction operations, collective kinds. */
+#define SO_ENUM_DTYPE_(ENUM, name, code, bytes) SO_##ENUM = code,
+enum { SO_DTYPE_TABLE(SO_ENUM_DTYPE_) SO_DTYPE_COUNT };
+#undef SO_ENUM_DTYPE_
+#define SO_ENUM_CODE_(ENUM, name, code) SO_##ENUM = code,
+enum { SO_REDUCE_OP_TABLE(SO_ENUM_CODE_) SO_REDUCE_OP_COUNT };
+enum { SO_COLLECTIVE_TABLE(SO_ENUM_CODE_) SO_COLLECTIVE_COUNT };
+#undef SO_ENUM_CODE_
+
+/* Handle ids: the runtime's epoch (counting so_init calls in this process) in the bits from
+ * SO_HANDLE_EPOCH_SHIFT up, a serial number below, so a handle outlives its runtime only as a
+ * recognisable id: every call on it answers SO_ERR_SHUT_DOWN. */
+#define SO_HANDLE_EPOCH_SHIFT 40
 
 #define SO_MAX_NDIM 32
 
@@ -57,7 +80,6 @@ int so_abi_version(void);
 const char* so_version(void);          /* "0.1.0" */
 const char* so_build_info(void);       /* compiler, MPI library it was built against */
 const char* so_status_name(int code);  /* "MISMATCH", ...; "UNKNOWN" for other codes */
-const char* so_dtype_name(int dtype);  /* "float32", ... */
 const char* so_last_error(void);       /* message of this thread's last failing call */
 
 /* ---- lifecycle ---- */

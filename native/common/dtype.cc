@@ -35,39 +35,32 @@ bool IsValidDataType(int value) { return value >= 0 && value < SO_DTYPE_COUNT; }
 bool IsValidReduceOp(int value) { return value >= 0 && value < SO_REDUCE_OP_COUNT; }
 
 size_t DataTypeSize(DataType t) {
-  switch (t) {
-    case DataType::kUInt8: case DataType::kInt8: case DataType::kBool: return 1;
-    case DataType::kInt16: case DataType::kFloat16: case DataType::kBFloat16: return 2;
-    case DataType::kInt32: case DataType::kFloat32: return 4;
-    case DataType::kInt64: case DataType::kFloat64: return 8;
+  switch (static_cast<int>(t)) {
+#define SO_SIZE_CASE_(ENUM, name, code, bytes) \
+  case SO_##ENUM: return bytes;
+    SO_DTYPE_TABLE(SO_SIZE_CASE_)
+#undef SO_SIZE_CASE_
   }
   CheckFailed(__FILE__, __LINE__, "IsValidDataType(t)",
               "invalid data type " + std::to_string(static_cast<int>(t)));
 }
 
 const char* DataTypeName(DataType t) {
-  switch (t) {
-    case DataType::kUInt8: return "uint8";
-    case DataType::kInt8: return "int8";
-    case DataType::kInt16: return "int16";
-    case DataType::kInt32: return "int32";
-    case DataType::kInt64: return "int64";
-    case DataType::kFloat16: return "float16";
-    case DataType::kBFloat16: return "bfloat16";
-    case DataType::kFloat32: return "float32";
-    case DataType::kFloat64: return "float64";
-    case DataType::kBool: return "bool";
+  switch (static_cast<int>(t)) {
+#define SO_NAME_CASE_(ENUM, name, code, bytes) \
+  case SO_##ENUM: return #name;
+    SO_DTYPE_TABLE(SO_NAME_CASE_)
+#undef SO_NAME_CASE_
   }
   return "unknown";  // for diagnostics about bad user input, so no check here
 }
 
 const char* ReduceOpName(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kAverage: return "Average";
-    case ReduceOp::kSum: return "Sum";
-    case ReduceOp::kMin: return "Min";
-    case ReduceOp::kMax: return "Max";
-    case ReduceOp::kProduct: return "Product";
+  switch (static_cast<int>(op)) {
+#define SO_NAME_CASE_(ENUM, name, code) \
+  case SO_##ENUM: return #name;
+    SO_REDUCE_OP_TABLE(SO_NAME_CASE_)
+#undef SO_NAME_CASE_
   }
   return "Unknown";
 }

@@ -5,15 +5,10 @@ namespace scaleout {
 const char* StatusName(int code) {
   switch (code) {
     case SO_OK: return "OK";
-    case SO_ERR_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case SO_ERR_NOT_INITIALIZED: return "NOT_INITIALIZED";
-    case SO_ERR_SHUT_DOWN: return "SHUT_DOWN";
-    case SO_ERR_MISMATCH: return "MISMATCH";
-    case SO_ERR_DUPLICATE_NAME: return "DUPLICATE_NAME";
-    case SO_ERR_TRANSPORT: return "TRANSPORT";
-    case SO_ERR_TIMEOUT: return "TIMEOUT";
-    case SO_ERR_INTERNAL: return "INTERNAL";
-    case SO_ERR_UNKNOWN_HANDLE: return "UNKNOWN_HANDLE";
+#define SO_STATUS_CASE_(NAME, value) \
+  case SO_ERR_##NAME: return #NAME;
+    SO_ERROR_TABLE(SO_STATUS_CASE_)
+#undef SO_STATUS_CASE_
     default: return "UNKNOWN";
   }
 }

@@ -27,13 +27,10 @@ int64_t Request::NumElements() const {
 
 const char* CollectiveName(int32_t collective) {
   switch (collective) {
-    case SO_ALLREDUCE: return "allreduce";
-    case SO_ALLGATHER: return "allgather";
-    case SO_BROADCAST: return "broadcast";
-    case SO_ALLTOALL: return "alltoall";
-    case SO_REDUCESCATTER: return "reducescatter";
-    case SO_BARRIER: return "barrier";
-    case SO_JOIN: return "join";
+#define SO_NAME_CASE_(ENUM, name, code) \
+  case SO_##ENUM: return #name;
+    SO_COLLECTIVE_TABLE(SO_NAME_CASE_)
+#undef SO_NAME_CASE_
     default: return "unknown collective";
   }
 }

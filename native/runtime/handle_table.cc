@@ -11,6 +11,12 @@ Status Unknown(int64_t handle) {
 }
 }  // namespace
 
+void HandleTable::SetEpoch(int64_t epoch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  epoch_ = epoch;
+  next_handle_ = (epoch << SO_HANDLE_EPOCH_SHIFT) + 1;
+}
+
 Status HandleTable::Add(const std::shared_ptr<TensorEntry>& entry) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return closed_status_;

@@ -19,6 +19,9 @@ namespace scaleout {
 
 class HandleTable {
  public:
+  // Ids issued from now on carry `epoch` (see SO_HANDLE_EPOCH_SHIFT). Call before any Add.
+  void SetEpoch(int64_t epoch);
+  int64_t epoch() const { return epoch_; }
   // Registers the entry and reserves its name; DuplicateName if the name is in flight.
   Status Add(const std::shared_ptr<TensorEntry>& entry);
   // Marks the entry done with `status` and wakes its waiters; frees its name.
@@ -50,6 +53,7 @@ class HandleTable {
   bool FinishLocked(std::unordered_map<int64_t, Slot>::iterator it, const Status& status);
   std::mutex mu_;
   std::condition_variable cv_;
+  int64_t epoch_ = 0;
   int64_t next_handle_ = 1;
   std::unordered_map<int64_t, Slot> slots_;
   std::unordered_set<std::string> names_in_flight_;

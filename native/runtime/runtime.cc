@@ -7,8 +7,10 @@
 
 namespace scaleout {
 
-Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, std::shared_ptr<Runtime>* out) {
+Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, int64_t epoch,
+                       std::shared_ptr<Runtime>* out) {
   std::shared_ptr<Runtime> rt(new Runtime());
+  rt->handles_.SetEpoch(epoch);
   Status s = Config::FromEnvironment(&rt->config_);
   if (!s.ok()) return s;
   // Settings that change how ranks take part in collectives must be the same on every rank.

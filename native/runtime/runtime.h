@@ -37,7 +37,9 @@ struct EnqueueArgs {
 
 class Runtime {
  public:
-  static Status Create(bool has_comm, int64_t comm_fortran_handle, std::shared_ptr<Runtime>* out);
+  // `epoch` (>= 1) goes into every handle id this runtime issues (SO_HANDLE_EPOCH_SHIFT).
+  static Status Create(bool has_comm, int64_t comm_fortran_handle, int64_t epoch,
+                       std::shared_ptr<Runtime>* out);
   ~Runtime();
 
   // Validates the request on this rank and hands it to the coordinator thread.
@@ -47,6 +49,7 @@ class Runtime {
   HandleTable& handles() { return handles_; }
   const Topology& topology() const { return mpi_->topology(); }
   const Config& config() const { return config_; }
+  int64_t epoch() const { return handles_.epoch(); }
 
  private:
   Runtime() = default;

@@ -27,16 +27,18 @@ import numpy as np
 import tensorflow as tf
 
 import scaleout as _so
-from scaleout import _ops as _core
-from scaleout._errors import InvalidArgumentError, ScaleoutError
-from scaleout._ops import Average, Sum
+from scaleout import _semantics
+from scaleout._core import (ALLREDUCE, BROADCAST, COLLECTIVE_CODES, DTYPE_CODES, OP_NAMES,
+                            Average, Sum, auto_name, resolve_op, submit, wait_all)
+from scaleout._errors import InvalidArgumentError
+from scaleout._ops import NUMPY_OPS, address, contiguous, dtype_code
 from scaleout.tensorflow._compression import Compression
 
 __all__ = ["allreduce", "grouped_allreduce", "allgather", "broadcast", "alltoall",
            "reducescatter", "join", "barrier", "broadcast_variables", "check_device"]
 
-_SUPPORTED_DTYPES = (tf.uint8, tf.int8, tf.int16, tf.int32, tf.int64, tf.float16, tf.bfloat16,
-                     tf.float32, tf.float64, tf.bool)
+# The dtypes the core reduces, from its table.
+_SUPPORTED_DTYPES = tuple(tf.as_dtype(name) for name in DTYPE_CODES)
 
 # One request of a batch: (kind, name, reduce op, prescale, postscale, root rank).
 Request = Tuple[str, str, int, float, float, int]
@@ -104,7 +106,7 @@ def op_name(kind: str, name: Optional[str]) -> str:
             raise InvalidArgumentError(f"name must be a non-empty string, not {name!r}")
         return name
     if tf.executing_eagerly():
-        return _core._auto_name(kind, None)
+        return auto_name(COLLECTIVE_CODES[kind], None)
     return tf.compat.v1.get_default_graph().unique_name(f"scaleout_{kind}")
 
 
@@ -140,7 +142,7 @@ def _host_view(tensor: tf.Tensor) -> np.ndarray:
 def _adopt(array, dtype: tf.DType) -> tf.Tensor:
     """A tensor over a result array the caller no longer uses (no copy where DLPack allows)."""
     array = np.asarray(array)
-    if (array.size and array.flags.c_contiguous and array.ctypes.data % _ALIGN == 0
+    if (array.size and array.flags.c_contiguous and address(array) % _ALIGN == 0
             and array.dtype == dtype.as_numpy_dtype):
         try:
             return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
@@ -156,7 +158,7 @@ def aligned_empty(shape, dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     raw = np.empty(nbytes + _ALIGN, np.uint8)
-    start = -raw.ctypes.data % _ALIGN
+    start = -address(raw) % _ALIGN
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
@@ -166,39 +168,24 @@ _ALIGN = 64
 def _into_aligned(kind: int, name: str, array: np.ndarray, op: int = Sum, root: int = 0,
                   prescale: float = 1.0, postscale: float = 1.0) -> _so.Handle:
     """allreduce / broadcast with the result written into a new aligned array."""
-    src = _core._contiguous(np.asarray(array))
+    src = contiguous(np.asarray(array))
     dst = aligned_empty(src.shape, src.dtype)
-    hid = _core.enqueue(name, kind, _core.dtype_code(src.dtype), src.shape, src.ctypes.data,
-                        dst.ctypes.data, op, root, prescale, postscale)
-    return _so.Handle(hid, name, lambda h: dst, (src, dst), reads_result=False)
+    return submit(kind, name, src, address(src), dtype_code(src.dtype), src.shape, dst,
+                  address(dst), op, root, prescale, postscale, None, None)
 
 
 def _submit(req: Request, array: np.ndarray) -> _so.Handle:
     kind, name, op, prescale, postscale, root = req
     if kind == "allreduce":
-        return _into_aligned(_core.ALLREDUCE, name, array, op, 0, prescale, postscale)
+        return _into_aligned(ALLREDUCE, name, array, op, 0, prescale, postscale)
     if kind == "allgather":
         return _so.allgather_async(array, name=name)
     if kind == "broadcast":
-        return _into_aligned(_core.BROADCAST, name, array, Sum, root)
+        return _into_aligned(BROADCAST, name, array, Sum, root)
     if kind == "reducescatter":
         return _so.reducescatter_async(array, name=name, op=op, prescale_factor=prescale,
                                        postscale_factor=postscale)
     raise InvalidArgumentError(f"unknown collective kind {kind!r}")
-
-
-def wait_all(handles: Sequence[_so.Handle]) -> list:
-    """Waits for every handle (so none is left in flight) and raises the first error."""
-    results, error = [], None
-    for h in handles:
-        try:
-            results.append(_so.synchronize(h))
-        except ScaleoutError as exc:
-            results.append(None)
-            error = error or exc
-    if error is not None:
-        raise error
-    return results
 
 
 def _out_shape(kind: str, shape: tf.TensorShape) -> tf.TensorShape:
@@ -230,11 +217,20 @@ def run_batch(requests: Sequence[Request], tensors: Sequence[tf.Tensor],
 
 
 # ---- gradients ----
+#
+# The rules are scaleout._semantics' (Horovod's definitions, shared with scaleout.torch); each
+# gradient that needs more than one collective runs them in one op, on numpy arrays.
 
-def _check_grad_op(op: int, what: str) -> None:
-    if op not in (Sum, Average):
-        raise NotImplementedError(f"the gradient of {what} is defined for op=Sum and op=Average "
-                                  f"only, not {_core._OP_NAMES.get(op, op)}")
+def _gradient_op(what: str, dy: tf.Tensor, tensors: Sequence[tf.Tensor], out_shape,
+                 *args) -> tf.Tensor:
+    """One op applying collective `what`'s gradient rule: rule(ops, dy, *args, *tensors), with
+    dy and `tensors` as numpy arrays (scalars as Python ints)."""
+    rule = _semantics.gradient(what)
+
+    def np_fn(g, *more):
+        more = [int(m) if np.ndim(m) == 0 else m for m in more]
+        return [np.asarray(rule(NUMPY_OPS, g, *args, *more))]
+    return call(np_fn, [dy, *tensors], [dy.dtype], [out_shape], f"scaleout_{what}_grad")[0]
 
 
 def _differentiable_allreduce(tensors: List[tf.Tensor], names: List[str], op: int,
@@ -247,7 +243,7 @@ def _differentiable_allreduce(tensors: List[tf.Tensor], names: List[str], op: in
                        "scaleout_allreduce")
 
         def grad(*dys):
-            _check_grad_op(op, "allreduce")
+            _semantics.check_gradient_op("allreduce", op)
             return run_batch([request("allreduce", f"{n}.grad", op, prescale, postscale)
                               for n in names], [tf.convert_to_tensor(d) for d in dys],
                              "scaleout_allreduce_grad")
@@ -257,10 +253,6 @@ def _differentiable_allreduce(tensors: List[tf.Tensor], names: List[str], op: in
 
 
 # ---- public collectives ----
-
-def _resolve_op(op: Optional[int], average: Optional[bool]) -> int:
-    return _core._resolve_op(op, average)
-
 
 def _check_device_arg(device: str, what: str) -> None:
     if device:
@@ -277,7 +269,7 @@ def allreduce(tensor, average: Optional[bool] = None, device_dense: str = "",
     `device_dense`/`device_sparse` are accepted for Horovod compatibility (CPU only)."""
     _check_device_arg(device_dense, "allreduce")
     _check_device_arg(device_sparse, "allreduce")
-    op = _resolve_op(op, average)
+    op = resolve_op(op, average)
     if isinstance(tensor, tf.IndexedSlices):
         return _allreduce_slices(tensor, op_name("allreduce", name), op, compression,
                                  prescale_factor * postscale_factor)
@@ -295,7 +287,7 @@ def _allreduce_slices(slices: tf.IndexedSlices, name: str, op: int, compression,
     if op not in (Sum, Average):
         raise InvalidArgumentError(
             f"tf.IndexedSlices are reduced with op Sum or Average, not "
-            f"{_core._OP_NAMES.get(op, op)}; densify first (tf.convert_to_tensor)")
+            f"{OP_NAMES.get(op, op)}; densify first (tf.convert_to_tensor)")
     values = as_tensor(slices.values, "allreduce")
     wire, ctx = compression.compress(values)
     gathered_values, gathered_indices = run_batch(
@@ -315,7 +307,7 @@ def grouped_allreduce(tensors, average: Optional[bool] = None, device_dense: str
                       postscale_factor: float = 1.0, name: Optional[str] = None) -> list:
     """Reduces a list of tensors together, as one op whose tensors the core fuses."""
     _check_device_arg(device_dense, "grouped_allreduce")
-    op = _resolve_op(op, average)
+    op = resolve_op(op, average)
     tensors = list(tensors)
     if not tensors:
         return []
@@ -343,23 +335,13 @@ def allgather(tensor, name: Optional[str] = None) -> tf.Tensor:
         y = run_batch([request("allgather", name)], [x], "scaleout_allgather")[0]
 
         def grad(dy):
-            return _allgather_grad(tf.convert_to_tensor(dy), x, name)
+            dy = tf.convert_to_tensor(dy)
+            rows = (tf.shape(x, out_type=tf.int64)[0] if x.shape.rank != 0
+                    else tf.constant(1, tf.int64))
+            g = _gradient_op("allgather", dy, [rows], _out_shape("allgather", x.shape), name)
+            return tf.reshape(g, tf.shape(x))
         return y, grad
     return forward(x)
-
-
-def _allgather_grad(dy: tf.Tensor, x: tf.Tensor, name: str) -> tf.Tensor:
-    rows = tf.shape(x, out_type=tf.int64)[0] if x.shape.rank != 0 else tf.constant(1, tf.int64)
-
-    def np_fn(grad, my_rows):
-        summed, counts = wait_all([
-            _so.allreduce_async(grad, name=f"{name}.grad", op=Sum),
-            _so.allgather_async(np.asarray([my_rows], np.int64), name=f"{name}.grad.rows")])
-        start = int(counts[:_so.rank()].sum())
-        return [np.ascontiguousarray(summed[start:start + int(my_rows)])]
-    out = call(np_fn, [dy, rows], [dy.dtype], [_out_shape("allgather", x.shape)],
-               "scaleout_allgather_grad")[0]
-    return tf.reshape(out, tf.shape(x))
 
 
 @_not_converted
@@ -375,11 +357,8 @@ def broadcast(tensor, root_rank: int, name: Optional[str] = None) -> tf.Tensor:
         y = run_batch([request("broadcast", name, root=root_rank)], [x], "scaleout_broadcast")[0]
 
         def grad(dy):
-            def np_fn(g):
-                summed = _so.allreduce(g, name=f"{name}.grad", op=Sum)
-                return [summed if _so.rank() == root_rank else np.zeros_like(summed)]
             dy = tf.convert_to_tensor(dy)
-            return call(np_fn, [dy], [dy.dtype], [dy.shape], "scaleout_broadcast_grad")[0]
+            return _gradient_op("broadcast", dy, [], dy.shape, name, root_rank)
         return y, grad
     return forward(x)
 
@@ -409,7 +388,9 @@ def alltoall(tensor, splits=None, name: Optional[str] = None):
         out, received = run(x, split_t, name)
 
         def grad(dy, _unused):
-            back, _ = run(tf.convert_to_tensor(dy), tf.cast(received, tf.int64), f"{name}.grad")
+            dy = tf.convert_to_tensor(dy)
+            back = _gradient_op("alltoall", dy, [tf.cast(received, tf.int64)],
+                                _out_shape("alltoall", dy.shape), name)
             return tf.reshape(back, tf.shape(x))
         return (out, received), grad
     out, received = forward(x)
@@ -431,7 +412,7 @@ def reducescatter(tensor, op: Optional[int] = None, name: Optional[str] = None,
                   compression=Compression.none) -> tf.Tensor:
     """Reduces `tensor` across ranks (default Average) and gives each rank its slice of the first
     dimension (the first dim % size ranks get one row more). Differentiable for Sum/Average."""
-    op = _resolve_op(op, None)
+    op = resolve_op(op, None)
     x = as_tensor(tensor, "reducescatter")
     name = op_name("reducescatter", name)
     wire, ctx = compression.compress(x)
@@ -442,13 +423,11 @@ def reducescatter(tensor, op: Optional[int] = None, name: Optional[str] = None,
                       [w], "scaleout_reducescatter")[0]
 
         def grad(dy):
-            _check_grad_op(op, "reducescatter")
-            scale = prescale_factor * postscale_factor / (_so.size() if op == Average else 1)
-            gathered = run_batch([request("allgather", f"{name}.grad")],
-                                 [tf.convert_to_tensor(dy)], "scaleout_reducescatter_grad")[0]
-            if scale != 1.0:
-                gathered = gathered * tf.cast(scale, gathered.dtype)
-            return tf.reshape(gathered, tf.shape(w))
+            _semantics.check_gradient_op("reducescatter", op)
+            dy = tf.convert_to_tensor(dy)
+            g = _gradient_op("reducescatter", dy, [], _out_shape("allgather", w.shape), name, op,
+                             prescale_factor, postscale_factor)
+            return tf.reshape(g, tf.shape(w))
         return y, grad
     return compression.decompress(forward(wire), ctx)
 

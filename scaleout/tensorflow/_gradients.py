@@ -12,24 +12,14 @@ from typing import Any, List, Optional, Sequence
 import tensorflow as tf
 
 import scaleout as _so
-from scaleout import _ops as _core
+from scaleout._core import Average, Sum, resolve_op
 from scaleout._errors import InvalidArgumentError
-from scaleout._ops import Average, Sum
+from scaleout._semantics import predivided
 from scaleout.tensorflow._collectives import (_not_converted, _variable_label, as_tensor,
                                               check_device, request, run_batch)
 from scaleout.tensorflow._compression import Compression
 
 __all__ = ["DistributedGradientTape", "reduce_gradients"]
-
-
-def _scale_factors(op: int, gradient_predivide_factor: float, size: int):
-    """(op, prescale, postscale): with a predivide factor f, Average becomes a Sum of g / f,
-    multiplied by f / size afterwards (smaller partial sums in low precision)."""
-    if gradient_predivide_factor == 1.0:
-        return op, 1.0, 1.0
-    if op != Average:
-        raise InvalidArgumentError("gradient_predivide_factor needs op=Average")
-    return Sum, 1.0 / gradient_predivide_factor, gradient_predivide_factor / size
 
 
 @_not_converted
@@ -39,9 +29,9 @@ def reduce_gradients(grads: Sequence[Any], sources: Sequence[Any], prefix: str,
                      gradient_predivide_factor: float = 1.0) -> List[Any]:
     """Reduces every gradient across ranks in one op; None stays None. A tf.IndexedSlices is
     gathered (values and indices) unless `sparse_as_dense`, which reduces it as a dense tensor."""
-    op = _core._resolve_op(op, None)
+    op = resolve_op(op, None)
     size = _so.size()
-    wire_op, prescale, postscale = _scale_factors(op, float(gradient_predivide_factor), size)
+    wire_op, prescale, postscale = predivided(op, float(gradient_predivide_factor), size)
 
     requests, inputs, plan = [], [], []
     for i, (grad, source) in enumerate(zip(grads, sources)):
@@ -119,8 +109,8 @@ class DistributedGradientTape(tf.GradientTape):
         # Take over the recorded tape's state (not a copy of the recording), so this object is
         # the tape: it can be used instead of it, also as a context manager.
         self.__dict__.update(gradtape.__dict__)
-        self._scaleout_op = _core._resolve_op(op, None)
-        _scale_factors(self._scaleout_op, float(gradient_predivide_factor), 1)  # validates
+        self._scaleout_op = resolve_op(op, None)
+        predivided(self._scaleout_op, float(gradient_predivide_factor), 1)  # validates
         self._scaleout_compression = compression
         self._scaleout_sparse_as_dense = bool(sparse_as_dense)
         self._scaleout_predivide = float(gradient_predivide_factor)

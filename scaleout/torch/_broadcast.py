@@ -8,7 +8,7 @@ import torch
 from scaleout._basics import rank
 from scaleout._errors import InvalidArgumentError, ScaleoutError
 from scaleout._objects import broadcast_object
-from scaleout._ops import synchronize
+from scaleout._core import synchronize
 from scaleout.torch._collectives import _broadcast_async
 
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state"]

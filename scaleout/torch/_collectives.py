@@ -15,10 +15,12 @@ import numpy as np
 import torch
 from torch.autograd.graph import increment_version
 
-from scaleout import _ops as _core
-from scaleout._basics import rank, size
+from scaleout import _semantics
+from scaleout._core import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, DTYPE_CODES,
+                            REDUCESCATTER, Handle, Sum, auto_name, group, poll,
+                            resolve_op, submit, synchronize)
 from scaleout._errors import InvalidArgumentError
-from scaleout._ops import Average, Handle, Sum, poll, synchronize
+from scaleout._ops import barrier as _barrier_np, join as _join_np, splits_array
 
 __all__ = ["allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
            "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
@@ -26,10 +28,9 @@ __all__ = ["allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "gr
            "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
            "reducescatter_async", "barrier", "join", "poll", "synchronize"]
 
-# The core's element type codes (SO_UINT8 ... SO_BOOL); bfloat16 is reduced natively.
-_DTYPE_CODES = {torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4,
-                torch.float16: 5, torch.bfloat16: 6, torch.float32: 7, torch.float64: 8,
-                torch.bool: 9}
+# The core's element type codes, by torch dtype (from the core's table).
+_DTYPE_CODES = {getattr(torch, name): code for name, code in DTYPE_CODES.items()
+                if isinstance(getattr(torch, name, None), torch.dtype)}
 
 
 def check_device(device: torch.device) -> None:
@@ -45,6 +46,10 @@ def check_device(device: torch.device) -> None:
 
 
 def _dtype_code(tensor, what: str) -> int:
+    if isinstance(tensor, torch.Tensor):
+        code = _DTYPE_CODES.get(tensor.dtype)
+        if code is not None and tensor.is_cpu and tensor.layout is torch.strided:
+            return code
     if not isinstance(tensor, torch.Tensor):
         raise InvalidArgumentError(f"{what} takes a torch.Tensor, not {type(tensor).__name__} "
                                    "(use scaleout's numpy API for arrays)")
@@ -52,52 +57,71 @@ def _dtype_code(tensor, what: str) -> int:
     if tensor.layout != torch.strided:
         raise InvalidArgumentError(f"{what}: {tensor.layout} tensors are not supported; "
                                    "convert with tensor.to_dense()")
-    code = _DTYPE_CODES.get(tensor.dtype)
-    if code is None:
-        raise InvalidArgumentError(
-            f"{what}: dtype {tensor.dtype} is not supported; scaleout handles "
-            f"{', '.join(str(d).replace('torch.', '') for d in _DTYPE_CODES)}")
-    return code
+    raise InvalidArgumentError(
+        f"{what}: dtype {tensor.dtype} is not supported; scaleout handles "
+        f"{', '.join(str(d).replace('torch.', '') for d in _DTYPE_CODES)}")
 
 
 def _dense(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor itself when the core can use its memory as it is, else a contiguous copy."""
-    t = tensor.detach()
-    return t if t.is_contiguous() else t.contiguous()
+    return tensor if tensor.is_contiguous() else tensor.detach().contiguous()
 
 
-def _result_tensor(handle_id: int, dtype: torch.dtype) -> torch.Tensor:
-    """Copies a core-owned result (allgather, alltoall, reducescatter) into a new tensor."""
-    out = torch.empty(_core.result_shape(handle_id), dtype=dtype)
-    nbytes = out.numel() * out.element_size()
-    _core.result_copy(handle_id, out.data_ptr() if nbytes else 0, nbytes)
-    return out
+def _allocator(dtype: torch.dtype):
+    """Where a core-owned result (allgather, alltoall, reducescatter) is copied at completion."""
+    def alloc(shape):
+        out = torch.empty(shape, dtype=dtype)
+        return out, out.data_ptr()
+    return alloc
 
 
-def _written(tensor: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
-    """Finishes an in-place collective: copies back from a contiguous stand-in, or tells autograd
-    that the core wrote into the tensor's memory (its version counter)."""
-    if result is not tensor and result.data_ptr() != tensor.data_ptr():
-        tensor.detach().copy_(result)
-    else:
-        increment_version(tensor)
+def _bumped(tensor: torch.Tensor) -> torch.Tensor:
+    """Finishes an in-place collective that wrote into the tensor's own memory: tells autograd
+    (its version counter)."""
+    increment_version(tensor)
     return tensor
+
+
+def _copied_back(tensor: torch.Tensor):
+    """Finishes an in-place collective that went through a contiguous stand-in."""
+    def finish(result: torch.Tensor) -> torch.Tensor:
+        tensor.detach().copy_(result)
+        return tensor
+    return finish
+
+
+def _submit_into(collective: int, tensor, name: Optional[str], inplace: bool, op: int,
+                 root: int, prescale: float, postscale: float, what: str) -> Handle:
+    """allreduce / broadcast: the result in a new tensor, or written into `tensor`."""
+    code = _dtype_code(tensor, what)
+    src = _dense(tensor)
+    if inplace:
+        ptr = src.data_ptr()
+        return submit(collective, name, src, ptr, code, src.shape, src, ptr, op, root, prescale,
+                      postscale, None, _bumped if src is tensor else _copied_back(tensor))
+    dst = torch.empty_like(src, memory_format=torch.contiguous_format)
+    return submit(collective, name, src, src.data_ptr(), code, src.shape, dst, dst.data_ptr(),
+                  op, root, prescale, postscale, None, None)
+
+
+def _submit_owned(collective: int, tensor, name: Optional[str], what: str, op: int = Sum,
+                  prescale: float = 1.0, postscale: float = 1.0, splits=None,
+                  finish=None) -> Handle:
+    """allgather / alltoall / reducescatter: the core owns the result until completion."""
+    code = _dtype_code(tensor, what)
+    src = _dense(tensor)
+    if collective == ALLGATHER and src.dim() == 0:
+        src = src.reshape(1)
+    return submit(collective, name, src, src.data_ptr(), code, src.shape, _allocator(src.dtype),
+                  None, op, 0, prescale, postscale, splits, finish)
 
 
 # ---- allreduce ----
 
 def _allreduce_async(tensor, name: Optional[str], op: int, prescale_factor: float,
                      postscale_factor: float, inplace: bool) -> Handle:
-    code = _dtype_code(tensor, "allreduce")
-    src = _dense(tensor)
-    dst = src if inplace else torch.empty_like(src, memory_format=torch.contiguous_format)
-    name = _core._auto_name("allreduce", name)
-    hid = _core.enqueue(name, _core.ALLREDUCE, code, tuple(src.shape), src.data_ptr(),
-                        dst.data_ptr(), op, 0, prescale_factor, postscale_factor)
-    if inplace:
-        return Handle(hid, name, lambda h: _written(tensor, dst), (src, tensor),
-                      reads_result=False)
-    return Handle(hid, name, lambda h: dst, (src, dst), reads_result=False)
+    return _submit_into(ALLREDUCE, tensor, name, inplace, op, 0, prescale_factor,
+                        postscale_factor, "allreduce")
 
 
 def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
@@ -105,7 +129,7 @@ def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
                     prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> Handle:
     """Starts reducing `tensor` across ranks (default op Average); synchronize() returns a new
     tensor. Not differentiable (use allreduce for that)."""
-    return _allreduce_async(tensor, name, _core._resolve_op(op, average), prescale_factor,
+    return _allreduce_async(tensor, name, resolve_op(op, average), prescale_factor,
                             postscale_factor, inplace=False)
 
 
@@ -113,8 +137,8 @@ def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None,
                      name: Optional[str] = None, op: Optional[int] = None,
                      prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> Handle:
     """In-place form: the result is written into `tensor` (its memory, when contiguous)."""
-    return _allreduce_async(tensor, name, _core._resolve_op(op, average), prescale_factor,
-                            postscale_factor, inplace=True)
+    return _submit_into(ALLREDUCE, tensor, name, True, resolve_op(op, average), 0,
+                        prescale_factor, postscale_factor, "allreduce")
 
 
 def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
@@ -138,8 +162,8 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
     Differentiable: the gradient is the allreduce of the output's gradient with the same op and
     scale factors (Sum and Average only). `compression` (a `Compression` member) casts the tensor
     for the wire and back."""
-    op = _core._resolve_op(op, average)
-    name = _core._auto_name("allreduce", name)
+    op = resolve_op(op, average)
+    name = auto_name(ALLREDUCE, name)
     ctx = None
     if compression is not None:
         tensor, ctx = compression.compress(tensor)
@@ -153,11 +177,10 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
 
 def _grouped_async(tensors, average, name, op, prescale_factor, postscale_factor,
                    inplace) -> Handle:
-    op = _core._resolve_op(op, average)
-    base = _core._auto_name("allreduce", name)
-    handles = [_allreduce_async(t, f"{base}.{i}", op, prescale_factor, postscale_factor, inplace)
-               for i, t in enumerate(tensors)]
-    return _core._group(handles, base)
+    op = resolve_op(op, average)
+    base = auto_name(ALLREDUCE, name)
+    return group([_allreduce_async(t, f"{base}.{i}", op, prescale_factor, postscale_factor,
+                                   inplace) for i, t in enumerate(tensors)], base)
 
 
 def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
@@ -190,8 +213,8 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] =
     """Reduces a list of tensors together and returns new tensors. Differentiable like
     allreduce."""
     tensors = list(tensors)
-    op = _core._resolve_op(op, average)
-    name = _core._auto_name("allreduce", name)
+    op = resolve_op(op, average)
+    name = auto_name(ALLREDUCE, name)
     ctxs = [None] * len(tensors)
     if compression is not None:
         pairs = [compression.compress(t) for t in tensors]
@@ -211,35 +234,21 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] =
 
 def allgather_async(tensor: torch.Tensor, name: Optional[str] = None) -> Handle:
     """Concatenates every rank's tensor along the first dimension (which may differ by rank)."""
-    code = _dtype_code(tensor, "allgather")
-    src = _dense(tensor)
-    if src.dim() == 0:
-        src = src.reshape(1)
-    name = _core._auto_name("allgather", name)
-    hid = _core.enqueue(name, _core.ALLGATHER, code, tuple(src.shape), src.data_ptr(), 0)
-    return Handle(hid, name, lambda h: _result_tensor(h._id, src.dtype), (src,))
+    return _submit_owned(ALLGATHER, tensor, name, "allgather")
 
 
 def allgather(tensor: torch.Tensor, name: Optional[str] = None) -> torch.Tensor:
     """Concatenation of every rank's tensor along dim 0. Differentiable: each rank's gradient is
     its own rows of the Average-allreduce of the output gradients (Horovod's definition)."""
-    name = _core._auto_name("allgather", name)
+    name = auto_name(ALLGATHER, name)
     if _differentiable(tensor):
         return _AllgatherFn.apply(tensor, name)
     return synchronize(allgather_async(tensor, name))
 
 
 def _broadcast_async(tensor, root_rank: int, name: Optional[str], inplace: bool) -> Handle:
-    code = _dtype_code(tensor, "broadcast")
-    src = _dense(tensor)
-    dst = src if inplace else torch.empty_like(src, memory_format=torch.contiguous_format)
-    name = _core._auto_name("broadcast", name)
-    hid = _core.enqueue(name, _core.BROADCAST, code, tuple(src.shape), src.data_ptr(),
-                        dst.data_ptr(), Sum, int(root_rank))
-    if inplace:
-        return Handle(hid, name, lambda h: _written(tensor, dst), (src, tensor),
-                      reads_result=False)
-    return Handle(hid, name, lambda h: dst, (src, dst), reads_result=False)
+    return _submit_into(BROADCAST, tensor, name, inplace, Sum, int(root_rank), 1.0, 1.0,
+                        "broadcast")
 
 
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None) -> Handle:
@@ -260,35 +269,25 @@ def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None)
 def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None) -> torch.Tensor:
     """root_rank's tensor on every rank, as a new tensor. Differentiable: the root's gradient is
     the Average-allreduce of the output gradients, the other ranks' is zero (Horovod's)."""
-    name = _core._auto_name("broadcast", name)
+    name = auto_name(BROADCAST, name)
     if _differentiable(tensor):
         return _BroadcastFn.apply(tensor, int(root_rank), name)
     return synchronize(_broadcast_async(tensor, root_rank, name, inplace=False))
 
 
 def _splits_array(splits) -> Optional[np.ndarray]:
-    if splits is None:
-        return None
     if isinstance(splits, torch.Tensor):
         check_device(splits.device)
         splits = splits.detach().cpu().numpy()
-    return np.ascontiguousarray(np.asarray(splits, dtype=np.int64).reshape(-1))
+    return splits_array(splits)
 
 
 def _alltoall_async(tensor, splits, name: Optional[str], with_splits: bool) -> Handle:
-    code = _dtype_code(tensor, "alltoall")
-    src = _dense(tensor)
-    split_arr = _splits_array(splits)
-    name = _core._auto_name("alltoall", name)
-    hid = _core.enqueue(name, _core.ALLTOALL, code, tuple(src.shape), src.data_ptr(), 0,
-                        splits=split_arr)
-
-    def finish(h: Handle):
-        out = _result_tensor(h._id, src.dtype)
-        if not with_splits:
-            return out
-        return out, torch.from_numpy(_core._received_splits(h._id)).to(torch.int32)
-    return Handle(hid, name, finish, (src, split_arr))
+    def finish(result):
+        out, received = result
+        return (out, torch.tensor(received, dtype=torch.int32)) if with_splits else out
+    return _submit_owned(ALLTOALL, tensor, name, "alltoall", splits=_splits_array(splits),
+                         finish=finish)
 
 
 def alltoall_async(tensor: torch.Tensor, splits=None, name: Optional[str] = None) -> Handle:
@@ -299,7 +298,7 @@ def alltoall_async(tensor: torch.Tensor, splits=None, name: Optional[str] = None
 
 def alltoall(tensor: torch.Tensor, splits=None, name: Optional[str] = None):
     """Synchronous alltoall; differentiable (the gradient is the reverse alltoall)."""
-    name = _core._auto_name("alltoall", name)
+    name = auto_name(ALLTOALL, name)
     if _differentiable(tensor):
         out, received = _AlltoallFn.apply(tensor, splits, name)
     else:
@@ -312,48 +311,61 @@ def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None,
                         postscale_factor: float = 1.0) -> Handle:
     """Reduces `tensor` across ranks (default Average); rank r gets slice r of the first
     dimension (the first dim % size ranks get one row more)."""
-    code = _dtype_code(tensor, "reducescatter")
-    src = _dense(tensor)
-    name = _core._auto_name("reducescatter", name)
-    hid = _core.enqueue(name, _core.REDUCESCATTER, code, tuple(src.shape), src.data_ptr(), 0,
-                        _core._resolve_op(op, None), 0, prescale_factor, postscale_factor)
-    return Handle(hid, name, lambda h: _result_tensor(h._id, src.dtype), (src,))
+    return _submit_owned(REDUCESCATTER, tensor, name, "reducescatter", resolve_op(op, None),
+                         prescale_factor, postscale_factor)
 
 
 def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, op: Optional[int] = None,
                   prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
     """Synchronous reducescatter; differentiable for Sum and Average (the gradient is the
     allgather of the output gradients, scaled as the forward was)."""
-    name = _core._auto_name("reducescatter", name)
-    op = _core._resolve_op(op, None)
+    name = auto_name(REDUCESCATTER, name)
+    op = resolve_op(op, None)
     if _differentiable(tensor):
         return _ReducescatterFn.apply(tensor, name, op, prescale_factor, postscale_factor)
     return synchronize(reducescatter_async(tensor, name, op, prescale_factor, postscale_factor))
 
 
 def barrier(name: Optional[str] = None) -> None:
-    _core.barrier(name)
+    _barrier_np(name)
 
 
 def join(device: int = -1) -> int:
     """This rank is out of data: until every rank has joined, its allreduces contribute zeros.
     Blocks until all joined; returns the rank that joined last. (`device` is accepted for
     Horovod compatibility and ignored: scaleout works on CPU tensors.)"""
-    return _core.join()
+    return _join_np()
 
 
 # ---- autograd ----
 #
-# Convention (Horovod's): the gradient a collective hands back on each rank combines the output
-# gradients of every rank, so that a data-parallel optimizer that then averages parameter
-# gradients over ranks sees the gradient of the ranks' combined loss. Backward collectives are
-# named after the forward one ("<name>.grad"), so ranks match them whatever order autograd
-# runs them in.
+# The backward passes apply the rules of scaleout._semantics (Horovod's definitions, shared with
+# scaleout.tensorflow) to torch tensors.
 
-def _check_grad_op(op: int, what: str) -> None:
-    if op not in (Average, Sum):
-        raise InvalidArgumentError(f"the gradient of {what} is defined for the Average and Sum "
-                                   f"ops only, not {_core._OP_NAMES.get(op, op)}")
+class _TorchOps(_semantics.Ops):
+    def allreduce_async(self, x, name, op, prescale, postscale):
+        return _allreduce_async(x, name, op, prescale, postscale, inplace=False)
+
+    def allgather_async(self, x, name):
+        return allgather_async(x, name)
+
+    def alltoall(self, x, splits, name):
+        return synchronize(_alltoall_async(x, splits, name, with_splits=True))
+
+    def rows_tensor(self, rows):
+        return torch.tensor([rows], dtype=torch.int64)
+
+    def narrow(self, x, start, length):
+        return x.narrow(0, start, length)
+
+    def zeros_like(self, x):
+        return torch.zeros_like(x)
+
+    def scale(self, x, factor):
+        return x * factor
+
+
+_OPS = _TorchOps()
 
 
 class _AllreduceFn(torch.autograd.Function):
@@ -365,10 +377,7 @@ class _AllreduceFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        name, op, pre, post = ctx.args
-        _check_grad_op(op, "allreduce")
-        g = synchronize(_allreduce_async(grad, f"{name}.grad", op, pre, post, inplace=False))
-        return g, None, None, None, None
+        return _semantics.gradient("allreduce")(_OPS, grad, *ctx.args), None, None, None, None
 
 
 class _GroupedAllreduceFn(torch.autograd.Function):
@@ -381,8 +390,9 @@ class _GroupedAllreduceFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         name, op, pre, post = ctx.args
-        _check_grad_op(op, "grouped_allreduce")
-        gs = synchronize(_grouped_async(grads, None, f"{name}.grad", op, pre, post, False))
+        _semantics.check_gradient_op("allreduce", op)
+        gs = synchronize(_grouped_async(grads, None, _semantics.grad_name(name), op, pre, post,
+                                        False))
         return (None, None, None, None, *gs)
 
 
@@ -396,11 +406,8 @@ class _AllgatherFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         rows = ctx.shape[0] if len(ctx.shape) else 1
-        reduced = _allreduce_async(grad, f"{ctx.name}.grad", Average, 1.0, 1.0, inplace=False)
-        sizes = allgather_async(torch.tensor([rows], dtype=torch.int64), f"{ctx.name}.grad.rows")
-        reduced, sizes = synchronize(reduced), synchronize(sizes)
-        offset = int(sizes[: rank()].sum())
-        return reduced.narrow(0, offset, rows).reshape(ctx.shape), None
+        g = _semantics.gradient("allgather")(_OPS, grad, ctx.name, rows)
+        return g.reshape(ctx.shape), None
 
 
 class _BroadcastFn(torch.autograd.Function):
@@ -412,10 +419,7 @@ class _BroadcastFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         root_rank, name = ctx.args
-        g = synchronize(_allreduce_async(grad, f"{name}.grad", Average, 1.0, 1.0, inplace=False))
-        if rank() != root_rank:
-            g = torch.zeros_like(g)
-        return g, None, None
+        return _semantics.gradient("broadcast")(_OPS, grad, name, root_rank), None, None
 
 
 class _AlltoallFn(torch.autograd.Function):
@@ -429,25 +433,17 @@ class _AlltoallFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad, _grad_received):
         received, name = ctx.args
-        # What each rank received goes back to its sender, in the sender's original row order.
-        g, _ = synchronize(_alltoall_async(grad, received, f"{name}.grad", with_splits=True))
-        return g, None, None
+        return _semantics.gradient("alltoall")(_OPS, grad, name, received), None, None
 
 
 class _ReducescatterFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor):
-        ctx.args = (name, op, prescale_factor * postscale_factor)
+        ctx.args = (name, op, prescale_factor, postscale_factor)
         return synchronize(reducescatter_async(tensor, name, op, prescale_factor,
                                                postscale_factor))
 
     @staticmethod
     def backward(ctx, grad):
-        name, op, scale = ctx.args
-        _check_grad_op(op, "reducescatter")
-        g = synchronize(allgather_async(grad, f"{name}.grad"))
-        if op == Average:
-            scale /= size()
-        if scale != 1.0:
-            g = g * scale
+        g = _semantics.gradient("reducescatter")(_OPS, grad, *ctx.args)
         return g, None, None, None, None

@@ -20,9 +20,9 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 import torch
 
 from scaleout._basics import size
+from scaleout._core import Average, Handle, Sum, synchronize, wait_all
 from scaleout._errors import InvalidArgumentError, ScaleoutError
-from scaleout._ops import Average, Handle, Sum
-from scaleout._ops import synchronize as _wait
+from scaleout._semantics import predivided
 from scaleout.torch._collectives import _allreduce_async, check_device
 from scaleout.torch._compression import Compression
 
@@ -40,18 +40,10 @@ class _DistributedMixin:
         if op not in (Average, Sum):
             raise InvalidArgumentError("DistributedOptimizer reduces gradients with op=Average "
                                        "or op=Sum")
-        if gradient_predivide_factor != 1.0 and op != Average:
-            raise InvalidArgumentError("gradient_predivide_factor needs op=Average")
-        if not gradient_predivide_factor > 0:
-            raise InvalidArgumentError("gradient_predivide_factor must be positive")
+        self._so_op, self._so_prescale, self._so_postscale = predivided(
+            op, gradient_predivide_factor, size())
         self._so_compression = compression or Compression.none
         self._so_sparse_as_dense = sparse_as_dense
-        if op == Average and gradient_predivide_factor != 1.0:
-            # Average split around the sum: divide by f before, multiply by f / size after.
-            self._so_op, self._so_prescale = Sum, 1.0 / gradient_predivide_factor
-            self._so_postscale = gradient_predivide_factor / size()
-        else:
-            self._so_op, self._so_prescale, self._so_postscale = op, 1.0, 1.0
         self._so_names: Dict[torch.Tensor, str] = {}
         self._so_named = None if named_parameters is None else _check_names(named_parameters)
         self._so_passes = 1
@@ -145,18 +137,14 @@ class _DistributedMixin:
         for p in self._so_passes_left:
             if p not in self._so_handles:
                 self._so_start(p)
-        handles, self._so_handles = self._so_handles, {}
-        error = None
-        for p, (handle, ctx) in handles.items():
-            try:  # wait for all, even after a failure, so no buffer is left in use
-                reduced = _wait(handle)
-                if ctx is not None:
-                    p.grad.copy_(self._so_compression.decompress(reduced, ctx))
-            except ScaleoutError as exc:
-                error = error or exc
-        self._so_reset_counts()
-        if error is not None:
-            raise error
+        pending, self._so_handles = self._so_handles, {}
+        try:  # waits for all, even after a failure, so no buffer is left in use
+            wait_all([handle for handle, _ in pending.values()])
+        finally:
+            self._so_reset_counts()
+        for p, (handle, ctx) in pending.items():
+            if ctx is not None:
+                p.grad.copy_(self._so_compression.decompress(synchronize(handle), ctx))
         self._so_synchronized = True
 
     @contextlib.contextmanager

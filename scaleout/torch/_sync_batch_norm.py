@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from scaleout._basics import size
-from scaleout._ops import Sum, synchronize
+from scaleout._core import Sum, synchronize
 from scaleout.torch._collectives import _allreduce_async, allgather_async, check_device
 
 __all__ = ["SyncBatchNorm"]

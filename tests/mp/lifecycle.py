@@ -30,6 +30,14 @@ def run():
         so.init()
         check(so.size() == n and so.rank() == r, "same layout after re-init")
         check(so.allreduce(np.ones(3), op=so.Sum, name="a")[0] == n, f"life {life + 2}")
+        if r == 0 and life == 0:  # pending when this life ends
+            stale = so.allreduce_async(np.ones(3), name="never.again")
+        if r == 0 and life == 1:  # a handle of an earlier runtime, used in a new one
+            expect_error(so.ShutDownError, lambda: so.poll(stale), "shut down",
+                         what="poll of a handle from before the last shutdown")
+            expect_error(so.ShutDownError, lambda: so.synchronize(stale), "shut down",
+                         what="synchronize of a handle from before the last shutdown")
+        so.barrier()
         so.shutdown()
     # a rank that shuts down while another still waits: the waiter gets ShutDownError, no hang
     so.init()

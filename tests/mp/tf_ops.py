@@ -117,26 +117,26 @@ def test_gradients(r, n):
     g = grads(lambda v: tf.add_n([tf.reduce_sum(t) for t in hvd.grouped_allreduce([v, 2 * v], op=hvd.Sum)]),
               tf.ones(3))
     check_close(g, np.full(3, 3.0 * n), "grouped_allreduce gradient")
-    # allgather: each rank gets the summed gradient of its own rows
+    # allgather (Horovod's definition): each rank gets its own rows of the averaged gradient
     for mode, f in both_modes(lambda x: grads(
             lambda v: tf.reduce_sum(hvd.allgather(v) * tf.cast(tf.range(n * (n + 1) // 2)[:, None] + 1, tf.float32)
                                     * float(r + 1)), x)):
         got = f(tf.ones([r + 1, 2]))
         first = r * (r + 1) // 2
-        want = np.repeat((np.arange(first, first + r + 1) + 1.0)[:, None], 2, 1) * n * (n + 1) / 2
+        want = np.repeat((np.arange(first, first + r + 1) + 1.0)[:, None], 2, 1) * (n + 1) / 2
         check_close(got, want, f"{mode} allgather gradient")
-    # broadcast: the root gets every rank's gradient, the others zeros
+    # broadcast (Horovod's definition): the root gets the averaged gradient, the others zeros
     for mode, f in both_modes(lambda x: grads(lambda v: tf.reduce_sum(hvd.broadcast(v, n - 1) * float(r + 1)), x)):
-        want = np.full(2, n * (n + 1) / 2) if r == n - 1 else np.zeros(2)
+        want = np.full(2, (n + 1) / 2) if r == n - 1 else np.zeros(2)
         check_close(f(tf.ones(2)), want, f"{mode} broadcast gradient")
     # alltoall: gradients travel back the same way
     got = grads(lambda v: tf.reduce_sum(hvd.alltoall(v) * tf.cast(tf.range(n), tf.float32) * float(r + 1)),
                 tf.ones(n))
     check_close(got, [float((k + 1) * r) for k in range(n)], "alltoall gradient")
-    # reducescatter Sum: the gradient is the gathered slices' gradients
+    # reducescatter Sum (Horovod's definition): the gathered slices' gradients, times size()
     rows = n
     got = grads(lambda v: tf.reduce_sum(hvd.reducescatter(v, op=hvd.Sum) * float(r + 1)), tf.ones([rows, 2]))
-    check_close(got, np.repeat(np.arange(1.0, n + 1)[:, None], 2, 1), "reducescatter gradient")
+    check_close(got, np.repeat(np.arange(1.0, n + 1)[:, None], 2, 1) * n, "reducescatter gradient")
     expect_error(NotImplementedError, lambda: grads(lambda v: tf.reduce_sum(hvd.allreduce(v, op=hvd.Max)),
                                                     tf.ones(2)), "Max", what="no gradient for Max")
 

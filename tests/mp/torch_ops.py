@@ -250,15 +250,16 @@ def test_gradients(r, n):
     want = torch.cat([weights(j, (2 * n, 1))[2 * r:2 * r + 2] for j in range(n)])
     check_close(x2.grad.numpy(), want.numpy(), "alltoall (equal splits) gradient")
 
-    # reducescatter: every rank's input gradient is the concatenation of the output gradients
+    # reducescatter (Horovod's definition): every rank's input gradient is the concatenation of
+    # the output gradients, times size() for Sum
     for op in (hvd.Sum, hvd.Average):
         x = torch.randn(n + 1, 2, dtype=torch.float64, requires_grad=True)
         y = hvd.reducescatter(x, op=op, name=f"g.rs.{op}")
         rows = lambda k: 2 if k == 0 else 1  # noqa: E731
         (y * weights(r, (rows(r), 2))).sum().backward()
         want = torch.cat([weights(k, (rows(k), 2)) for k in range(n)])
-        if op == hvd.Average:
-            want = want / n
+        if op == hvd.Sum:
+            want = want * n
         check_close(x.grad.numpy(), want.numpy(), f"reducescatter op {op} gradient")
 
     # torch's own numerical check on one op (each evaluation is a collective on every rank)

@@ -23,7 +23,7 @@ if not _keras.__version__.startswith("3."):  # pragma: no cover
 
 from scaleout import _common
 from scaleout._common import *  # noqa: F401,F403
-from scaleout._ops import Average
+from scaleout._core import Average
 from scaleout.tensorflow import _collectives as _tf_ops
 from scaleout.tensorflow._collectives import alltoall, barrier, broadcast_variables, join
 from scaleout.tensorflow._compression import Compression

@@ -19,11 +19,11 @@ from typing import Any, Optional
 
 import keras
 
-from scaleout._ops import Average
-from scaleout._ops import _resolve_op
+from scaleout._core import Average, resolve_op
+from scaleout._semantics import predivided
 from scaleout.tensorflow._collectives import _not_converted, check_device
 from scaleout.tensorflow._compression import Compression
-from scaleout.tensorflow._gradients import _scale_factors, reduce_gradients
+from scaleout.tensorflow._gradients import reduce_gradients
 
 __all__ = ["DistributedOptimizer", "load_model", "is_distributed"]
 
@@ -85,8 +85,8 @@ def _settings(optimizer, name, device_dense, device_sparse, compression, sparse_
     for device in (device_dense, device_sparse):
         if device:
             check_device(device, "DistributedOptimizer")
-    op = _resolve_op(op, None)
-    _scale_factors(op, float(gradient_predivide_factor), 1)  # validates the combination
+    op = resolve_op(op, None)
+    predivided(op, float(gradient_predivide_factor), 1)  # validates the combination
     return _Settings(prefix=name or f"Distributed{type(optimizer).__name__}", op=op,
                      compression=compression, sparse_as_dense=bool(sparse_as_dense),
                      gradient_predivide_factor=float(gradient_predivide_factor))

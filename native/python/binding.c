@@ -1,0 +1,801 @@
+/*
+ * scaleout._binding: the one Python binding of the C ABI (native/c_api/scaleout.h).
+ *
+ * Every call from Python into the core goes through this module: loading the core, init and
+ * shutdown, the tables of codes, submitting a collective, the Handle type, waiting, results and
+ * errors. Nothing else binds the ABI (no ctypes declarations, no second table of signatures): the
+ * function pointers below are typed from the header's own prototypes (__typeof__), so a change
+ * of a signature that is not made here too fails to compile.
+ *
+ * Why a CPython extension: ctypes costs several microseconds per call in argument conversion, and
+ * a training step submits hundreds of collectives.
+ *
+ * Loading: importing this module loads neither the core nor MPI (importing scaleout must not
+ * start MPI). scaleout._core imports mpi4py first (so the core binds to the MPI library mpi4py
+ * loaded), then calls load(path), which dlopens the core and resolves its entry points.
+ *
+ * Errors: a failed call raises the ScaleoutError subclass registered for its status
+ * (register_errors(), once at import of scaleout), with the core's message. No status integer
+ * reaches Python code.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <dlfcn.h>
+#include <structmember.h>
+
+#include "c_api/scaleout.h"
+
+/* ---- the C ABI, resolved by load() ---- */
+
+#define SO_FUNCTIONS(X)                                                                         \
+  X(so_abi_version) X(so_version) X(so_build_info) X(so_last_error) X(so_init) X(so_shutdown)   \
+  X(so_is_initialized) X(so_topology) X(so_config_string) X(so_enqueue) X(so_poll) X(so_wait)   \
+  X(so_result_shape) X(so_result_copy) X(so_result_splits) X(so_result_join_rank) X(so_release)
+
+#define SO_POINTER_(fn) __typeof__(&fn) fn;
+static struct { SO_FUNCTIONS(SO_POINTER_) } api;
+#undef SO_POINTER_
+static int api_loaded = 0;
+
+static PyObject* error_classes[SO_STATUS_COUNT]; /* by status code; NULL: base_error */
+static PyObject* base_error = NULL;
+static PyObject* invalid_argument_error = NULL;
+static PyObject* orphans = NULL;  /* list of (id, keep, output): handles dropped while pending */
+static long long name_counters[SO_COLLECTIVE_COUNT];
+
+static const char* const collective_names[SO_COLLECTIVE_COUNT] = {
+#define SO_NAME_(ENUM, name, code) [code] = #name,
+    SO_COLLECTIVE_TABLE(SO_NAME_)
+#undef SO_NAME_
+};
+static const int dtype_sizes[SO_DTYPE_COUNT] = {
+#define SO_SIZE_(ENUM, name, code, bytes) [code] = bytes,
+    SO_DTYPE_TABLE(SO_SIZE_)
+#undef SO_SIZE_
+};
+
+/* Before the core is loaded nothing can have been initialized: NotInitializedError. */
+static int require_loaded(void) {
+  if (!api_loaded) {
+    PyObject* cls = error_classes[SO_ERR_NOT_INITIALIZED] ? error_classes[SO_ERR_NOT_INITIALIZED]
+                                                          : PyExc_RuntimeError;
+    PyErr_SetString(cls, "scaleout is not initialized: call init() first");
+    return 0;
+  }
+  return 1;
+}
+
+/* Raises the registered class for a failed status, with the core's message for this thread's
+ * last failing call. Returns NULL for `return raise_status(rc);`. */
+static PyObject* raise_status(int rc) {
+  PyObject* cls = (rc > 0 && rc < SO_STATUS_COUNT && error_classes[rc]) ? error_classes[rc] : base_error;
+  if (cls == NULL) cls = PyExc_RuntimeError;
+  const char* msg = api_loaded ? api.so_last_error() : "";
+  PyObject* text = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
+  if (text != NULL) {
+    PyErr_SetObject(cls, text);
+    Py_DECREF(text);
+  }
+  return NULL;
+}
+
+static PyObject* raise_invalid(const char* format, ...) {
+  va_list va;
+  va_start(va, format);
+  PyObject* text = PyUnicode_FromFormatV(format, va);
+  va_end(va);
+  if (text != NULL) {
+    PyErr_SetObject(invalid_argument_error ? invalid_argument_error : PyExc_ValueError, text);
+    Py_DECREF(text);
+  }
+  return NULL;
+}
+
+/* load(path) -> None: opens the core and resolves the ABI (OSError naming what failed). */
+static PyObject* load(PyObject* self, PyObject* arg) {
+  if (api_loaded) Py_RETURN_NONE;
+  const char* path = PyUnicode_AsUTF8(arg);
+  if (path == NULL) return NULL;
+  void* lib = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+  if (lib == NULL) return PyErr_Format(PyExc_OSError, "%s", dlerror());
+#define SO_RESOLVE_(fn)                                                                 \
+  api.fn = (__typeof__(&fn))dlsym(lib, #fn);                                           \
+  if (api.fn == NULL) return PyErr_Format(PyExc_OSError, "%s has no %s", path, #fn);
+  SO_FUNCTIONS(SO_RESOLVE_)
+#undef SO_RESOLVE_
+  int abi = api.so_abi_version();
+  if (abi != SCALEOUT_ABI_VERSION) {
+    return PyErr_Format(PyExc_OSError, "native core ABI %d does not match the binding's %d; "
+                        "reinstall scaleout", abi, SCALEOUT_ABI_VERSION);
+  }
+  api_loaded = 1;
+  Py_RETURN_NONE;
+}
+
+/* register_errors({status name: class}, base, invalid_argument): the exception classes. */
+static PyObject* register_errors(PyObject* self, PyObject* args) {
+  PyObject *mapping, *base, *invalid;
+  if (!PyArg_ParseTuple(args, "O!OO", &PyDict_Type, &mapping, &base, &invalid)) return NULL;
+  static const struct { const char* name; int code; } statuses[] = {
+#define SO_STATUS_(NAME, code) {#NAME, code},
+      SO_ERROR_TABLE(SO_STATUS_)
+#undef SO_STATUS_
+  };
+  for (size_t i = 0; i < sizeof statuses / sizeof statuses[0]; ++i) {
+    PyObject* cls = PyDict_GetItemString(mapping, statuses[i].name);
+    if (cls == NULL) return PyErr_Format(PyExc_KeyError, "no exception class for status %s", statuses[i].name);
+    Py_INCREF(cls);
+    Py_XSETREF(error_classes[statuses[i].code], cls);
+  }
+  Py_INCREF(base);
+  Py_XSETREF(base_error, base);
+  Py_INCREF(invalid);
+  Py_XSETREF(invalid_argument_error, invalid);
+  Py_RETURN_NONE;
+}
+
+/* ---- lifecycle and introspection ---- */
+
+static PyObject* init(PyObject* self, PyObject* arg) {
+  if (!require_loaded()) return NULL;
+  int has_comm = arg != Py_None;
+  long long comm = has_comm ? PyLong_AsLongLong(arg) : 0;
+  if (comm == -1 && PyErr_Occurred()) return NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = api.so_init(has_comm, comm);
+  Py_END_ALLOW_THREADS
+  if (rc != 0) return raise_status(rc);
+  Py_RETURN_NONE;
+}
+
+static PyObject* shutdown(PyObject* self, PyObject* unused) {
+  if (!api_loaded) Py_RETURN_NONE;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = api.so_shutdown();
+  Py_END_ALLOW_THREADS
+  if (rc != 0) return raise_status(rc);
+  Py_RETURN_NONE;
+}
+
+static PyObject* is_initialized(PyObject* self, PyObject* unused) {
+  return PyBool_FromLong(api_loaded && api.so_is_initialized());
+}
+
+static PyObject* topology(PyObject* self, PyObject* unused) {
+  if (!require_loaded()) return NULL;
+  int32_t t[6];
+  int rc = api.so_topology(t);
+  if (rc != 0) return raise_status(rc);
+  return Py_BuildValue("(iiiiii)", t[0], t[1], t[2], t[3], t[4], t[5]);
+}
+
+static PyObject* text_of(const char* (*fn)(void)) {
+  if (!require_loaded()) return NULL;
+  const char* s = fn();
+  return PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "replace");
+}
+static PyObject* config_string(PyObject* self, PyObject* unused) { return text_of(api.so_config_string); }
+static PyObject* version(PyObject* self, PyObject* unused) { return text_of(api.so_version); }
+static PyObject* build_info(PyObject* self, PyObject* unused) { return text_of(api.so_build_info); }
+
+/* ---- names ---- */
+
+/* The name given (checked), or the next generated "<kind>.noname.<n>": ranks that call unnamed
+ * collectives of one kind in the same order agree on their names. */
+static PyObject* name_or_auto(int collective, PyObject* name) {
+  if (name != Py_None) {
+    if (!PyUnicode_Check(name) || PyUnicode_GET_LENGTH(name) == 0) {
+      return raise_invalid("name must be a non-empty string, not %R", name);
+    }
+    Py_INCREF(name);
+    return name;
+  }
+  if (collective < 0 || collective >= SO_COLLECTIVE_COUNT) {
+    return raise_invalid("unknown collective %d", collective);
+  }
+  return PyUnicode_FromFormat("%s.noname.%lld", collective_names[collective],
+                              name_counters[collective]++);
+}
+
+/* auto_name(collective, name or None) -> name */
+static PyObject* auto_name(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) return PyErr_Format(PyExc_TypeError, "auto_name takes 2 arguments");
+  int collective = (int)PyLong_AsLong(args[0]);
+  if (collective == -1 && PyErr_Occurred()) return NULL;
+  return name_or_auto(collective, args[1]);
+}
+
+/* ---- Handle ---- */
+
+typedef struct {
+  PyObject_HEAD
+  long long id;       /* the core's handle; 0 for a group */
+  int collective;
+  int dtype;
+  PyObject* name;
+  PyObject* keep;     /* what the core reads or writes until completion (a tuple) */
+  PyObject* output;   /* allreduce/broadcast: the result object; allgather/alltoall/reducescatter:
+                         alloc(shape) -> (object, address or None); a group: its member handles */
+  PyObject* finish;   /* None, or finish(result) -> what synchronize returns */
+  PyObject* result;
+  char done;
+} HandleObject;
+
+static PyTypeObject HandleType;
+
+static int owns_result(int collective) {
+  return collective == SO_ALLGATHER || collective == SO_ALLTOALL ||
+         collective == SO_REDUCESCATTER || collective == SO_JOIN;
+}
+
+/* A handle dropped before completion: the collective still runs on every rank and uses the
+ * buffers, so they stay alive (and the core's handle unreleased) until it completes; the next
+ * submit sweeps them. Handles hold no reference cycles (finish functions reference buffers,
+ * never handles), so the type does without the cyclic collector. */
+static void Handle_dealloc(HandleObject* self) {
+  if (!self->done && self->id != 0 && orphans != NULL) {
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    /* the input (keep) and where the core writes (output) */
+    PyObject* entry = Py_BuildValue("(LOO)", self->id, self->keep ? self->keep : Py_None,
+                                    self->output ? self->output : Py_None);
+    if (entry == NULL || PyList_Append(orphans, entry) != 0) PyErr_Clear();
+    Py_XDECREF(entry);
+    PyErr_Restore(type, value, traceback);
+  }
+  Py_XDECREF(self->name);
+  Py_XDECREF(self->keep);
+  Py_XDECREF(self->output);
+  Py_XDECREF(self->finish);
+  Py_XDECREF(self->result);
+  Py_TYPE(self)->tp_free((PyObject*)self);
+}
+
+static PyObject* Handle_repr(HandleObject* self) {
+  return PyUnicode_FromFormat("<scaleout.Handle %R %s>", self->name ? self->name : Py_None,
+                              self->done ? "done" : "pending");
+}
+
+static PyMemberDef Handle_members[] = {
+    {"name", T_OBJECT, offsetof(HandleObject, name), READONLY, "the collective's name"},
+    {"_id", T_LONGLONG, offsetof(HandleObject, id), READONLY, NULL},
+    {"_done", T_BOOL, offsetof(HandleObject, done), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject HandleType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "scaleout.Handle",
+    .tp_basicsize = sizeof(HandleObject),
+    .tp_dealloc = (destructor)Handle_dealloc,
+    .tp_repr = (reprfunc)Handle_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A pending collective. Pass it to poll() or synchronize().",
+    .tp_members = Handle_members,
+};
+
+static HandleObject* new_handle(long long id, int collective, int dtype, PyObject* name,
+                                PyObject* keep, PyObject* output, PyObject* finish) {
+  HandleObject* h = PyObject_New(HandleObject, &HandleType);
+  if (h == NULL) return NULL;
+  h->id = id;
+  h->collective = collective;
+  h->dtype = dtype;
+  Py_INCREF(name);
+  h->name = name;
+  Py_XINCREF(keep);
+  h->keep = keep;
+  Py_INCREF(output);
+  h->output = output;
+  Py_INCREF(finish);
+  h->finish = finish;
+  h->result = NULL;
+  h->done = 0;
+  return h;
+}
+
+static void sweep_orphans(void) {
+  /* Handles dropped by other threads meanwhile are appended at the end: take only the entries
+   * there now. Done, failed or stale ones are released and dropped. */
+  Py_ssize_t n = PyList_GET_SIZE(orphans), kept = 0;
+  PyObject* still = PyList_New(0);
+  if (still == NULL) {
+    PyErr_Clear();
+    return;
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* entry = PyList_GET_ITEM(orphans, i);
+    long long id = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 0));
+    int done = 0;
+    if (api.so_poll(id, &done) != 0 || done) {
+      api.so_release(id);
+    } else if (PyList_Append(still, entry) == 0) {
+      ++kept;
+    }
+  }
+  PyList_SetSlice(orphans, 0, n, still);
+  Py_DECREF(still);
+  PyErr_Clear();
+}
+
+/* ---- submit ---- */
+
+/* The core's dtype code for a buffer's struct format, or -1 (numpy's native formats). */
+static int format_dtype(const Py_buffer* b) {
+  const char* f = b->format;
+  if (f == NULL) return SO_UINT8;
+  if (*f == '@' || *f == '=' || *f == '<') ++f;
+  if (f[0] == '\0' || f[1] != '\0') return -1;
+  switch (f[0]) {
+    case 'B': return SO_UINT8;
+    case 'b': return SO_INT8;
+    case 'h': return b->itemsize == 2 ? SO_INT16 : -1;
+    case 'i': case 'l': case 'q':
+      return b->itemsize == 4 ? SO_INT32 : b->itemsize == 8 ? SO_INT64 : -1;
+    case 'e': return SO_FLOAT16;
+    case 'f': return b->itemsize == 4 ? SO_FLOAT32 : -1;
+    case 'd': return b->itemsize == 8 ? SO_FLOAT64 : -1;
+    case '?': return b->itemsize == 1 ? SO_BOOL : -1;
+    default: return -1;
+  }
+}
+
+/* PyObject_GetBuffer whose every failure is a BufferError (numpy raises ValueError for a
+ * read-only array asked to be writable): callers catch BufferError alone to take their general
+ * path, which explains the problem. */
+static int get_buffer(PyObject* obj, Py_buffer* view, int flags) {
+  if (PyObject_GetBuffer(obj, view, flags) == 0) return 0;
+  if (!PyErr_ExceptionMatches(PyExc_BufferError)) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_Format(PyExc_BufferError, "%S", value ? value : Py_None);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+  }
+  return -1;
+}
+
+static int as_int(PyObject* o, int* out) {
+  long v = PyLong_AsLong(o);
+  if (v == -1 && PyErr_Occurred()) return 0;
+  *out = (int)v;
+  return 1;
+}
+
+/*
+ * submit(collective, name, data, address, dtype, shape, output, out_address, op, root,
+ *        prescale, postscale, splits, finish) -> Handle
+ *
+ * data: the input's owner, kept alive until completion. When address is None, data is read
+ *   through the buffer protocol (C-contiguous), and dtype and shape (when None) come from it;
+ *   a buffer whose format has no core dtype raises BufferError (the caller then passes the
+ *   address, dtype and shape itself). Otherwise address is the input's first byte and dtype
+ *   (a code) and shape (a tuple) describe it.
+ * output: for allreduce and broadcast, the result object (may be data itself: in place), at
+ *   out_address or read through the buffer protocol when out_address is None. For allgather,
+ *   alltoall and reducescatter, whose result shape is known only at completion, an allocator
+ *   alloc(shape) -> (object, address or None) called at completion. None for barrier and join.
+ * splits: alltoall's rows per destination rank, a C-contiguous int64 buffer, or None.
+ * finish: None or a callable applied to the result at completion (alltoall's result is
+ *   (received, received_splits as a list); join's the last rank to join; barrier's None).
+ * name None generates one (auto_name).
+ */
+static PyObject* submit(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 14) return PyErr_Format(PyExc_TypeError, "submit takes 14 arguments, got %zd", nargs);
+  if (!require_loaded()) return NULL;
+  int collective, dtype = -1, op, root;
+  if (!as_int(args[0], &collective) || !as_int(args[8], &op) || !as_int(args[9], &root)) return NULL;
+  double pre = PyFloat_AsDouble(args[10]), post = PyFloat_AsDouble(args[11]);
+  if (PyErr_Occurred()) return NULL;
+  PyObject *data = args[2], *address = args[3], *output = args[6], *out_address = args[7];
+  PyObject *splits_obj = args[12], *finish = args[13];
+  if (PyList_GET_SIZE(orphans) != 0) sweep_orphans();
+
+  Py_buffer in = {0}, out = {0}, sp = {0};
+  int have_in = 0, have_out = 0, have_sp = 0;
+  PyObject* result = NULL;
+  PyObject* name = NULL;
+  int64_t shape[SO_MAX_NDIM];
+  int ndim = 0;
+  const void* in_ptr = NULL;
+  void* out_ptr = NULL;
+
+  if (address == Py_None) {
+    const int writable = output == data && (collective == SO_ALLREDUCE || collective == SO_BROADCAST);
+    if (get_buffer(data, &in, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) != 0) {
+      goto done;
+    }
+    have_in = 1;
+    in_ptr = in.buf;
+    dtype = format_dtype(&in);
+    if (dtype < 0) {
+      PyErr_Format(PyExc_BufferError, "buffer format '%s' has no scaleout dtype", in.format);
+      goto done;
+    }
+    if (in.ndim > SO_MAX_NDIM) {
+      raise_invalid("tensors have at most %d dimensions, not %d", SO_MAX_NDIM, in.ndim);
+      goto done;
+    }
+    ndim = in.ndim;
+    for (int i = 0; i < ndim; ++i) shape[i] = in.shape[i];
+  } else {
+    in_ptr = PyLong_AsVoidPtr(address);
+    if (in_ptr == NULL && PyErr_Occurred()) goto done;
+  }
+  if (args[4] != Py_None && !as_int(args[4], &dtype)) goto done;
+  if (args[5] != Py_None) {
+    PyObject* shape_obj = args[5];
+    if (!PyTuple_Check(shape_obj)) {
+      PyErr_SetString(PyExc_TypeError, "shape must be a tuple");
+      goto done;
+    }
+    ndim = (int)PyTuple_GET_SIZE(shape_obj);
+    if (ndim > SO_MAX_NDIM) {
+      raise_invalid("tensors have at most %d dimensions, not %d", SO_MAX_NDIM, ndim);
+      goto done;
+    }
+    for (int i = 0; i < ndim; ++i) shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape_obj, i));
+    if (PyErr_Occurred()) goto done;
+  }
+  if (collective == SO_ALLREDUCE || collective == SO_BROADCAST) {
+    if (out_address != Py_None) {
+      out_ptr = PyLong_AsVoidPtr(out_address);
+      if (out_ptr == NULL && PyErr_Occurred()) goto done;
+    } else if (output == data && have_in) {  /* in place (the buffer was taken writable) */
+      out_ptr = in.buf;
+    } else if (output != Py_None) {
+      if (get_buffer(output, &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) != 0) goto done;
+      have_out = 1;
+      out_ptr = out.buf;
+      if (have_in && out.len != in.len) {
+        raise_invalid("the output has %zd bytes, the input %zd", out.len, in.len);
+        goto done;
+      }
+    }
+  }
+  const int64_t* splits = NULL;
+  int nsplits = 0;
+  if (splits_obj != Py_None) {
+    if (get_buffer(splits_obj, &sp, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) goto done;
+    have_sp = 1;
+    if (sp.itemsize != 8 || format_dtype(&sp) != SO_INT64) {
+      raise_invalid("splits must be int64");
+      goto done;
+    }
+    splits = (const int64_t*)sp.buf;
+    nsplits = (int)(sp.len / 8);
+  }
+  name = name_or_auto(collective, args[1]);
+  if (name == NULL) goto done;
+  const char* name_utf8 = PyUnicode_AsUTF8(name);
+  if (name_utf8 == NULL) goto done;
+  int64_t id = 0;
+  int rc = api.so_enqueue(name_utf8, collective, dtype, ndim, shape, in_ptr, out_ptr, op, root,
+                          pre, post, splits, nsplits, &id);
+  if (rc != 0) {
+    raise_status(rc);
+    goto done;
+  }
+  PyObject* keep = PyTuple_Pack(2, data, splits_obj);
+  if (keep == NULL) goto done;
+  result = (PyObject*)new_handle(id, collective, dtype, name, keep, output, finish);
+  Py_DECREF(keep);
+
+done:
+  Py_XDECREF(name);
+  if (have_in) PyBuffer_Release(&in);
+  if (have_out) PyBuffer_Release(&out);
+  if (have_sp) PyBuffer_Release(&sp);
+  return result;
+}
+
+/* group(handles, name) -> Handle: completes when every member has; its result is the list of
+ * the members' results (wait_all). */
+static PyObject* group(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) return PyErr_Format(PyExc_TypeError, "group takes 2 arguments");
+  PyObject* members = PySequence_Tuple(args[0]);
+  if (members == NULL) return NULL;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(members); ++i) {
+    if (!PyObject_TypeCheck(PyTuple_GET_ITEM(members, i), &HandleType)) {
+      Py_DECREF(members);
+      return PyErr_Format(PyExc_TypeError, "group() takes scaleout Handles");
+    }
+  }
+  PyObject* h = (PyObject*)new_handle(0, -1, -1, args[1], NULL, members, Py_None);
+  Py_DECREF(members);
+  return h;
+}
+
+/* ---- completion ---- */
+
+/* Blocks without the GIL until the core's handle completes; releases it when asked and the wait
+ * succeeded. The wait is cut into slices so that Ctrl-C (or any signal handler raising)
+ * interrupts it: then -1 with the exception set and the handle still pending. */
+static int wait_handle(long long handle, int release) {
+  int rc;
+  for (;;) {
+    Py_BEGIN_ALLOW_THREADS
+    rc = api.so_wait(handle, 0.25);
+    if (rc == 0 && release) api.so_release(handle);
+    Py_END_ALLOW_THREADS
+    if (rc != SO_ERR_TIMEOUT) return rc;
+    if (PyErr_CheckSignals() != 0) return -1;
+  }
+}
+
+/* The result of a completed core-owned collective: allocated by the handle's allocator, then
+ * copied from the core. */
+static PyObject* take_result(HandleObject* h) {
+  if (h->collective == SO_JOIN) {
+    int32_t last = -1;
+    int rc = api.so_result_join_rank(h->id, &last);
+    return rc != 0 ? raise_status(rc) : PyLong_FromLong(last);
+  }
+  int ndim = 0;
+  int64_t shape[SO_MAX_NDIM];
+  int rc = api.so_result_shape(h->id, &ndim, shape);
+  if (rc != 0) return raise_status(rc);
+  PyObject* shape_obj = PyTuple_New(ndim);
+  if (shape_obj == NULL) return NULL;
+  int64_t nbytes = h->dtype >= 0 && h->dtype < SO_DTYPE_COUNT ? dtype_sizes[h->dtype] : 0;
+  for (int i = 0; i < ndim; ++i) {
+    PyTuple_SET_ITEM(shape_obj, i, PyLong_FromLongLong(shape[i]));
+    nbytes *= shape[i];
+  }
+  PyObject* made = PyObject_CallOneArg(h->output, shape_obj);
+  Py_DECREF(shape_obj);
+  if (made == NULL) return NULL;
+  PyObject* obj = NULL;
+  if (!PyTuple_Check(made) || PyTuple_GET_SIZE(made) != 2) {
+    PyErr_SetString(PyExc_TypeError, "a result allocator returns (object, address or None)");
+    goto fail;
+  }
+  obj = PyTuple_GET_ITEM(made, 0);
+  PyObject* address = PyTuple_GET_ITEM(made, 1);
+  if (address == Py_None) {
+    Py_buffer b;
+    if (PyObject_GetBuffer(obj, &b, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) != 0) goto fail;
+    rc = api.so_result_copy(h->id, b.buf, b.len);
+    PyBuffer_Release(&b);
+  } else {
+    void* dst = PyLong_AsVoidPtr(address);
+    if (dst == NULL && PyErr_Occurred()) goto fail;
+    rc = api.so_result_copy(h->id, dst, nbytes);
+  }
+  if (rc != 0) {
+    raise_status(rc);
+    goto fail;
+  }
+  Py_INCREF(obj);
+  Py_DECREF(made);
+  if (h->collective != SO_ALLTOALL) return obj;
+  /* alltoall: (received, rows received from each rank) */
+  int32_t topo[6];
+  int64_t splits[4096];
+  rc = api.so_topology(topo);
+  if (rc == 0 && topo[1] > (int)(sizeof splits / sizeof splits[0])) {
+    Py_DECREF(obj);
+    return PyErr_Format(PyExc_RuntimeError, "alltoall received splits: too many ranks");
+  }
+  if (rc == 0) rc = api.so_result_splits(h->id, splits, topo[1]);
+  if (rc != 0) {
+    Py_DECREF(obj);
+    return raise_status(rc);
+  }
+  PyObject* list = PyList_New(topo[1]);
+  if (list == NULL) {
+    Py_DECREF(obj);
+    return NULL;
+  }
+  for (int i = 0; i < topo[1]; ++i) PyList_SET_ITEM(list, i, PyLong_FromLongLong(splits[i]));
+  PyObject* pair = PyTuple_Pack(2, obj, list);
+  Py_DECREF(obj);
+  Py_DECREF(list);
+  return pair;
+fail:
+  Py_DECREF(made);
+  return NULL;
+}
+
+static PyObject* synchronize(PyObject* self, PyObject* arg);
+static PyObject* wait_all_tuple(PyObject* handles);
+
+/* synchronize(handle) -> result: waits for the collective, raises its error (on every rank),
+ * makes the result once, and frees the core's handle. An interrupted wait leaves the handle
+ * pending; a second synchronize returns the same result (None for a failed one). */
+static PyObject* synchronize(PyObject* self, PyObject* arg) {
+  if (!PyObject_TypeCheck(arg, &HandleType)) {
+    return PyErr_Format(PyExc_TypeError, "synchronize() takes a scaleout Handle, not %s",
+                        Py_TYPE(arg)->tp_name);
+  }
+  HandleObject* h = (HandleObject*)arg;
+  if (h->done) {  /* a failed handle has no result: None */
+    PyObject* done = h->result ? h->result : Py_None;
+    Py_INCREF(done);
+    return done;
+  }
+  PyObject* result = NULL;
+  if (h->id == 0) {  /* a group */
+    result = wait_all_tuple(h->output);
+    if (result == NULL && !PyErr_ExceptionMatches(PyExc_Exception)) return NULL;  /* interrupted */
+  } else {
+    if (!require_loaded()) return NULL;
+    const int owned = owns_result(h->collective);
+    int rc = wait_handle(h->id, !owned);
+    if (rc < 0) return NULL;  /* interrupted: still pending */
+    if (rc != 0) {
+      raise_status(rc);
+    } else if (owned) {
+      result = take_result(h);
+    } else {
+      result = h->output;
+      Py_INCREF(result);
+    }
+    if (rc != 0 || owned) api.so_release(h->id);
+  }
+  if (result != NULL && h->finish != Py_None) Py_SETREF(result, PyObject_CallOneArg(h->finish, result));
+  h->done = 1;
+  Py_CLEAR(h->keep);
+  Py_CLEAR(h->output);
+  Py_CLEAR(h->finish);
+  Py_XINCREF(result);
+  Py_XSETREF(h->result, result);
+  return result;
+}
+
+/* Waits for every handle (so that no buffer is left in use by the core) and raises the first
+ * error after all are done; else returns the list of results. */
+static PyObject* wait_all_tuple(PyObject* handles) {
+  Py_ssize_t n = PyTuple_GET_SIZE(handles);
+  PyObject* results = PyList_New(n);
+  if (results == NULL) return NULL;
+  PyObject *etype = NULL, *evalue = NULL, *etb = NULL;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* r = synchronize(NULL, PyTuple_GET_ITEM(handles, i));
+    if (r == NULL) {
+      if (!PyErr_ExceptionMatches(PyExc_Exception)) {  /* interrupted: the rest stay pending */
+        Py_XDECREF(etype);
+        Py_XDECREF(evalue);
+        Py_XDECREF(etb);
+        Py_DECREF(results);
+        return NULL;
+      }
+      if (etype == NULL) {
+        PyErr_Fetch(&etype, &evalue, &etb);
+      } else {
+        PyErr_Clear();
+      }
+      Py_INCREF(Py_None);
+      r = Py_None;
+    }
+    PyList_SET_ITEM(results, i, r);
+  }
+  if (etype != NULL) {
+    Py_DECREF(results);
+    PyErr_Restore(etype, evalue, etb);
+    return NULL;
+  }
+  return results;
+}
+
+/* wait_all(handles) -> list of results */
+static PyObject* wait_all(PyObject* self, PyObject* arg) {
+  PyObject* handles = PySequence_Tuple(arg);
+  if (handles == NULL) return NULL;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(handles); ++i) {
+    if (!PyObject_TypeCheck(PyTuple_GET_ITEM(handles, i), &HandleType)) {
+      Py_DECREF(handles);
+      return PyErr_Format(PyExc_TypeError, "wait_all() takes scaleout Handles");
+    }
+  }
+  PyObject* results = wait_all_tuple(handles);
+  Py_DECREF(handles);
+  return results;
+}
+
+/* poll(handle) -> True when the collective has completed (a group: every member). */
+static PyObject* poll(PyObject* self, PyObject* arg) {
+  if (!PyObject_TypeCheck(arg, &HandleType)) {
+    return PyErr_Format(PyExc_TypeError, "poll() takes a scaleout Handle, not %s", Py_TYPE(arg)->tp_name);
+  }
+  HandleObject* h = (HandleObject*)arg;
+  if (h->done) Py_RETURN_TRUE;
+  if (h->id == 0) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(h->output); ++i) {
+      PyObject* r = poll(NULL, PyTuple_GET_ITEM(h->output, i));
+      if (r != Py_True) return r;
+      Py_DECREF(r);
+    }
+    Py_RETURN_TRUE;
+  }
+  if (!require_loaded()) return NULL;
+  int done = 0;
+  int rc = api.so_poll(h->id, &done);
+  if (rc != 0) return raise_status(rc);
+  return PyBool_FromLong(done);
+}
+
+static PyMethodDef methods[] = {
+    {"load", load, METH_O, "load(path): opens the native core and resolves its C ABI"},
+    {"register_errors", register_errors, METH_VARARGS,
+     "register_errors({status name: class}, base, invalid_argument): the exception classes"},
+    {"init", init, METH_O, "init(comm Fortran handle or None)"},
+    {"shutdown", shutdown, METH_NOARGS, "shutdown()"},
+    {"is_initialized", is_initialized, METH_NOARGS, "is_initialized() -> bool"},
+    {"topology", topology, METH_NOARGS,
+     "topology() -> (rank, size, local_rank, local_size, cross_rank, cross_size)"},
+    {"config_string", config_string, METH_NOARGS, "the core's configuration, KEY=VALUE lines"},
+    {"version", version, METH_NOARGS, "the core's version"},
+    {"build_info", build_info, METH_NOARGS, "compiler and MPI the core was built with"},
+    {"auto_name", (PyCFunction)(void (*)(void))auto_name, METH_FASTCALL,
+     "auto_name(collective, name or None) -> name"},
+    {"submit", (PyCFunction)(void (*)(void))submit, METH_FASTCALL,
+     "submit(collective, name, data, address, dtype, shape, output, out_address, op, root, "
+     "prescale, postscale, splits, finish) -> Handle"},
+    {"group", (PyCFunction)(void (*)(void))group, METH_FASTCALL, "group(handles, name) -> Handle"},
+    {"synchronize", synchronize, METH_O, "synchronize(handle) -> result"},
+    {"wait_all", wait_all, METH_O, "wait_all(handles) -> results; raises the first error"},
+    {"poll", poll, METH_O, "poll(handle) -> bool"},
+    {NULL, NULL, 0, NULL},
+};
+
+/* PyModule_AddObject that also takes NULL (a failed constructor) and always steals. */
+static int add(PyObject* m, const char* name, PyObject* value) {
+  if (value == NULL) return -1;
+  if (PyModule_AddObject(m, name, value) < 0) {
+    Py_DECREF(value);
+    return -1;
+  }
+  return 0;
+}
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_binding",
+                                    "The Python binding of scaleout's C ABI.", -1, methods};
+
+/* A table as a tuple of rows. */
+static PyObject* dtype_rows(void) {
+  return Py_BuildValue("(" 
+#define SO_FMT_(ENUM, name, code, bytes) "(sii)"
+                       SO_DTYPE_TABLE(SO_FMT_)
+#undef SO_FMT_
+                       ")"
+#define SO_ARGS_(ENUM, name, code, bytes) , #name, code, bytes
+                       SO_DTYPE_TABLE(SO_ARGS_)
+#undef SO_ARGS_
+  );
+}
+
+#define SO_CODE_ROWS_(TABLE)                                  \
+  Py_BuildValue("(" TABLE(SO_FMT2_) ")" TABLE(SO_ARGS2_))
+#define SO_FMT2_(ENUM, name, code) "(si)"
+#define SO_ARGS2_(ENUM, name, code) , #name, code
+
+static PyObject* status_rows(void) {
+#define SO_SFMT_(NAME, code) "(si)"
+#define SO_SARGS_(NAME, code) , #NAME, code
+  return Py_BuildValue("((si)" SO_ERROR_TABLE(SO_SFMT_) ")", "OK", SO_OK SO_ERROR_TABLE(SO_SARGS_));
+#undef SO_SFMT_
+#undef SO_SARGS_
+}
+
+PyMODINIT_FUNC PyInit__binding(void) {
+  if (PyType_Ready(&HandleType) < 0) return NULL;
+  PyObject* m = PyModule_Create(&module);
+  if (m == NULL) return NULL;
+  orphans = PyList_New(0);
+  if (orphans == NULL || PyModule_AddObjectRef(m, "orphans", orphans) < 0 ||
+      PyModule_AddObjectRef(m, "Handle", (PyObject*)&HandleType) < 0 ||
+      add(m, "DTYPES", dtype_rows()) < 0 ||
+      add(m, "REDUCE_OPS", SO_CODE_ROWS_(SO_REDUCE_OP_TABLE)) < 0 ||
+      add(m, "COLLECTIVES", SO_CODE_ROWS_(SO_COLLECTIVE_TABLE)) < 0 ||
+      add(m, "STATUSES", status_rows()) < 0 ||
+      PyModule_AddIntConstant(m, "MAX_NDIM", SO_MAX_NDIM) < 0 ||
+      PyModule_AddIntConstant(m, "ABI_VERSION", SCALEOUT_ABI_VERSION) < 0) {
+    Py_DECREF(m);
+    return NULL;
+  }
+  return m;
+}

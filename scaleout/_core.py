@@ -1,0 +1,142 @@
+"""The one way from Python into the native core: loading it, the tables of codes, and the submit
+API that every front end (numpy in scaleout._ops, scaleout.torch, scaleout.tensorflow) uses.
+
+Rule: front ends use only the public names of this module (no leading underscore), and never
+import a leading-underscore name from scaleout._ops; tests/test_one_path.py reads the sources
+and checks it. A new argument of every collective (a process set, say) is added here once.
+
+A front end turns its tensor into (dtype code, shape, address, the object that owns the memory)
+and calls `submit` with the collective, name, op, root, scale factors and where the result goes;
+it gets back a `Handle`, and `synchronize` (or `wait_all`) completes it the same way for every
+front end: wait without the GIL, raise the error of the collective on every rank, allocate and
+fill core-owned results, apply the front end's `finish`. Codes and names come from the C header's
+tables through the binding (native/python/binding.c), so they cannot disagree with the core.
+"""
+from __future__ import annotations
+
+import glob
+import threading
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from scaleout import _binding, _errors
+from scaleout._errors import InvalidArgumentError, MPINotFoundError, ScaleoutError
+
+__all__ = ["DTYPE_CODES", "DTYPE_NAMES", "OP_NAMES", "COLLECTIVE_CODES", "Average", "Sum", "Min", "Max", "Product",
+           "ALLREDUCE", "ALLGATHER", "BROADCAST", "ALLTOALL", "REDUCESCATTER", "BARRIER", "JOIN",
+           "Handle", "submit", "synchronize", "poll", "wait_all", "group", "auto_name",
+           "resolve_op", "ensure_loaded", "library_path", "build_info"]
+
+# ---- the tables (from native/c_api/scaleout.h) ----
+
+DTYPE_CODES = {name: code for name, code, _ in _binding.DTYPES}   # "float32" -> 7
+DTYPE_NAMES = {code: name for name, code, _ in _binding.DTYPES}
+_OPS = dict(_binding.REDUCE_OPS)                                    # "Average" -> 0
+OP_NAMES = {code: name for name, code in _OPS.items()}
+Average, Sum, Min, Max, Product = (_OPS[k] for k in ("Average", "Sum", "Min", "Max", "Product"))
+COLLECTIVE_CODES = dict(_binding.COLLECTIVES)                       # "allreduce" -> 0
+ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN = (
+    COLLECTIVE_CODES[k] for k in ("allreduce", "allgather", "broadcast", "alltoall", "reducescatter",
+                              "barrier", "join"))
+
+# Each status of the core raises its class (scaleout._errors), from the binding itself.
+_binding.register_errors(_errors.BY_STATUS_NAME, ScaleoutError, InvalidArgumentError)
+
+# ---- loading ----
+
+_load_lock = threading.Lock()
+_loaded = False
+
+
+def library_path() -> Path:
+    here = Path(__file__).resolve().parent
+    found = sorted(glob.glob(str(here / "_scaleout_core*.so")))
+    if not found:
+        raise ScaleoutError(
+            f"scaleout's native core is not built (no _scaleout_core*.so in {here}). "
+            "Install scaleout with `pip install .` (or `pip install -e .`) from its source tree.")
+    return Path(found[0])
+
+
+def ensure_loaded() -> None:
+    """Loads the core once per process, after mpi4py (so both use the same MPI library)."""
+    global _loaded
+    if _loaded:
+        return
+    with _load_lock:
+        if _loaded:
+            return
+        try:
+            from mpi4py import MPI  # noqa: F401  (loads and initialises libmpi)
+        except ImportError as exc:
+            raise MPINotFoundError(
+                f"scaleout needs an MPI and mpi4py, and importing mpi4py.MPI failed: {exc}. "
+                "Install them with `pip install mpich mpi4py` (no system MPI needed), or load "
+                "your cluster's MPI module and `pip install --no-binary mpi4py mpi4py`.") from exc
+        path = library_path()
+        try:
+            _binding.load(str(path))
+        except OSError as exc:
+            raise MPINotFoundError(
+                f"could not load scaleout's native core {path.name}: {exc}. The core was built "
+                "against an MPI library that this environment does not provide. Install the "
+                "MPICH wheel (`pip install mpich`), or rebuild scaleout against your MPI with "
+                "SCALEOUT_MPICXX=/path/to/mpicxx pip install --no-build-isolation .") from exc
+        _loaded = True
+
+
+def build_info() -> dict:
+    """What --check-build prints: the core's version and the MPI it was built against."""
+    ensure_loaded()
+    return {"version": _binding.version(), "build": _binding.build_info(),
+            "library": str(library_path())}
+
+
+# ---- submitting and completing ----
+
+# A pending collective: pass it to poll() or synchronize().
+Handle = _binding.Handle
+
+# submit(collective, name, data, address, dtype, shape, output, out_address, op, root,
+#        prescale, postscale, splits, finish) -> Handle
+# - data owns the input memory and is kept alive until completion. With address None it is read
+#   through the buffer protocol (dtype and shape then come from it; BufferError when its format
+#   has no core dtype), else address, dtype (a DTYPE_CODES value) and shape (a tuple) describe it.
+# - output: allreduce/broadcast: the result object (data itself for in place), at out_address or
+#   through its buffer; allgather/alltoall/reducescatter: alloc(shape) -> (object, address or
+#   None), called at completion; None for barrier and join.
+# - splits: alltoall's rows per rank, a C-contiguous int64 buffer, or None.
+# - finish(result) -> what synchronize returns, or None. alltoall's result is (received,
+#   received_splits list); join's is the last rank to join.
+# - name None generates "<kind>.noname.<n>" (see auto_name).
+submit: Callable[..., Handle] = _binding.submit
+
+# synchronize(handle) -> result: waits (without the GIL; Ctrl-C interrupts and leaves the handle
+# pending), raises the collective's error on every rank, returns the result.
+synchronize: Callable[[Handle], Any] = _binding.synchronize
+# poll(handle) -> True when the collective has completed.
+poll: Callable[[Handle], bool] = _binding.poll
+# wait_all(handles) -> results: waits for every handle, then raises the first error, if any.
+wait_all: Callable[[Sequence[Handle]], list] = _binding.wait_all
+# group(handles, name) -> Handle whose result is the list of the members' results.
+group: Callable[[Sequence[Handle], str], Handle] = _binding.group
+
+
+def auto_name(collective: int, name: Optional[str]) -> str:
+    """The given name (checked), or the next generated one for this kind of collective: ranks
+    that call unnamed collectives in the same order agree on their names (as with Horovod)."""
+    return _binding.auto_name(collective, name)
+
+
+def resolve_op(op: Optional[int], average: Optional[bool] = None) -> int:
+    """The reduce op from Horovod's `op=` and its deprecated `average=` (default Average)."""
+    if average is not None:
+        if op is not None:
+            raise InvalidArgumentError("pass either op or the deprecated average, not both")
+        return Average if average else Sum
+    if op is None:
+        return Average
+    if op not in OP_NAMES:
+        raise InvalidArgumentError(f"unknown reduce op {op!r}; use scaleout.Average, Sum, Min, "
+                                   "Max or Product")
+    return int(op)
