@@ -33,6 +33,9 @@ _DTYPE_CODES = {getattr(torch, name): code for name, code in DTYPE_CODES.items()
                 if isinstance(getattr(torch, name, None), torch.dtype)}
 
 
+_STRIDED = torch.strided
+
+
 def check_device(device: torch.device) -> None:
     """Raises the error a tensor on `device` gets: only CPU tensors are supported so far."""
     if device.type == "cpu":
@@ -93,8 +96,11 @@ def _copied_back(tensor: torch.Tensor):
 def _submit_into(collective: int, tensor, name: Optional[str], inplace: bool, op: int,
                  root: int, prescale: float, postscale: float, what: str) -> Handle:
     """allreduce / broadcast: the result in a new tensor, or written into `tensor`."""
-    code = _dtype_code(tensor, what)
-    src = _dense(tensor)
+    # The hot path of every DistributedOptimizer hook: the checks of _dtype_code, inline.
+    code = _DTYPE_CODES.get(tensor.dtype) if isinstance(tensor, torch.Tensor) else None
+    if code is None or not tensor.is_cpu or tensor.layout is not _STRIDED:
+        code = _dtype_code(tensor, what)
+    src = tensor if tensor.is_contiguous() else tensor.detach().contiguous()
     if inplace:
         ptr = src.data_ptr()
         return submit(collective, name, src, ptr, code, src.shape, src, ptr, op, root, prescale,
