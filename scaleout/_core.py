@@ -1,9 +1,8 @@
 """The one way from Python into the native core: loading it, the tables of codes, and the submit
 API that every front end (numpy in scaleout._ops, scaleout.torch, scaleout.tensorflow) uses.
 
-Rule: front ends use only the public names of this module (no leading underscore), and never
-import a leading-underscore name from scaleout._ops; tests/test_one_path.py reads the sources
-and checks it. A new argument of every collective (a process set, say) is added here once.
+Rule: the framework shims use only public names (no leading underscore) of this module and of
+scaleout._ops; tests/test_one_path.py reads their sources and checks it. A new argument of every collective (a process set, say) is added here once.
 
 A front end turns its tensor into (dtype code, shape, address, the object that owns the memory)
 and calls `submit` with the collective, name, op, root, scale factors and where the result goes;
@@ -22,7 +21,7 @@ from typing import Any, Callable, Optional, Sequence
 from scaleout import _binding, _errors
 from scaleout._errors import InvalidArgumentError, MPINotFoundError, ScaleoutError
 
-__all__ = ["DTYPE_CODES", "DTYPE_NAMES", "OP_NAMES", "COLLECTIVE_CODES", "Average", "Sum", "Min", "Max", "Product",
+__all__ = ["DTYPE_CODES", "OP_NAMES", "COLLECTIVE_CODES", "Average", "Sum", "Min", "Max", "Product",
            "ALLREDUCE", "ALLGATHER", "BROADCAST", "ALLTOALL", "REDUCESCATTER", "BARRIER", "JOIN",
            "Handle", "submit", "synchronize", "poll", "wait_all", "group", "auto_name",
            "resolve_op", "ensure_loaded", "library_path", "build_info"]
@@ -30,7 +29,6 @@ __all__ = ["DTYPE_CODES", "DTYPE_NAMES", "OP_NAMES", "COLLECTIVE_CODES", "Averag
 # ---- the tables (from native/c_api/scaleout.h) ----
 
 DTYPE_CODES = {name: code for name, code, _ in _binding.DTYPES}   # "float32" -> 7
-DTYPE_NAMES = {code: name for name, code, _ in _binding.DTYPES}
 _OPS = dict(_binding.REDUCE_OPS)                                    # "Average" -> 0
 OP_NAMES = {code: name for name, code in _OPS.items()}
 Average, Sum, Min, Max, Product = (_OPS[k] for k in ("Average", "Sum", "Min", "Max", "Product"))

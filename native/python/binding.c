@@ -299,7 +299,7 @@ static HandleObject* new_handle(long long id, int collective, int dtype, PyObjec
 static void sweep_orphans(void) {
   /* Handles dropped by other threads meanwhile are appended at the end: take only the entries
    * there now. Done, failed or stale ones are released and dropped. */
-  Py_ssize_t n = PyList_GET_SIZE(orphans), kept = 0;
+  Py_ssize_t n = PyList_GET_SIZE(orphans);
   PyObject* still = PyList_New(0);
   if (still == NULL) {
     PyErr_Clear();
@@ -311,8 +311,8 @@ static void sweep_orphans(void) {
     int done = 0;
     if (api.so_poll(id, &done) != 0 || done) {
       api.so_release(id);
-    } else if (PyList_Append(still, entry) == 0) {
-      ++kept;
+    } else {
+      PyList_Append(still, entry);
     }
   }
   PyList_SetSlice(orphans, 0, n, still);
@@ -600,7 +600,6 @@ fail:
   return NULL;
 }
 
-static PyObject* synchronize(PyObject* self, PyObject* arg);
 static PyObject* wait_all_tuple(PyObject* handles);
 
 /* synchronize(handle) -> result: waits for the collective, raises its error (on every rank),
