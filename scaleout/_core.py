@@ -24,7 +24,7 @@ from scaleout._errors import InvalidArgumentError, MPINotFoundError, ScaleoutErr
 __all__ = ["DTYPE_CODES", "OP_NAMES", "COLLECTIVE_CODES", "Average", "Sum", "Min", "Max", "Product",
            "ALLREDUCE", "ALLGATHER", "BROADCAST", "ALLTOALL", "REDUCESCATTER", "BARRIER", "JOIN",
            "Handle", "submit", "synchronize", "poll", "wait_all", "group", "auto_name",
-           "resolve_op", "ensure_loaded", "library_path", "build_info"]
+           "resolve_op", "register_tensor_type", "ensure_loaded", "library_path", "build_info"]
 
 # ---- the tables (from native/c_api/scaleout.h) ----
 
@@ -98,16 +98,22 @@ Handle = _binding.Handle
 # submit(collective, name, data, address, dtype, shape, output, out_address, op, root,
 #        prescale, postscale, splits, finish) -> Handle
 # - data owns the input memory and is kept alive until completion. With address None it is read
-#   through the buffer protocol (dtype and shape then come from it; BufferError when its format
-#   has no core dtype), else address, dtype (a DTYPE_CODES value) and shape (a tuple) describe it.
-# - output: allreduce/broadcast: the result object (data itself for in place), at out_address or
-#   through its buffer; allgather/alltoall/reducescatter: alloc(shape) -> (object, address or
+#   as a registered tensor type or through the buffer protocol (dtype and shape then come from
+#   it; BufferError when the core cannot take it as it is), else address, dtype (a DTYPE_CODES value) and shape (a tuple) describe it.
+# - output: allreduce/broadcast: the result object (data itself for in place), at out_address or,
+#   with None, at a registered tensor's data_ptr() or through its buffer; allgather/alltoall/reducescatter: alloc(shape) -> (object, address or
 #   None), called at completion; None for barrier and join.
 # - splits: alltoall's rows per rank, a C-contiguous int64 buffer, or None.
 # - finish(result) -> what synchronize returns, or None. alltoall's result is (received,
 #   received_splits list); join's is the last rank to join.
 # - name None generates "<kind>.noname.<n>" (see auto_name).
 submit: Callable[..., Handle] = _binding.submit
+
+# register_tensor_type(cls, {dtype object: DTYPE_CODES value}, strided_layout): submit then
+# reads an instance of cls given with address None itself (dtype, is_cpu, layout,
+# is_contiguous(), data_ptr(), shape), and raises BufferError when the core cannot take it as it
+# is. For a framework whose tensors have no buffer protocol (torch), on its hot path.
+register_tensor_type: Callable[[type, dict, Any], None] = _binding.register_tensor_type
 
 # synchronize(handle) -> result: waits (without the GIL; Ctrl-C interrupts and leaves the handle
 # pending), raises the collective's error on every rank, returns the result.

@@ -365,17 +365,103 @@ static int as_int(PyObject* o, int* out) {
   return 1;
 }
 
+/* ---- tensors described by their attributes (torch.Tensor) ----
+ *
+ * A framework whose tensors have no buffer protocol registers its tensor class here, with its
+ * dtype objects' codes and its strided-layout object (scaleout.torch does, at import). submit
+ * then reads such a tensor's dtype, device, layout, contiguity, address and shape itself: the
+ * same attribute reads the shim would make, without a Python frame around each (a training step
+ * submits one collective per parameter). No framework header is involved. */
+static PyTypeObject* tensor_type = NULL;
+static PyObject* tensor_dtypes = NULL; /* {dtype object: core code} */
+static PyObject* tensor_strided = NULL;
+static PyObject *s_dtype, *s_is_cpu, *s_layout, *s_is_contiguous, *s_data_ptr, *s_shape;
+
+/* register_tensor_type(cls, {dtype: code}, strided_layout) */
+static PyObject* register_tensor_type(PyObject* self, PyObject* args) {
+  PyObject *cls, *dtypes, *strided;
+  if (!PyArg_ParseTuple(args, "O!O!O", &PyType_Type, &cls, &PyDict_Type, &dtypes, &strided)) return NULL;
+  Py_INCREF(cls);
+  Py_XSETREF(tensor_type, (PyTypeObject*)cls);
+  Py_INCREF(dtypes);
+  Py_XSETREF(tensor_dtypes, dtypes);
+  Py_INCREF(strided);
+  Py_XSETREF(tensor_strided, strided);
+  Py_RETURN_NONE;
+}
+
+static int is_tensor(PyObject* obj) {
+  return tensor_type != NULL && PyObject_TypeCheck(obj, tensor_type);
+}
+
+/* True, False, or -1 with an exception: obj.attr, or obj.attr() when call. */
+static int attr_is(PyObject* obj, PyObject* attr, int call, PyObject* expected) {
+  PyObject* v = call ? PyObject_CallMethodNoArgs(obj, attr) : PyObject_GetAttr(obj, attr);
+  if (v == NULL) return -1;
+  int same = v == expected;
+  Py_DECREF(v);
+  return same;
+}
+
+static void* tensor_address(PyObject* t) {
+  PyObject* p = PyObject_CallMethodNoArgs(t, s_data_ptr);
+  if (p == NULL) return NULL;
+  void* ptr = PyLong_AsVoidPtr(p);
+  Py_DECREF(p);
+  return ptr;
+}
+
+/* A registered tensor's memory, as the core takes it: 0, or -1 with BufferError when it is not
+ * a contiguous CPU tensor of strided layout and a core dtype (callers then take their general
+ * path, which explains why), or another error from the framework. */
+static int describe_tensor(PyObject* t, void** ptr, int* dtype, int64_t* shape, int* ndim) {
+  PyObject* dt = PyObject_GetAttr(t, s_dtype);
+  if (dt == NULL) return -1;
+  PyObject* code = PyDict_GetItemWithError(tensor_dtypes, dt); /* borrowed */
+  Py_DECREF(dt);
+  if (code == NULL) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_BufferError, "tensor dtype has no scaleout code");
+    return -1;
+  }
+  *dtype = (int)PyLong_AsLong(code);
+  int ok = attr_is(t, s_is_cpu, 0, Py_True);
+  if (ok == 1) ok = attr_is(t, s_layout, 0, tensor_strided);
+  if (ok == 1) ok = attr_is(t, s_is_contiguous, 1, Py_True);
+  if (ok != 1) {
+    if (ok == 0) PyErr_SetString(PyExc_BufferError, "not a contiguous CPU tensor of strided layout");
+    return -1;
+  }
+  *ptr = tensor_address(t);
+  if (*ptr == NULL && PyErr_Occurred()) return -1;
+  PyObject* s = PyObject_GetAttr(t, s_shape);
+  if (s == NULL) return -1;
+  int rc = -1;
+  if (!PyTuple_Check(s)) {
+    PyErr_SetString(PyExc_TypeError, "a tensor's shape must be a tuple");
+  } else if (PyTuple_GET_SIZE(s) > SO_MAX_NDIM) {
+    raise_invalid("tensors have at most %d dimensions, not %zd", SO_MAX_NDIM, PyTuple_GET_SIZE(s));
+  } else {
+    *ndim = (int)PyTuple_GET_SIZE(s);
+    for (int i = 0; i < *ndim; ++i) shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(s, i));
+    rc = PyErr_Occurred() ? -1 : 0;
+  }
+  Py_DECREF(s);
+  return rc;
+}
+
 /*
  * submit(collective, name, data, address, dtype, shape, output, out_address, op, root,
  *        prescale, postscale, splits, finish) -> Handle
  *
  * data: the input's owner, kept alive until completion. When address is None, data is read
- *   through the buffer protocol (C-contiguous), and dtype and shape (when None) come from it;
- *   a buffer whose format has no core dtype raises BufferError (the caller then passes the
- *   address, dtype and shape itself). Otherwise address is the input's first byte and dtype
- *   (a code) and shape (a tuple) describe it.
+ *   as a registered tensor (register_tensor_type) or through the buffer protocol (C-contiguous),
+ *   and dtype and shape (when None) come from it; a tensor or buffer that the core cannot take
+ *   as it is raises BufferError (the caller then passes the address, dtype and shape itself, or
+ *   explains). Otherwise address is the input's first byte and dtype (a code) and shape (a
+ *   tuple) describe it.
  * output: for allreduce and broadcast, the result object (may be data itself: in place), at
- *   out_address or read through the buffer protocol when out_address is None. For allgather,
+ *   out_address, or when out_address is None at a registered tensor's data_ptr() or through the
+ *   buffer protocol. For allgather,
  *   alltoall and reducescatter, whose result shape is known only at completion, an allocator
  *   alloc(shape) -> (object, address or None) called at completion. None for barrier and join.
  * splits: alltoall's rows per destination rank, a C-contiguous int64 buffer, or None.
@@ -395,7 +481,7 @@ static PyObject* submit(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
   if (PyList_GET_SIZE(orphans) != 0) sweep_orphans();
 
   Py_buffer in = {0}, out = {0}, sp = {0};
-  int have_in = 0, have_out = 0, have_sp = 0;
+  int have_in = 0, have_out = 0, have_sp = 0, described = 0;
   PyObject* result = NULL;
   PyObject* name = NULL;
   int64_t shape[SO_MAX_NDIM];
@@ -403,7 +489,12 @@ static PyObject* submit(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
   const void* in_ptr = NULL;
   void* out_ptr = NULL;
 
-  if (address == Py_None) {
+  if (address == Py_None && is_tensor(data)) {
+    void* p = NULL;
+    if (describe_tensor(data, &p, &dtype, shape, &ndim) != 0) goto done;
+    in_ptr = p;
+    described = 1;
+  } else if (address == Py_None) {
     const int writable = output == data && (collective == SO_ALLREDUCE || collective == SO_BROADCAST);
     if (get_buffer(data, &in, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) != 0) {
       goto done;
@@ -444,8 +535,12 @@ static PyObject* submit(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
     if (out_address != Py_None) {
       out_ptr = PyLong_AsVoidPtr(out_address);
       if (out_ptr == NULL && PyErr_Occurred()) goto done;
-    } else if (output == data && have_in) {  /* in place (the buffer was taken writable) */
-      out_ptr = in.buf;
+    } else if (output == data && (have_in || described)) {
+      /* in place (a buffer was taken writable, or a tensor described) */
+      out_ptr = (void*)in_ptr;
+    } else if (output != Py_None && is_tensor(output)) {
+      out_ptr = tensor_address(output);
+      if (out_ptr == NULL && PyErr_Occurred()) goto done;
     } else if (output != Py_None) {
       if (get_buffer(output, &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) != 0) goto done;
       have_out = 1;
@@ -719,6 +814,8 @@ static PyObject* poll(PyObject* self, PyObject* arg) {
 
 static PyMethodDef methods[] = {
     {"load", load, METH_O, "load(path): opens the native core and resolves its C ABI"},
+    {"register_tensor_type", register_tensor_type, METH_VARARGS,
+     "register_tensor_type(cls, {dtype: code}, strided_layout): tensors submit reads itself"},
     {"register_errors", register_errors, METH_VARARGS,
      "register_errors({status name: class}, base, invalid_argument): the exception classes"},
     {"init", init, METH_O, "init(comm Fortran handle or None)"},
@@ -782,6 +879,11 @@ static PyObject* status_rows(void) {
 
 PyMODINIT_FUNC PyInit__binding(void) {
   if (PyType_Ready(&HandleType) < 0) return NULL;
+#define SO_INTERN_(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL;
+  SO_INTERN_(s_dtype, "dtype") SO_INTERN_(s_is_cpu, "is_cpu") SO_INTERN_(s_layout, "layout")
+  SO_INTERN_(s_is_contiguous, "is_contiguous") SO_INTERN_(s_data_ptr, "data_ptr")
+  SO_INTERN_(s_shape, "shape")
+#undef SO_INTERN_
   PyObject* m = PyModule_Create(&module);
   if (m == NULL) return NULL;
   orphans = PyList_New(0);

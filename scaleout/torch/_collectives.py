@@ -18,7 +18,7 @@ from torch.autograd.graph import increment_version
 from scaleout import _semantics
 from scaleout._core import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, DTYPE_CODES,
                             REDUCESCATTER, Handle, Sum, auto_name, group, poll,
-                            resolve_op, submit, synchronize)
+                            register_tensor_type, resolve_op, submit, synchronize)
 from scaleout._errors import InvalidArgumentError
 from scaleout._ops import barrier as _barrier_np, join as _join_np, splits_array
 
@@ -33,7 +33,7 @@ _DTYPE_CODES = {getattr(torch, name): code for name, code in DTYPE_CODES.items()
                 if isinstance(getattr(torch, name, None), torch.dtype)}
 
 
-_STRIDED = torch.strided
+register_tensor_type(torch.Tensor, _DTYPE_CODES, torch.strided)
 
 
 def check_device(device: torch.device) -> None:
@@ -51,7 +51,7 @@ def check_device(device: torch.device) -> None:
 def _dtype_code(tensor, what: str) -> int:
     if isinstance(tensor, torch.Tensor):
         code = _DTYPE_CODES.get(tensor.dtype)
-        if code is not None and tensor.is_cpu and tensor.layout is _STRIDED:
+        if code is not None and tensor.is_cpu and tensor.layout is torch.strided:
             return code
     _refuse(tensor, what)
 
@@ -101,16 +101,19 @@ def _copied_back(tensor: torch.Tensor):
 def _submit_into(collective: int, tensor, name: Optional[str], inplace: bool, op: int,
                  root: int, prescale: float, postscale: float, what: str) -> Handle:
     """allreduce / broadcast: the result in a new tensor, or written into `tensor`."""
-    # The hot path of every DistributedOptimizer hook: _dtype_code and _dense, inline (a
-    # Python call each is a measurable part of a submission).
-    code = _DTYPE_CODES.get(tensor.dtype) if isinstance(tensor, torch.Tensor) else None
-    if code is None or not tensor.is_cpu or tensor.layout is not _STRIDED:
-        _refuse(tensor, what)
-    src = tensor if tensor.is_contiguous() else tensor.detach().contiguous()
+    if inplace:
+        # The hot path of every DistributedOptimizer hook: the binding reads the tensor itself.
+        try:
+            return submit(collective, name, tensor, None, None, None, tensor, None, op, root,
+                          prescale, postscale, None, _bumped)
+        except BufferError:
+            pass  # not a contiguous CPU tensor of a core dtype: explained or copied below
+    code = _dtype_code(tensor, what)
+    src = _dense(tensor)
     if inplace:
         ptr = src.data_ptr()
         return submit(collective, name, src, ptr, code, src.shape, src, ptr, op, root, prescale,
-                      postscale, None, _bumped if src is tensor else _copied_back(tensor))
+                      postscale, None, _copied_back(tensor))
     dst = torch.empty_like(src, memory_format=torch.contiguous_format)
     return submit(collective, name, src, src.data_ptr(), code, src.shape, dst, dst.data_ptr(),
                   op, root, prescale, postscale, None, None)
