@@ -4,9 +4,10 @@ from scaleout._basics import (config, cross_rank, cross_size, cuda_built, gloo_e
                               is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
                               mpi_threads_supported, nccl_built, placement, rank, rocm_built,
                               shutdown, size)
-from scaleout._errors import (DuplicateNameError, InternalError, InvalidArgumentError,
-                              MismatchError, MPINotFoundError, NotInitializedError,
-                              ScaleoutError, ScaleoutTimeoutError, ShutDownError, TransportError)
+from scaleout._errors import (DuplicateNameError, HorovodInternalError, InternalError,
+                              InvalidArgumentError, MismatchError, MPINotFoundError,
+                              NotInitializedError, PeerFailedError, ScaleoutError,
+                              ScaleoutTimeoutError, ShutDownError, TransportError)
 from scaleout._objects import allgather_object, broadcast_object
 from scaleout._core import Average, Handle, Max, Min, Product, Sum
 
@@ -18,5 +19,5 @@ __all__ = [
     "broadcast_object", "allgather_object",
     "ScaleoutError", "InvalidArgumentError", "NotInitializedError", "ShutDownError",
     "MismatchError", "DuplicateNameError", "TransportError", "ScaleoutTimeoutError",
-    "InternalError", "MPINotFoundError",
+    "InternalError", "MPINotFoundError", "PeerFailedError", "HorovodInternalError",
 ]

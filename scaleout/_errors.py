@@ -23,11 +23,20 @@ class NoGradientError(InvalidArgumentError, NotImplementedError):
     """A collective's gradient is not defined for the arguments it ran with (e.g. op=Max)."""
 
 
-class NotInitializedError(ScaleoutError):
-    """A collective or query was used before scaleout.init() or after shutdown()."""
+class NotInitializedError(ScaleoutError, ValueError):
+    """A collective or query was used before scaleout.init() or after shutdown() (a ValueError,
+    as Horovod's "Horovod has not been initialized")."""
 
 
-class ShutDownError(ScaleoutError):
+class PeerFailedError(ScaleoutError):
+    """A collective failed because another rank or the transport failed. Horovod's name for it,
+    HorovodInternalError, is an alias: the class elastic training recovers from."""
+
+
+HorovodInternalError = PeerFailedError
+
+
+class ShutDownError(PeerFailedError):
     """This rank or another rank shut down while the work was pending."""
 
 
@@ -35,11 +44,12 @@ class MismatchError(ScaleoutError):
     """Ranks disagree about a collective with the same name (shape, dtype, op, root, ...)."""
 
 
-class DuplicateNameError(ScaleoutError):
-    """A collective with this name is already in flight on this rank."""
+class DuplicateNameError(ScaleoutError, ValueError):
+    """A collective with this name is already in flight on this rank (a ValueError, as
+    Horovod's)."""
 
 
-class TransportError(ScaleoutError):
+class TransportError(PeerFailedError):
     """The MPI (or another transport) failed."""
 
 
