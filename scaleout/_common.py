@@ -10,6 +10,8 @@ from scaleout._errors import (DuplicateNameError, HorovodInternalError, Internal
                               ScaleoutTimeoutError, ShutDownError, TransportError)
 from scaleout._objects import allgather_object, broadcast_object
 from scaleout._core import Average, Handle, Max, Min, Product, Sum
+from scaleout._not_yet import (Adasum, NotYetImplementedError, ProcessSet, add_process_set,
+                               global_process_set, remove_process_set)
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
@@ -20,4 +22,6 @@ __all__ = [
     "ScaleoutError", "InvalidArgumentError", "NotInitializedError", "ShutDownError",
     "MismatchError", "DuplicateNameError", "TransportError", "ScaleoutTimeoutError",
     "InternalError", "MPINotFoundError", "PeerFailedError", "HorovodInternalError",
+    "NotYetImplementedError", "ProcessSet", "global_process_set", "add_process_set",
+    "remove_process_set", "Adasum",
 ]

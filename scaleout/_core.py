@@ -141,6 +141,10 @@ def resolve_op(op: Optional[int], average: Optional[bool] = None) -> int:
     if op is None:
         return Average
     if op not in OP_NAMES:
+        from scaleout._not_yet import Adasum, NotYetImplementedError
+        if op == Adasum:
+            raise NotYetImplementedError("op=Adasum is not implemented in scaleout yet; use "
+                                         "Average or Sum")
         raise InvalidArgumentError(f"unknown reduce op {op!r}; use scaleout.Average, Sum, Min, "
                                    "Max or Product")
     return int(op)
