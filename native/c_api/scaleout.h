@@ -44,7 +44,8 @@ extern "C" {
 #define SO_DTYPE_TABLE(X)                                                                        \
   X(UINT8, uint8, 0, 1) X(INT8, int8, 1, 1) X(INT16, int16, 2, 2) X(INT32, int32, 3, 4)          \
   X(INT64, int64, 4, 8) X(FLOAT16, float16, 5, 2) X(BFLOAT16, bfloat16, 6, 2)                   \
-  X(FLOAT32, float32, 7, 4) X(FLOAT64, float64, 8, 8) X(BOOL, bool, 9, 1)
+  X(FLOAT32, float32, 7, 4) X(FLOAT64, float64, 8, 8) X(BOOL, bool, 9, 1)                     \
+  X(UINT16, uint16, 10, 2)
 
 #define SO_REDUCE_OP_TABLE(X) \
   X(AVERAGE, Average, 0) X(SUM, Sum, 1) X(MIN, Min, 2) X(MAX, Max, 3) X(PRODUCT, Product, 4)

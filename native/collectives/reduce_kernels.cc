@@ -418,6 +418,7 @@ void ReduceInto(void* inout, const void* in, size_t count, DataType dtype, Reduc
     case DataType::kUInt8: return ReduceTyped<uint8_t>(inout, in, count, op);
     case DataType::kInt8: return ReduceTyped<int8_t>(inout, in, count, op);
     case DataType::kInt16: return ReduceTyped<int16_t>(inout, in, count, op);
+    case DataType::kUInt16: return ReduceTyped<uint16_t>(inout, in, count, op);
     case DataType::kInt32: return ReduceTyped<int32_t>(inout, in, count, op);
     case DataType::kInt64: return ReduceTyped<int64_t>(inout, in, count, op);
     case DataType::kFloat16: return ReduceHalf<HalfCodec>(inout, in, count, op);
@@ -436,6 +437,7 @@ void ScaleBuffer(void* buf, size_t count, DataType dtype, double factor) {
     case DataType::kUInt8: return ScaleInteger(static_cast<uint8_t*>(buf), count, factor);
     case DataType::kInt8: return ScaleInteger(static_cast<int8_t*>(buf), count, factor);
     case DataType::kInt16: return ScaleInteger(static_cast<int16_t*>(buf), count, factor);
+    case DataType::kUInt16: return ScaleInteger(static_cast<uint16_t*>(buf), count, factor);
     case DataType::kInt32: return ScaleInteger(static_cast<int32_t*>(buf), count, factor);
     case DataType::kInt64: return ScaleInteger(static_cast<int64_t*>(buf), count, factor);
     case DataType::kFloat16:

@@ -12,7 +12,7 @@ namespace scaleout {
 enum class DataType : int32_t {
   kUInt8 = SO_UINT8, kInt8 = SO_INT8, kInt16 = SO_INT16, kInt32 = SO_INT32, kInt64 = SO_INT64,
   kFloat16 = SO_FLOAT16, kBFloat16 = SO_BFLOAT16, kFloat32 = SO_FLOAT32, kFloat64 = SO_FLOAT64,
-  kBool = SO_BOOL,
+  kBool = SO_BOOL, kUInt16 = SO_UINT16,
 };
 
 enum class ReduceOp : int32_t {

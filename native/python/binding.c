@@ -332,6 +332,7 @@ static int format_dtype(const Py_buffer* b) {
     case 'B': return SO_UINT8;
     case 'b': return SO_INT8;
     case 'h': return b->itemsize == 2 ? SO_INT16 : -1;
+    case 'H': return b->itemsize == 2 ? SO_UINT16 : -1;
     case 'i': case 'l': case 'q':
       return b->itemsize == 4 ? SO_INT32 : b->itemsize == 8 ? SO_INT64 : -1;
     case 'e': return SO_FLOAT16;

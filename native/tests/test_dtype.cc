@@ -84,6 +84,7 @@ SO_TEST(DataTypeMetadata) {
       {DataType::kFloat32, 4, "float32", true, false},
       {DataType::kFloat64, 8, "float64", true, false},
       {DataType::kBool, 1, "bool", false, false},
+      {DataType::kUInt16, 2, "uint16", false, false},
   };
   static_assert(sizeof(rows) / sizeof(rows[0]) == SO_DTYPE_COUNT);
   for (const Row& row : rows) {

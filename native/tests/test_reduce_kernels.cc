@@ -20,7 +20,7 @@ namespace {
 const DataType kAllTypes[] = {DataType::kUInt8,   DataType::kInt8,     DataType::kInt16,
                               DataType::kInt32,   DataType::kInt64,    DataType::kFloat16,
                               DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64,
-                              DataType::kBool};
+                              DataType::kBool,    DataType::kUInt16};
 const ReduceOp kAllOps[] = {ReduceOp::kAverage, ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax,
                             ReduceOp::kProduct};
 
@@ -45,6 +45,7 @@ std::vector<uint8_t> Encode(DataType dtype, const std::vector<double>& values) {
       case DataType::kUInt8: Put(bytes, i, static_cast<uint8_t>(v)); break;
       case DataType::kInt8: Put(bytes, i, static_cast<int8_t>(v)); break;
       case DataType::kInt16: Put(bytes, i, static_cast<int16_t>(v)); break;
+      case DataType::kUInt16: Put(bytes, i, static_cast<uint16_t>(v)); break;
       case DataType::kInt32: Put(bytes, i, static_cast<int32_t>(v)); break;
       case DataType::kInt64: Put(bytes, i, static_cast<int64_t>(v)); break;
       case DataType::kFloat16: Put(bytes, i, FloatToHalf(static_cast<float>(v))); break;
@@ -64,6 +65,7 @@ std::vector<double> Decode(DataType dtype, const std::vector<uint8_t>& bytes) {
       case DataType::kUInt8: values[i] = Get<uint8_t>(bytes, i); break;
       case DataType::kInt8: values[i] = Get<int8_t>(bytes, i); break;
       case DataType::kInt16: values[i] = Get<int16_t>(bytes, i); break;
+      case DataType::kUInt16: values[i] = Get<uint16_t>(bytes, i); break;
       case DataType::kInt32: values[i] = Get<int32_t>(bytes, i); break;
       case DataType::kInt64: values[i] = static_cast<double>(Get<int64_t>(bytes, i)); break;
       case DataType::kFloat16: values[i] = HalfToFloat(Get<uint16_t>(bytes, i)); break;
@@ -87,7 +89,7 @@ void Operands(DataType dtype, size_t count, std::vector<double>* a, std::vector<
   for (size_t i = 0; i < count; ++i) {
     double x = base_a[i % period];
     double y = base_b[(i + i / period) % period];  // vary the pairing between periods
-    if (dtype == DataType::kUInt8) {
+    if (dtype == DataType::kUInt8 || dtype == DataType::kUInt16) {
       x = std::fabs(x);
       y = std::fabs(y);
     } else if (dtype == DataType::kBool) {
@@ -367,6 +369,7 @@ double ExpectedIntegerScale(DataType dtype, double v, double factor) {
     case DataType::kUInt8: lo = 0; hi = 255; break;
     case DataType::kInt8: lo = -128; hi = 127; break;
     case DataType::kInt16: lo = -32768; hi = 32767; break;
+    case DataType::kUInt16: lo = 0; hi = 65535; break;
     case DataType::kInt32: lo = -2147483648.0; hi = 2147483647.0; break;
     default: lo = -0x1p63; hi = 0x1p63; break;  // int64: only small values are used
   }
@@ -399,10 +402,10 @@ SO_TEST(ScaleBufferIntegers) {
   const double values[] = {-7, -3, -1, 0, 1, 3, 7, 100, -100, 127, -128, 200};
   const double factors[] = {0.5, -0.5, 2.0, 1.0 / 3, -1.5, 0.0, 1e6};
   for (DataType dtype : {DataType::kUInt8, DataType::kInt8, DataType::kInt16, DataType::kInt32,
-                         DataType::kInt64}) {
+                         DataType::kInt64, DataType::kUInt16}) {
     std::vector<double> in;
     for (double v : values) {
-      if (dtype == DataType::kUInt8 && v < 0) continue;
+      if ((dtype == DataType::kUInt8 || dtype == DataType::kUInt16) && v < 0) continue;
       if (dtype == DataType::kInt8 && (v > 127 || v < -128)) continue;
       in.push_back(v);
     }
