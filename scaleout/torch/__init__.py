@@ -20,10 +20,13 @@ from scaleout.torch._broadcast import broadcast_optimizer_state, broadcast_param
 from scaleout.torch._collectives import (allgather, allgather_async, allreduce, allreduce_,
                                          allreduce_async, allreduce_async_, alltoall,
                                          alltoall_async, barrier, broadcast, broadcast_,
-                                         broadcast_async, broadcast_async_, grouped_allreduce,
+                                         broadcast_async, broadcast_async_, grouped_allgather,
+                                         grouped_allgather_async, grouped_allreduce,
                                          grouped_allreduce_, grouped_allreduce_async,
-                                         grouped_allreduce_async_, join, poll, reducescatter,
-                                         reducescatter_async, synchronize)
+                                         grouped_allreduce_async_, grouped_reducescatter,
+                                         grouped_reducescatter_async, join, poll, reducescatter,
+                                         reducescatter_async, sparse_allreduce_async,
+                                         synchronize)
 from scaleout.torch._compression import Compression
 from scaleout.torch._optimizer import DistributedOptimizer
 from scaleout.torch._sync_batch_norm import SyncBatchNorm
@@ -34,6 +37,16 @@ __all__ = _common.__all__ + [
     "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast", "broadcast_",
     "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
     "reducescatter_async", "barrier", "join", "poll", "synchronize",
+    "grouped_allgather", "grouped_allgather_async", "grouped_reducescatter",
+    "grouped_reducescatter_async", "sparse_allreduce_async",
     "broadcast_parameters", "broadcast_optimizer_state",
     "DistributedOptimizer", "Compression", "SyncBatchNorm",
 ]
+
+
+def __getattr__(name: str):
+    # `hvd.elastic` names a feature scaleout does not have yet: say so, not AttributeError.
+    if name == "elastic":
+        from scaleout._not_yet import elastic_missing
+        raise elastic_missing("scaleout.torch")
+    raise AttributeError(f"module 'scaleout.torch' has no attribute {name!r}")

@@ -9,7 +9,9 @@ from scaleout._basics import rank
 from scaleout._errors import InvalidArgumentError, ScaleoutError
 from scaleout._objects import broadcast_object
 from scaleout._core import synchronize
+from scaleout._not_yet import check_process_set, global_process_set
 from scaleout.torch._collectives import _broadcast_async
+from scaleout.torch._optimizer import _DistributedMixin
 
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state"]
 
@@ -25,25 +27,37 @@ def _wait_all(handles) -> None:
         raise error
 
 
-def broadcast_parameters(params: Union[Mapping[str, torch.Tensor],
-                                       Iterable[Tuple[str, torch.Tensor]]],
-                         root_rank: int = 0, name: str = "broadcast_parameters") -> None:
-    """Overwrites, in place, each tensor with root_rank's value: `model.state_dict()` (parameters
-    and buffers such as BatchNorm statistics) or `model.named_parameters()`. Every rank must
-    pass the same names; the broadcasts run concurrently and are fused by the core."""
-    items = list(params.items()) if isinstance(params, Mapping) else list(params)
+def broadcast_parameters(params: Union[Mapping[str, torch.Tensor], Iterable[Any]], root_rank: int,
+                         process_set=global_process_set, *,
+                         name: str = "broadcast_parameters") -> None:
+    """Overwrites, in place, each tensor with root_rank's value, as Horovod's does: a dict such
+    as `model.state_dict()` (parameters and buffers such as BatchNorm statistics; broadcast in
+    sorted key order), or a list of tensors (`list(model.parameters())`) or of (name, tensor)
+    pairs (`list(model.named_parameters())`); an iterator of either is accepted too. Every rank
+    must pass the same structure; the broadcasts run concurrently and are fused by the core.
+    `name` prefixes the collectives' names."""
+    check_process_set(process_set, "broadcast_parameters")
+    if isinstance(params, Mapping):
+        items = sorted(params.items())
+    elif isinstance(params, Iterable) and not isinstance(params, (str, bytes, torch.Tensor)):
+        items = [p if isinstance(p, tuple) else (None, p) for p in params]
+    else:
+        raise InvalidArgumentError(f"broadcast_parameters takes a dict or a list of tensors or "
+                                   f"(name, tensor) pairs, not {type(params).__name__}")
     handles = []
-    for item in items:
-        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)):
-            raise InvalidArgumentError("broadcast_parameters takes a state_dict or (name, tensor) "
-                                       f"pairs, got {type(item).__name__}")
+    for index, item in enumerate(items):
+        if not (isinstance(item, tuple) and len(item) == 2
+                and (item[0] is None or isinstance(item[0], str))):
+            raise InvalidArgumentError("broadcast_parameters takes tensors or (name, tensor) "
+                                       f"pairs, got {type(item).__name__} {str(item)[:60]}")
         key, tensor = item
         if tensor is None:
             continue
         if not isinstance(tensor, torch.Tensor):
             raise InvalidArgumentError(f"broadcast_parameters: '{key}' is a "
                                        f"{type(tensor).__name__}, not a tensor")
-        handles.append(_broadcast_async(tensor, root_rank, f"{name}.{key}", inplace=True))
+        label = key if key is not None else f"#{index}"
+        handles.append(_broadcast_async(tensor, root_rank, f"{name}.{label}", inplace=True))
     _wait_all(handles)
 
 
@@ -80,14 +94,26 @@ def _fill(obj: Any, tensors: List[torch.Tensor]) -> Any:
     return obj
 
 
-def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int = 0,
+def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int, model=None,
+                              process_set=global_process_set, *,
                               name: str = "broadcast_optimizer_state") -> None:
-    """Gives every rank root_rank's optimizer state: hyper-parameters of every parameter group
-    (lr, momentum, betas, ...), per-parameter tensors (momentum buffers, Adam moments) and scalar
-    state (step counts), whether or not this rank's state is still empty.
+    """Gives every rank root_rank's optimizer state: the options of every parameter group (lr,
+    momentum, betas, ..., tensor-valued ones included), per-parameter tensors (momentum buffers,
+    Adam moments) and scalar state (step counts), value for value.
+
+    As Horovod's does, a rank whose optimizer state is still empty first initializes it with
+    one step of the wrapped optimizer on zero gradients (p.grad is left as zeros; for a
+    DistributedOptimizer the step does not reduce), so a fresh Adam has step 1 on every rank
+    afterwards; an optimizer that keeps no state then has nothing to broadcast. Unlike
+    Horovod's, torch.optim.LBFGS is broadcast too (its state is not initialized first). `model`
+    is accepted for Horovod compatibility and not needed.
 
     Root sends the structure with the scalars (broadcast_object), then the tensors (in-place
     broadcasts, fused by the core); the other ranks load the result with load_state_dict()."""
+    del model
+    check_process_set(process_set, "broadcast_optimizer_state")
+    if not optimizer.state_dict()["state"] and not isinstance(optimizer, torch.optim.LBFGS):
+        _initialize_state(optimizer)
     is_root = rank() == root_rank
     tensors: List[torch.Tensor] = []
     skeleton = _split(optimizer.state_dict(), tensors) if is_root else None
@@ -99,6 +125,20 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
     _wait_all(handles)
     if not is_root:
         optimizer.load_state_dict(_fill(skeleton, tensors))
+
+
+def _initialize_state(optimizer: torch.optim.Optimizer) -> None:
+    """One step on zero gradients of the optimizer itself (never a reducing step)."""
+    sparse = isinstance(optimizer, torch.optim.SparseAdam)
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad:
+                grad = torch.zeros_like(p)
+                p.grad = grad.to_sparse() if sparse else grad
+    base = type(optimizer)
+    if isinstance(optimizer, _DistributedMixin):
+        base = base.__mro__[base.__mro__.index(_DistributedMixin) + 1]
+    base.step(optimizer)
 
 
 def _collect_slots(obj: Any, tensors: List[torch.Tensor]) -> None:

@@ -9,24 +9,31 @@ The out-of-place forms are differentiable (see the autograd functions at the end
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from torch.autograd.graph import increment_version
 
 from scaleout import _semantics
+from scaleout._basics import size
 from scaleout._core import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, DTYPE_CODES,
-                            REDUCESCATTER, Handle, Sum, auto_name, group, poll,
-                            register_tensor_type, resolve_op, submit, synchronize)
+                            REDUCESCATTER, Average, Handle, Sum, auto_name, group, poll,
+                            register_tensor_type, resolve_op, submit, synchronize, wait_all)
 from scaleout._errors import InvalidArgumentError
+from scaleout._not_yet import check_process_set, global_process_set
 from scaleout._ops import barrier as _barrier_np, join as _join_np, splits_array
 
 __all__ = ["allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
            "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
-           "allgather", "allgather_async", "broadcast", "broadcast_", "broadcast_async",
-           "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
-           "reducescatter_async", "barrier", "join", "poll", "synchronize"]
+           "allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async",
+           "broadcast", "broadcast_", "broadcast_async", "broadcast_async_", "alltoall",
+           "alltoall_async", "reducescatter", "reducescatter_async", "grouped_reducescatter",
+           "grouped_reducescatter_async", "sparse_allreduce_async", "barrier", "join", "poll",
+           "synchronize"]
+
+# Every collective takes Horovod's process_set= (only the global set exists so far).
+_GLOBAL = global_process_set
 
 # The core's element type codes, by torch dtype (from the core's table).
 _DTYPE_CODES = {getattr(torch, name): code for name, code in DTYPE_CODES.items()
@@ -141,27 +148,33 @@ def _allreduce_async(tensor, name: Optional[str], op: int, prescale_factor: floa
 
 def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
                     name: Optional[str] = None, op: Optional[int] = None,
-                    prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> Handle:
+                    prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                    process_set=_GLOBAL) -> Handle:
     """Starts reducing `tensor` across ranks (default op Average); synchronize() returns a new
     tensor. Not differentiable (use allreduce for that)."""
+    if process_set is not _GLOBAL:
+        check_process_set(process_set, "allreduce_async")
     return _allreduce_async(tensor, name, resolve_op(op, average), prescale_factor,
                             postscale_factor, inplace=False)
 
 
 def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None,
                      name: Optional[str] = None, op: Optional[int] = None,
-                     prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> Handle:
+                     prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                     process_set=_GLOBAL) -> Handle:
     """In-place form: the result is written into `tensor` (its memory, when contiguous)."""
+    if process_set is not _GLOBAL:
+        check_process_set(process_set, "allreduce_async_")
     return _submit_into(ALLREDUCE, tensor, name, True, resolve_op(op, average), 0,
                         prescale_factor, postscale_factor, "allreduce")
 
 
 def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
                op: Optional[int] = None, prescale_factor: float = 1.0,
-               postscale_factor: float = 1.0) -> torch.Tensor:
+               postscale_factor: float = 1.0, process_set=_GLOBAL) -> torch.Tensor:
     """Reduces `tensor` in place and returns it."""
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
-                                        postscale_factor))
+                                        postscale_factor, process_set))
 
 
 def _differentiable(*tensors) -> bool:
@@ -171,12 +184,13 @@ def _differentiable(*tensors) -> bool:
 
 def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
               compression=None, op: Optional[int] = None, prescale_factor: float = 1.0,
-              postscale_factor: float = 1.0) -> torch.Tensor:
+              postscale_factor: float = 1.0, process_set=_GLOBAL) -> torch.Tensor:
     """Reduces `tensor` across ranks (default Average) and returns a new tensor.
 
     Differentiable: the gradient is the allreduce of the output's gradient with the same op and
     scale factors (Sum and Average only). `compression` (a `Compression` member) casts the tensor
     for the wire and back."""
+    check_process_set(process_set, "allreduce")
     op = resolve_op(op, average)
     name = auto_name(ALLREDUCE, name)
     ctx = None
@@ -200,33 +214,38 @@ def _grouped_async(tensors, average, name, op, prescale_factor, postscale_factor
 
 def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
                             name: Optional[str] = None, op: Optional[int] = None,
-                            prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> Handle:
+                            prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                            process_set=_GLOBAL) -> Handle:
     """Reduces a list of tensors together (fused whenever they fit the buffer); synchronize()
     returns the list of results."""
+    check_process_set(process_set, "grouped_allreduce_async")
     return _grouped_async(tensors, average, name, op, prescale_factor, postscale_factor, False)
 
 
 def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
                              name: Optional[str] = None, op: Optional[int] = None,
-                             prescale_factor: float = 1.0,
-                             postscale_factor: float = 1.0) -> Handle:
+                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                             process_set=_GLOBAL) -> Handle:
+    """In-place form of grouped_allreduce_async."""
+    check_process_set(process_set, "grouped_allreduce_async_")
     return _grouped_async(tensors, average, name, op, prescale_factor, postscale_factor, True)
 
 
 def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
                        name: Optional[str] = None, op: Optional[int] = None,
-                       prescale_factor: float = 1.0,
-                       postscale_factor: float = 1.0) -> List[torch.Tensor]:
+                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                       process_set=_GLOBAL) -> List[torch.Tensor]:
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                                postscale_factor))
+                                                postscale_factor, process_set))
 
 
 def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
                       name: Optional[str] = None, compression=None, op: Optional[int] = None,
-                      prescale_factor: float = 1.0,
-                      postscale_factor: float = 1.0) -> List[torch.Tensor]:
+                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                      process_set=_GLOBAL) -> List[torch.Tensor]:
     """Reduces a list of tensors together and returns new tensors. Differentiable like
     allreduce."""
+    check_process_set(process_set, "grouped_allreduce")
     tensors = list(tensors)
     op = resolve_op(op, average)
     name = auto_name(ALLREDUCE, name)
@@ -247,18 +266,49 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] =
 
 # ---- allgather, broadcast, alltoall, reducescatter ----
 
-def allgather_async(tensor: torch.Tensor, name: Optional[str] = None) -> Handle:
+def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
+                    process_set=_GLOBAL) -> Handle:
     """Concatenates every rank's tensor along the first dimension (which may differ by rank)."""
+    check_process_set(process_set, "allgather_async")
     return _submit_owned(ALLGATHER, tensor, name, "allgather")
 
 
-def allgather(tensor: torch.Tensor, name: Optional[str] = None) -> torch.Tensor:
+def allgather(tensor: torch.Tensor, name: Optional[str] = None,
+              process_set=_GLOBAL) -> torch.Tensor:
     """Concatenation of every rank's tensor along dim 0. Differentiable: each rank's gradient is
     its own rows of the Average-allreduce of the output gradients (Horovod's definition)."""
+    check_process_set(process_set, "allgather")
     name = auto_name(ALLGATHER, name)
     if _differentiable(tensor):
         return _AllgatherFn.apply(tensor, name)
     return synchronize(allgather_async(tensor, name))
+
+
+def _grouped_names(collective: int, name: Optional[str], count: int) -> Tuple[str, List[str]]:
+    """The group's name and its members' ("<name>.<i>")."""
+    base = auto_name(collective, name)
+    return base, [f"{base}.{i}" for i in range(count)]
+
+
+def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                            process_set=_GLOBAL) -> Handle:
+    """allgather of each tensor, submitted together; synchronize() returns the list."""
+    check_process_set(process_set, "grouped_allgather_async")
+    tensors = list(tensors)
+    base, names = _grouped_names(ALLGATHER, name, len(tensors))
+    return group([_submit_owned(ALLGATHER, t, n, "grouped_allgather")
+                  for t, n in zip(tensors, names)], base)
+
+
+def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                      process_set=_GLOBAL) -> List[torch.Tensor]:
+    """allgather of each tensor, together; differentiable as allgather."""
+    check_process_set(process_set, "grouped_allgather")
+    tensors = list(tensors)
+    if _differentiable(*tensors):
+        _, names = _grouped_names(ALLGATHER, name, len(tensors))
+        return [_AllgatherFn.apply(t, n) for t, n in zip(tensors, names)]
+    return synchronize(grouped_allgather_async(tensors, name))
 
 
 def _broadcast_async(tensor, root_rank: int, name: Optional[str], inplace: bool) -> Handle:
@@ -266,24 +316,30 @@ def _broadcast_async(tensor, root_rank: int, name: Optional[str], inplace: bool)
                         "broadcast")
 
 
-def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None) -> Handle:
+def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                    process_set=_GLOBAL) -> Handle:
     """Starts sending root_rank's tensor to every rank; synchronize() returns a new tensor."""
+    check_process_set(process_set, "broadcast_async")
     return _broadcast_async(tensor, root_rank, name, inplace=False)
 
 
-def broadcast_async_(tensor: torch.Tensor, root_rank: int,
-                     name: Optional[str] = None) -> Handle:
+def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                     process_set=_GLOBAL) -> Handle:
     """In-place form: root_rank's values are written into `tensor` on every rank."""
+    check_process_set(process_set, "broadcast_async_")
     return _broadcast_async(tensor, root_rank, name, inplace=True)
 
 
-def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None) -> torch.Tensor:
-    return synchronize(broadcast_async_(tensor, root_rank, name))
+def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+               process_set=_GLOBAL) -> torch.Tensor:
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
-def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None) -> torch.Tensor:
+def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+              process_set=_GLOBAL) -> torch.Tensor:
     """root_rank's tensor on every rank, as a new tensor. Differentiable: the root's gradient is
     the Average-allreduce of the output gradients, the other ranks' is zero (Horovod's)."""
+    check_process_set(process_set, "broadcast")
     name = auto_name(BROADCAST, name)
     if _differentiable(tensor):
         return _BroadcastFn.apply(tensor, int(root_rank), name)
@@ -297,52 +353,140 @@ def _splits_array(splits) -> Optional[np.ndarray]:
     return splits_array(splits)
 
 
-def _alltoall_async(tensor, splits, name: Optional[str], with_splits: bool) -> Handle:
-    def finish(result):
-        out, received = result
-        return (out, torch.tensor(received, dtype=torch.int32)) if with_splits else out
+def _with_received_splits(result):
+    out, received = result
+    return out, torch.tensor(received, dtype=torch.int32)
+
+
+def _alltoall_async(tensor, splits, name: Optional[str]) -> Handle:
     return _submit_owned(ALLTOALL, tensor, name, "alltoall", splits=_splits_array(splits),
-                         finish=finish)
+                         finish=_with_received_splits)
 
 
-def alltoall_async(tensor: torch.Tensor, splits=None, name: Optional[str] = None) -> Handle:
+def alltoall_async(tensor: torch.Tensor, splits=None, name: Optional[str] = None,
+                   process_set=_GLOBAL) -> Handle:
     """Sends splits[i] rows of `tensor` (default: equal parts) to rank i. synchronize() returns
-    the received rows, and with splits given also the rows received from each rank (int32)."""
-    return _alltoall_async(tensor, splits, name, with_splits=splits is not None)
+    (received rows, rows received from each rank as an int32 tensor), as Horovod's does,
+    whether or not splits were given."""
+    check_process_set(process_set, "alltoall_async")
+    return _alltoall_async(tensor, splits, name)
 
 
-def alltoall(tensor: torch.Tensor, splits=None, name: Optional[str] = None):
-    """Synchronous alltoall; differentiable (the gradient is the reverse alltoall)."""
+def alltoall(tensor: torch.Tensor, splits=None, name: Optional[str] = None,
+             process_set=_GLOBAL):
+    """Synchronous alltoall: the received rows, and with splits given also the rows received
+    from each rank (int32). Differentiable (the gradient is the reverse alltoall)."""
+    check_process_set(process_set, "alltoall")
     name = auto_name(ALLTOALL, name)
     if _differentiable(tensor):
         out, received = _AlltoallFn.apply(tensor, splits, name)
     else:
-        out, received = synchronize(_alltoall_async(tensor, splits, name, with_splits=True))
+        out, received = synchronize(_alltoall_async(tensor, splits, name))
     return (out, received) if splits is not None else out
 
 
+def _reducescatter_async(tensor, name: Optional[str], op: int, prescale_factor: float,
+                         postscale_factor: float) -> Handle:
+    return _submit_owned(REDUCESCATTER, tensor, name, "reducescatter", op, prescale_factor,
+                         postscale_factor)
+
+
 def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None,
-                        op: Optional[int] = None, prescale_factor: float = 1.0,
-                        postscale_factor: float = 1.0) -> Handle:
+                        op: Optional[int] = Average, process_set=_GLOBAL,
+                        prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> Handle:
     """Reduces `tensor` across ranks (default Average); rank r gets slice r of the first
     dimension (the first dim % size ranks get one row more)."""
-    return _submit_owned(REDUCESCATTER, tensor, name, "reducescatter", resolve_op(op, None),
-                         prescale_factor, postscale_factor)
+    check_process_set(process_set, "reducescatter_async")
+    return _reducescatter_async(tensor, name, resolve_op(op, None), prescale_factor,
+                                postscale_factor)
 
 
-def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, op: Optional[int] = None,
+def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, compression=None,
+                  op: Optional[int] = Average, process_set=_GLOBAL,
                   prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
     """Synchronous reducescatter; differentiable for Sum and Average (the gradient is the
-    allgather of the output gradients, scaled as the forward was)."""
+    allgather of the output gradients, scaled as the forward was). `compression` casts the
+    tensor for the wire and back, as in allreduce."""
+    check_process_set(process_set, "reducescatter")
     name = auto_name(REDUCESCATTER, name)
     op = resolve_op(op, None)
+    ctx = None
+    if compression is not None:
+        tensor, ctx = compression.compress(tensor)
     if _differentiable(tensor):
-        return _ReducescatterFn.apply(tensor, name, op, prescale_factor, postscale_factor)
-    return synchronize(reducescatter_async(tensor, name, op, prescale_factor, postscale_factor))
+        out = _ReducescatterFn.apply(tensor, name, op, prescale_factor, postscale_factor)
+    else:
+        out = synchronize(_reducescatter_async(tensor, name, op, prescale_factor,
+                                               postscale_factor))
+    return compression.decompress(out, ctx) if compression is not None else out
 
 
-def barrier(name: Optional[str] = None) -> None:
-    _barrier_np(name)
+def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                                op: Optional[int] = Average, process_set=_GLOBAL,
+                                prescale_factor: float = 1.0,
+                                postscale_factor: float = 1.0) -> Handle:
+    """reducescatter of each tensor, submitted together; synchronize() returns the list."""
+    check_process_set(process_set, "grouped_reducescatter_async")
+    tensors = list(tensors)
+    op = resolve_op(op, None)
+    base, names = _grouped_names(REDUCESCATTER, name, len(tensors))
+    return group([_reducescatter_async(t, n, op, prescale_factor, postscale_factor)
+                  for t, n in zip(tensors, names)], base)
+
+
+def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                          compression=None, op: Optional[int] = Average, process_set=_GLOBAL,
+                          prescale_factor: float = 1.0,
+                          postscale_factor: float = 1.0) -> List[torch.Tensor]:
+    """reducescatter of each tensor, together; differentiable and compressed as reducescatter."""
+    check_process_set(process_set, "grouped_reducescatter")
+    tensors = list(tensors)
+    op = resolve_op(op, None)
+    ctxs = [None] * len(tensors)
+    if compression is not None:
+        pairs = [compression.compress(t) for t in tensors]
+        tensors, ctxs = [p[0] for p in pairs], [p[1] for p in pairs]
+    if _differentiable(*tensors):
+        _, names = _grouped_names(REDUCESCATTER, name, len(tensors))
+        outs = [_ReducescatterFn.apply(t, n, op, prescale_factor, postscale_factor)
+                for t, n in zip(tensors, names)]
+    else:
+        outs = synchronize(grouped_reducescatter_async(tensors, name, op, _GLOBAL,
+                                                       prescale_factor, postscale_factor))
+    if compression is not None:
+        outs = [compression.decompress(o, c) for o, c in zip(outs, ctxs)]
+    return outs
+
+
+def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int, process_set=_GLOBAL):
+    """Reduces a sparse (COO) tensor as Horovod does: its indices and values are allgathered
+    (so duplicates from different ranks are summed when the result is used), and with
+    op=Average the values are divided by size(). Returns a function that waits and returns
+    the reduced sparse tensor (Horovod's DistributedOptimizer calls it in synchronize())."""
+    check_process_set(process_set, "sparse_allreduce_async")
+    op = resolve_op(op, None)
+    if op not in (Average, Sum):
+        raise InvalidArgumentError("sparse_allreduce_async reduces with op=Average or op=Sum")
+    t = tensor.coalesce() if not tensor.is_coalesced() else tensor
+    # allgather concatenates along dim 0, so the (ndim, nnz) indices travel as (nnz, ndim).
+    indices_handle = _submit_owned(ALLGATHER, t.indices().t().contiguous(), f"{name}.indices",
+                                   "sparse_allreduce_async")
+    values_handle = _submit_owned(ALLGATHER, t.values().contiguous(), f"{name}.values",
+                                  "sparse_allreduce_async")
+    world = size()
+
+    def wait() -> torch.Tensor:
+        indices, values = wait_all([indices_handle, values_handle])
+        if op == Average:
+            values = values / world
+        return torch.sparse_coo_tensor(indices.t(), values, t.size())
+    return wait
+
+
+def barrier(process_set=_GLOBAL) -> None:
+    """Returns once every rank has reached the barrier."""
+    check_process_set(process_set, "barrier")
+    _barrier_np()
 
 
 def join(device: int = -1) -> int:
@@ -365,7 +509,7 @@ class _TorchOps(_semantics.Ops):
         return allgather_async(x, name)
 
     def alltoall(self, x, splits, name):
-        return synchronize(_alltoall_async(x, splits, name, with_splits=True))
+        return synchronize(_alltoall_async(x, splits, name))
 
     def rows_tensor(self, rows):
         return torch.tensor([rows], dtype=torch.int64)
@@ -440,7 +584,7 @@ class _BroadcastFn(torch.autograd.Function):
 class _AlltoallFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, splits, name):
-        out, received = synchronize(_alltoall_async(tensor, splits, name, with_splits=True))
+        out, received = synchronize(_alltoall_async(tensor, splits, name))
         ctx.args = (received, name)
         ctx.mark_non_differentiable(received)
         return out, received
@@ -455,8 +599,8 @@ class _ReducescatterFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor):
         ctx.args = (name, op, prescale_factor, postscale_factor)
-        return synchronize(reducescatter_async(tensor, name, op, prescale_factor,
-                                               postscale_factor))
+        return synchronize(_reducescatter_async(tensor, name, op, prescale_factor,
+                                                postscale_factor))
 
     @staticmethod
     def backward(ctx, grad):

@@ -20,10 +20,11 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 import torch
 
 from scaleout._basics import size
-from scaleout._core import Average, Handle, Sum, synchronize, wait_all
+from scaleout._core import Average, Handle, Sum, resolve_op, synchronize, wait_all
 from scaleout._errors import InvalidArgumentError, ScaleoutError
+from scaleout._not_yet import check_process_set, global_process_set
 from scaleout._semantics import predivided
-from scaleout.torch._collectives import _allreduce_async, check_device
+from scaleout.torch._collectives import _allreduce_async, check_device, sparse_allreduce_async
 from scaleout.torch._compression import Compression
 
 __all__ = ["DistributedOptimizer"]
@@ -36,10 +37,15 @@ class _DistributedMixin:
     # ---- set-up ----
 
     def _so_setup(self, named_parameters, compression, backward_passes_per_step: int, op: int,
-                  gradient_predivide_factor: float, sparse_as_dense: bool) -> None:
-        if op not in (Average, Sum):
+                  gradient_predivide_factor: float, sparse_as_dense: bool, num_groups: int,
+                  groups, process_set) -> None:
+        check_process_set(process_set, "DistributedOptimizer")
+        if resolve_op(op) not in (Average, Sum):
             raise InvalidArgumentError("DistributedOptimizer reduces gradients with op=Average "
                                        "or op=Sum")
+        # Horovod's public attributes.
+        self.op = op
+        self.process_set = process_set
         self._so_op, self._so_prescale, self._so_postscale = predivided(
             op, gradient_predivide_factor, size())
         self._so_compression = compression or Compression.none
@@ -52,9 +58,53 @@ class _DistributedMixin:
         self._so_hooks = []
         self._so_synchronized = False
         self._so_skip = False
+        # Fusion groups (Horovod's groups=/num_groups=): a group's reductions start together,
+        # once backward has produced every gradient of the group.
+        self._so_group_of: Dict[torch.Tensor, int] = {}
+        self._so_group_members: List[List[torch.Tensor]] = []
+        self._so_group_ready: Dict[int, set] = {}
         self.set_backward_passes_per_step(backward_passes_per_step)
         for group_index, group in enumerate(self.param_groups):
             self._so_register(group_index, group["params"])
+        self._so_set_groups(num_groups, groups)
+
+    @property
+    def _parameter_names(self) -> Dict[torch.Tensor, str]:
+        """Horovod's attribute: parameter -> the name its gradient is reduced under."""
+        return self._so_names
+
+    def _so_set_groups(self, num_groups: int, groups) -> None:
+        params = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
+        if isinstance(groups, int) and not isinstance(groups, bool):
+            num_groups, groups = groups, None  # Horovod's deprecated groups=<int>
+        if groups is not None:
+            members = []
+            for g in groups:
+                if not isinstance(g, (list, tuple)) or not all(
+                        isinstance(p, torch.Tensor) for p in g):
+                    raise InvalidArgumentError("groups must be a list of lists of parameters "
+                                               "(or an int: the number of groups)")
+                members.append([p for p in g if p.requires_grad])
+        elif num_groups:
+            if not isinstance(num_groups, int) or num_groups < 0:
+                raise InvalidArgumentError(f"num_groups must be an int >= 0, not {num_groups!r}")
+            n = min(num_groups, len(params))
+            bounds = [len(params) * i // n for i in range(n + 1)] if n else []
+            members = [params[bounds[i]:bounds[i + 1]] for i in range(n)]
+        else:
+            return
+        known = set(params)
+        for index, g in enumerate(members):
+            for p in g:
+                if p not in known:
+                    raise InvalidArgumentError("groups names a parameter the optimizer does not "
+                                               "update")
+                if p in self._so_group_of:
+                    raise InvalidArgumentError(f"parameter '{self._so_names[p]}' is in more "
+                                               "than one of groups")
+                self._so_group_of[p] = index
+        self._so_group_members = members
+        self._so_group_ready = {i: set() for i in range(len(members))}
 
     def _so_register(self, group_index: int, params: List[torch.Tensor]) -> None:
         unnamed = []
@@ -112,8 +162,17 @@ class _DistributedMixin:
         self._so_synchronized = False
         left = self._so_passes_left[p] - 1
         self._so_passes_left[p] = left
-        if left == 0:
+        if left != 0:
+            return
+        index = self._so_group_of.get(p)
+        if index is None:
             self._so_start(p)
+            return
+        ready = self._so_group_ready[index]
+        ready.add(p)
+        if len(ready) == len(self._so_group_members[index]):
+            for member in self._so_group_members[index]:
+                self._so_start(member)
 
     def _so_start(self, p: torch.Tensor) -> None:
         if p.grad is None:
@@ -121,9 +180,10 @@ class _DistributedMixin:
             p.grad = torch.zeros_like(p)
         elif p.grad.layout != torch.strided:
             if not self._so_sparse_as_dense:
-                raise InvalidArgumentError(
-                    f"the gradient of '{self._so_names[p]}' is sparse; scaleout reduces "
-                    "dense gradients: pass sparse_as_dense=True to DistributedOptimizer")
+                # Horovod's default: indices and values allgathered (no compression).
+                self._so_handles[p] = (sparse_allreduce_async(
+                    p.grad, f"grad.{self._so_names[p]}", self._so_op), _SPARSE)
+                return
             p.grad = p.grad.to_dense()
         wire, ctx = self._so_compression.compress(p.grad)
         handle = _allreduce_async(wire, f"grad.{self._so_names[p]}", self._so_op,
@@ -139,11 +199,14 @@ class _DistributedMixin:
                 self._so_start(p)
         pending, self._so_handles = self._so_handles, {}
         try:  # waits for all, even after a failure, so no buffer is left in use
-            wait_all([handle for handle, _ in pending.values()])
+            wait_all([handle for handle, ctx in pending.values() if ctx is not _SPARSE])
+            for p, (handle, ctx) in pending.items():
+                if ctx is _SPARSE:
+                    p.grad = handle()
         finally:
             self._so_reset_counts()
         for p, (handle, ctx) in pending.items():
-            if ctx is not None:
+            if ctx is not None and ctx is not _SPARSE:
                 p.grad.copy_(self._so_compression.decompress(synchronize(handle), ctx))
         self._so_synchronized = True
 
@@ -167,7 +230,15 @@ class _DistributedMixin:
             if self._so_handles:
                 raise ScaleoutError("step() inside skip_synchronize() while gradient reductions "
                                     "are pending: call optimizer.synchronize() first")
-        elif not self._so_synchronized:
+        else:
+            if self._so_synchronized:
+                # Horovod's behaviour, kept for compatibility: warn, then reduce again (a
+                # second Average leaves averaged gradients as they are; a second Sum does not).
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
+                              "context after optimizer.synchronize(): the gradients are reduced "
+                              "a second time, which slows training. Wrap step() in `with "
+                              "optimizer.skip_synchronize():` after an explicit synchronize().",
+                              stacklevel=2)
             self.synchronize()
         self._so_synchronized = False
         super().step()
@@ -193,6 +264,11 @@ class _DistributedMixin:
     def _so_reset_counts(self) -> None:
         for p in self._so_passes_left:
             self._so_passes_left[p] = self._so_passes
+        for ready in self._so_group_ready.values():
+            ready.clear()
+
+
+_SPARSE = object()  # marks a sparse gradient's pending reduction (a callable, not a Handle)
 
 
 def _grad_ready(optimizer_ref, param: torch.Tensor) -> None:
@@ -226,8 +302,8 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
                          named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]] = None,
                          compression=Compression.none, backward_passes_per_step: int = 1,
                          op: int = Average, gradient_predivide_factor: float = 1.0,
-                         num_groups: int = 0, groups=None,
-                         sparse_as_dense: bool = False) -> torch.optim.Optimizer:
+                         num_groups: int = 0, groups=None, sparse_as_dense: bool = False,
+                         process_set=global_process_set) -> torch.optim.Optimizer:
     """Wraps a torch.optim optimizer so that step() uses gradients averaged over all ranks.
 
     - named_parameters: model.named_parameters(); the names identify the reductions across
@@ -238,15 +314,25 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
       reduction, as in plain PyTorch gradient accumulation; scale the loss by 1/k for a mean.
     - op: Average (default) or Sum over ranks. gradient_predivide_factor f (with Average):
       gradients are divided by f before the sum and multiplied by f/size after it.
-    - num_groups, groups: accepted for Horovod scripts and not needed: the core fuses whatever
-      gradients are ready together, up to SCALEOUT_FUSION_THRESHOLD bytes.
+    - num_groups: split the parameters (in parameter-group order) into this many groups;
+      groups: a list of lists of parameters (an int means num_groups, as in Horovod). A group's
+      reductions start together once backward has produced all of its gradients, so they are
+      fused together; parameters in no group start as soon as their gradient is ready. (Without
+      groups the core fuses whatever gradients are ready, up to SCALEOUT_FUSION_THRESHOLD bytes.)
     - sparse_as_dense: reduce sparse gradients (nn.Embedding(sparse=True)) as dense tensors.
+      By default (False) a sparse gradient is reduced as Horovod does: its indices and values
+      are allgathered (sparse_allreduce_async), and p.grad becomes the gathered sparse tensor
+      (values divided by size() for Average).
+    - process_set: only the global process set (process sets are not implemented yet).
+
+    Horovod's attributes `op`, `process_set`, `backward_passes_per_step` and
+    `_parameter_names` are there. As in Horovod, step() after an explicit synchronize() outside
+    `skip_synchronize()` warns and reduces the gradients again.
 
     A parameter that got no gradient on this rank is reduced as zeros, so no rank waits forever
     (one that got none on any rank is left with a zero gradient, as in Horovod). Create LR
     schedulers on the returned optimizer; the parameters' hooks go when it is deleted.
     """
-    del num_groups, groups  # hints the core does not need
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise InvalidArgumentError(f"DistributedOptimizer wraps a torch.optim.Optimizer, not "
                                    f"{type(optimizer).__name__}")
@@ -267,5 +353,5 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
         del state["step"]
     wrapped.__dict__.update(state)
     wrapped._so_setup(named_parameters, compression, backward_passes_per_step, op,
-                      gradient_predivide_factor, sparse_as_dense)
+                      gradient_predivide_factor, sparse_as_dense, num_groups, groups, process_set)
     return wrapped

@@ -191,16 +191,23 @@ def test_synchronize_clip_skip_zero_grad(r, n):
     for k, p in net.named_parameters():
         check_close(p.detach().numpy(), (before[k] - 0.5 * clipped[k]).numpy(),
                     f"{k}: step used the clipped gradient")
-    # A step() without skip after synchronize() does not reduce a second time.
+    # A step() without skip after synchronize() warns and reduces again, as Horovod's does
+    # (a second Average of averaged gradients leaves them as they are).
     opt.zero_grad()
     net(x).pow(2).sum().backward()
     opt.synchronize()
     grads = {k: p.grad.clone() for k, p in net.named_parameters()}
     before = {k: p.detach().clone() for k, p in net.named_parameters()}
-    opt.step()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        opt.step()
+    texts = [str(w.message) for w in caught]
+    check(len(texts) == 1 and "optimizer.step() called without optimizer.skip_synchronize() "
+          "context after optimizer.synchronize()" in texts[0],
+          f"step() after synchronize() warns as Horovod's ({texts})")
     check_close(net.fc1.weight.detach().numpy(),
                 (before["fc1.weight"] - 0.5 * grads["fc1.weight"]).numpy(),
-                "step() after synchronize() uses the gradients once reduced")
+                "step() after synchronize(): averaged again, the same gradients")
     opt.zero_grad()  # nothing pending: fine
 
     # step(closure)
@@ -316,11 +323,16 @@ def test_broadcast_helpers(r, n):
     check(sgd.state[net.fc1.weight].get("count") == 2, "plain-int state from root")
     same_on_all_ranks(sgd.state[net.fc2.bias]["momentum_buffer"], "momentum buffer")
 
-    # Adam whose state is empty everywhere (before its first step): hyper-parameters only
+    # Adam whose state is empty everywhere (before its first step): as Horovod's, the state is
+    # first made by a step on zero gradients (step 1, zero moments, parameters unchanged).
     adam = torch.optim.Adam(net.parameters(), lr=0.001 * (r + 1), betas=(0.8, 0.9 + 0.01 * r))
+    weights = net.fc1.weight.detach().clone()
     hvd.broadcast_optimizer_state(adam, root_rank=root)
     check(adam.param_groups[0]["betas"] == (0.8, 0.9 + 0.01 * root), "betas from root")
-    check(len(adam.state) == 0, "empty state stays empty")
+    state = adam.state[net.fc1.weight]
+    check(float(state["step"]) == 1.0 and not state["exp_avg"].any(),
+          f"empty state initialized by a zero step ({dict(state)})")
+    check(torch.equal(net.fc1.weight.detach(), weights), "the zero step moves no weight")
 
     # Adam with a tensor step count on root only, then trained on as one
     net2 = make_net()
