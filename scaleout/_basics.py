@@ -10,7 +10,8 @@ from scaleout._errors import NotInitializedError
 
 __all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
            "cross_rank", "cross_size", "mpi_threads_supported", "mpi_built", "config",
-           "placement", "mpi_enabled", "gloo_enabled", "nccl_built", "cuda_built", "rocm_built"]
+           "placement", "mpi_enabled", "gloo_enabled", "nccl_built", "cuda_built", "rocm_built",
+           "gloo_built", "ccl_built", "ddl_built", "is_homogeneous"]
 
 _state_lock = threading.Lock()
 _topology: Optional[tuple] = None
@@ -110,6 +111,23 @@ def gloo_enabled() -> bool:
 
 def nccl_built() -> bool:
     return False
+
+
+def gloo_built() -> bool:
+    return False
+
+
+def ccl_built() -> bool:
+    return False
+
+
+def ddl_built() -> bool:
+    return False
+
+
+def is_homogeneous() -> bool:
+    """True when every host runs the same number of ranks (Horovod's definition)."""
+    return size() == local_size() * cross_size()
 
 
 def cuda_built() -> bool:

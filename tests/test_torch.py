@@ -61,3 +61,21 @@ def test_named_parameters_are_checked():
         _check_names([("a", a), ("a", b)])
     with pytest.raises(InvalidArgumentError, match="pairs"):
         _check_names([a, b])
+
+
+@pytest.mark.parametrize("np_", [2, 3], ids=lambda n: f"np{n}")
+def test_horovod_torch_semantics(np_):
+    # alltoall_async's (output, splits), reducescatter's order and compression, grouped
+    # allgather/reducescatter, sparse reduction, broadcast helpers with lists and every
+    # torch.optim optimizer, DistributedOptimizer attributes and groups, uint16, exceptions.
+    assert passed(run_mpi("torch_horovod_compat.py", np_, timeout=240), np_)
+
+
+def test_queries_before_init_raise_valueerror_as_horovod():
+    import subprocess
+    import sys
+    code = ("import scaleout.torch as hvd\n"
+            "try:\n    hvd.rank()\nexcept ValueError as e:\n    print('ValueError:', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120).stdout
+    assert "ValueError:" in out and "init" in out, out

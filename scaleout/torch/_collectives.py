@@ -479,7 +479,7 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int, process_set
         indices, values = wait_all([indices_handle, values_handle])
         if op == Average:
             values = values / world
-        return torch.sparse_coo_tensor(indices.t(), values, t.size())
+        return torch.sparse_coo_tensor(indices.t(), values, t.size(), check_invariants=False)
     return wait
 
 
