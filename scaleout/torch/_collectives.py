@@ -204,6 +204,20 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
     return compression.decompress(out, ctx) if compression is not None else out
 
 
+def _compress_all(compression, tensors: List[torch.Tensor]):
+    """(tensors for the wire, contexts) of a grouped collective's `compression=`."""
+    if compression is None:
+        return tensors, [None] * len(tensors)
+    pairs = [compression.compress(t) for t in tensors]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def _decompress_all(compression, outs: List[torch.Tensor], ctxs) -> List[torch.Tensor]:
+    if compression is None:
+        return outs
+    return [compression.decompress(o, c) for o, c in zip(outs, ctxs)]
+
+
 def _grouped_async(tensors, average, name, op, prescale_factor, postscale_factor,
                    inplace) -> Handle:
     op = resolve_op(op, average)
@@ -249,19 +263,14 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] =
     tensors = list(tensors)
     op = resolve_op(op, average)
     name = auto_name(ALLREDUCE, name)
-    ctxs = [None] * len(tensors)
-    if compression is not None:
-        pairs = [compression.compress(t) for t in tensors]
-        tensors, ctxs = [p[0] for p in pairs], [p[1] for p in pairs]
+    tensors, ctxs = _compress_all(compression, tensors)
     if _differentiable(*tensors):
         outs = list(_GroupedAllreduceFn.apply(name, op, prescale_factor, postscale_factor,
                                               *tensors))
     else:
         outs = synchronize(_grouped_async(tensors, None, name, op, prescale_factor,
                                           postscale_factor, False))
-    if compression is not None:
-        outs = [compression.decompress(o, c) for o, c in zip(outs, ctxs)]
-    return outs
+    return _decompress_all(compression, outs, ctxs)
 
 
 # ---- allgather, broadcast, alltoall, reducescatter ----
@@ -442,10 +451,7 @@ def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: Optional[str] =
     check_process_set(process_set, "grouped_reducescatter")
     tensors = list(tensors)
     op = resolve_op(op, None)
-    ctxs = [None] * len(tensors)
-    if compression is not None:
-        pairs = [compression.compress(t) for t in tensors]
-        tensors, ctxs = [p[0] for p in pairs], [p[1] for p in pairs]
+    tensors, ctxs = _compress_all(compression, tensors)
     if _differentiable(*tensors):
         _, names = _grouped_names(REDUCESCATTER, name, len(tensors))
         outs = [_ReducescatterFn.apply(t, n, op, prescale_factor, postscale_factor)
@@ -453,9 +459,7 @@ def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: Optional[str] =
     else:
         outs = synchronize(grouped_reducescatter_async(tensors, name, op, _GLOBAL,
                                                        prescale_factor, postscale_factor))
-    if compression is not None:
-        outs = [compression.decompress(o, c) for o, c in zip(outs, ctxs)]
-    return outs
+    return _decompress_all(compression, outs, ctxs)
 
 
 def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int, process_set=_GLOBAL):
