@@ -145,7 +145,10 @@ def mpi_threads_supported() -> bool:
 
 
 def config() -> dict:
-    """The core's effective configuration (SCALEOUT_* variables as it read them at init)."""
+    """The core's effective configuration, as it read it at init: for every setting,
+    ``config()["SCALEOUT_X"]`` is its value and ``config()["SCALEOUT_X.source"]`` the variable
+    that value came from: ``SCALEOUT_X``, its Horovod twin (``HOROVOD_X``, read when
+    ``SCALEOUT_X`` is not set), or ``default``."""
     _topo()
     text = _binding.config_string()
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)

@@ -1,9 +1,19 @@
 // Configuration of the core, read from the environment in one place (Config::FromEnvironment).
+//
+// Note [Horovod variables]
+// Every setting has a SCALEOUT_* variable, and those Horovod 0.28.1 also has are read from their
+// HOROVOD_* name too (HOROVOD_CYCLE_TIME for SCALEOUT_CYCLE_TIME, ...), so that a job written for
+// Horovod keeps its tuning. When both are set the SCALEOUT_* one wins. `sources` records which
+// variable each value came from (config() shows it). A HOROVOD_* variable that scaleout does not
+// implement, or does not know, is never dropped silently: `notes` holds one line per such
+// variable, which rank 0 logs as a warning at init (the rank is not known here).
 #ifndef SCALEOUT_COMMON_CONFIG_H_
 #define SCALEOUT_COMMON_CONFIG_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,12 +31,21 @@ struct Config {
   int cache_capacity = 1024;
   // SCALEOUT_STALL_CHECK_TIME_SECONDS: warn about collectives waiting this long; 0 disables.
   double stall_check_seconds = 60.0;
-  // SCALEOUT_LOG_LEVEL: 0 errors only, 1 warnings (default), 2 info, 3 debug.
+  // SCALEOUT_STALL_CHECK_DISABLE: 1 turns the stall check (warnings and shutdown) off.
+  bool stall_check_disable = false;
+  // SCALEOUT_STALL_SHUTDOWN_TIME_SECONDS: after this long, a stalled collective shuts scaleout
+  // down on every rank (Note [Stall shutdown]); 0 (the default, as Horovod's): never.
+  double stall_shutdown_seconds = 0.0;
+  // SCALEOUT_LOG_LEVEL: 0 errors only, 1 warnings (default), 2 info, 3 debug; or Horovod's names
+  // trace, debug, info, warning, error, fatal.
   int log_level = 1;
   // SCALEOUT_EP_SERVERS: endpoint-server threads (Note [Endpoint servers]); 0 counts as 1.
   int ep_servers = 1;
-  // SCALEOUT_TIMELINE: Chrome-trace file written by rank 0 (Note [Timeline]); empty: off.
+  // SCALEOUT_TIMELINE: Chrome-trace file written by rank 0 (Note [Timeline]); empty: off;
+  // DYNAMIC (Horovod's word): no file until start_timeline().
   std::string timeline_path;
+  // SCALEOUT_TIMELINE_MARK_CYCLES: 1 marks every dispatch of rank 0 in the timeline.
+  bool timeline_mark_cycles = false;
   // SCALEOUT_SHM: 1 (default): when every rank is on one machine, allreduces go through shared
   // memory (Note [Staged allreduce]); 0: through MPI. After init it says which is in use.
   bool shm = true;
@@ -34,11 +53,37 @@ struct Config {
   size_t shm_area_bytes = size_t(1) << 20;
   // SCALEOUT_EP_CORES: comma-separated CPUs to pin endpoint server i to (empty: no pinning).
   std::vector<int> ep_cores;
+  // SCALEOUT_THREAD_AFFINITY: comma-separated CPUs, one per local rank: local rank i pins its
+  // coordinator thread to entry i (as HOROVOD_THREAD_AFFINITY pins Horovod's background thread).
+  std::vector<int> thread_affinity;
+
+  // Setting (its SCALEOUT_* name) -> the variable its value was read from, or "default".
+  std::map<std::string, std::string> sources;
+  // Lines about HOROVOD_* variables that have no effect here (Note [Horovod variables]).
+  std::vector<std::string> notes;
 
   // Parses the environment; a malformed value is an InvalidArgument naming the variable.
   static Status FromEnvironment(Config* out);
+  // The same over any lookup (unit tests): `getenv` returns a variable's value or nullptr, and
+  // `horovod_names` lists every HOROVOD_* variable that is set.
+  static Status Parse(const std::function<const char*(const char*)>& getenv,
+                      const std::vector<std::string>& horovod_names, Config* out);
+  // KEY=VALUE lines, one per setting, each followed by KEY.source=<variable or default>.
   std::string ToString() const;
+
+  // Whether a stalled collective shuts the job down (Horovod's rule: only with the stall check
+  // on, and not before it would first warn).
+  bool stall_shutdown_active() const {
+    return !stall_check_disable && stall_check_seconds > 0 && stall_shutdown_seconds > 0 &&
+           stall_shutdown_seconds >= stall_check_seconds;
+  }
+  // The CPU this local rank's coordinator thread is pinned to, or -1 (with *why set when the
+  // list is set but unusable).
+  int CoordinatorCore(int local_rank, int local_size, std::string* why) const;
 };
+
+// "warning" -> 1, "3" -> 3; false if `text` is neither a level number >= 0 nor a Horovod name.
+bool ParseLogLevel(const std::string& text, int* level);
 
 }  // namespace scaleout
 

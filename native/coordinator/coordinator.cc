@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <chrono>
+#include <future>
 #include <sched.h>
 
 #include "common/logging.h"
@@ -43,11 +44,26 @@ Coordinator::Coordinator(const Config& config, ControlChannel* channel,
 
 Coordinator::~Coordinator() { Stop(); }
 
-void Coordinator::Start(int rank) {
+void Coordinator::Start(int rank, int core) {
   // Not fatal: failing init on rank 0 alone would leave the other ranks waiting for it.
   Status s = timeline_.Open(config_.timeline_path, rank, Now());
   if (!s.ok()) SO_LOG(kWarning, s.message() << "; no timeline is written");
-  thread_ = std::thread([this] { Loop(); });
+  // Init returns once the thread is pinned, so that what the user then observes holds.
+  std::promise<void> pinned;
+  std::future<void> started = pinned.get_future();
+  thread_ = std::thread([this, core, &pinned] {
+    endpoints_.PinServerZero();
+    if (core >= 0) {
+      if (PinCurrentThread(core)) {
+        SO_LOG(kInfo, "coordinator thread pinned to CPU " << core);
+      } else {
+        SO_LOG(kWarning, "could not pin the coordinator thread to CPU " << core);
+      }
+    }
+    pinned.set_value();
+    Loop();
+  });
+  started.wait();
 }
 
 void Coordinator::Stop() {
@@ -58,7 +74,6 @@ void Coordinator::Stop() {
 }
 
 void Coordinator::Loop() {
-  endpoints_.PinServerZero();
   Status fatal;
   try {
     // After rank 0 has left, keep serving (failing) this rank's requests until its own shutdown.
@@ -108,7 +123,7 @@ Status Coordinator::Step(double now, bool* made_progress) {
   if (controller_.coordinator_gone()) {
     FailPending(CoordinatorGone());
   }
-  if (config_.stall_check_seconds > 0 && now - last_stall_check_ > 1.0) {
+  if (!config_.stall_check_disable && config_.stall_check_seconds > 0 && now - last_stall_check_ > 1.0) {
     last_stall_check_ = now;
     ReportStalls(now);
   }

@@ -33,8 +33,9 @@ class Coordinator {
               HandleTable* handles, RequestQueue* queue);
   ~Coordinator();
 
-  // Opens the timeline (if configured) and starts the thread.
-  void Start(int rank);
+  // Opens the timeline (if configured) and starts the thread, pinned to CPU `core` if >= 0
+  // (SCALEOUT_THREAD_AFFINITY; it takes precedence over SCALEOUT_EP_CORES for server 0).
+  void Start(int rank, int core);
   // Runs the shutdown protocol with the other ranks, stops the thread, fails what is pending.
   void Stop();
 

@@ -19,7 +19,14 @@ Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, int64_t epoch
                           {"SCALEOUT_SHM_AREA", static_cast<int64_t>(rt->config_.shm_area_bytes)}},
                          &rt->mpi_);
   if (!s.ok()) return s;
-  SetLogContext(rt->mpi_->topology().rank, rt->config_.log_level);
+  const Topology& topo = rt->mpi_->topology();
+  SetLogContext(topo.rank, rt->config_.log_level);
+  if (topo.rank == 0) {
+    for (const std::string& note : rt->config_.notes) SO_LOG(kWarning, note);
+  }
+  std::string unpinned;
+  const int core = rt->config_.CoordinatorCore(topo.local_rank, topo.local_size, &unpinned);
+  if (!unpinned.empty()) SO_LOG(kWarning, unpinned);
   rt->channel_ = std::make_unique<MpiControlChannel>(rt->mpi_->control_comm());
   std::vector<DataTransport*> transports;
   for (int i = 0; i < rt->mpi_->data_channels(); ++i) {
@@ -27,7 +34,6 @@ Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, int64_t epoch
     transports.push_back(rt->transports_.back().get());
   }
   // Note [Staged allreduce]: ranks that all share this machine reduce through shared memory.
-  const Topology& topo = rt->mpi_->topology();
   if (topo.size > 1 && topo.local_size == topo.size && rt->config_.shm) {
     s = ShmPeerMemory::Create(transports[0], rt->config_.shm_area_bytes, &rt->peers_);
     if (!s.ok()) {
@@ -37,7 +43,7 @@ Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, int64_t epoch
   rt->config_.shm = rt->peers_ != nullptr;  // what config() reports: the path in use
   rt->coordinator_ = std::make_unique<Coordinator>(rt->config_, rt->channel_.get(), transports,
                                                    rt->peers_.get(), &rt->handles_, &rt->queue_);
-  rt->coordinator_->Start(rt->mpi_->topology().rank);
+  rt->coordinator_->Start(topo.rank, core);
   *out = std::move(rt);
   return Status::OK();
 }

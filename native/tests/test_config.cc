@@ -1,0 +1,179 @@
+// Config::Parse over a fake environment: SCALEOUT_* and their HOROVOD_* twins (Note [Horovod
+// variables]), where each value came from, log level names, and the notes about HOROVOD_*
+// variables that have no effect.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "tests/test_framework.h"
+
+namespace scaleout {
+namespace {
+
+struct FakeEnv {
+  std::map<std::string, std::string> vars;
+
+  Status Parse(Config* c) const {
+    std::vector<std::string> horovod;
+    for (const auto& kv : vars) {
+      if (kv.first.rfind("HOROVOD_", 0) == 0) horovod.push_back(kv.first);
+    }
+    return Config::Parse(
+        [this](const char* name) -> const char* {
+          auto it = vars.find(name);
+          return it == vars.end() ? nullptr : it->second.c_str();
+        },
+        horovod, c);
+  }
+};
+
+bool HasNoteWith(const Config& c, const std::string& fragment) {
+  for (const std::string& n : c.notes) {
+    if (n.find(fragment) != std::string::npos) return true;
+  }
+  return false;
+}
+
+SO_TEST(ConfigDefaultsComeFromNowhere) {
+  Config c;
+  ASSERT_TRUE(FakeEnv{}.Parse(&c).ok());
+  EXPECT_EQ(c.cycle_time_ms, 1.0);
+  EXPECT_EQ(c.stall_shutdown_seconds, 0.0);
+  EXPECT_FALSE(c.stall_check_disable);
+  EXPECT_FALSE(c.timeline_mark_cycles);
+  EXPECT_FALSE(c.stall_shutdown_active());
+  EXPECT_EQ(c.sources.at("SCALEOUT_CYCLE_TIME"), "default");
+  EXPECT_EQ(c.sources.at("SCALEOUT_SHM"), "default");
+  EXPECT_TRUE(c.notes.empty());
+}
+
+SO_TEST(ConfigReadsEveryHorovodTwin) {
+  FakeEnv env{{{"HOROVOD_FUSION_THRESHOLD", "1048576"},
+               {"HOROVOD_CYCLE_TIME", "2.5"},
+               {"HOROVOD_CACHE_CAPACITY", "7"},
+               {"HOROVOD_TIMELINE", "/tmp/t.json"},
+               {"HOROVOD_TIMELINE_MARK_CYCLES", "1"},
+               {"HOROVOD_STALL_CHECK_TIME_SECONDS", "5"},
+               {"HOROVOD_STALL_CHECK_DISABLE", "1"},
+               {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "9"},
+               {"HOROVOD_LOG_LEVEL", "INFO"},
+               {"HOROVOD_THREAD_AFFINITY", "3,5"}}};
+  Config c;
+  ASSERT_TRUE(env.Parse(&c).ok());
+  EXPECT_EQ(c.fusion_threshold_bytes, 1048576);
+  EXPECT_EQ(c.cycle_time_ms, 2.5);
+  EXPECT_EQ(c.cache_capacity, 7);
+  EXPECT_EQ(c.timeline_path, "/tmp/t.json");
+  EXPECT_TRUE(c.timeline_mark_cycles);
+  EXPECT_EQ(c.stall_check_seconds, 5.0);
+  EXPECT_TRUE(c.stall_check_disable);
+  EXPECT_EQ(c.stall_shutdown_seconds, 9.0);
+  EXPECT_EQ(c.log_level, 2);
+  EXPECT_EQ(c.thread_affinity, (std::vector<int>{3, 5}));
+  for (const char* s : {"FUSION_THRESHOLD", "CYCLE_TIME", "CACHE_CAPACITY", "TIMELINE",
+                        "TIMELINE_MARK_CYCLES", "STALL_CHECK_TIME_SECONDS", "STALL_CHECK_DISABLE",
+                        "STALL_SHUTDOWN_TIME_SECONDS", "LOG_LEVEL", "THREAD_AFFINITY"}) {
+    if (!EXPECT_EQ(c.sources.at(std::string("SCALEOUT_") + s), std::string("HOROVOD_") + s)) {
+      ADD_FAILURE(std::string("source of ") + s);
+    }
+  }
+  EXPECT_TRUE(c.notes.empty());  // every one of them is honoured
+}
+
+SO_TEST(ConfigScaleoutWinsOverHorovod) {
+  FakeEnv env{{{"SCALEOUT_CYCLE_TIME", "4"}, {"HOROVOD_CYCLE_TIME", "8"},
+               {"SCALEOUT_CACHE_CAPACITY", "3"}, {"HOROVOD_CACHE_CAPACITY", "3"}}};
+  Config c;
+  ASSERT_TRUE(env.Parse(&c).ok());
+  EXPECT_EQ(c.cycle_time_ms, 4.0);
+  EXPECT_EQ(c.sources.at("SCALEOUT_CYCLE_TIME"), "SCALEOUT_CYCLE_TIME");
+  EXPECT_TRUE(HasNoteWith(c, "HOROVOD_CYCLE_TIME=8 has no effect: SCALEOUT_CYCLE_TIME=4"));
+  EXPECT_FALSE(HasNoteWith(c, "HOROVOD_CACHE_CAPACITY"));  // same value: nothing to say
+}
+
+SO_TEST(ConfigNamesTheHorovodVariableOfABadValue) {
+  Config c;
+  Status s = FakeEnv{{{"HOROVOD_CYCLE_TIME", "fast"}}}.Parse(&c);
+  EXPECT_EQ(s.code(), SO_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(s.message().find("HOROVOD_CYCLE_TIME='fast'") != std::string::npos);
+  s = FakeEnv{{{"HOROVOD_LOG_LEVEL", "loud"}}}.Parse(&c);
+  EXPECT_TRUE(s.message().find("HOROVOD_LOG_LEVEL='loud' is not a log level") != std::string::npos);
+  s = FakeEnv{{{"SCALEOUT_THREAD_AFFINITY", "1,x"}}}.Parse(&c);
+  EXPECT_TRUE(s.message().find("SCALEOUT_THREAD_AFFINITY='1,x'") != std::string::npos);
+}
+
+SO_TEST(ConfigLogLevelNamesAndNumbers) {
+  int level = -1;
+  const std::pair<const char*, int> cases[] = {{"trace", 3}, {"DEBUG", 3}, {"Info", 2}, {"warning", 1},
+                                               {"ERROR", 0}, {"fatal", 0}, {"0", 0}, {"2", 2}, {"7", 3}};
+  for (const auto& c : cases) {
+    if (!EXPECT_TRUE(ParseLogLevel(c.first, &level)) || !EXPECT_EQ(level, c.second)) {
+      ADD_FAILURE(std::string("log level ") + c.first);
+    }
+  }
+  EXPECT_FALSE(ParseLogLevel("", &level));
+  EXPECT_FALSE(ParseLogLevel("-1", &level));
+  EXPECT_FALSE(ParseLogLevel("verbose", &level));
+  Config c;
+  ASSERT_TRUE((FakeEnv{{{"SCALEOUT_LOG_LEVEL", "debug"}}}.Parse(&c).ok()));
+  EXPECT_EQ(c.log_level, 3);
+}
+
+SO_TEST(ConfigNotesEveryHorovodVariableWithoutEffect) {
+  FakeEnv env{{{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"},
+               {"HOROVOD_AUTOTUNE", "1"},
+               {"HOROVOD_GPU_OPERATIONS", "NCCL"},
+               {"HOROVOD_WITH_PYTORCH", "1"},
+               {"HOROVOD_NOT_A_REAL_KNOB", "1"},
+               {"HOROVOD_CYCLE_TIME", "2"}}};
+  Config c;
+  ASSERT_TRUE(env.Parse(&c).ok());
+  EXPECT_EQ(c.notes.size(), 5);
+  EXPECT_TRUE(HasNoteWith(c, "HOROVOD_HIERARCHICAL_ALLREDUCE is set but has no effect"));
+  EXPECT_TRUE(HasNoteWith(c, "HOROVOD_AUTOTUNE is set but has no effect"));
+  EXPECT_TRUE(HasNoteWith(c, "HOROVOD_GPU_OPERATIONS is set but has no effect"));
+  EXPECT_TRUE(HasNoteWith(c, "HOROVOD_WITH_PYTORCH is set but has no effect: it configures Horovod's build"));
+  EXPECT_TRUE(HasNoteWith(c, "HOROVOD_NOT_A_REAL_KNOB is set but has no effect: it is not a Horovod"));
+  EXPECT_FALSE(HasNoteWith(c, "HOROVOD_CYCLE_TIME"));
+}
+
+SO_TEST(ConfigStallShutdownFollowsHorovodRules) {
+  Config c;
+  ASSERT_TRUE((FakeEnv{{{"SCALEOUT_STALL_CHECK_TIME_SECONDS", "2"},
+                        {"SCALEOUT_STALL_SHUTDOWN_TIME_SECONDS", "3"}}}.Parse(&c).ok()));
+  EXPECT_TRUE(c.stall_shutdown_active());
+  // Shorter than the check time: only warnings, and a note saying so.
+  ASSERT_TRUE((FakeEnv{{{"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "5"}}}.Parse(&c).ok()));
+  EXPECT_FALSE(c.stall_shutdown_active());
+  EXPECT_TRUE(HasNoteWith(c, "less than the stall check time"));
+  ASSERT_TRUE((FakeEnv{{{"SCALEOUT_STALL_CHECK_TIME_SECONDS", "2"},
+                        {"SCALEOUT_STALL_SHUTDOWN_TIME_SECONDS", "3"},
+                        {"SCALEOUT_STALL_CHECK_DISABLE", "1"}}}.Parse(&c).ok()));
+  EXPECT_FALSE(c.stall_shutdown_active());
+}
+
+SO_TEST(ConfigCoordinatorCoreIsThisLocalRanksEntry) {
+  Config c;
+  ASSERT_TRUE((FakeEnv{{{"HOROVOD_THREAD_AFFINITY", "4,6,8"}}}.Parse(&c).ok()));
+  std::string why;
+  EXPECT_EQ(c.CoordinatorCore(1, 3, &why), 6);
+  EXPECT_EQ(c.CoordinatorCore(0, 2, &why), 4);  // extra entries are ignored, as in Horovod
+  EXPECT_TRUE(why.empty());
+  EXPECT_EQ(c.CoordinatorCore(0, 4, &why), -1);
+  EXPECT_TRUE(why.find("HOROVOD_THREAD_AFFINITY lists 3 CPUs") != std::string::npos);
+  Config none;
+  EXPECT_EQ(none.CoordinatorCore(0, 1, &why), -1);
+}
+
+SO_TEST(ConfigToStringNamesEachSource) {
+  Config c;
+  ASSERT_TRUE((FakeEnv{{{"HOROVOD_CYCLE_TIME", "2"}, {"SCALEOUT_SHM", "0"}}}.Parse(&c).ok()));
+  const std::string text = c.ToString();
+  EXPECT_TRUE(text.find("SCALEOUT_CYCLE_TIME=2\nSCALEOUT_CYCLE_TIME.source=HOROVOD_CYCLE_TIME\n") != std::string::npos);
+  EXPECT_TRUE(text.find("SCALEOUT_SHM=0\nSCALEOUT_SHM.source=SCALEOUT_SHM\n") != std::string::npos);
+  EXPECT_TRUE(text.find("SCALEOUT_FUSION_THRESHOLD.source=default\n") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace scaleout

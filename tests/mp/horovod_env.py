@@ -1,0 +1,32 @@
+"""Reports what the core read from the environment, for tests/test_horovod_env.py: each rank
+writes <argv[1]>/rank<r>.json with config() and the CPUs each of its threads may run on."""
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import scaleout as so
+from _harness import check_close, main
+
+
+def thread_cpus() -> dict:
+    cpus = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            cpus[tid] = sorted(os.sched_getaffinity(int(tid)))
+        except OSError:  # the thread ended meanwhile
+            pass
+    return cpus
+
+
+def run():
+    report = {"config": so.config(), "local_rank": so.local_rank(), "threads": thread_cpus()}
+    (Path(sys.argv[1]) / f"rank{so.rank()}.json").write_text(json.dumps(report))
+    check_close(so.allreduce(np.ones(3), op=so.Sum, name="env.sum"), np.full(3, so.size()),
+                "collectives work with the Horovod variables set")
+
+
+if __name__ == "__main__":
+    main(run)
