@@ -48,7 +48,7 @@ setup(
                   include_dirs=["native"], extra_compile_args=["-O2"], libraries=["dl"]),
     ],
     cmdclass={"build_ext": BuildNative},
-    install_requires=["numpy", "cloudpickle", "mpi4py>=3.1", "mpich"],
+    install_requires=["numpy", "cloudpickle", "mpi4py>=3.1", "mpich", "pyyaml"],
     extras_require={
         "torch": TORCH,
         "tensorflow": TENSORFLOW,

@@ -4,12 +4,14 @@
     scaleoutrun -H host1:2,host2:2 python train.py          (over ssh)
     scaleoutrun python train.py       (in a Slurm allocation: its nodes and tasks, through srun)
     scaleoutrun --check-build
+    scaleoutrun --version
 
 Exit status: the failing rank's (its code, or 128 + the signal that killed it); 2 for a usage
 error; 1 when the job could not be started.
 """
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shlex
 import sys
@@ -38,14 +40,52 @@ def _error(message: str) -> None:
     print(f"scaleoutrun: error: {message}", file=sys.stderr)
 
 
-def _rank_command(config: LaunchConfig, launcher: MPIExec,
-                  placement_args: Sequence[str]) -> tuple[str, ...]:
+def _rank_command(config: LaunchConfig, launcher: MPIExec, placement_args: Sequence[str],
+                  np: int, output_dir: Optional[str]) -> tuple[str, ...]:
     wrapper = [sys.executable, str(RANK_EXEC)]
     if launcher.family is MPIFamily.HYDRA:
         # Hydra's proxy starts ranks from its one thread and does not always clean up after a
         # rank that never called MPI_Init, so the wrapper ends with it.
         wrapper.append("--exit-with-parent")
+    if config.prefix_output_with_timestamp:
+        wrapper.append("--timestamp-output")
+    if output_dir is not None:
+        wrapper += ["--output-dir", output_dir, "--world-size", str(np)]
     return tuple(wrapper) + tuple(placement_args) + ("--",) + config.command
+
+
+def _output_dir(config: LaunchConfig) -> Optional[str]:
+    """--output-filename as an absolute path (ranks may start elsewhere), created here so that
+    a directory that cannot be made is reported before anything starts."""
+    if config.output_filename is None:
+        return None
+    directory = os.path.abspath(os.path.expanduser(config.output_filename))
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--output-filename {config.output_filename}: cannot create "
+                         f"{directory}: {exc.strerror or exc}") from None
+    return directory
+
+
+def _identity_file(config: LaunchConfig) -> Optional[str]:
+    """--ssh-identity-file as an absolute path, checked: ssh itself only warns about a key it
+    cannot read, and then fails to log in for what looks like another reason."""
+    if config.ssh_identity_file is None:
+        return None
+    path = os.path.abspath(os.path.expanduser(config.ssh_identity_file))
+    if not os.path.isfile(path) or not os.access(path, os.R_OK):
+        raise UsageError(f"--ssh-identity-file {config.ssh_identity_file}: no readable file "
+                         f"at {path}")
+    return path
+
+
+def _version() -> str:
+    # From the installed distribution's metadata: importing scaleout would load the core.
+    try:
+        return importlib.metadata.version("scaleout")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (scaleout is not installed as a distribution)"
 
 
 def launch(config: LaunchConfig) -> int:
@@ -58,20 +98,25 @@ def launch(config: LaunchConfig) -> int:
         sys.stdout.write(format_placement(placements, topology, placement))
         return 0
 
+    identity_file = _identity_file(config)
+    output_dir = _output_dir(config)
     launcher = probe_family(find_mpiexec(config.mpiexec, sys.executable, environ))
     added = {**plan.environment,
              **yield_environment(launcher.family, config.mpi_yield, plan.oversubscribed, environ),
-             **interface_environment(config.network_interface, environ)}
+             **interface_environment(config.network_interfaces, environ)}
     env = {**environ, **added}
     hydra = launcher.family is MPIFamily.HYDRA
     request = LaunchRequest(
-        np=plan.np, rank_command=_rank_command(config, launcher, placement.to_args()),
+        np=plan.np,
+        rank_command=_rank_command(config, launcher, placement.to_args(), plan.np, output_dir),
         hosts=plan.hosts, oversubscribed=plan.oversubscribed,
         exported=() if hydra else exported_names(env),
         running_as_root=os.geteuid() == 0, ssh_port=config.ssh_port,
-        network_interface=config.network_interface,
+        ssh_identity_file=identity_file,
+        network_interfaces=config.network_interfaces,
         remote_launch=plan.remote_launch or "ssh",
-        environment=tuple(sorted(added.items())) if hydra else ())
+        environment=tuple(sorted(added.items())) if hydra else (),
+        extra_args=config.mpi_args)
     command = build_command(launcher, request)
     launcher_env = launcher_variables(launcher, request, environ)
     env.update(launcher_env)
@@ -92,7 +137,7 @@ def launch(config: LaunchConfig) -> int:
         # Hydra and mpirun start a host that is this machine without ssh.
         def probe(hosts):
             return probe_hosts([host for host in hosts if not is_local_host(host)],
-                               config.ssh_port)
+                               config.ssh_port, identity_file)
     outcome = run_job(command, env, rank_hosts, start_timeout, probe=probe)
     if outcome.message:
         print(outcome.message, file=sys.stderr, flush=True)
@@ -114,6 +159,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _error(f"{exc}\nusage: scaleoutrun [options] [--] command [args...]  "
                "(scaleoutrun --help lists the options)")
         return 2
+    if config.version:
+        print(_version())
+        return 0
     if config.check_build:
         return check_build(launcher=_launcher_description(config))
     try:

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 from .hosts import HostSlots, format_host_list
 
@@ -102,12 +102,25 @@ class LaunchRequest:
     exported: tuple[str, ...] = ()                  # variables Open MPI must be told to pass
     running_as_root: bool = False
     ssh_port: Optional[int] = None                  # for remote hosts
-    network_interface: Optional[str] = None         # the launcher's and MPI's TCP traffic
+    ssh_identity_file: Optional[str] = None         # for remote hosts: ssh's -i
+    network_interfaces: tuple[str, ...] = ()        # the launcher's and MPI's TCP traffic
     remote_launch: str = "ssh"                      # how hosts are reached: ssh or slurm
     # Variables scaleoutrun sets for every rank, named on Hydra's command line (-genv) so that
     # they reach remote ranks whatever a site's Hydra configuration says about the environment.
     environment: tuple[tuple[str, str], ...] = ()
-    extra_args: tuple[str, ...] = field(default=())
+    extra_args: tuple[str, ...] = field(default=())   # --mpi-args, before the rank command
+
+    def ssh_args(self) -> Optional[str]:
+        """ssh's own arguments for reaching the hosts, as one string (both launchers split
+        theirs on spaces); None when there are none or ssh is not how hosts are reached."""
+        if self.remote_launch != "ssh":
+            return None
+        args = []
+        if self.ssh_port is not None:
+            args.append(f"-p {self.ssh_port}")
+        if self.ssh_identity_file is not None:
+            args.append(f"-i {self.ssh_identity_file}")
+        return " ".join(args) or None
 
 
 def build_command(launcher: MPIExec, request: LaunchRequest) -> list[str]:
@@ -121,8 +134,9 @@ def build_command(launcher: MPIExec, request: LaunchRequest) -> list[str]:
         args = [launcher.path, "-n", str(request.np)]
         if request.hosts:
             args += ["-launcher", request.remote_launch, "-hosts", format_host_list(request.hosts)]
-        if request.network_interface:
-            args += ["-iface", request.network_interface]
+        if request.network_interfaces:
+            # Hydra's -iface takes a single interface.
+            args += ["-iface", request.network_interfaces[0]]
         # -genvall is Hydra's default, said explicitly for the same reason as -genv.
         args.append("-genvall")
         for name, value in request.environment:
@@ -138,11 +152,13 @@ def build_command(launcher: MPIExec, request: LaunchRequest) -> list[str]:
         # wrapper's own binding; and it refuses more ranks than cores unless told.
         args += ["--bind-to", "none",
                  "--map-by", "slot:OVERSUBSCRIBE" if request.oversubscribed else "slot"]
-        if request.ssh_port is not None and request.remote_launch == "ssh":
-            args += ["--mca", "plm_rsh_args", f"-p {request.ssh_port}"]
-        if request.network_interface:
-            args += ["--mca", "btl_tcp_if_include", request.network_interface,
-                     "--mca", "oob_tcp_if_include", request.network_interface]
+        ssh_args = request.ssh_args()
+        if ssh_args is not None:
+            args += ["--mca", "plm_rsh_args", ssh_args]
+        if request.network_interfaces:
+            interfaces = ",".join(request.network_interfaces)
+            args += ["--mca", "btl_tcp_if_include", interfaces,
+                     "--mca", "oob_tcp_if_include", interfaces]
         # Open MPI passes only the variables it is told to (Hydra passes them all).
         for name in request.exported:
             args += ["-x", name]
@@ -159,22 +175,22 @@ def launcher_variables(launcher: MPIExec, request: LaunchRequest,
                        environ: Mapping[str, str]) -> dict[str, str]:
     """Settings the launcher takes from its environment rather than its command line. ssh
     arguments the user already gives Hydra this way are kept, ours added after them."""
-    if launcher.family is not MPIFamily.HYDRA or request.ssh_port is None \
-            or request.remote_launch != "ssh":
+    ours = request.ssh_args()
+    if launcher.family is not MPIFamily.HYDRA or ours is None:
         return {}
-    ours = f"-p {request.ssh_port}"
     return {name: f"{environ[name]} {ours}" if environ.get(name, "").strip() else ours
             for name in _HYDRA_SSH_ARGS}
 
 
-def interface_environment(interface: Optional[str],
+def interface_environment(interfaces: Sequence[str],
                           environ: Mapping[str, str]) -> dict[str, str]:
-    """Variables that keep the MPI's own traffic on the chosen interface, which -iface and
+    """Variables that keep the MPI's own traffic on the chosen interfaces, which -iface and
     tcp_if_include do not reach when the MPI runs over UCX (MPICH's ch4:ucx, as in the mpich
-    wheel) or libfabric's tcp provider. A value the user set is left alone."""
-    if not interface:
+    wheel) or libfabric's tcp provider. UCX takes a list; libfabric's tcp provider one
+    interface, the first. A value the user set is left alone."""
+    if not interfaces:
         return {}
-    wanted = {"UCX_NET_DEVICES": interface, "FI_TCP_IFACE": interface}
+    wanted = {"UCX_NET_DEVICES": ",".join(interfaces), "FI_TCP_IFACE": interfaces[0]}
     return {name: value for name, value in wanted.items() if name not in environ}
 
 

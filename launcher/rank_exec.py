@@ -5,7 +5,9 @@
 It runs the user's command as its child, and
 - applies the rank's CPU binding and thread counts before the command starts (so every thread
   the program creates inherits them), whichever MPI launcher or remote shell started the rank;
-- prefixes each line of the child's stdout and stderr with "[rank] ";
+- prefixes each line of the child's stdout and stderr with "[rank] " (after the local time,
+  with --timestamp-output), and with --output-dir also writes those lines to the rank's files
+  (DIR/1/rank.N/stdout and stderr, see output.rank_output_dir);
 - forwards signals to the child, and gives the child PR_SET_PDEATHSIG so it cannot outlive the
   wrapper when the launcher kills the wrapper with SIGKILL;
 - reports a bad end on stderr as "scaleoutrun: rank R exited with code C" (or "was killed by
@@ -42,7 +44,8 @@ import time  # noqa: E402
 from typing import Mapping, Optional, Sequence  # noqa: E402
 
 from .exit_report import RankExit, started_line  # noqa: E402
-from .output import LinePrefixer, write_all  # noqa: E402
+from .output import (LinePrefixer, horovod_timestamp, rank_output_dir,  # noqa: E402
+                     write_all)
 from .placement import (PlacementError, PlacementRequest, parse_ep_affinity,  # noqa: E402
                         plan_node, rank_environment)
 from .rank_env import local_rank_and_size, rank_from_environment  # noqa: E402
@@ -69,12 +72,15 @@ class RankRunner:
     """Runs one rank's command and relays its output, signals and end."""
 
     def __init__(self, rank: str, command: Sequence[str], env: Mapping[str, str],
-                 cpus: Optional[set[int]] = None, kill_grace: float = DEFAULT_KILL_GRACE):
+                 cpus: Optional[set[int]] = None, kill_grace: float = DEFAULT_KILL_GRACE,
+                 timestamps: bool = False, copies: Optional[tuple[int, int]] = None):
         self.rank = rank
         self.command = list(command)
         self.env = dict(env)
         self.cpus = cpus
         self.kill_grace = kill_grace
+        self.timestamps = timestamps
+        self.copies = copies   # open files that also get the stdout and the stderr lines
         self.child: Optional[subprocess.Popen] = None
         self.stopping: Optional[int] = None      # the terminating signal we forwarded
         self.kill_at: Optional[float] = None
@@ -130,8 +136,10 @@ class RankRunner:
         child = self.child
         assert child is not None and child.stdout is not None and child.stderr is not None
         prefix = f"[{self.rank}] ".encode()
-        streams = {child.stdout.fileno(): (1, LinePrefixer(prefix)),
-                   child.stderr.fileno(): (2, LinePrefixer(prefix))}
+        clock = horovod_timestamp if self.timestamps else None
+        copies = self.copies or (None, None)
+        streams = {child.stdout.fileno(): (1, copies[0], LinePrefixer(prefix, clock=clock)),
+                   child.stderr.fileno(): (2, copies[1], LinePrefixer(prefix, clock=clock))}
         selector = selectors.DefaultSelector()
         for fd in streams:
             selector.register(fd, selectors.EVENT_READ)
@@ -162,19 +170,34 @@ class RankRunner:
                     if key.fd == exit_fd:
                         selector.unregister(exit_fd)
                         continue
-                    out_fd, prefixer = streams[key.fd]
+                    out_fd, copy_fd, prefixer = streams[key.fd]
                     data = os.read(key.fd, 1 << 16)
                     if data:
-                        write_all(out_fd, prefixer.feed(data))
+                        _write(out_fd, copy_fd, prefixer.feed(data))
                     else:
                         selector.unregister(key.fd)
                         open_streams.discard(key.fd)
         finally:
-            for out_fd, prefixer in streams.values():
-                write_all(out_fd, prefixer.finish())
+            for out_fd, copy_fd, prefixer in streams.values():
+                _write(out_fd, copy_fd, prefixer.finish())
             selector.close()
             if exit_fd is not None:
                 os.close(exit_fd)
+
+
+def _write(out_fd: int, copy_fd: Optional[int], data: bytes) -> None:
+    write_all(out_fd, data)
+    if copy_fd is not None and data:
+        write_all(copy_fd, data)
+
+
+def _open_copies(directory: str, rank: str, size: int) -> tuple[int, int]:
+    """The rank's --output-filename files, created (or emptied) now."""
+    where = rank_output_dir(directory, int(rank), size)
+    os.makedirs(where, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+    return (os.open(os.path.join(where, "stdout"), flags, 0o644),
+            os.open(os.path.join(where, "stderr"), flags, 0o644))
 
 
 def _pidfd(pid: int) -> Optional[int]:
@@ -196,6 +219,12 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--exit-with-parent", action="store_true",
                         help="end (SIGTERM) when the process that started the wrapper dies")
     parser.add_argument("--kill-grace", type=float, default=DEFAULT_KILL_GRACE)
+    parser.add_argument("--timestamp-output", action="store_true",
+                        help="start each line with the local time, as horovodrun does")
+    parser.add_argument("--output-dir", default=None,
+                        help="also write the lines to DIR/1/rank.N/{stdout,stderr}")
+    parser.add_argument("--world-size", type=int, default=1,
+                        help="the number of ranks (pads N in --output-dir's names)")
     # The placement request, as PlacementRequest.to_args writes it.
     parser.add_argument("--bind-to", default=None)
     parser.add_argument("--map-by", default="socket")
@@ -249,7 +278,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             write_all(2, RankExit(rank, code=2).report_line().encode())
             return 2
         env.update(placement_env)
-    return RankRunner(rank, args.command, env, cpus, args.kill_grace).run()
+    copies = None
+    if args.output_dir is not None:
+        if not rank.isdigit():
+            write_all(2, f"scaleoutrun: rank {rank}: the MPI launcher did not say which rank "
+                         "this is; its output goes to the terminal only\n".encode())
+        else:
+            try:
+                copies = _open_copies(args.output_dir, rank, args.world_size)
+            except OSError as exc:
+                write_all(2, f"scaleoutrun: rank {rank} cannot write its output files under "
+                             f"{args.output_dir} on {socket.gethostname()}: "
+                             f"{exc.strerror or exc}\n".encode())
+                write_all(2, RankExit(rank, code=1).report_line().encode())
+                return 1
+    return RankRunner(rank, args.command, env, cpus, args.kill_grace,
+                      timestamps=args.timestamp_output, copies=copies).run()
 
 
 if __name__ == "__main__":

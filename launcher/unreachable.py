@@ -55,21 +55,26 @@ def planned_host(printed: str, hosts: Sequence[str]) -> str:
     return printed
 
 
-def _ssh_command(host: str, port: Optional[int], timeout: float) -> list[str]:
+def _ssh_command(host: str, port: Optional[int], identity_file: Optional[str],
+                 timeout: float) -> list[str]:
     command = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(timeout))}"]
     if port is not None:
         command += ["-p", str(port)]
+    if identity_file is not None:
+        command += ["-i", identity_file]
     return command + [host, "true"]
 
 
-def probe_hosts(hosts: Sequence[str], port: Optional[int],
+def probe_hosts(hosts: Sequence[str], port: Optional[int], identity_file: Optional[str] = None,
                 timeout: float = 5.0) -> list[Unreachable]:
-    """The hosts among `hosts` that ssh cannot log in to (non-interactively, on `port`), each
-    with ssh's own message. All are tried at once; none takes longer than about `timeout`."""
+    """The hosts among `hosts` that ssh cannot log in to (non-interactively, on `port`, with
+    the key `identity_file`), each with ssh's own message. All are tried at once; none takes
+    longer than about `timeout`."""
     running = []
     for host in hosts:
         try:
-            proc = subprocess.Popen(_ssh_command(host, port, timeout), stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(_ssh_command(host, port, identity_file, timeout),
+                                    stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                     text=True, errors="replace")
         except OSError as exc:   # no ssh at all: the launcher could not have used it either

@@ -210,7 +210,7 @@ def test_open_mpi_command_lines():
 
 def test_ssh_port_and_network_interface():
     request = LaunchRequest(np=2, rank_command=RANK, hosts=(HostSlots("h1", 1), HostSlots("h2", 1)),
-                            ssh_port=2222, network_interface="eth1")
+                            ssh_port=2222, network_interfaces=("eth1",))
     hydra = build_command(HYDRA, request)
     assert hydra[hydra.index("-iface") + 1] == "eth1"
     assert launcher_variables(HYDRA, request, {})["HYDRA_LAUNCHER_EXTRA_ARGS"] == "-p 2222"
@@ -219,7 +219,7 @@ def test_ssh_port_and_network_interface():
     assert "--mca btl_tcp_if_include eth1 --mca oob_tcp_if_include eth1" in ompi
     assert launcher_variables(OPEN_MPI, request, {}) == {}
     config = parse("--ssh-port", "2222", "python", SCALEOUTRUN_NETWORK_INTERFACE="ib0")
-    assert (config.ssh_port, config.network_interface) == (2222, "ib0")
+    assert (config.ssh_port, config.network_interfaces) == (2222, ("ib0",))
 
 
 def test_exported_names_leave_out_the_launchers_own():

@@ -140,7 +140,7 @@ def test_hostfile_source_is_named_in_errors(tmp_path):
 
 def test_hydra_over_ssh():
     request = LaunchRequest(np=4, rank_command=RANK, hosts=TWO_HOSTS, ssh_port=2222,
-                            network_interface="eth1",
+                            network_interfaces=("eth1",),
                             environment=(("SCALEOUT_CYCLE_TIME", "2"), ("UCX_NET_DEVICES", "eth1")))
     assert build_command(HYDRA, request) == [
         "/venv/bin/mpiexec", "-n", "4", "-launcher", "ssh", "-hosts", "h1:2,h2:2",
@@ -178,10 +178,14 @@ def test_open_mpi_over_ssh_and_through_slurm():
 
 
 def test_network_interface_reaches_the_mpis_own_transport():
-    assert interface_environment("eth1", {}) == {"UCX_NET_DEVICES": "eth1", "FI_TCP_IFACE": "eth1"}
-    assert interface_environment("eth1", {"UCX_NET_DEVICES": "mlx5_0:1"}) == \
+    assert interface_environment(("eth1",), {}) == \
+        {"UCX_NET_DEVICES": "eth1", "FI_TCP_IFACE": "eth1"}
+    assert interface_environment(("eth1",), {"UCX_NET_DEVICES": "mlx5_0:1"}) == \
         {"FI_TCP_IFACE": "eth1"}
-    assert interface_environment(None, {}) == {}
+    assert interface_environment((), {}) == {}
+    # UCX takes a list; libfabric's tcp provider one interface, the first.
+    assert interface_environment(("eth1", "eth2"), {}) == \
+        {"UCX_NET_DEVICES": "eth1,eth2", "FI_TCP_IFACE": "eth1"}
 
 
 # --- a host that cannot be reached --------------------------------------------------------
@@ -272,10 +276,10 @@ def test_a_host_the_launcher_fails_on_silently_is_probed_and_named(tmp_path):
 def test_slurm_allocation_reaches_the_launcher_command_line(tmp_path):
     fake = _fake_mpiexec(tmp_path, "exit 0\n")
     env = {**SLURM, "SLURM_JOB_NODELIST": "localhost,far[1-3]"}
-    result = _scaleoutrun("-v", "--mpiexec", fake, "python", "-c", "pass", env=env)
+    result = _scaleoutrun("--verbose", "--mpiexec", fake, "python", "-c", "pass", env=env)
     assert result.returncode == 0, result.stderr
     assert f"{fake} -n 7 -launcher slurm -hosts localhost:2,far1:2,far2:2,far3:1 -genvall" \
         in result.stderr
-    off = _scaleoutrun("-v", "-np", "2", "--slurm", "off", "--mpiexec", fake, "python", "-c",
+    off = _scaleoutrun("--verbose", "-np", "2", "--slurm", "off", "--mpiexec", fake, "python", "-c",
                        "pass", env=env)
     assert off.returncode == 0 and "-launcher" not in off.stderr
