@@ -1,6 +1,8 @@
 """Note [Liveness]: a rank that dies under a launcher that does not stop the others (mpiexec
 -disable-auto-cleanup) ends every survivor's collectives with an error naming it, instead of a
-hang. The subprocess timeout is the hang guard."""
+hang, whether the survivors wait in negotiation or inside a collective's data plane; and the
+survivors then leave without hanging in MPI_Finalize. The subprocess timeout is the hang guard.
+Across machines: tests/test_multihost.py."""
 import os
 import signal
 import subprocess
@@ -10,19 +12,34 @@ import pytest
 
 from conftest import MP, mpiexec
 
+LEFT = "scaleout: a peer rank died, so MPI cannot be finalized"
 
-@pytest.mark.parametrize("victim", ["last", "zero"])
-@pytest.mark.parametrize("nranks", [2, 3], ids=["np2", "np3"])
-def test_survivors_name_the_dead_rank(nranks, victim):
+
+def run_with_a_death(nranks: int, *args: str, env: dict = None) -> tuple[str, str]:
     cmd = [mpiexec(), "-disable-auto-cleanup", "-n", str(nranks), sys.executable,
-           str(MP / "peer_death.py"), victim]
-    env = dict(os.environ, SCALEOUT_STALL_CHECK_TIME_SECONDS="30")
+           str(MP / "peer_death.py"), *args]
+    env = dict(os.environ, SCALEOUT_STALL_CHECK_TIME_SECONDS="30", **(env or {}))
     child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=env, start_new_session=True)
     try:
-        out, err = child.communicate(timeout=60)
+        return child.communicate(timeout=90)
     except subprocess.TimeoutExpired:
         os.killpg(child.pid, signal.SIGKILL)
         out, err = child.communicate()
         pytest.fail(f"survivors hung after a rank died\n{out}\n{err}")
+
+
+@pytest.mark.parametrize("victim", ["last", "zero"])
+@pytest.mark.parametrize("nranks", [2, 3], ids=["np2", "np3"])
+def test_survivors_name_the_dead_rank(nranks, victim):
+    out, err = run_with_a_death(nranks, victim, "idle")
+    assert out.count("all checks passed") == nranks - 1, out + err
+    # Each survivor left on its own, without MPI_Finalize.
+    assert err.count(LEFT) == nranks - 1, out + err
+
+
+@pytest.mark.parametrize("shm", ["1", "0"], ids=["shm", "mpi"])
+@pytest.mark.parametrize("nranks", [2, 3], ids=["np2", "np3"])
+def test_a_death_inside_a_collective_ends_it(nranks, shm):
+    out, err = run_with_a_death(nranks, "last", "busy", env={"SCALEOUT_SHM": shm})
     assert out.count("all checks passed") == nranks - 1, out + err

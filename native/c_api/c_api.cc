@@ -160,6 +160,8 @@ SO_EXPORT int so_stats(int64_t* out) {
   });
 }
 
+SO_EXPORT int so_peer_died(void) { return scaleout::PeerLiveness::LostAPeer() ? 1 : 0; }
+
 SO_EXPORT int so_timeline(const char* path, int mark_cycles) {
   return WithRuntime([&](Runtime& rt) -> int {
     Status s = rt.SetTimeline(path == nullptr ? std::string() : std::string(path), mark_cycles != 0);

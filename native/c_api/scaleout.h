@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define SCALEOUT_ABI_VERSION 4
+#define SCALEOUT_ABI_VERSION 5
 
 /*
  * The tables: every code the ABI uses, with its name, written once here. The core takes its names
@@ -102,6 +102,9 @@ const char* so_config_string(void);
 int so_timeline(const char* path, int mark_cycles);
 /* out[2] = handles registered (issued, not yet released), names in flight: for leak checks. */
 int so_stats(int64_t* out);
+/* 1 once this process has seen a peer rank die (Note [Liveness]), under any runtime, else 0: MPI
+ * cannot be finalized then (MPI_Finalize waits for the dead peer forever). */
+int so_peer_died(void);
 
 /* ---- collectives ---- */
 /*

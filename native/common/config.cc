@@ -239,6 +239,7 @@ Status Config::Parse(const std::function<const char*(const char*)>& getenv,
                    read.Flag("STALL_CHECK_DISABLE", &c.stall_check_disable),
                    read.Number("STALL_SHUTDOWN_TIME_SECONDS", 0, &c.stall_shutdown_seconds),
                    read.Number("DEADLOCK_CHECK_SECONDS", 0, &c.deadlock_check_seconds),
+                   read.Number("HEARTBEAT_TIMEOUT_SECONDS", 0, &c.heartbeat_timeout_seconds),
                    read.LogLevel(&c.log_level),
                    read.Flag("TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles),
                    read.Flag("SHM", &c.shm),
@@ -249,6 +250,11 @@ Status Config::Parse(const std::function<const char*(const char*)>& getenv,
     if (!s.ok()) return s;
   }
   c.timeline_path = read.Text("TIMELINE", "");
+  c.network_interface = read.Text("NETWORK_INTERFACE", "");
+  for (const char* mpi_variable : {"MPIR_CVAR_ENABLE_HEAVY_YIELD", "OMPI_MCA_mpi_yield_when_idle"}) {
+    const char* v = getenv(mpi_variable);
+    if (v != nullptr && std::strcmp(v, "1") == 0) c.mpi_wait_sleeps = true;
+  }
   c.fusion_threshold_bytes = static_cast<size_t>(fusion);
   c.cache_capacity = static_cast<int>(cache);
   if (area > static_cast<double>(size_t(1) << 40)) {
@@ -318,6 +324,8 @@ std::string Config::ToString() const {
   line("SCALEOUT_STALL_CHECK_DISABLE", stall_check_disable ? 1 : 0);
   line("SCALEOUT_STALL_SHUTDOWN_TIME_SECONDS", stall_shutdown_seconds);
   line("SCALEOUT_DEADLOCK_CHECK_SECONDS", deadlock_check_seconds);
+  line("SCALEOUT_HEARTBEAT_TIMEOUT_SECONDS", heartbeat_timeout_seconds);
+  line("SCALEOUT_NETWORK_INTERFACE", network_interface);
   line("SCALEOUT_LOG_LEVEL", log_level);
   line("SCALEOUT_TIMELINE", timeline_path);
   line("SCALEOUT_TIMELINE_MARK_CYCLES", timeline_mark_cycles ? 1 : 0);

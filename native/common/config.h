@@ -39,6 +39,15 @@ struct Config {
   // SCALEOUT_DEADLOCK_CHECK_SECONDS: how long every rank must have been blocked on collectives
   // that cannot complete before they fail with a deadlock error (Note [Deadlock]); 0 disables.
   double deadlock_check_seconds = 1.0;
+  // SCALEOUT_HEARTBEAT_TIMEOUT_SECONDS: a peer not heard from for this long counts as dead
+  // (Note [Liveness]); 0: only deaths the operating system reports (a process that ended).
+  double heartbeat_timeout_seconds = 30.0;
+  // SCALEOUT_NETWORK_INTERFACE: the interface rank 0 listens on for the other ranks' liveness
+  // connections (scaleoutrun's --network-interface sets it); empty: every interface.
+  std::string network_interface;
+  // Whether waits in MPI sleep between polls, as the MPI was told to do (scaleoutrun's
+  // --mpi-yield sets MPIR_CVAR_ENABLE_HEAVY_YIELD or OMPI_MCA_mpi_yield_when_idle to 1).
+  bool mpi_wait_sleeps = false;
   // SCALEOUT_LOG_LEVEL: 0 errors only, 1 warnings (default), 2 info, 3 debug; or Horovod's names
   // trace, debug, info, warning, error, fatal.
   int log_level = 1;

@@ -96,7 +96,11 @@ void Controller::PeerDied(int rank, const std::string& why) {
     negotiator_->RankGone(rank, why);
     return;
   }
-  if (rank != 0 || coordinator_gone_) return;
+  if (rank == 0) Halt(why);
+}
+
+void Controller::Halt(const std::string& why) {
+  if (coordinator_gone_) return;
   coordinator_gone_ = true;
   halt_status_ = Status::ShutDown(why + "; collectives can no longer complete");
   state_ = State::kDone;

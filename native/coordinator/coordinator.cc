@@ -28,8 +28,6 @@ double CpuSeconds(clockid_t clock) {
 constexpr double kBlockedAfterSeconds = 0.3;
 constexpr double kSampleSeconds = 0.1;
 constexpr double kIdleCpuShare = 0.05;
-// Note [Liveness]
-constexpr double kLivenessCheckSeconds = 0.5;
 
 // Note [Waiting]
 // While this rank waits for other ranks, the thread polls the control channel: spinning first
@@ -47,7 +45,7 @@ constexpr double kIdleWakeSeconds = 5e-3;
 Coordinator::Coordinator(const Config& config, ControlChannel* channel,
                          const std::vector<DataTransport*>& transports, PeerMemory* peers,
                          HandleTable* handles, RequestQueue* queue,
-                         const PeerLiveness& liveness)
+                         PeerLiveness* liveness)
     : config_(config),
       controller_(channel, config),
       endpoints_(static_cast<int>(transports.size()), config.ep_cores),
@@ -55,7 +53,7 @@ Coordinator::Coordinator(const Config& config, ControlChannel* channel,
       handles_(handles),
       queue_(queue),
       liveness_(liveness),
-      known_dead_(liveness.size(), false) {}
+      known_dead_(liveness->size(), false) {}
 
 Coordinator::~Coordinator() { Stop(); }
 
@@ -202,23 +200,28 @@ Status Coordinator::Step(double now, bool* made_progress) {
     // Note [Stall shutdown]
     if (config_.stall_shutdown_active()) controller_.StallShutdown(now, config_.stall_shutdown_seconds);
   }
-  CheckPeersAlive(now);
+  CheckPeersAlive();
   if (controller_.halted()) FailPending(controller_.halt_status());
   return Status::OK();
 }
 
-void Coordinator::CheckPeersAlive(double now) {
-  if (now - last_liveness_check_ < kLivenessCheckSeconds) return;
-  last_liveness_check_ = now;
+void Coordinator::CheckPeersAlive() {
+  if (!liveness_->AnyDead()) return;
   const int self = controller_.rank();
-  for (int r = 0; r < liveness_.size(); ++r) {
-    // Rank 0 watches every peer it can; a worker watches rank 0 (rank 0 watches the others).
-    if (known_dead_[r] || (self != 0 && r != 0) || !liveness_.Dead(r)) continue;
+  for (int r = 0; r < liveness_->size(); ++r) {
+    if (known_dead_[r]) continue;
+    const std::string why = liveness_->DeathOf(r);
+    if (why.empty()) continue;
     known_dead_[r] = true;
-    const std::string why = liveness_.Describe(r) + " died: its process exited without shutting "
-                            "scaleout down";
     SO_LOG(kError, why);
-    controller_.PeerDied(r, why);
+    if (liveness_->networked()) {
+      // Every rank learns of this death now: all stop at once, without another message (a
+      // message to the dead rank could crash MPI; its collectives can never complete).
+      controller_.Halt(why);
+    } else if (self == 0 || r == 0) {
+      // Rank 0 fails what needs the dead rank; the others hear of it from rank 0.
+      controller_.PeerDied(r, why);
+    }
   }
 }
 

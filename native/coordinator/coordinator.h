@@ -35,7 +35,7 @@ class Coordinator {
   // null, the memory of ranks that share this machine (Note [Staged allreduce]).
   Coordinator(const Config& config, ControlChannel* channel,
               const std::vector<DataTransport*>& transports, PeerMemory* peers,
-              HandleTable* handles, RequestQueue* queue, const PeerLiveness& liveness);
+              HandleTable* handles, RequestQueue* queue, PeerLiveness* liveness);
   ~Coordinator();
 
   // Opens the timeline (if configured) and starts the thread, pinned to CPU `core` if >= 0
@@ -58,7 +58,7 @@ class Coordinator {
   void Backoff(bool waiting_remote);
   void ApplyTimelineRequest(double now);
   void SampleBlocked(double now);
-  void CheckPeersAlive(double now);
+  void CheckPeersAlive();
 
   Config config_;
   Controller controller_;
@@ -84,10 +84,9 @@ class Coordinator {
   double candidate_since_ = -1;
   bool reported_blocked_ = false;
 
-  // Note [Liveness]
-  PeerLiveness liveness_;
+  // Note [Liveness]: owned by the runtime, outlives this object.
+  PeerLiveness* liveness_;
   std::vector<bool> known_dead_;
-  double last_liveness_check_ = 0;
 
   // A start/stop of the timeline asked by a user thread, done by the coordinator thread.
   struct TimelineRequest {

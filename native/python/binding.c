@@ -22,8 +22,10 @@
 #include <Python.h>
 #include <dlfcn.h>
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 #include <structmember.h>
+#include <unistd.h>
 
 #include "c_api/scaleout.h"
 
@@ -33,7 +35,7 @@
   X(so_abi_version) X(so_version) X(so_build_info) X(so_last_error) X(so_init) X(so_shutdown)   \
   X(so_is_initialized) X(so_topology) X(so_config_string) X(so_enqueue) X(so_poll) X(so_wait)   \
   X(so_result_shape) X(so_result_copy) X(so_result_splits) X(so_result_join_rank) X(so_release)  \
-  X(so_timeline) X(so_stats)
+  X(so_timeline) X(so_stats) X(so_peer_died)
 
 #define SO_POINTER_(fn) __typeof__(&fn) fn;
 static struct { SO_FUNCTIONS(SO_POINTER_) } api;
@@ -139,8 +141,22 @@ static PyObject* register_errors(PyObject* self, PyObject* args) {
 
 /* ---- lifecycle and introspection ---- */
 
+/* Note [Liveness]: after a peer rank died, MPI_Finalize (mpi4py's, at exit) would wait for it
+ * forever. Registered after mpi4py's own exit function, so it runs first, after the interpreter
+ * has finished (exit handlers run, shutdown() done, output flushed): the process leaves with
+ * status 1 without finalizing MPI. */
+static void leave_without_finalize(void) {
+  if (!api_loaded || !api.so_peer_died()) return;
+  fputs("scaleout: a peer rank died, so MPI cannot be finalized (MPI_Finalize would wait for "
+        "it forever): leaving without it, exit status 1\n", stderr);
+  fflush(NULL);
+  _exit(1);
+}
+
 static PyObject* init(PyObject* self, PyObject* arg) {
+  static int exit_hook = 0;
   if (!require_loaded()) return NULL;
+  if (!exit_hook && Py_AtExit(leave_without_finalize) == 0) exit_hook = 1;
   int has_comm = arg != Py_None;
   long long comm = has_comm ? PyLong_AsLongLong(arg) : 0;
   if (comm == -1 && PyErr_Occurred()) return NULL;
@@ -186,6 +202,10 @@ static PyObject* stats(PyObject* self, PyObject* unused) {
   int rc = api.so_stats(out);
   if (rc != 0) return raise_status(rc);
   return Py_BuildValue("(LL)", (long long)out[0], (long long)out[1]);
+}
+
+static PyObject* peer_died(PyObject* self, PyObject* unused) {
+  return PyBool_FromLong(api_loaded && api.so_peer_died());
 }
 
 /* timeline(path or None, mark_cycles): starts or stops the timeline; blocks until done. */
@@ -895,6 +915,7 @@ static PyMethodDef methods[] = {
     {"topology", topology, METH_NOARGS,
      "topology() -> (rank, size, local_rank, local_size, cross_rank, cross_size)"},
     {"stats", stats, METH_NOARGS, "stats() -> (handles registered, names in flight)"},
+    {"peer_died", peer_died, METH_NOARGS, "whether this process has seen a peer rank die"},
     {"timeline", timeline, METH_VARARGS, "timeline(path or None, mark_cycles): start or stop it"},
     {"config_string", config_string, METH_NOARGS, "the core's configuration, KEY=VALUE lines"},
     {"version", version, METH_NOARGS, "the core's version"},

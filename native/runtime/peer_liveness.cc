@@ -1,32 +1,297 @@
 #include "runtime/peer_liveness.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <sstream>
+
+#include "common/logging.h"
 #include "common/process.h"
 #include "transport/mpi/mpi_context.h"
 
 namespace scaleout {
+namespace {
 
-Status PeerLiveness::Create(MPI_Comm comm, MPI_Comm local, PeerLiveness* out) {
+// Every message is one Frame; a connecting rank's first adds the job's secret.
+constexpr uint32_t kMagic = 0x534f4c56;
+enum Kind : uint32_t { kHello = 1, kWelcome = 2, kBeat = 3, kBye = 4, kGone = 5 };
+struct Frame {
+  uint32_t magic;
+  uint32_t kind;
+  int32_t rank;   // kHello: the sender; kWelcome: the receiver; kGone: the dead rank
+  int32_t cause;  // kGone: PeerLiveness::Cause
+};
+constexpr size_t kSecretBytes = 16;
+constexpr size_t kHelloBytes = sizeof(Frame) + kSecretBytes;
+
+constexpr double kBeatSeconds = 1.0;
+constexpr double kPollSeconds = 0.25;
+constexpr double kProcessCheckSeconds = 0.25;
+constexpr double kConnectSeconds = 2.0;
+constexpr double kHandshakeSeconds = 5.0;
+constexpr int kMaxAddresses = 8;
+constexpr int kHostBytes = 64;
+
+std::atomic<bool> g_lost_a_peer{false};  // PeerLiveness::LostAPeer
+
+double Now() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+std::string SystemError(const std::string& what, int err) {
+  return what + ": " + std::strerror(err);
+}
+
+// What rank 0 sends every rank over MPI: where to connect and the secret that proves a
+// connection comes from this job.
+struct Invitation {
+  int32_t ok;
+  uint16_t port;
+  uint8_t secret[kSecretBytes];
+  char addresses[kMaxAddresses][INET_ADDRSTRLEN];
+  char error[256];
+};
+
+// Rank 0's listening socket: on `interface`'s IPv4 address, or on every address (`addresses`
+// then lists the up interfaces' ones, loopback last).
+Status Listen(const std::string& interface, int* fd_out, uint16_t* port,
+              std::vector<std::string>* addresses) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return Status::Transport(SystemError("getifaddrs", errno));
+  std::vector<std::string> outside, loopback;
+  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET || !(a->ifa_flags & IFF_UP)) continue;
+    if (!interface.empty() && interface != a->ifa_name) continue;
+    char text[INET_ADDRSTRLEN] = {0};
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof(text));
+    ((a->ifa_flags & IFF_LOOPBACK) ? loopback : outside).push_back(text);
+  }
+  ::freeifaddrs(list);
+  if (!interface.empty() && outside.empty() && loopback.empty()) {
+    return Status::InvalidArgument("SCALEOUT_NETWORK_INTERFACE names " + interface +
+                                   ", which is not an up interface with an IPv4 address here");
+  }
+  *addresses = outside;
+  addresses->insert(addresses->end(), loopback.begin(), loopback.end());
+  if (addresses->size() > static_cast<size_t>(kMaxAddresses)) addresses->resize(kMaxAddresses);
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return Status::Transport(SystemError("socket", errno));
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_port = 0;
+  at.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (!interface.empty()) ::inet_pton(AF_INET, (*addresses)[0].c_str(), &at.sin_addr);
+  socklen_t len = sizeof(at);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&at), sizeof(at)) != 0 || ::listen(fd, 4096) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&at), &len) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Status::Transport(SystemError("listening for the other ranks", err));
+  }
+  *fd_out = fd;
+  *port = ntohs(at.sin_port);
+  return Status::OK();
+}
+
+bool WaitFor(int fd, short events, double seconds) {
+  pollfd p{fd, events, 0};
+  int rc;
+  do {
+    rc = ::poll(&p, 1, static_cast<int>(seconds * 1000));
+  } while (rc < 0 && errno == EINTR);
+  return rc > 0 && (p.revents & events);
+}
+
+// Connects to rank 0 at address:port and proves this rank belongs to the job; -1 and *why if not.
+int Join(const std::string& address, uint16_t port, int rank, const uint8_t* secret, std::string* why) {
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_port = htons(port);
+  if (::inet_pton(AF_INET, address.c_str(), &at.sin_addr) != 1) {
+    *why = address + " is not an IPv4 address";
+    return -1;
+  }
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    *why = SystemError("socket", errno);
+    return -1;
+  }
+  auto fail = [&](const std::string& what) {
+    *why = address + ":" + std::to_string(port) + ": " + what;
+    ::close(fd);
+    return -1;
+  };
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&at), sizeof(at)) != 0 && errno != EINPROGRESS) {
+    return fail(std::strerror(errno));
+  }
+  if (!WaitFor(fd, POLLOUT, kConnectSeconds)) return fail("no connection within 2 s");
+  int err = 0;
+  socklen_t len = sizeof(err);
+  ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+  if (err != 0) return fail(std::strerror(err));
+  uint8_t hello[kHelloBytes];
+  const Frame f{kMagic, kHello, rank, 0};
+  std::memcpy(hello, &f, sizeof(f));
+  std::memcpy(hello + sizeof(f), secret, kSecretBytes);
+  if (::send(fd, hello, sizeof(hello), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(hello))) {
+    return fail(std::strerror(errno));
+  }
+  Frame welcome{};
+  size_t got = 0;
+  while (got < sizeof(welcome)) {
+    if (!WaitFor(fd, POLLIN, kHandshakeSeconds)) return fail("no answer within 5 s");
+    ssize_t n = ::recv(fd, reinterpret_cast<uint8_t*>(&welcome) + got, sizeof(welcome) - got, 0);
+    if (n <= 0 && !(n < 0 && (errno == EAGAIN || errno == EINTR))) {
+      return fail("closed by the other side (not this job's rank 0)");
+    }
+    if (n > 0) got += static_cast<size_t>(n);
+  }
+  if (welcome.magic != kMagic || welcome.kind != kWelcome || welcome.rank != rank) {
+    return fail("not this job's rank 0");
+  }
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
+}
+
+void SendFrame(int fd, Kind kind, int32_t rank = 0, int32_t cause = 0) {
+  // 16 bytes into an almost empty socket buffer: all or nothing. A full buffer (a peer that has
+  // stopped reading) drops the frame, as its silence is found anyway.
+  const Frame f{kMagic, kind, rank, cause};
+  (void)::send(fd, &f, sizeof(f), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+}  // namespace
+
+Status PeerLiveness::Create(MPI_Comm comm, MPI_Comm local, const Options& options,
+                            std::unique_ptr<PeerLiveness>* out) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
   int64_t machine = rank;
   int rc = MPI_Allreduce(MPI_IN_PLACE, &machine, 1, MPI_INT64_T, MPI_MIN, local);
   if (rc != MPI_SUCCESS) return MpiError("MPI_Allreduce", rc);
-  const int64_t mine[3] = {static_cast<int64_t>(::getpid()),
-                           static_cast<int64_t>(PidNamespace()), machine};
-  std::vector<int64_t> all(3 * static_cast<size_t>(size));
-  rc = MPI_Allgather(mine, 3, MPI_INT64_T, all.data(), 3, MPI_INT64_T, comm);
+  struct Record {
+    int64_t pid, pid_namespace, machine;
+    char host[kHostBytes];
+  };
+  Record mine{static_cast<int64_t>(::getpid()), static_cast<int64_t>(PidNamespace()), machine, {0}};
+  ::gethostname(mine.host, kHostBytes - 1);
+  std::vector<Record> all(size);
+  rc = MPI_Allgather(&mine, sizeof(Record), MPI_BYTE, all.data(), sizeof(Record), MPI_BYTE, comm);
   if (rc != MPI_SUCCESS) return MpiError("MPI_Allgather", rc);
-  out->self_ = rank;
-  out->peers_.resize(size);
+  std::unique_ptr<PeerLiveness> p(new PeerLiveness());
+  p->self_ = rank;
+  p->options_ = options;
+  p->peers_.resize(size);
   for (int r = 0; r < size; ++r) {
-    out->peers_[r].pid = all[3 * r];
-    out->peers_[r].pid_namespace = static_cast<uint64_t>(all[3 * r + 1]);
-    out->peers_[r].machine = all[3 * r + 2];
+    p->peers_[r] = Peer{all[r].pid, static_cast<uint64_t>(all[r].pid_namespace), all[r].machine,
+                        std::string(all[r].host, strnlen(all[r].host, kHostBytes))};
   }
+  p->deaths_.assign(size, std::string());
+  if (size == 1) {
+    *out = std::move(p);
+    return Status::OK();
+  }
+  if (::pipe2(p->wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
+    return Status::Transport(SystemError("pipe", errno));
+  }
+
+  // The star: rank 0 listens and answers from its thread while the others connect.
+  Invitation invitation{};
+  if (rank == 0) {
+    std::random_device random;
+    for (uint8_t& b : p->secret_) b = static_cast<uint8_t>(random());
+    std::vector<std::string> addresses;
+    Status s = Listen(options.interface, &p->listener_, &invitation.port, &addresses);
+    invitation.ok = s.ok() ? 1 : 0;
+    if (!s.ok()) std::strncpy(invitation.error, s.message().c_str(), sizeof(invitation.error) - 1);
+    std::memcpy(invitation.secret, p->secret_, kSecretBytes);
+    for (size_t i = 0; i < addresses.size(); ++i) {
+      std::strncpy(invitation.addresses[i], addresses[i].c_str(), INET_ADDRSTRLEN - 1);
+    }
+    p->thread_ = std::thread([raw = p.get()] { raw->Run(); });
+  }
+  rc = MPI_Bcast(&invitation, sizeof(invitation), MPI_BYTE, 0, comm);
+  if (rc != MPI_SUCCESS) return MpiError("MPI_Bcast", rc);
+  int32_t ok = invitation.ok;
+  std::string failure;
+  int fd = -1;
+  if (rank != 0 && ok) {
+    std::memcpy(p->secret_, invitation.secret, kSecretBytes);
+    const bool beside_zero = p->peers_[0].machine == p->peers_[rank].machine;
+    std::vector<std::string> tries;
+    for (const auto& a : invitation.addresses) {
+      const std::string address(a, strnlen(a, INET_ADDRSTRLEN));
+      if (address.empty()) continue;
+      const bool loopback = address.rfind("127.", 0) == 0;
+      if (loopback && beside_zero) tries.insert(tries.begin(), address);
+      if (!loopback) tries.push_back(address);
+    }
+    for (const std::string& address : tries) {
+      std::string why;
+      fd = Join(address, invitation.port, rank, p->secret_, &why);
+      if (fd >= 0) break;
+      failure += (failure.empty() ? "" : "; ") + why;
+    }
+    if (fd < 0) {
+      ok = 0;
+      failure = "rank " + std::to_string(rank) + " could not reach rank 0 (on " + p->peers_[0].host + ")" +
+                (failure.empty() ? std::string(": it listens on no address") : ": " + failure);
+    }
+  }
+  std::vector<int32_t> oks(size);
+  rc = MPI_Allgather(&ok, 1, MPI_INT32_T, oks.data(), 1, MPI_INT32_T, comm);
+  if (rc != MPI_SUCCESS) return MpiError("MPI_Allgather", rc);
+  std::string missing;
+  for (int r = 1; r < size; ++r) {
+    if (!oks[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (invitation.ok && missing.empty()) {
+    p->networked_ = true;
+    if (rank != 0) p->links_.push_back(Link{fd, 0, Now(), 0, false, {}});
+  } else {
+    p->keep_links_.store(false);
+    if (fd >= 0) ::close(fd);
+    if (!failure.empty()) SO_LOG(kWarning, failure);
+    if (rank == 0) {
+      SO_LOG(kWarning, "ranks on other machines cannot tell when a peer dies ("
+                           << (invitation.ok ? "ranks " + missing + " could not connect to rank 0"
+                                             : std::string(invitation.error))
+                           << "): a rank that dies ends the job only through the launcher");
+    }
+  }
+  if (rank != 0) p->thread_ = std::thread([raw = p.get()] { raw->Run(); });
+  *out = std::move(p);
   return Status::OK();
+}
+
+PeerLiveness::~PeerLiveness() {
+  Stop();
+  for (int& fd : wake_) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+void PeerLiveness::Stop() {
+  if (!thread_.joinable()) return;
+  stop_.store(true);
+  const char byte = 1;
+  (void)::write(wake_[1], &byte, 1);
+  thread_.join();
 }
 
 bool PeerLiveness::Watched(int rank) const {
@@ -36,14 +301,191 @@ bool PeerLiveness::Watched(int rank) const {
   return p.machine == me.machine && p.pid_namespace != 0 && p.pid_namespace == me.pid_namespace;
 }
 
-bool PeerLiveness::Dead(int rank) const {
-  return Watched(rank) && ProcessGone(static_cast<pid_t>(peers_[rank].pid));
-}
-
 std::string PeerLiveness::Describe(int rank) const {
   std::string s = "rank " + std::to_string(rank);
-  if (rank >= 0 && rank < size()) s += " (pid " + std::to_string(peers_[rank].pid) + ")";
+  if (rank >= 0 && rank < size()) {
+    s += " (pid " + std::to_string(peers_[rank].pid) + " on " + peers_[rank].host + ")";
+  }
   return s;
+}
+
+std::string PeerLiveness::DeathOf(int rank) const {
+  if (!AnyDead() || rank < 0 || rank >= size()) return std::string();
+  std::lock_guard<std::mutex> lock(mu_);
+  return deaths_[rank];
+}
+
+Status PeerLiveness::Interruption() const {
+  if (!AnyDead()) return Status::OK();
+  std::lock_guard<std::mutex> lock(mu_);
+  return Status::ShutDown(deaths_[first_dead_]);
+}
+
+bool PeerLiveness::LostAPeer() { return g_lost_a_peer.load(); }
+
+void PeerLiveness::MarkDead(int rank, Cause cause) {
+  if (rank < 0 || rank >= size() || rank == self_) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!deaths_[rank].empty()) return;
+    std::string why = Describe(rank);
+    if (cause == Cause::kExited) {
+      why += " died: its process ended without shutting scaleout down";
+    } else {
+      std::ostringstream seconds;
+      seconds << options_.heartbeat_timeout_seconds;
+      why += " stopped answering: nothing was heard from it for " + seconds.str() +
+             " s (SCALEOUT_HEARTBEAT_TIMEOUT_SECONDS); its machine or network is down, or the "
+             "process is stopped";
+    }
+    deaths_[rank] = why;
+    if (first_dead_ < 0) first_dead_ = rank;
+  }
+  g_lost_a_peer.store(true);
+  dead_count_.fetch_add(1, std::memory_order_release);
+  if (self_ != 0) return;
+  for (Link& link : links_) {  // rank 0 tells everyone else
+    if (link.fd >= 0 && link.rank > 0 && link.rank != rank) {
+      SendFrame(link.fd, kGone, rank, static_cast<int32_t>(cause));
+    }
+  }
+}
+
+void PeerLiveness::Drop(Link* link) {
+  if (link->fd >= 0) ::close(link->fd);
+  link->fd = -1;
+}
+
+void PeerLiveness::Run() {
+  while (!stop_.load()) {
+    std::vector<pollfd> fds{{wake_[0], POLLIN, 0}};
+    if (listener_ >= 0) fds.push_back({listener_, POLLIN, 0});
+    const size_t first_link = fds.size();
+    for (const Link& link : links_) fds.push_back({link.fd, POLLIN, 0});
+    const int rc = ::poll(fds.data(), fds.size(), static_cast<int>(kPollSeconds * 1000));
+    if (stop_.load()) break;
+    const double now = Now();
+    if (!keep_links_.load()) {  // the star was given up at init
+      if (listener_ >= 0) ::close(listener_);
+      listener_ = -1;
+      for (Link& link : links_) Drop(&link);
+    }
+    if (rc > 0) {
+      const size_t known = links_.size();  // Accept may add to links_
+      for (size_t i = 0; i < known; ++i) {
+        if (links_[i].fd >= 0 && fds[first_link + i].revents != 0) Read(&links_[i], now);
+      }
+      if (listener_ >= 0 && fds[1].revents != 0) Accept(now);
+    }
+    Beat(now);
+    links_.erase(std::remove_if(links_.begin(), links_.end(), [](const Link& l) { return l.fd < 0; }),
+                 links_.end());
+    if (now - last_process_check_ >= kProcessCheckSeconds) {
+      last_process_check_ = now;
+      for (int r = 0; r < size(); ++r) {
+        if (Watched(r) && DeathOf(r).empty() && ProcessGone(static_cast<pid_t>(peers_[r].pid))) {
+          MarkDead(r, Cause::kExited);
+        }
+      }
+    }
+  }
+  // Shut down: not a death.
+  for (Link& link : links_) {
+    if (link.fd >= 0 && link.rank >= 0) SendFrame(link.fd, kBye);
+    Drop(&link);
+  }
+  links_.clear();
+  if (listener_ >= 0) ::close(listener_);
+  listener_ = -1;
+}
+
+void PeerLiveness::Accept(double now) {
+  for (;;) {
+    int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) return;
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    links_.push_back(Link{fd, -1, now, now, false, {}});
+  }
+}
+
+void PeerLiveness::Read(Link* link, double now) {
+  bool closed = false;
+  uint8_t buf[512];
+  for (;;) {
+    ssize_t n = ::recv(link->fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n > 0) {
+      link->inbox.insert(link->inbox.end(), buf, buf + n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    closed = n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+    break;
+  }
+  if (link->rank < 0 && !Handshake(link, now)) {
+    if (closed) Drop(link);
+    return;
+  }
+  size_t used = 0;
+  while (link->inbox.size() - used >= sizeof(Frame)) {
+    Frame f;
+    std::memcpy(&f, link->inbox.data() + used, sizeof(f));
+    used += sizeof(f);
+    if (f.magic != kMagic) {
+      closed = true;
+      break;
+    }
+    link->last_heard = now;
+    if (f.kind == kBye) link->said_bye = true;
+    if (f.kind == kGone && self_ != 0) MarkDead(f.rank, static_cast<Cause>(f.cause));
+  }
+  link->inbox.erase(link->inbox.begin(), link->inbox.begin() + static_cast<std::ptrdiff_t>(used));
+  if (!closed) return;
+  if (!link->said_bye) MarkDead(link->rank, Cause::kExited);
+  Drop(link);
+}
+
+// Rank 0: a connection's first bytes must be a hello from a rank not yet connected, with the
+// job's secret; anything else is closed. Returns whether the link is now a rank's.
+bool PeerLiveness::Handshake(Link* link, double now) {
+  if (link->inbox.size() < kHelloBytes) return false;
+  Frame f;
+  std::memcpy(&f, link->inbox.data(), sizeof(f));
+  const bool known = f.rank > 0 && f.rank < size() &&
+                     std::any_of(links_.begin(), links_.end(), [&](const Link& l) { return l.rank == f.rank; });
+  if (f.magic != kMagic || f.kind != kHello || f.rank <= 0 || f.rank >= size() || known ||
+      std::memcmp(link->inbox.data() + sizeof(f), secret_, kSecretBytes) != 0) {
+    Drop(link);
+    return false;
+  }
+  link->inbox.erase(link->inbox.begin(), link->inbox.begin() + kHelloBytes);
+  link->rank = f.rank;
+  link->last_heard = now;
+  SendFrame(link->fd, kWelcome, f.rank);
+  if (++connected_ == size() - 1) {  // everyone is here: nobody else may connect
+    ::close(listener_);
+    listener_ = -1;
+  }
+  return true;
+}
+
+void PeerLiveness::Beat(double now) {
+  const bool beat = now - last_beat_ >= kBeatSeconds;
+  if (beat) last_beat_ = now;
+  const double timeout = options_.heartbeat_timeout_seconds;
+  for (Link& link : links_) {
+    if (link.fd < 0) continue;
+    if (link.rank < 0) {  // a connection that has not proved itself in time
+      if (now - link.accepted_at > kHandshakeSeconds) Drop(&link);
+      continue;
+    }
+    if (timeout > 0 && now - link.last_heard > timeout) {
+      MarkDead(link.rank, Cause::kSilent);
+      Drop(&link);
+      continue;
+    }
+    if (beat) SendFrame(link.fd, kBeat);
+  }
 }
 
 }  // namespace scaleout

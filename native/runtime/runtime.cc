@@ -27,10 +27,17 @@ Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, int64_t epoch
   std::string unpinned;
   const int core = rt->config_.CoordinatorCore(topo.local_rank, topo.local_size, &unpinned);
   if (!unpinned.empty()) SO_LOG(kWarning, unpinned);
+  s = PeerLiveness::Create(rt->mpi_->control_comm(), rt->mpi_->local_comm(),
+                           {rt->config_.heartbeat_timeout_seconds, rt->config_.network_interface},
+                           &rt->liveness_);
+  if (!s.ok()) return s;
+  PeerLiveness* liveness = rt->liveness_.get();
   rt->channel_ = std::make_unique<MpiControlChannel>(rt->mpi_->control_comm());
   std::vector<DataTransport*> transports;
   for (int i = 0; i < rt->mpi_->data_channels(); ++i) {
-    rt->transports_.push_back(std::make_unique<MpiDataTransport>(rt->mpi_->data_comm(i)));
+    rt->transports_.push_back(std::make_unique<MpiDataTransport>(
+        rt->mpi_->data_comm(i), [liveness] { return liveness->Interruption(); },
+        rt->config_.mpi_wait_sleeps));
     transports.push_back(rt->transports_.back().get());
   }
   // Note [Staged allreduce]: ranks that all share this machine reduce through shared memory.
@@ -41,9 +48,6 @@ Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, int64_t epoch
     }
   }
   rt->config_.shm = rt->peers_ != nullptr;  // what config() reports: the path in use
-  PeerLiveness liveness;  // Note [Liveness]
-  s = PeerLiveness::Create(rt->mpi_->control_comm(), rt->mpi_->local_comm(), &liveness);
-  if (!s.ok()) return s;
   rt->coordinator_ = std::make_shared<Coordinator>(rt->config_, rt->channel_.get(), transports,
                                                    rt->peers_.get(), &rt->handles_, &rt->queue_,
                                                    liveness);
@@ -62,6 +66,14 @@ void Runtime::Shutdown() {
   }
   if (coordinator) coordinator->Stop();
   handles_.FailAll(Status::ShutDown("scaleout was shut down on this rank"));
+  if (liveness_) {
+    liveness_->Stop();
+    // Note [Liveness]: with a dead peer, what MPI still holds can never complete.
+    if (liveness_->AnyDead()) {
+      if (channel_) channel_->Abandon();
+      if (mpi_) mpi_->Abandon();
+    }
+  }
 }
 
 Status Runtime::SetTimeline(const std::string& path, bool mark_cycles) {

@@ -60,6 +60,7 @@ class Runtime {
 
   Config config_;
   std::unique_ptr<MpiContext> mpi_;
+  std::unique_ptr<PeerLiveness> liveness_;  // Note [Liveness]; before what uses it
   std::unique_ptr<MpiControlChannel> channel_;
   std::vector<std::unique_ptr<MpiDataTransport>> transports_;  // one per endpoint server
   std::unique_ptr<ShmPeerMemory> peers_;  // when every rank is on this machine

@@ -1,5 +1,6 @@
 #include "transport/mpi/mpi_context.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
 
@@ -15,7 +16,10 @@ const char* ThreadLevelName(int level) {
   }
 }
 
+std::atomic<bool> g_finalize_abandoned{false};  // MpiContext::Abandon: for the process's exit
+
 void FinalizeAtExit() {
+  if (g_finalize_abandoned.load()) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
@@ -98,7 +102,13 @@ Status MpiContext::Create(bool has_comm, int64_t comm_fortran_handle, int data_c
   return Status::OK();
 }
 
+void MpiContext::Abandon() {
+  abandoned_ = true;
+  g_finalize_abandoned.store(true);
+}
+
 MpiContext::~MpiContext() {
+  if (abandoned_) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;

@@ -36,6 +36,9 @@ class MpiContext {
   MPI_Comm data_comm(int i = 0) const { return data_[i]; }
   int data_channels() const { return static_cast<int>(data_.size()); }
   const Topology& topology() const { return topo_; }
+  // A peer has died (Note [Liveness]): MPI_Finalize would wait for it forever, and freeing the
+  // communicators could too. Nothing is freed, and MPI is not finalized at exit by scaleout.
+  void Abandon();
 
  private:
   MpiContext() = default;
@@ -44,6 +47,7 @@ class MpiContext {
   MPI_Comm local_ = MPI_COMM_NULL;
   MPI_Comm cross_ = MPI_COMM_NULL;
   Topology topo_;
+  bool abandoned_ = false;
 };
 
 // "MPI_Allreduce failed: <MPI's error string>"

@@ -19,6 +19,9 @@ class MpiControlChannel : public ControlChannel {
   int size() const override { return size_; }
   Status Send(int dest, std::vector<uint8_t> bytes) override;
   Status TryReceive(bool* got, int* src, std::vector<uint8_t>* bytes) override;
+  // A peer died: sends still in flight may never complete; the destructor leaves them to MPI
+  // (and their bytes allocated) instead of waiting.
+  void Abandon() { abandoned_ = true; }
 
  private:
   struct Pending {
@@ -30,6 +33,7 @@ class MpiControlChannel : public ControlChannel {
   MPI_Comm comm_;
   int rank_ = 0;
   int size_ = 1;
+  bool abandoned_ = false;
   std::deque<Pending> sends_;  // in flight; the bytes must live until MPI is done with them
 };
 

@@ -4,6 +4,9 @@
 #include <climits>
 #include <string>
 
+#include <sched.h>
+#include <time.h>
+
 #include "transport/mpi/mpi_context.h"
 
 namespace scaleout {
@@ -57,15 +60,42 @@ std::vector<int> Displacements(const std::vector<int>& counts) {
   return d;
 }
 
+constexpr unsigned kPollsPerCheck = 256;
+
 }  // namespace
 
-MpiDataTransport::MpiDataTransport(MPI_Comm comm) : comm_(comm) {
+MpiDataTransport::MpiDataTransport(MPI_Comm comm, Interrupted interrupted, bool sleepy)
+    : comm_(comm), interrupted_(std::move(interrupted)), sleepy_(sleepy) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
 }
 
+Status MpiDataTransport::Wait(MPI_Request* request, const char* what) {
+  for (unsigned polls = 1;; ++polls) {
+    int done = 0;
+    int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return broken_ = MpiError(what, rc);
+    if (done) return Status::OK();
+    if (polls % kPollsPerCheck != 0) continue;
+    if (interrupted_) {
+      Status s = interrupted_();
+      if (!s.ok()) {
+        // The request stays with MPI: nothing can complete or free it now.
+        return broken_ = Status(s.code(), s.message() + " (this rank gave up waiting in " + what + ")");
+      }
+    }
+    if (sleepy_) {
+      const timespec pause{0, 1000};
+      ::nanosleep(&pause, nullptr);
+    } else {
+      ::sched_yield();
+    }
+  }
+}
+
 Status MpiDataTransport::Allreduce(const void* in, void* out, size_t count, DataType dtype,
                                    ReduceOp op) {
+  if (!broken_.ok()) return broken_;
   MPI_Datatype type = MpiType(dtype);
   SO_CHECK(type != MPI_DATATYPE_NULL, "half-precision data reached the MPI transport");
   const size_t esize = DataTypeSize(dtype);
@@ -73,9 +103,12 @@ Status MpiDataTransport::Allreduce(const void* in, void* out, size_t count, Data
     const size_t n = std::min(count - done, kMaxCount);
     const char* src = static_cast<const char*>(in) + done * esize;
     char* dst = static_cast<char*>(out) + done * esize;
-    int rc = MPI_Allreduce(in == out ? MPI_IN_PLACE : src, dst, static_cast<int>(n), type,
-                           MpiOp(dtype, op), comm_);
-    if (rc != MPI_SUCCESS) return MpiError("MPI_Allreduce", rc);
+    MPI_Request request;
+    int rc = MPI_Iallreduce(in == out ? MPI_IN_PLACE : src, dst, static_cast<int>(n), type,
+                            MpiOp(dtype, op), comm_, &request);
+    if (rc != MPI_SUCCESS) return MpiError("MPI_Iallreduce", rc);
+    Status s = Wait(&request, "MPI_Iallreduce");
+    if (!s.ok()) return s;
     done += n;
   }
   return Status::OK();
@@ -83,21 +116,28 @@ Status MpiDataTransport::Allreduce(const void* in, void* out, size_t count, Data
 
 Status MpiDataTransport::Allgatherv(const void* in, size_t in_bytes, void* out,
                                     const std::vector<size_t>& recv_bytes) {
+  if (!broken_.ok()) return broken_;
   std::vector<int> counts;
   Status s = FitsInt(recv_bytes, "allgather", &counts);
   if (!s.ok()) return s;
   std::vector<int> displs = Displacements(counts);
-  int rc = MPI_Allgatherv(in, static_cast<int>(in_bytes), MPI_BYTE, out, counts.data(),
-                          displs.data(), MPI_BYTE, comm_);
-  if (rc != MPI_SUCCESS) return MpiError("MPI_Allgatherv", rc);
-  return Status::OK();
+  MPI_Request request;
+  int rc = MPI_Iallgatherv(in, static_cast<int>(in_bytes), MPI_BYTE, out, counts.data(),
+                           displs.data(), MPI_BYTE, comm_, &request);
+  if (rc != MPI_SUCCESS) return MpiError("MPI_Iallgatherv", rc);
+  return Wait(&request, "MPI_Iallgatherv");
 }
 
 Status MpiDataTransport::Broadcast(void* buf, size_t bytes, int root) {
+  if (!broken_.ok()) return broken_;
   for (size_t done = 0; done < bytes;) {
     const size_t n = std::min(bytes - done, kMaxCount);
-    int rc = MPI_Bcast(static_cast<char*>(buf) + done, static_cast<int>(n), MPI_BYTE, root, comm_);
-    if (rc != MPI_SUCCESS) return MpiError("MPI_Bcast", rc);
+    MPI_Request request;
+    int rc = MPI_Ibcast(static_cast<char*>(buf) + done, static_cast<int>(n), MPI_BYTE, root, comm_,
+                        &request);
+    if (rc != MPI_SUCCESS) return MpiError("MPI_Ibcast", rc);
+    Status s = Wait(&request, "MPI_Ibcast");
+    if (!s.ok()) return s;
     done += n;
   }
   return Status::OK();
@@ -105,27 +145,31 @@ Status MpiDataTransport::Broadcast(void* buf, size_t bytes, int root) {
 
 Status MpiDataTransport::Alltoallv(const void* in, const std::vector<size_t>& send_bytes,
                                    void* out, const std::vector<size_t>& recv_bytes) {
+  if (!broken_.ok()) return broken_;
   std::vector<int> scounts, rcounts;
   Status s = FitsInt(send_bytes, "alltoall", &scounts);
   if (s.ok()) s = FitsInt(recv_bytes, "alltoall", &rcounts);
   if (!s.ok()) return s;
   std::vector<int> sdispls = Displacements(scounts), rdispls = Displacements(rcounts);
-  int rc = MPI_Alltoallv(in, scounts.data(), sdispls.data(), MPI_BYTE, out, rcounts.data(),
-                         rdispls.data(), MPI_BYTE, comm_);
-  if (rc != MPI_SUCCESS) return MpiError("MPI_Alltoallv", rc);
-  return Status::OK();
+  MPI_Request request;
+  int rc = MPI_Ialltoallv(in, scounts.data(), sdispls.data(), MPI_BYTE, out, rcounts.data(),
+                          rdispls.data(), MPI_BYTE, comm_, &request);
+  if (rc != MPI_SUCCESS) return MpiError("MPI_Ialltoallv", rc);
+  return Wait(&request, "MPI_Ialltoallv");
 }
 
 Status MpiDataTransport::ReduceScatter(const void* in, void* out, const std::vector<size_t>& counts,
                                        DataType dtype, ReduceOp op) {
+  if (!broken_.ok()) return broken_;
   MPI_Datatype type = MpiType(dtype);
   SO_CHECK(type != MPI_DATATYPE_NULL, "half-precision data reached the MPI transport");
   std::vector<int> icounts;
   Status s = FitsInt(counts, "reducescatter", &icounts);
   if (!s.ok()) return s;
-  int rc = MPI_Reduce_scatter(in, out, icounts.data(), type, MpiOp(dtype, op), comm_);
-  if (rc != MPI_SUCCESS) return MpiError("MPI_Reduce_scatter", rc);
-  return Status::OK();
+  MPI_Request request;
+  int rc = MPI_Ireduce_scatter(in, out, icounts.data(), type, MpiOp(dtype, op), comm_, &request);
+  if (rc != MPI_SUCCESS) return MpiError("MPI_Ireduce_scatter", rc);
+  return Wait(&request, "MPI_Ireduce_scatter");
 }
 
 }  // namespace scaleout
