@@ -187,10 +187,13 @@ def interface_environment(interfaces: Sequence[str],
     """Variables that keep the MPI's own traffic on the chosen interfaces, which -iface and
     tcp_if_include do not reach when the MPI runs over UCX (MPICH's ch4:ucx, as in the mpich
     wheel) or libfabric's tcp provider. UCX takes a list; libfabric's tcp provider one
-    interface, the first. A value the user set is left alone."""
+    interface, the first. SCALEOUT_NETWORK_INTERFACE puts the ranks' own liveness connections
+    (Note [Liveness]: rank 0 listens, every other rank connects) on the first too. A value the
+    user set is left alone."""
     if not interfaces:
         return {}
-    wanted = {"UCX_NET_DEVICES": ",".join(interfaces), "FI_TCP_IFACE": interfaces[0]}
+    wanted = {"UCX_NET_DEVICES": ",".join(interfaces), "FI_TCP_IFACE": interfaces[0],
+              "SCALEOUT_NETWORK_INTERFACE": interfaces[0]}
     return {name: value for name, value in wanted.items() if name not in environ}
 
 

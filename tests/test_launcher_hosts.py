@@ -179,13 +179,14 @@ def test_open_mpi_over_ssh_and_through_slurm():
 
 def test_network_interface_reaches_the_mpis_own_transport():
     assert interface_environment(("eth1",), {}) == \
-        {"UCX_NET_DEVICES": "eth1", "FI_TCP_IFACE": "eth1"}
+        {"UCX_NET_DEVICES": "eth1", "FI_TCP_IFACE": "eth1", "SCALEOUT_NETWORK_INTERFACE": "eth1"}
     assert interface_environment(("eth1",), {"UCX_NET_DEVICES": "mlx5_0:1"}) == \
-        {"FI_TCP_IFACE": "eth1"}
+        {"FI_TCP_IFACE": "eth1", "SCALEOUT_NETWORK_INTERFACE": "eth1"}
     assert interface_environment((), {}) == {}
     # UCX takes a list; libfabric's tcp provider one interface, the first.
     assert interface_environment(("eth1", "eth2"), {}) == \
-        {"UCX_NET_DEVICES": "eth1,eth2", "FI_TCP_IFACE": "eth1"}
+        {"UCX_NET_DEVICES": "eth1,eth2", "FI_TCP_IFACE": "eth1",
+         "SCALEOUT_NETWORK_INTERFACE": "eth1"}
 
 
 # --- a host that cannot be reached --------------------------------------------------------

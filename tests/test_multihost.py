@@ -61,6 +61,7 @@ print("RESULT " + json.dumps({
     "gathered_shape": list(gathered.shape), "broadcast": from_last.tolist(),
     "mark": os.environ.get("SCALEOUT_TEST_MARK"),
     "ucx_net_devices": os.environ.get("UCX_NET_DEVICES"),
+    "liveness_interface": so.config().get("SCALEOUT_NETWORK_INTERFACE"),
 }), flush=True)
 so.shutdown()
 """
@@ -340,6 +341,7 @@ def check_job(found: dict[int, dict], slots: dict[str, int]) -> None:
         assert got["broadcast"] == [100 * (n - 1) + i for i in range(5)], got
         assert got["mark"] == "reached-every-rank", got
         assert got["ucx_net_devices"] == INTERFACE, got
+        assert got["liveness_interface"] == INTERFACE, got
 
 
 @pytest.fixture(scope="module")
@@ -403,3 +405,69 @@ def test_a_host_that_never_starts_its_ranks_is_named(hosts):
                               str(HANGING_SSH_PORT), "--start-timeout", "4")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "rank 1 (on hostB) did not start within 4 s (--start-timeout)" in result.stderr
+
+
+# --- Note [Liveness] across machines: plain mpiexec, which leaves the survivors running ------
+
+MP = Path(__file__).parent / "mp"
+LEFT = "scaleout: a peer rank died, so MPI cannot be finalized"
+
+
+def mpiexec_on_a(hosts: TwoHosts, slots: dict[str, int], argv: list[str],
+                 env: Optional[dict] = None) -> subprocess.CompletedProcess:
+    """The MPI's own launcher, without scaleoutrun, as a user of srun or an MPI operator has it:
+    nothing stops the other ranks when one dies."""
+    mpiexec = find_mpiexec(os.environ.get("SCALEOUT_MPIEXEC"), sys.executable, os.environ)
+    variables = {**JOB_ENV, "UCX_NET_DEVICES": INTERFACE, "SCALEOUT_NETWORK_INTERFACE": INTERFACE,
+                 **(env or {})}
+    command = [mpiexec, "-disable-auto-cleanup", "-n", str(sum(slots.values())),
+               "-launcher", "ssh", "-hosts", ",".join(f"{h}:{n}" for h, n in slots.items())]
+    for name, value in variables.items():
+        command += ["-genv", name, value]
+    return hosts.run_on("hostA", ["env", f"HYDRA_LAUNCHER_EXTRA_ARGS=-p {SSH_PORT}", *command,
+                                  sys.executable, *argv])
+
+
+@pytest.mark.parametrize("mode", ["idle", "busy"])
+@pytest.mark.parametrize("slots", [{"hostA": 1, "hostB": 1}, {"hostA": 2, "hostB": 1}],
+                         ids=["np2", "np3"])
+def test_a_rank_dying_on_another_host_is_named(hosts, slots, mode):
+    # The last rank, on hostB, dies; the survivors on hostA cannot see its process.
+    result = mpiexec_on_a(hosts, slots, [str(MP / "peer_death.py"), "last", mode])
+    survivors = sum(slots.values()) - 1
+    assert result.stdout.count("all checks passed") == survivors, result.stdout + result.stderr
+    assert result.stderr.count(LEFT) == survivors, result.stdout + result.stderr
+
+
+SILENT_PROGRAM = """
+import os, signal, sys, time
+import numpy as np
+import scaleout as so
+so.init()
+r, n = so.rank(), so.size()
+so.allreduce(np.ones(4), name="before")
+if r == n - 1:
+    # Stops answering without dying (a machine that hangs, a cut link, a debugger); a child
+    # ends it for good once the test has seen what it needs.
+    parent = os.getpid()
+    if os.fork() == 0:
+        time.sleep(20)
+        os.kill(parent, signal.SIGKILL)
+        os._exit(0)
+    os.kill(parent, signal.SIGSTOP)
+try:
+    so.allreduce(np.ones(4), name="waits")
+    print(f"rank {r}: no error", flush=True)
+except so.HorovodInternalError as exc:
+    print(f"rank {r}: ERROR {exc}", flush=True)
+"""
+
+
+def test_a_rank_that_stops_answering_is_named(hosts, tmp_path):
+    program = tmp_path / "silent.py"
+    program.write_text(SILENT_PROGRAM)
+    result = mpiexec_on_a(hosts, {"hostA": 1, "hostB": 1}, [str(program)],
+                          env={"SCALEOUT_HEARTBEAT_TIMEOUT_SECONDS": "3"})
+    assert re.search(r"^\[?0?\]?\s*rank 0: ERROR rank 1 \(pid \d+ on hostB\) stopped answering: "
+                     r"nothing was heard from it for 3 s", result.stdout, re.M), \
+        result.stdout + result.stderr
