@@ -18,6 +18,8 @@ _REPORT = re.compile(r"^scaleoutrun: rank (\S+) (?:exited with code (\d+)|was ki
 _STARTED = re.compile(r"^scaleoutrun: rank (\d+) started on (\S+)$")
 # Written by the wrapper when the user's program ended with code 0; consumed too.
 _FINISHED = re.compile(r"^scaleoutrun: rank (\d+) finished$")
+# The MPI shared-memory segments a rank's wrapper saw it map (shm_cleanup).
+_SEGMENTS = re.compile(r"^scaleoutrun: rank (\d+) on (\S+) maps MPI segments ((?:\S+ ?)+)$")
 
 
 def signal_name(number: int) -> str:
@@ -85,6 +87,16 @@ def parse_started(line: str) -> Optional[tuple[int, str]]:
 
 def finished_line(rank: str) -> str:
     return f"scaleoutrun: rank {rank} finished\n"
+
+
+def segments_line(rank: str, host: str, names) -> str:
+    return f"scaleoutrun: rank {rank} on {host} maps MPI segments {' '.join(sorted(names))}\n"
+
+
+def parse_segments(line: str) -> Optional[tuple[str, list[str]]]:
+    """(host, segment names) from a segments line, or None for any other line."""
+    match = _SEGMENTS.match(line)
+    return (match.group(2), match.group(3).split()) if match else None
 
 
 def parse_finished(line: str) -> Optional[int]:

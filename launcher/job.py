@@ -14,13 +14,16 @@ import os
 import re
 import selectors
 import signal
+import socket
 import subprocess
 import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Sequence
 
-from .exit_report import RankExit, parse_finished, parse_report, parse_started, signal_name
+from . import shm_cleanup
+from .exit_report import (RankExit, parse_finished, parse_report, parse_segments, parse_started,
+                          signal_name)
 from .output import write_all
 from .unreachable import Unreachable, parse_unreachable, planned_host
 
@@ -63,6 +66,7 @@ class StderrRelay:
         self.last_lines: dict[str, deque] = {}
         self.blamed: dict[str, str] = {}   # rank -> the rank its error said had failed
         self.finished: list[int] = []      # ranks whose program ended with code 0, in order
+        self.segments: dict[str, set[str]] = {}   # host -> MPI segments the job's ranks mapped
 
     def feed(self, data: bytes) -> bytes:
         lines = (self._pending + data).split(b"\n")
@@ -77,6 +81,10 @@ class StderrRelay:
             finished = parse_finished(text)
             if finished is not None:
                 self.finished.append(finished)
+                continue
+            segments = parse_segments(text)
+            if segments is not None:
+                self.segments.setdefault(segments[0], set()).update(segments[1])
                 continue
             rank_line = _RANK_LINE.match(text)
             if rank_line is not None:
@@ -405,4 +413,9 @@ def run_job(command: Sequence[str], env: Mapping[str, str], rank_hosts: Sequence
     the job and killing what is left of it. probe: asked, when the launcher fails before some
     ranks start without naming a host it could not reach, which of their hosts cannot be.
     """
-    return _Supervisor(command, env, rank_hosts, start_timeout, grace, probe).run()
+    supervisor = _Supervisor(command, env, rank_hosts, start_timeout, grace, probe)
+    outcome = supervisor.run()
+    # The wrappers remove their rank's segments when it ends, but a wrapper the launcher killed
+    # could not: what this machine's ranks mapped, no process maps now, goes (shm_cleanup).
+    shm_cleanup.remove_unmapped(supervisor.relay.segments.get(socket.gethostname(), ()))
+    return outcome

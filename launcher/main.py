@@ -21,7 +21,6 @@ from typing import Optional, Sequence
 from .check_build import check_build
 from .config import LaunchConfig, UsageError, parse_config
 from .hosts import HostSlots, is_local_host
-from . import shm_cleanup
 from .job import run_job
 from .mpi_launcher import (LaunchError, LaunchRequest, MPIExec, MPIFamily, build_command,
                            exported_names, find_mpiexec, interface_environment,
@@ -139,9 +138,7 @@ def launch(config: LaunchConfig) -> int:
         def probe(hosts):
             return probe_hosts([host for host in hosts if not is_local_host(host)],
                                config.ssh_port, identity_file)
-    segments_before = shm_cleanup.snapshot()
     outcome = run_job(command, env, rank_hosts, start_timeout, probe=probe)
-    shm_cleanup.remove_left_behind(segments_before)
     if outcome.message:
         print(outcome.message, file=sys.stderr, flush=True)
     return outcome.exit_status

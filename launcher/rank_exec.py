@@ -8,6 +8,8 @@ It runs the user's command as its child, and
 - prefixes each line of the child's stdout and stderr with "[rank] " (after the local time,
   with --timestamp-output), and with --output-dir also writes those lines to the rank's files
   (DIR/1/rank.N/stdout and stderr, see output.rank_output_dir);
+- notes the MPI shared-memory segments the child maps, and removes those left behind when it
+  ends (shm_cleanup);
 - forwards signals to the child, and gives the child PR_SET_PDEATHSIG so it cannot outlive the
   wrapper when the launcher kills the wrapper with SIGKILL;
 - reports a bad end on stderr as "scaleoutrun: rank R exited with code C" (or "was killed by
@@ -43,7 +45,8 @@ import subprocess  # noqa: E402
 import time  # noqa: E402
 from typing import Mapping, Optional, Sequence  # noqa: E402
 
-from .exit_report import RankExit, finished_line, started_line  # noqa: E402
+from . import shm_cleanup  # noqa: E402
+from .exit_report import RankExit, finished_line, segments_line, started_line  # noqa: E402
 from .output import (LinePrefixer, horovod_timestamp, rank_output_dir,  # noqa: E402
                      write_all)
 from .placement import (PlacementError, PlacementRequest, parse_ep_affinity,  # noqa: E402
@@ -58,6 +61,8 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
              signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT)
 STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 DEFAULT_KILL_GRACE = 3.0
+# How often the child's MPI segments are looked for: often while MPI is likely starting.
+SEGMENT_LOOKS = ((10.0, 0.25), (float("inf"), 2.0))   # (until this long after start, every)
 
 
 def _prctl():
@@ -84,6 +89,8 @@ class RankRunner:
         self.child: Optional[subprocess.Popen] = None
         self.stopping: Optional[int] = None      # the terminating signal we forwarded
         self.kill_at: Optional[float] = None
+        self.segments: set[str] = set()          # MPI segments the child has mapped
+        self._next_look = 0.0
         self._prctl = _prctl()
 
     # The child, between fork and exec. No Python threads exist in the wrapper.
@@ -128,6 +135,7 @@ class RankRunner:
         finally:
             for number, handler in previous.items():
                 signal.signal(number, handler)
+        shm_cleanup.remove_unmapped(self.segments)
         if returncode != 0 and self.stopping is None:
             write_all(2, RankExit.from_returncode(self.rank, returncode).report_line().encode())
         elif returncode == 0:
@@ -150,6 +158,7 @@ class RankRunner:
             selector.register(exit_fd, selectors.EVENT_READ)
         drain_until: Optional[float] = None
         open_streams = set(streams)
+        started = time.monotonic()
         try:
             while True:
                 now = time.monotonic()
@@ -161,11 +170,21 @@ class RankRunner:
                         drain_until = now + 1.0
                     elif now >= drain_until:
                         break
-                elif self.kill_at is not None and now >= self.kill_at:
-                    _kill(child.pid, signal.SIGKILL)
-                    self.kill_at = None
+                else:
+                    if now >= self._next_look:
+                        new = shm_cleanup.segments_mapped_by(child.pid) - self.segments
+                        if new:   # told to scaleoutrun, which removes them should this die
+                            self.segments |= new
+                            write_all(2, segments_line(self.rank, socket.gethostname(),
+                                                       new).encode())
+                        every = next(e for until, e in SEGMENT_LOOKS if now - started < until)
+                        self._next_look = now + every
+                    if self.kill_at is not None and now >= self.kill_at:
+                        _kill(child.pid, signal.SIGKILL)
+                        self.kill_at = None
                 timeout = 0.1 if exit_fd is None else 1.0
-                for deadline in (drain_until, self.kill_at):
+                look = self._next_look if drain_until is None else None
+                for deadline in (drain_until, self.kill_at, look):
                     if deadline is not None:
                         timeout = min(timeout, max(0.0, deadline - now))
                 for key, _ in selector.select(timeout):

@@ -1,84 +1,74 @@
-"""Removing the shared-memory segments a job's MPI left behind on this machine.
+"""Removing the shared-memory segments a job's MPI left behind.
 
 MPICH names its segments /dev/shm/mpich_shm_*; a job whose ranks were killed leaves them there
-(several MiB each, until the machine restarts). scaleoutrun notes which exist before it starts
-the job and, when the job has ended however it ended, removes those that appeared since, that
-belong to this user, that no process maps, and that are older than a set-up window (so that a
-segment another job is creating right now is never touched). Only this machine's: the remote
-hosts of a multi-host job are not cleaned here.
+(several MiB each, until the machine restarts). Each rank's wrapper (rank_exec) notes which of
+these its rank maps while it runs (read from /proc/PID/maps, about once a second), and when the
+rank has ended, however it ended, removes those that are still there, belong to this user and
+that no process maps any more: the last wrapper of a machine to finish removes its job's
+segments, on every machine of the job.
+
+Only segments this job's own ranks mapped are ever considered, never one merely found in
+/dev/shm: a job in another container that shares /dev/shm but not the pid namespace maps its
+segments where this one cannot see (its processes are not in our /proc), and may be creating
+one right now. A rank killed before its first look (within about a second of MPI's start)
+leaves its segments: less tidy, never unsafe.
 """
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Iterable, Set
 
-__all__ = ["SHM_DIR", "PREFIXES", "snapshot", "mapped_paths", "remove_left_behind"]
+__all__ = ["SHM_DIR", "PREFIXES", "segments_mapped_by", "mapped_paths", "remove_unmapped"]
 
 SHM_DIR = Path("/dev/shm")
 PREFIXES = ("mpich_shm_",)
-SETUP_WINDOW_SECONDS = 2.0
 
 
-def snapshot(directory: Path = SHM_DIR) -> Set[str]:
-    """The names of the MPI segments present now."""
-    try:
-        return {entry.name for entry in os.scandir(directory) if entry.name.startswith(PREFIXES)}
-    except OSError:
-        return set()
-
-
-def mapped_paths(proc: Path = Path("/proc")) -> Set[str]:
-    """Every file path some process on this machine maps (that this user may read)."""
+def _mapped_by(pid_dir: Path) -> Set[str]:
     paths: Set[str] = set()
-    for pid_dir in proc.iterdir() if proc.is_dir() else ():
-        if not pid_dir.name.isdigit():
-            continue
-        try:
-            with open(pid_dir / "maps", "r", errors="replace") as maps:
-                for line in maps:
-                    parts = line.split(None, 5)
-                    if len(parts) == 6:
-                        paths.add(parts[5].strip().removesuffix(" (deleted)"))
-        except OSError:
-            continue
+    try:
+        with open(pid_dir / "maps", "r", errors="replace") as maps:
+            for line in maps:
+                parts = line.split(None, 5)
+                if len(parts) == 6:
+                    paths.add(parts[5].strip().removesuffix(" (deleted)"))
+    except OSError:
+        pass
     return paths
 
 
-def _candidates(before: Set[str], directory: Path) -> list[tuple[Path, float]]:
-    """(path, age in seconds) of this user's unmapped segments that appeared since `before`."""
-    new = sorted(snapshot(directory) - before)
-    if not new:
+def segments_mapped_by(pid: int, directory: Path = SHM_DIR) -> Set[str]:
+    """The names of the MPI segments in `directory` that process `pid` maps now."""
+    prefix = str(directory) + "/"
+    return {path[len(prefix):] for path in _mapped_by(Path("/proc") / str(pid))
+            if path.startswith(prefix) and path[len(prefix):].startswith(PREFIXES)}
+
+
+def mapped_paths(proc: Path = Path("/proc")) -> Set[str]:
+    """Every file path some process this one can see maps (that this user may read)."""
+    paths: Set[str] = set()
+    for pid_dir in proc.iterdir() if proc.is_dir() else ():
+        if pid_dir.name.isdigit():
+            paths |= _mapped_by(pid_dir)
+    return paths
+
+
+def remove_unmapped(names: Iterable[str], directory: Path = SHM_DIR) -> list[str]:
+    """Removes those of `names` (segments this job's ranks mapped) that are still in
+    `directory`, are this user's and no process maps now; returns the names removed."""
+    names = sorted(set(names))
+    if not names:
         return []
     mapped = mapped_paths()
-    now = time.time()
-    out = []
-    for name in new:
+    removed = []
+    for name in names:
         path = directory / name
         try:
-            st = path.stat()
+            if path.stat().st_uid != os.getuid() or str(path) in mapped:
+                continue
+            path.unlink()
+            removed.append(name)
         except OSError:
             continue
-        if st.st_uid == os.getuid() and str(path) not in mapped:
-            out.append((path, now - st.st_mtime))
-    return out
-
-
-def remove_left_behind(before: Iterable[str], directory: Path = SHM_DIR) -> list[str]:
-    """Removes the segments that appeared since `before` and are left behind (see the module
-    docstring), waiting out the set-up window when one is that young; returns their names."""
-    before = set(before)
-    candidates = _candidates(before, directory)
-    youngest = min((age for _, age in candidates), default=SETUP_WINDOW_SECONDS)
-    if youngest < SETUP_WINDOW_SECONDS:
-        time.sleep(SETUP_WINDOW_SECONDS - youngest)
-        candidates = _candidates(before, directory)  # mapped meanwhile: kept
-    removed = []
-    for path, _ in candidates:
-        try:
-            path.unlink()
-            removed.append(path.name)
-        except OSError:
-            pass
     return removed

@@ -294,6 +294,17 @@ def test_stderr_relay_finds_reports_and_keeps_started_lines():
     assert relay.feed(b"no newline") == b"" and relay.finish() == b"no newline"
 
 
+def test_stderr_relay_keeps_the_segments_each_host_mapped():
+    from scaleout.launcher.exit_report import segments_line
+    relay = StderrRelay()
+    lines = (segments_line("0", "n1", {"mpich_shm_b", "mpich_shm_a"}) +
+             segments_line("2", "n2", {"mpich_shm_c"}) + segments_line("1", "n1", {"mpich_shm_d"}))
+    assert relay.feed(lines.encode() + b"[1] scaleoutrun: rank 1 on n1 maps MPI segments x\n") \
+        == b"[1] scaleoutrun: rank 1 on n1 maps MPI segments x\n"   # a rank's own output
+    assert relay.segments == {"n1": {"mpich_shm_a", "mpich_shm_b", "mpich_shm_d"},
+                              "n2": {"mpich_shm_c"}}
+
+
 def test_line_prefixer_holds_partial_lines():
     prefixer = LinePrefixer(b"[1] ")
     assert prefixer.feed(b"hel") == b""

@@ -257,27 +257,32 @@ def test_mpi_segments_of_a_killed_job_are_removed(tmp_path):
         import scaleout as so
         so.init()
         so.allreduce(np.ones(1 << 16), name="warm")   # MPICH maps its segments by now
+        time.sleep(1)   # and the wrappers, looking 4 times a second, have seen them
         if {RANK} == 1:
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(30)
     """)
-    before = shm_cleanup.snapshot()
+    before = set(os.listdir(shm_cleanup.SHM_DIR))
     result = scaleoutrun("-np", "2", sys.executable, program, timeout=45)
     assert result.returncode != 0
-    left = shm_cleanup.snapshot() - before
+    left = {name for name in set(os.listdir(shm_cleanup.SHM_DIR)) - before
+            if name.startswith(shm_cleanup.PREFIXES)}
     assert not left, f"left behind in /dev/shm: {sorted(left)}"
 
 
-def test_a_mapped_segment_is_never_removed(tmp_path):
+def test_only_the_jobs_own_unmapped_segments_are_removed(tmp_path):
     import mmap
     from scaleout.launcher import shm_cleanup
     directory = tmp_path / "shm"
     directory.mkdir()
-    kept, stale = directory / "mpich_shm_mapped", directory / "mpich_shm_stale"
-    for path in (kept, stale):
+    # Segments this job's ranks mapped: one still mapped (by this process), one left behind.
+    # And one the job never mapped: unmapped as far as this process can see, it may be a live
+    # job's in another container that shares /dev/shm but not its pids.
+    kept, stale, foreign = (directory / f"mpich_shm_{what}" for what in ("mapped", "stale", "other"))
+    for path in (kept, stale, foreign):
         path.write_bytes(b"\0" * 4096)
-        old = time.time() - 10
-        os.utime(path, (old, old))
     with open(kept, "r+b") as f, mmap.mmap(f.fileno(), 4096):
-        removed = shm_cleanup.remove_left_behind(set(), directory)
-    assert removed == ["mpich_shm_stale"] and kept.exists() and not stale.exists()
+        assert shm_cleanup.segments_mapped_by(os.getpid(), directory) == {kept.name}
+        removed = shm_cleanup.remove_unmapped({kept.name, stale.name}, directory)
+    assert removed == [stale.name]
+    assert kept.exists() and not stale.exists() and foreign.exists()

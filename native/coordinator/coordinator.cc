@@ -281,7 +281,13 @@ void Coordinator::Execute(const Response& r) {
       SO_CHECK(entries[i] != nullptr || !r.joined_ranks.empty(),
                "response names '" + r.tensors[i].name + "', which this rank never submitted");
     }
+    // Note [Stalls inside a collective]
+    std::string what = CollectiveName(r.collective);
+    if (!r.tensors.empty()) what += " '" + r.tensors[0].name + "'";
+    if (r.tensors.size() > 1) what += " (and " + std::to_string(r.tensors.size() - 1) + " fused with it)";
+    liveness_->execution().Begin(what, agreed > 0 ? agreed : Now());
     status = executor_.Execute(r, entries);
+    liveness_->execution().End();
     const double done = timed ? Now() : 0;
     SO_LOG(kDebug, "executed " << CollectiveName(r.collective) << " of " << entries.size()
                                << " tensors in " << (done - agreed) * 1e6 << " us");

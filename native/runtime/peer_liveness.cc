@@ -30,9 +30,16 @@ enum Kind : uint32_t { kHello = 1, kWelcome = 2, kBeat = 3, kBye = 4, kGone = 5 
 struct Frame {
   uint32_t magic;
   uint32_t kind;
-  int32_t rank;   // kHello: the sender; kWelcome: the receiver; kGone: the dead rank
-  int32_t cause;  // kGone: PeerLiveness::Cause
+  // kHello: the sender; kWelcome: the receiver; kGone: the dead rank; kBeat from rank 0: the
+  // first suspect of a stall, or -1 (Note [Stalls inside a collective])
+  int32_t rank;
+  // kGone: PeerLiveness::Cause; kBeat to rank 0: whether the sender is inside a collective;
+  // kBeat from rank 0: the suspect's Suspicion
+  int32_t cause;
+  uint64_t progress;  // kBeat to rank 0: collectives the sender has started executing
 };
+enum Suspicion : int32_t { kBehind = 1, kQuiet = 2 };
+constexpr double kQuietSeconds = 3.0;  // three heartbeats missed
 constexpr size_t kSecretBytes = 16;
 constexpr size_t kHelloBytes = sizeof(Frame) + kSecretBytes;
 
@@ -143,7 +150,7 @@ int Join(const std::string& address, uint16_t port, int rank, const uint8_t* sec
   ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
   if (err != 0) return fail(std::strerror(err));
   uint8_t hello[kHelloBytes];
-  const Frame f{kMagic, kHello, rank, 0};
+  const Frame f{kMagic, kHello, rank, 0, 0};
   std::memcpy(hello, &f, sizeof(f));
   std::memcpy(hello + sizeof(f), secret, kSecretBytes);
   if (::send(fd, hello, sizeof(hello), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(hello))) {
@@ -167,10 +174,10 @@ int Join(const std::string& address, uint16_t port, int rank, const uint8_t* sec
   return fd;
 }
 
-void SendFrame(int fd, Kind kind, int32_t rank = 0, int32_t cause = 0) {
-  // 16 bytes into an almost empty socket buffer: all or nothing. A full buffer (a peer that has
-  // stopped reading) drops the frame, as its silence is found anyway.
-  const Frame f{kMagic, kind, rank, cause};
+void SendFrame(int fd, Kind kind, int32_t rank = 0, int32_t cause = 0, uint64_t progress = 0) {
+  // A few bytes into an almost empty socket buffer: all or nothing. A full buffer (a peer that
+  // has stopped reading) drops the frame, as its silence is found anyway.
+  const Frame f{kMagic, kind, rank, cause, progress};
   (void)::send(fd, &f, sizeof(f), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
@@ -262,7 +269,13 @@ Status PeerLiveness::Create(MPI_Comm comm, MPI_Comm local, const Options& option
   }
   if (invitation.ok && missing.empty()) {
     p->networked_ = true;
-    if (rank != 0) p->links_.push_back(Link{fd, 0, Now(), 0, false, {}});
+    if (rank != 0) {
+      Link zero;
+      zero.fd = fd;
+      zero.rank = 0;
+      zero.last_heard = Now();
+      p->links_.push_back(std::move(zero));
+    }
   } else {
     p->keep_links_.store(false);
     if (fd >= 0) ::close(fd);
@@ -378,6 +391,7 @@ void PeerLiveness::Run() {
       if (listener_ >= 0 && fds[1].revents != 0) Accept(now);
     }
     Beat(now);
+    CheckStall(now);
     links_.erase(std::remove_if(links_.begin(), links_.end(), [](const Link& l) { return l.fd < 0; }),
                  links_.end());
     if (now - last_process_check_ >= kProcessCheckSeconds) {
@@ -405,7 +419,10 @@ void PeerLiveness::Accept(double now) {
     if (fd < 0) return;
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    links_.push_back(Link{fd, -1, now, now, false, {}});
+    Link link;
+    link.fd = fd;
+    link.last_heard = link.accepted_at = now;
+    links_.push_back(std::move(link));
   }
 }
 
@@ -437,6 +454,13 @@ void PeerLiveness::Read(Link* link, double now) {
     }
     link->last_heard = now;
     if (f.kind == kBye) link->said_bye = true;
+    if (f.kind == kBeat && self_ == 0) {
+      link->started = f.progress;
+      link->inside = f.cause != 0;
+    } else if (f.kind == kBeat) {
+      suspect_ = f.rank;
+      suspect_kind_ = f.cause;
+    }
     if (f.kind == kGone && self_ != 0) MarkDead(f.rank, static_cast<Cause>(f.cause));
   }
   link->inbox.erase(link->inbox.begin(), link->inbox.begin() + static_cast<std::ptrdiff_t>(used));
@@ -472,6 +496,10 @@ bool PeerLiveness::Handshake(Link* link, double now) {
 void PeerLiveness::Beat(double now) {
   const bool beat = now - last_beat_ >= kBeatSeconds;
   if (beat) last_beat_ = now;
+  const uint64_t started = execution_.started_.load(std::memory_order_acquire);
+  const bool inside = execution_.inside_.load(std::memory_order_acquire);
+  int suspect = -1, kind = 0;
+  if (beat && self_ == 0 && inside) Suspects(now, started, &suspect, &kind);
   const double timeout = options_.heartbeat_timeout_seconds;
   for (Link& link : links_) {
     if (link.fd < 0) continue;
@@ -484,8 +512,75 @@ void PeerLiveness::Beat(double now) {
       Drop(&link);
       continue;
     }
-    if (beat) SendFrame(link.fd, kBeat);
+    if (!beat) continue;
+    if (self_ == 0) {
+      SendFrame(link.fd, kBeat, suspect, kind);
+    } else {
+      SendFrame(link.fd, kBeat, self_, inside ? 1 : 0, started);
+    }
   }
+}
+
+void PeerLiveness::Execution::Begin(const std::string& what, double now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  what_ = what;
+  since_ = now;
+  started_.fetch_add(1, std::memory_order_release);
+  inside_.store(true, std::memory_order_release);
+}
+
+std::string PeerLiveness::Suspects(double now, uint64_t started, int* first, int* kind) const {
+  std::string quiet, behind;
+  auto add = [](std::string* list, int rank) { *list += (list->empty() ? "" : ", ") + std::to_string(rank); };
+  double longest = 0;
+  for (const Link& link : links_) {
+    if (link.fd < 0 || link.rank < 0) continue;
+    if (now - link.last_heard > kQuietSeconds) {
+      add(&quiet, link.rank);
+      longest = std::max(longest, now - link.last_heard);
+      if (*first < 0 || *kind != kQuiet) *first = link.rank, *kind = kQuiet;
+    } else if (link.started < started) {
+      add(&behind, link.rank);
+      if (*first < 0) *first = link.rank, *kind = kBehind;
+    }
+  }
+  std::string out;
+  if (!quiet.empty()) {
+    out = "not heard from rank(s) " + quiet + " for " + std::to_string(static_cast<int>(longest)) +
+          " s (stopped, or its machine or network is down)";
+  }
+  if (!behind.empty()) {
+    out += (out.empty() ? "" : "; ") + std::string("rank(s) ") + behind + " have not reached it yet";
+  }
+  return out;
+}
+
+void PeerLiveness::CheckStall(double now) {
+  if (options_.stall_seconds <= 0 || !execution_.inside_.load(std::memory_order_acquire)) return;
+  std::string what;
+  double since;
+  {
+    std::lock_guard<std::mutex> lock(execution_.mu_);
+    what = execution_.what_;
+    since = execution_.since_;
+  }
+  const uint64_t started = execution_.started_.load(std::memory_order_acquire);
+  if (now - since < options_.stall_seconds || stall_reported_ == started) return;
+  stall_reported_ = started;
+  std::string who;
+  int first = -1, kind = 0;
+  if (self_ == 0) {
+    who = Suspects(now, started, &first, &kind);
+  } else if (!links_.empty() && now - links_[0].last_heard > kQuietSeconds) {
+    who = "not heard from rank 0 for " + std::to_string(static_cast<int>(now - links_[0].last_heard)) + " s";
+  } else if (suspect_ >= 0) {
+    who = "rank 0 says rank " + std::to_string(suspect_) +
+          (suspect_kind_ == kQuiet ? " has not been heard from lately" : " has not reached it yet");
+  }
+  SO_LOG(kWarning, what << " has been executing on this rank for " << static_cast<int>(now - since)
+                        << " s: " << (who.empty() ? "every rank is inside it and answering: the "
+                                                    "transfer itself is stuck or slow"
+                                                  : who));
 }
 
 }  // namespace scaleout

@@ -18,6 +18,16 @@
 // What a death ends: the coordinator stops negotiating and fails every pending and later
 // collective naming the dead rank (with its pid and host), and a rank waiting inside a
 // data-plane collective gives up on it (Interruption()), so nothing waits on a dead peer.
+//
+// Note [Stalls inside a collective]
+// A rank can also stay alive and stuck: stopped with its heartbeat timeout off, or alive but
+// never entering the collective the others wait inside. The coordinator thread is then inside
+// the transfer and cannot report anything, so this thread does: the coordinator marks each
+// response it executes (Execution), the heartbeats carry how many each rank has started and
+// whether it is inside one, and once this rank has been inside one collective for
+// SCALEOUT_STALL_CHECK_TIME_SECONDS it warns, naming the ranks not heard from lately and those
+// that have not reached the collective yet (rank 0 knows every rank's count; it sends the
+// others the first suspect with its heartbeats).
 #ifndef SCALEOUT_RUNTIME_PEER_LIVENESS_H_
 #define SCALEOUT_RUNTIME_PEER_LIVENESS_H_
 
@@ -40,7 +50,24 @@ class PeerLiveness {
   struct Options {
     double heartbeat_timeout_seconds = 30;  // 0: only deaths the kernel reports
     std::string interface;                  // rank 0 listens there only (empty: everywhere)
+    double stall_seconds = 60;              // Note [Stalls inside a collective]; 0: off
   };
+
+  // What the coordinator thread is executing (Note [Stalls inside a collective]).
+  class Execution {
+   public:
+    void Begin(const std::string& what, double now);
+    void End() { inside_.store(false, std::memory_order_release); }
+
+   private:
+    friend class PeerLiveness;
+    std::atomic<uint64_t> started_{0};
+    std::atomic<bool> inside_{false};
+    std::mutex mu_;
+    std::string what_;  // guarded by mu_
+    double since_ = 0;  // guarded by mu_
+  };
+  Execution& execution() { return execution_; }
 
   // Collective over `comm`; `local` groups the ranks of this machine (MPI_COMM_TYPE_SHARED).
   // Fails only when MPI does; a TCP star that cannot be set up is logged and done without.
@@ -85,6 +112,8 @@ class PeerLiveness {
     double last_heard = 0;
     double accepted_at = 0;  // rank 0: when the unproven connection came
     bool said_bye = false;
+    uint64_t started = 0;    // rank 0: collectives the peer has started executing
+    bool inside = false;     // rank 0: whether it is executing one
     std::vector<uint8_t> inbox;
   };
   enum class Cause { kExited = 1, kSilent = 2 };
@@ -97,6 +126,10 @@ class PeerLiveness {
   bool Handshake(Link* link, double now);
   void Beat(double now);
   void MarkDead(int rank, Cause cause);
+  void CheckStall(double now);
+  // Rank 0: who keeps the collective being executed waiting ("" if nobody stands out), and the
+  // first of them for the other ranks.
+  std::string Suspects(double now, uint64_t started, int* first, int* kind) const;
   void Drop(Link* link);
 
   std::vector<Peer> peers_;
@@ -111,6 +144,10 @@ class PeerLiveness {
   int connected_ = 0;         // rank 0: ranks that proved themselves
   double last_beat_ = 0;
   double last_process_check_ = 0;
+  Execution execution_;
+  uint64_t stall_reported_ = 0;  // the collective (by count) last warned about
+  int suspect_ = -1;             // from rank 0's heartbeats (other ranks)
+  int suspect_kind_ = 0;
 
   std::thread thread_;
   int wake_[2] = {-1, -1};  // a pipe: Stop() writes, the thread polls

@@ -28,7 +28,8 @@ Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, int64_t epoch
   const int core = rt->config_.CoordinatorCore(topo.local_rank, topo.local_size, &unpinned);
   if (!unpinned.empty()) SO_LOG(kWarning, unpinned);
   s = PeerLiveness::Create(rt->mpi_->control_comm(), rt->mpi_->local_comm(),
-                           {rt->config_.heartbeat_timeout_seconds, rt->config_.network_interface},
+                           {rt->config_.heartbeat_timeout_seconds, rt->config_.network_interface,
+                            rt->config_.stall_check_disable ? 0 : rt->config_.stall_check_seconds},
                            &rt->liveness_);
   if (!s.ok()) return s;
   PeerLiveness* liveness = rt->liveness_.get();

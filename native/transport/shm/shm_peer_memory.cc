@@ -85,23 +85,30 @@ std::string SystemError(const std::string& what, int err) {
   return what + ": " + std::strerror(err);
 }
 
-// Segments are named /scaleout-<rank 0's pid>-<random> and unlinked as soon as every rank has
-// mapped them; a job killed before that leaves one behind. Removes those of this user whose
-// creator is gone.
+// Segments are named /scaleout-<pid namespace>-<rank 0's pid>-<random> and unlinked as soon as
+// every rank has mapped them; a job killed before that leaves one behind. Removes those of this
+// user whose creator is gone. A pid means something only in its own pid namespace: containers
+// that share /dev/shm (but not their pids) each see the others' creators as "no such process",
+// and would unlink a segment another job is setting up. So only segments made in this pid
+// namespace are judged (and those of older versions, named without one, are left alone).
 void RemoveStaleSegments() {
   DIR* dir = ::opendir("/dev/shm");
   if (dir == nullptr) return;
   const uid_t uid = ::geteuid();
+  const uint64_t ours = PidNamespace();
   while (dirent* e = ::readdir(dir)) {
     const char* n = e->d_name;
-    if (std::strncmp(n, "scaleout-", 9) != 0) continue;
+    if (ours == 0 || std::strncmp(n, "scaleout-", 9) != 0) continue;
     char* end = nullptr;
-    const long pid = std::strtol(n + 9, &end, 10);
-    if (end == n + 9 || *end != '-' || pid <= 0) continue;
+    const unsigned long long space = std::strtoull(n + 9, &end, 10);
+    if (end == n + 9 || *end != '-' || space != ours) continue;
+    const char* at = end + 1;
+    const long pid = std::strtol(at, &end, 10);
+    if (end == at || *end != '-' || pid <= 0) continue;
     struct stat st;
     const std::string path = std::string("/dev/shm/") + n;
     if (::stat(path.c_str(), &st) != 0 || st.st_uid != uid) continue;
-    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) ::shm_unlink((std::string("/") + n).c_str());
+    if (ProcessGone(static_cast<pid_t>(pid))) ::shm_unlink((std::string("/") + n).c_str());
   }
   ::closedir(dir);
 }
@@ -109,7 +116,7 @@ void RemoveStaleSegments() {
 std::string NewName() {
   std::random_device device;
   std::ostringstream name;
-  name << "/scaleout-" << ::getpid() << "-" << std::hex << device() << device();
+  name << "/scaleout-" << PidNamespace() << "-" << ::getpid() << "-" << std::hex << device() << device();
   return name.str();
 }
 
