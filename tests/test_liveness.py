@@ -43,3 +43,31 @@ def test_survivors_name_the_dead_rank(nranks, victim):
 def test_a_death_inside_a_collective_ends_it(nranks, shm):
     out, err = run_with_a_death(nranks, "last", "busy", env={"SCALEOUT_SHM": shm})
     assert out.count("all checks passed") == nranks - 1, out + err
+
+
+@pytest.mark.parametrize("collective", ["allgather", "allreduce"], ids=["mpi", "shm"])
+@pytest.mark.parametrize("nranks", [2, 3], ids=["np2", "np3"])
+def test_a_rank_stopped_inside_a_collective_is_named(nranks, collective):
+    # Note [Stalls inside a collective]. The stop lands inside a collective's transfer but for
+    # the rare instant between two of them (then the negotiation's own stall warning speaks):
+    # a few tries.
+    victim = nranks - 1
+    env = {"SCALEOUT_HEARTBEAT_TIMEOUT_SECONDS": "0", "SCALEOUT_STALL_CHECK_TIME_SECONDS": "4"}
+    rank0 = (f"scaleout WARNING (rank 0): {collective} 'busy' has been executing on this rank "
+             f"for 4 s: not heard from rank(s) {victim} for ")
+    others = [f"scaleout WARNING (rank {r}): {collective} 'busy' has been executing on this "
+              f"rank for 4 s: rank 0 says rank {victim} has not been heard from lately"
+              for r in range(1, victim)]
+    for _ in range(3):
+        cmd = [mpiexec(), "-disable-auto-cleanup", "-n", str(nranks), sys.executable,
+               str(MP / "stall_inside.py"), collective, "8"]
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=90,
+                                env=dict(os.environ, **env))
+        if rank0 in result.stderr:
+            break
+    assert rank0 in result.stderr, result.stdout + result.stderr
+    for line in others:
+        assert line in result.stderr, result.stdout + result.stderr
+    # The stopped rank, killed later, then ends the survivors' collective.
+    for r in range(victim):
+        assert f"rank {r}: ended: rank {victim} (pid " in result.stdout, result.stdout

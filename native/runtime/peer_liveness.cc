@@ -574,7 +574,8 @@ void PeerLiveness::CheckStall(double now) {
   } else if (!links_.empty() && now - links_[0].last_heard > kQuietSeconds) {
     who = "not heard from rank 0 for " + std::to_string(static_cast<int>(now - links_[0].last_heard)) + " s";
   } else if (suspect_ >= 0) {
-    who = "rank 0 says rank " + std::to_string(suspect_) +
+    const std::string whom = suspect_ == self_ ? "this rank" : "rank " + std::to_string(suspect_);
+    who = "rank 0 says " + whom +
           (suspect_kind_ == kQuiet ? " has not been heard from lately" : " has not reached it yet");
   }
   SO_LOG(kWarning, what << " has been executing on this rank for " << static_cast<int>(now - since)
