@@ -29,6 +29,8 @@ started by its local rank 0 before the first table and stopped after the last, s
 scaleout's and MPICH's waiting are compared when no core is idle. With --contended (or
 --wait-cost) a last table gives the cost of waiting: the CPU seconds each rank's process uses
 while it waits 5 s in an allreduce for a late rank (the last one), beside mpi4py's Allreduce.
+--second-job (alone or with --contended): a second scaleout job on the first rank's machine, as
+many ranks as this job has there, running 1 MiB allreduces back to back for the whole run.
 
 Table 3 (with --ep-servers K1,K2,...): scaleout's allreduce_ from --ep-min-mb up, with each
 number K of endpoint servers. The core reads SCALEOUT_EP_SERVERS at init, so the script shuts
@@ -99,6 +101,9 @@ def parse_args() -> argparse.Namespace:
                    help="smallest size in MiB of the endpoint-server table (default 1)")
     p.add_argument("--contended", action="store_true",
                    help="run every table with a CPU hog on every core (see above)")
+    p.add_argument("--second-job", action="store_true",
+                   help="run every table beside a second scaleout job on the same machine "
+                        "(see above)")
     p.add_argument("--wait-cost", action="store_true",
                    help="time the CPU a rank spends waiting 5 s for a late peer (on with "
                         "--contended)")
@@ -370,11 +375,15 @@ def main() -> int:
     bench = Bench(comm)
     t_start = perf()
     hogs = start_hogs(comm) if args.contended else []
+    second = start_second_job(comm) if args.second_job else None
     for line in header(args, n, affinity_line(comm)):
         out(line)
     if args.contended:
         out(f"# contended: {comm.allreduce(len(hogs))} CPU hogs (busy loops) on this job's "
             "machines, one per core")
+    if second is not None:
+        out(f"# contended: a second scaleout job ({second[2]} ranks, 1 MiB allreduces back to "
+            "back) on this machine")
     out()
 
     if not args.ep_only:
@@ -389,10 +398,13 @@ def main() -> int:
             out()
         ep_table(args, comm, bench, rank, n, out)
 
-    if args.contended or args.wait_cost:
+    if args.contended or args.second_job or args.wait_cost:
         out()
         wait_cost_table(comm, rank, n, out)
     stop_hogs(hogs)
+    if second is not None:
+        rounds = stop_second_job(second)
+        out(f"# the second job ran {rounds} allreduces meanwhile")
     out()
     out(f"# total benchmark time {perf() - t_start:.1f} s")
     comm.Barrier()
@@ -413,6 +425,62 @@ def start_hogs(comm) -> list:
     local.Free()
     time.sleep(0.5)  # let them reach their loops
     return hogs
+
+
+SECOND_JOB = '''
+import os, sys
+import numpy as np
+import scaleout as so
+so.init()
+x = np.ones(1 << 18, np.float32)   # 1 MiB
+rounds = 0
+while True:
+    # One decision for every rank (rank 0 looks for the stop file): none may stop alone.
+    if so.broadcast(np.array([os.path.exists(sys.argv[1])]), 0, name="stop?")[0]:
+        break
+    for _ in range(20):
+        so.allreduce_(x, op=so.Sum, name="second")
+    rounds += 20
+if so.rank() == 0:
+    print(rounds, flush=True)
+so.shutdown()
+'''
+
+
+def start_second_job(comm):
+    """Rank 0 starts another scaleout job through this MPI's mpiexec, with as many ranks as
+    this job has on rank 0's machine; returns (process, stop file, ranks) on rank 0, else None."""
+    import subprocess
+    import tempfile
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    ranks = local.size
+    local.Free()
+    job = None
+    if comm.rank == 0:
+        mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+        stop = os.path.join(tempfile.mkdtemp(prefix="second-job-"), "stop")
+        # Not this job's launcher settings: the second job is a job of its own.
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "HYDI_", "MPI_LOCAL", "OMPI_"))}
+        process = subprocess.Popen([mpiexec if os.path.exists(mpiexec) else "mpiexec", "-n",
+                                    str(ranks), sys.executable, "-c", SECOND_JOB, stop],
+                                   env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   text=True)
+        job = (process, stop, ranks)
+    comm.Barrier()
+    time.sleep(2.0)  # its ranks start and reach their loop
+    return job
+
+
+def stop_second_job(job) -> str:
+    process, stop, _ = job
+    open(stop, "w").close()
+    try:
+        out, _ = process.communicate(timeout=30)
+    except Exception:  # noqa: BLE001  (a benchmark must end)
+        process.kill()
+        out, _ = process.communicate()
+    return (out or "?").strip() or "?"
 
 
 def stop_hogs(hogs: list) -> None:
