@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 import scaleout as so
 from _harness import check, main_tests
 
-EXAMPLES = int(sys.argv[1]) if len(sys.argv) > 1 else 40
+EXAMPLES = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 40
 SETTINGS = settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
                     phases=(Phase.explicit, Phase.generate),
                     suppress_health_check=list(HealthCheck))
