@@ -41,13 +41,11 @@ def _comm_handle(comm: Any) -> Optional[int]:
 def init(comm: Any = None, process_sets: Any = None) -> None:
     """Starts scaleout on every rank (collective). `comm`: an mpi4py communicator (default
     MPI.COMM_WORLD) or a list of world ranks. Calling it again while running does nothing.
-    `process_sets` (Horovod's): only None for now; a list of process sets or "dynamic" raises
-    NotImplementedError (NotYetImplementedError) until process sets exist."""
+    `process_sets` (Horovod's): a list of ProcessSet objects to register now (collectively, in
+    order), or "dynamic" to allow add_process_set/remove_process_set later."""
     global _topology, _atexit_registered
-    if process_sets is not None and not (isinstance(process_sets, (list, tuple))
-                                         and len(process_sets) == 0):
-        from scaleout._not_yet import NotYetImplementedError, PROCESS_SETS
-        raise NotYetImplementedError(f"init(process_sets={process_sets!r}): {PROCESS_SETS}")
+    from scaleout import _process_sets
+    _process_sets.check_init_argument(process_sets)
     _core.ensure_loaded()
     with _state_lock:
         if _binding.is_initialized():
@@ -57,6 +55,7 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
         if not _atexit_registered:
             atexit.register(shutdown)
             _atexit_registered = True
+    _process_sets._at_init(process_sets)
 
 
 def shutdown() -> None:

@@ -12,8 +12,9 @@ from scaleout._errors import (DeadlockError, DuplicateNameError, HorovodInternal
                               ScaleoutTimeoutError, ShutDownError, TransportError)
 from scaleout._objects import allgather_object, broadcast_object
 from scaleout._core import Average, Handle, Max, Min, Product, Sum
-from scaleout._not_yet import (Adasum, NotYetImplementedError, ProcessSet, add_process_set,
-                               global_process_set, remove_process_set)
+from scaleout._not_yet import Adasum, NotYetImplementedError
+from scaleout._process_sets import (ProcessSet, add_process_set, global_process_set,
+                                    remove_process_set)
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",

@@ -126,10 +126,11 @@ wait_all: Callable[[Sequence[Handle]], list] = _binding.wait_all
 group: Callable[[Sequence[Handle], str], Handle] = _binding.group
 
 
-def auto_name(collective: int, name: Optional[str]) -> str:
-    """The given name (checked), or the next generated one for this kind of collective: ranks
-    that call unnamed collectives in the same order agree on their names (as with Horovod)."""
-    return _binding.auto_name(collective, name)
+def auto_name(collective: int, name: Optional[str], process_set: int = 0) -> str:
+    """The given name (checked), or the next generated one for this kind of collective on this
+    process set: ranks that call unnamed collectives in the same order agree on their names (as
+    with Horovod)."""
+    return _binding.auto_name(collective, name, process_set)
 
 
 def resolve_op(op: Optional[int], average: Optional[bool] = None) -> int:

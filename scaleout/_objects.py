@@ -19,23 +19,27 @@ def _dumps(obj: Any) -> np.ndarray:
     return np.frombuffer(buf.getvalue(), dtype=np.uint8)
 
 
-def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None) -> Any:
-    """Returns root_rank's `obj` on every rank (other ranks' `obj` is ignored)."""
+def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
+                     process_set=None) -> Any:
+    """Returns root_rank's `obj` on every rank of the process set (the global one by default;
+    other ranks' `obj` is ignored)."""
     name = name or "broadcast_object"
     payload = _dumps(obj) if rank() == root_rank else np.zeros(0, dtype=np.uint8)
     length = np.array([payload.size], dtype=np.int64)
-    broadcast_(length, root_rank, name=f"{name}.size")
+    broadcast_(length, root_rank, name=f"{name}.size", process_set=process_set)
     data = payload.copy() if rank() == root_rank else np.empty(int(length[0]), dtype=np.uint8)
-    broadcast_(data, root_rank, name=f"{name}.data")
+    broadcast_(data, root_rank, name=f"{name}.data", process_set=process_set)
     return obj if rank() == root_rank else cloudpickle.loads(data.tobytes())
 
 
-def allgather_object(obj: Any, name: Optional[str] = None) -> List[Any]:
-    """Returns the list of every rank's `obj`, in rank order."""
+def allgather_object(obj: Any, name: Optional[str] = None, process_set=None) -> List[Any]:
+    """Returns the list of every rank's `obj` (of the process set, the global one by default),
+    in rank order."""
     name = name or "allgather_object"
     payload = _dumps(obj)
-    sizes = allgather(np.array([payload.size], dtype=np.int64), name=f"{name}.size")
-    data = allgather(payload, name=f"{name}.data")
+    sizes = allgather(np.array([payload.size], dtype=np.int64), name=f"{name}.size",
+                      process_set=process_set)
+    data = allgather(payload, name=f"{name}.data", process_set=process_set)
     out, offset = [], 0
     for n in sizes.tolist():
         out.append(cloudpickle.loads(data[offset:offset + n].tobytes()))

@@ -15,6 +15,7 @@ from scaleout._core import (ALLGATHER, ALLREDUCE, ALLTOALL, BARRIER, BROADCAST, 
                             group, poll, resolve_op, submit, synchronize)
 from scaleout import _semantics
 from scaleout._errors import InvalidArgumentError
+from scaleout._process_sets import global_process_set, process_set_id
 
 __all__ = ["Average", "Sum", "Min", "Max", "Product", "Handle", "allreduce", "allreduce_",
            "allreduce_async", "allreduce_async_", "grouped_allreduce", "grouped_allreduce_",
@@ -78,13 +79,14 @@ def allocator(dtype: np.dtype):
 
 
 def _submit_array(collective: int, name: Optional[str], tensor, inplace: bool, op: int = Sum,
-                  root: int = 0, prescale: float = 1.0, postscale: float = 1.0) -> Handle:
+                  root: int = 0, prescale: float = 1.0, postscale: float = 1.0,
+                  ps: int = 0) -> Handle:
     """allreduce / broadcast of an array-like, the result in a new array or in `tensor`."""
     if type(tensor) is np.ndarray:
         try:  # the common case: a C-contiguous array, in one call
             return submit(collective, name, tensor, None, None, None,
                           tensor if inplace else np.empty_like(tensor), None, op, root,
-                          prescale, postscale, None, None)
+                          prescale, postscale, None, None, ps)
         except BufferError:
             pass  # not C-contiguous, read-only, or a dtype the buffer protocol cannot describe
     a = as_array(tensor)
@@ -95,7 +97,7 @@ def _submit_array(collective: int, name: Optional[str], tensor, inplace: bool, o
     src = contiguous(a)
     dst = src if inplace else np.empty(src.shape, src.dtype)
     return submit(collective, name, src, address(src), code, src.shape, dst, address(dst), op,
-                  root, prescale, postscale, None, _written(a, tensor) if inplace else None)
+                  root, prescale, postscale, None, _written(a, tensor) if inplace else None, ps)
 
 
 def _written(a: np.ndarray, tensor):
@@ -110,104 +112,117 @@ def _written(a: np.ndarray, tensor):
 
 def _submit_owned(collective: int, name: Optional[str], a: np.ndarray, op: int = Sum,
                   prescale: float = 1.0, postscale: float = 1.0, splits=None,
-                  finish=None) -> Handle:
+                  finish=None, ps: int = 0) -> Handle:
     """allgather / alltoall / reducescatter: the core owns the result until completion."""
     return submit(collective, name, a, address(a), dtype_code(a.dtype), a.shape,
-                  allocator(a.dtype), None, op, 0, prescale, postscale, splits, finish)
+                  allocator(a.dtype), None, op, 0, prescale, postscale, splits, finish, ps)
 
 
 # ---- allreduce ----
 
-def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, inplace) -> Handle:
+def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, inplace,
+                     ps: int = 0) -> Handle:
     return _submit_array(ALLREDUCE, name, tensor, inplace, op, 0, prescale_factor,
-                         postscale_factor)
+                         postscale_factor, ps)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                    postscale_factor=1.0) -> Handle:
-    """Starts reducing `tensor` across ranks (default op Average); returns a Handle."""
+                    postscale_factor=1.0, process_set=global_process_set) -> Handle:
+    """Starts reducing `tensor` across the ranks of `process_set` (default op Average);
+    returns a Handle."""
     return _allreduce_async(tensor, name, resolve_op(op, average), prescale_factor,
-                            postscale_factor, inplace=False)
+                            postscale_factor, False, process_set_id(process_set, "allreduce"))
 
 
 def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-              postscale_factor=1.0) -> np.ndarray:
+              postscale_factor=1.0, process_set=global_process_set) -> np.ndarray:
     """Reduces `tensor` across ranks and returns the result as a new array."""
-    return synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor))
+    return synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
+                                       process_set))
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                     postscale_factor=1.0) -> Handle:
+                     postscale_factor=1.0, process_set=global_process_set) -> Handle:
     """In-place form of allreduce_async: the result is written into `tensor`."""
     return _submit_array(ALLREDUCE, name, tensor, True, resolve_op(op, average), 0,
-                         prescale_factor, postscale_factor)
+                         prescale_factor, postscale_factor,
+                         process_set_id(process_set, "allreduce_"))
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-               postscale_factor=1.0):
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor))
+               postscale_factor=1.0, process_set=global_process_set):
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
+                                        process_set))
 
 
-def _grouped(tensors, average, name, op, prescale_factor, postscale_factor, inplace) -> Handle:
+def _grouped(tensors, average, name, op, prescale_factor, postscale_factor, inplace,
+             process_set) -> Handle:
     op = resolve_op(op, average)
-    base = auto_name(ALLREDUCE, name)
+    ps = process_set_id(process_set, "grouped_allreduce")
+    base = auto_name(ALLREDUCE, name, ps)
     return group([_allreduce_async(t, f"{base}.{i}", op, prescale_factor, postscale_factor,
-                                   inplace) for i, t in enumerate(tensors)], base)
+                                   inplace, ps) for i, t in enumerate(tensors)], base)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                            postscale_factor=1.0) -> Handle:
+                            postscale_factor=1.0, process_set=global_process_set) -> Handle:
     """Reduces a list of tensors together (they are fused whenever they fit the buffer)."""
-    return _grouped(tensors, average, name, op, prescale_factor, postscale_factor, False)
+    return _grouped(tensors, average, name, op, prescale_factor, postscale_factor, False,
+                    process_set)
 
 
 def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0) -> list:
+                      postscale_factor=1.0, process_set=global_process_set) -> list:
     return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor,
-                                               postscale_factor))
+                                               postscale_factor, process_set))
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                             postscale_factor=1.0) -> Handle:
-    return _grouped(tensors, average, name, op, prescale_factor, postscale_factor, True)
+                             postscale_factor=1.0, process_set=global_process_set) -> Handle:
+    return _grouped(tensors, average, name, op, prescale_factor, postscale_factor, True,
+                    process_set)
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                       postscale_factor=1.0) -> list:
+                       postscale_factor=1.0, process_set=global_process_set) -> list:
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                                postscale_factor))
+                                                postscale_factor, process_set))
 
 
 # ---- allgather, broadcast, alltoall, reducescatter ----
 
-def allgather_async(tensor, name=None) -> Handle:
-    """Concatenates every rank's tensor along the first dimension (which may differ by rank)."""
+def allgather_async(tensor, name=None, process_set=global_process_set) -> Handle:
+    """Concatenates every rank's tensor along the first dimension (which may differ by rank),
+    in the order of the set's ranks."""
     a = contiguous(as_array(tensor))
     if a.ndim == 0:
         a = a.reshape(1)
-    return _submit_owned(ALLGATHER, name, a)
+    return _submit_owned(ALLGATHER, name, a, ps=process_set_id(process_set, "allgather"))
 
 
-def allgather(tensor, name=None) -> np.ndarray:
-    return synchronize(allgather_async(tensor, name))
+def allgather(tensor, name=None, process_set=global_process_set) -> np.ndarray:
+    return synchronize(allgather_async(tensor, name, process_set))
 
 
-def broadcast_async(tensor, root_rank, name=None) -> Handle:
-    """Starts sending root_rank's tensor to every rank; the result is a new array."""
-    return _submit_array(BROADCAST, name, tensor, False, Sum, root_rank)
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set) -> Handle:
+    """Starts sending root_rank's tensor to every rank of the set (root_rank is the job's
+    rank, as in Horovod); the result is a new array."""
+    return _submit_array(BROADCAST, name, tensor, False, Sum, root_rank,
+                         ps=process_set_id(process_set, "broadcast"))
 
 
-def broadcast(tensor, root_rank, name=None) -> np.ndarray:
-    return synchronize(broadcast_async(tensor, root_rank, name))
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set) -> np.ndarray:
+    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
 
-def broadcast_async_(tensor, root_rank, name=None) -> Handle:
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set) -> Handle:
     """In-place form: root_rank's values are written into `tensor` on every rank."""
-    return _submit_array(BROADCAST, name, tensor, True, Sum, root_rank)
+    return _submit_array(BROADCAST, name, tensor, True, Sum, root_rank,
+                         ps=process_set_id(process_set, "broadcast_"))
 
 
-def broadcast_(tensor, root_rank, name=None):
-    return synchronize(broadcast_async_(tensor, root_rank, name))
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
 def splits_array(splits) -> Optional[np.ndarray]:
@@ -231,35 +246,41 @@ def _alltoall_result(with_splits: bool):
     return finish
 
 
-def alltoall_async(tensor, splits=None, name=None) -> Handle:
-    """Sends splits[i] rows (default: equal parts) of `tensor` to rank i. synchronize() returns
-    the received rows, and the rows received from each rank when splits were given."""
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set) -> Handle:
+    """Sends splits[i] rows (default: equal parts) of `tensor` to the set's i-th rank.
+    synchronize() returns the received rows, and the rows received from each rank when splits
+    were given."""
     a = contiguous(as_array(tensor))
     return _submit_owned(ALLTOALL, name, a, splits=splits_array(splits),
-                         finish=_alltoall_result(splits is not None))
+                         finish=_alltoall_result(splits is not None),
+                         ps=process_set_id(process_set, "alltoall"))
 
 
-def alltoall(tensor, splits=None, name=None):
-    return synchronize(alltoall_async(tensor, splits, name))
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    return synchronize(alltoall_async(tensor, splits, name, process_set))
 
 
 def reducescatter_async(tensor, name=None, op=None, prescale_factor=1.0,
-                        postscale_factor=1.0) -> Handle:
+                        postscale_factor=1.0, process_set=global_process_set) -> Handle:
     """Reduces `tensor` across ranks and gives each rank a slice of the first dimension (the
     first dim % size ranks get one row more)."""
     return _submit_owned(REDUCESCATTER, name, contiguous(as_array(tensor)), resolve_op(op, None),
-                         prescale_factor, postscale_factor)
+                         prescale_factor, postscale_factor,
+                         ps=process_set_id(process_set, "reducescatter"))
 
 
-def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0):
-    return synchronize(reducescatter_async(tensor, name, op, prescale_factor, postscale_factor))
+def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                  process_set=global_process_set):
+    return synchronize(reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
+                                           process_set))
 
 
 # ---- synchronisation ----
 
-def barrier(name=None) -> None:
-    """Returns once every rank has reached the barrier."""
-    synchronize(submit(BARRIER, name, None, 0, 0, (), None, None, Sum, 0, 1.0, 1.0, None, None))
+def barrier(name=None, process_set=global_process_set) -> None:
+    """Returns once every rank of the set has reached the barrier."""
+    synchronize(submit(BARRIER, name, None, 0, 0, (), None, None, Sum, 0, 1.0, 1.0, None, None,
+                       process_set_id(process_set, "barrier")))
 
 
 def join() -> int:

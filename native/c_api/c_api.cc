@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "c_api/scaleout.h"
 #include "common/dtype.h"
@@ -162,6 +163,46 @@ SO_EXPORT int so_stats(int64_t* out) {
 
 SO_EXPORT int so_peer_died(void) { return scaleout::PeerLiveness::LostAPeer() ? 1 : 0; }
 
+SO_EXPORT int so_add_process_set(const int32_t* ranks, int nranks, int32_t* id_out) {
+  return WithRuntime([&](Runtime& rt) -> int {
+    if (nranks < 0 || (nranks > 0 && ranks == nullptr)) {
+      return Fail(Status::InvalidArgument("add_process_set: no ranks given"));
+    }
+    return Report(rt.AddProcessSet(std::vector<int>(ranks, ranks + nranks), id_out));
+  });
+}
+
+SO_EXPORT int so_remove_process_set(int32_t id) {
+  return WithRuntime([&](Runtime& rt) -> int { return Report(rt.RemoveProcessSet(id)); });
+}
+
+SO_EXPORT int so_process_set(int32_t id, int32_t* rank_out, int32_t* size_out, int32_t* ranks_out,
+                             int capacity) {
+  return WithRuntime([&](Runtime& rt) -> int {
+    std::vector<int> ranks;
+    int rank = -1;
+    Status s = rt.DescribeProcessSet(id, &ranks, &rank);
+    if (!s.ok()) return Fail(s);
+    *rank_out = rank;
+    *size_out = static_cast<int32_t>(ranks.size());
+    for (int i = 0; ranks_out != nullptr && i < capacity && i < static_cast<int>(ranks.size()); ++i) {
+      ranks_out[i] = ranks[i];
+    }
+    return SO_OK;
+  });
+}
+
+SO_EXPORT int so_process_set_ids(int32_t* ids_out, int capacity, int32_t* count_out) {
+  return WithRuntime([&](Runtime& rt) -> int {
+    const std::vector<int32_t> ids = rt.ProcessSetIds();
+    *count_out = static_cast<int32_t>(ids.size());
+    for (int i = 0; ids_out != nullptr && i < capacity && i < static_cast<int>(ids.size()); ++i) {
+      ids_out[i] = ids[i];
+    }
+    return SO_OK;
+  });
+}
+
 SO_EXPORT int so_timeline(const char* path, int mark_cycles) {
   return WithRuntime([&](Runtime& rt) -> int {
     Status s = rt.SetTimeline(path == nullptr ? std::string() : std::string(path), mark_cycles != 0);
@@ -172,9 +213,10 @@ SO_EXPORT int so_timeline(const char* path, int mark_cycles) {
 SO_EXPORT int so_enqueue(const char* name, int collective, int dtype, int ndim, const int64_t* shape,
                          const void* input, void* output, int reduce_op, int root_rank,
                          double prescale_factor, double postscale_factor, const int64_t* splits,
-                         int nsplits, int64_t* handle_out) {
+                         int nsplits, int32_t process_set, int64_t* handle_out) {
   return WithRuntime([&](Runtime& rt) -> int {
     scaleout::EnqueueArgs a;
+    a.process_set = process_set;
     a.name = name;
     a.collective = collective;
     a.dtype = dtype;
@@ -224,13 +266,15 @@ SO_EXPORT int so_result_copy(int64_t handle, void* dst, int64_t nbytes) {
   });
 }
 
-SO_EXPORT int so_result_splits(int64_t handle, int64_t* splits_out, int nsplits) {
+SO_EXPORT int so_result_splits(int64_t handle, int64_t* splits_out, int capacity, int32_t* count_out) {
   return WithResult(handle, [&](const scaleout::TensorEntry& e) -> int {
-    if (static_cast<size_t>(nsplits) != e.received_splits.size()) {
-      return Fail(Status::InvalidArgument("the handle has " + std::to_string(e.received_splits.size()) +
-                                          " received splits"));
+    const int count = static_cast<int>(e.received_splits.size());
+    if (capacity < count) {
+      return Fail(Status::InvalidArgument("the handle has " + std::to_string(count) +
+                                          " received splits, more than " + std::to_string(capacity)));
     }
-    for (int i = 0; i < nsplits; ++i) splits_out[i] = e.received_splits[i];
+    for (int i = 0; i < count; ++i) splits_out[i] = e.received_splits[i];
+    *count_out = count;
     return SO_OK;
   });
 }

@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define SCALEOUT_ABI_VERSION 5
+#define SCALEOUT_ABI_VERSION 6
 
 /*
  * The tables: every code the ABI uses, with its name, written once here. The core takes its names
@@ -106,6 +106,18 @@ int so_stats(int64_t* out);
  * cannot be finalized then (MPI_Finalize waits for the dead peer forever). */
 int so_peer_died(void);
 
+/* ---- process sets (Note [Process sets] in runtime/runtime.h) ---- */
+/* Collective over every rank of the job, in the same order everywhere: a set of the job's ranks
+ * (sorted, distinct), whose id (1, 2, ... in order of adding) is written to *id_out. */
+int so_add_process_set(const int32_t* ranks, int nranks, int32_t* id_out);
+/* Collective over every rank; fails while any rank has collectives of the set in flight. */
+int so_remove_process_set(int32_t id);
+/* *size_out: the set's size; *rank_out: this rank's place in it (-1: not a member); ranks_out, if
+ * not NULL: up to `capacity` of its ranks (the job's). */
+int so_process_set(int32_t id, int32_t* rank_out, int32_t* size_out, int32_t* ranks_out, int capacity);
+/* The ids of the sets (0 first); *count_out: how many, up to `capacity` written. */
+int so_process_set_ids(int32_t* ids_out, int capacity, int32_t* count_out);
+
 /* ---- collectives ---- */
 /*
  * Enqueues a named collective and returns a handle at once (*handle_out > 0).
@@ -119,12 +131,14 @@ int so_peer_died(void);
  * shape:  ndim dimensions of input (ndim may be 0 for a scalar).
  * splits: SO_ALLTOALL only: nsplits == size entries, rows of input sent to each rank; NULL for
  *         equal splits.
+ * process_set: the id of the process set the collective runs on (0: every rank; ranks, roots and
+ *         splits are then the set's); this rank must be a member.
  * The caller keeps input and output alive and unmodified until the handle completes.
  */
 int so_enqueue(const char* name, int collective, int dtype, int ndim, const int64_t* shape,
                const void* input, void* output, int reduce_op, int root_rank,
                double prescale_factor, double postscale_factor,
-               const int64_t* splits, int nsplits, int64_t* handle_out);
+               const int64_t* splits, int nsplits, int32_t process_set, int64_t* handle_out);
 
 /* *done_out = 1 when the handle has completed (successfully or not). */
 int so_poll(int64_t handle, int* done_out);
@@ -134,8 +148,9 @@ int so_wait(int64_t handle, double timeout_seconds);
 /* Result of a completed SO_ALLGATHER / SO_ALLTOALL / SO_REDUCESCATTER handle. */
 int so_result_shape(int64_t handle, int* ndim_out, int64_t* shape_out /* SO_MAX_NDIM */);
 int so_result_copy(int64_t handle, void* dst, int64_t nbytes);
-/* SO_ALLTOALL: rows received from each rank (size entries). */
-int so_result_splits(int64_t handle, int64_t* splits_out, int nsplits);
+/* SO_ALLTOALL: rows received from each rank of its process set: *count_out entries (the set's
+ * size), written when capacity allows. */
+int so_result_splits(int64_t handle, int64_t* splits_out, int capacity, int32_t* count_out);
 /* SO_JOIN: the rank that joined last. */
 int so_result_join_rank(int64_t handle, int32_t* rank_out);
 /* Frees a completed handle (or abandons the result of a pending one). */

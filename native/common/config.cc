@@ -17,7 +17,7 @@ namespace {
 const char* const kTwins[] = {
     "FUSION_THRESHOLD", "CYCLE_TIME", "CACHE_CAPACITY", "TIMELINE", "TIMELINE_MARK_CYCLES",
     "STALL_CHECK_TIME_SECONDS", "STALL_CHECK_DISABLE", "STALL_SHUTDOWN_TIME_SECONDS",
-    "LOG_LEVEL", "THREAD_AFFINITY",
+    "LOG_LEVEL", "THREAD_AFFINITY", "DYNAMIC_PROCESS_SETS",
 };
 
 // Horovod 0.28.1's run-time variables that scaleout does not implement, and what they control
@@ -59,7 +59,6 @@ const Unimplemented kUnimplemented[] = {
     {"HOROVOD_ENABLE_XLA_OPS", "XLA ops"},
     {"HOROVOD_ADASUM_MPI_CHUNK_SIZE", "Adasum"},
     {"HOROVOD_DISABLE_GROUP_FUSION", "switching off the fusion of grouped collectives"},
-    {"HOROVOD_DYNAMIC_PROCESS_SETS", "process sets"},
     {"HOROVOD_LOG_HIDE_TIME", "log timestamps (scaleout's log lines carry none)"},
 };
 
@@ -240,6 +239,7 @@ Status Config::Parse(const std::function<const char*(const char*)>& getenv,
                    read.Number("STALL_SHUTDOWN_TIME_SECONDS", 0, &c.stall_shutdown_seconds),
                    read.Number("DEADLOCK_CHECK_SECONDS", 0, &c.deadlock_check_seconds),
                    read.Number("HEARTBEAT_TIMEOUT_SECONDS", 0, &c.heartbeat_timeout_seconds),
+                   read.Flag("DYNAMIC_PROCESS_SETS", &c.dynamic_process_sets),
                    read.LogLevel(&c.log_level),
                    read.Flag("TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles),
                    read.Flag("SHM", &c.shm),
@@ -325,6 +325,7 @@ std::string Config::ToString() const {
   line("SCALEOUT_STALL_SHUTDOWN_TIME_SECONDS", stall_shutdown_seconds);
   line("SCALEOUT_DEADLOCK_CHECK_SECONDS", deadlock_check_seconds);
   line("SCALEOUT_HEARTBEAT_TIMEOUT_SECONDS", heartbeat_timeout_seconds);
+  line("SCALEOUT_DYNAMIC_PROCESS_SETS", dynamic_process_sets ? 1 : 0);
   line("SCALEOUT_NETWORK_INTERFACE", network_interface);
   line("SCALEOUT_LOG_LEVEL", log_level);
   line("SCALEOUT_TIMELINE", timeline_path);

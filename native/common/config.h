@@ -39,6 +39,9 @@ struct Config {
   // SCALEOUT_DEADLOCK_CHECK_SECONDS: how long every rank must have been blocked on collectives
   // that cannot complete before they fail with a deadlock error (Note [Deadlock]); 0 disables.
   double deadlock_check_seconds = 1.0;
+  // SCALEOUT_DYNAMIC_PROCESS_SETS: 1 lets process sets be added and removed after init (Note
+  // [Process sets]); the Python layer enforces it.
+  bool dynamic_process_sets = false;
   // SCALEOUT_HEARTBEAT_TIMEOUT_SECONDS: a peer not heard from for this long counts as dead
   // (Note [Liveness]); 0: only deaths the operating system reports (a process that ended).
   double heartbeat_timeout_seconds = 30.0;

@@ -42,10 +42,21 @@ constexpr double kIdleWakeSeconds = 5e-3;
 
 }  // namespace
 
+std::string ProcessSetInfo::Where() const {
+  if (id == 0) return std::string();
+  std::string set_ranks, job_ranks;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    set_ranks += (i ? ", " : "") + std::to_string(i);
+    job_ranks += (i ? ", " : "") + std::to_string(ranks[i]);
+  }
+  return " (in process set " + std::to_string(id) + ", whose ranks " + set_ranks + " are ranks " +
+         job_ranks + " of the job)";
+}
+
 Coordinator::Coordinator(const Config& config, ControlChannel* channel,
                          const std::vector<DataTransport*>& transports, PeerMemory* peers,
                          HandleTable* handles, RequestQueue* queue,
-                         PeerLiveness* liveness)
+                         PeerLiveness* liveness, ProcessSetInfo set)
     : config_(config),
       controller_(channel, config),
       endpoints_(static_cast<int>(transports.size()), config.ep_cores),
@@ -53,7 +64,11 @@ Coordinator::Coordinator(const Config& config, ControlChannel* channel,
       handles_(handles),
       queue_(queue),
       liveness_(liveness),
-      known_dead_(liveness->size(), false) {}
+      set_(std::move(set)),
+      known_dead_(liveness->size(), false) {
+  // One timeline per job: the global set's coordinator writes it.
+  if (set_.id != 0) config_.timeline_path.clear();
+}
 
 Coordinator::~Coordinator() { Stop(); }
 
@@ -118,7 +133,11 @@ void Coordinator::Loop() {
                    : Status::ShutDown("scaleout was shut down on this rank while the collective was pending");
   // Completes everything registered (queued, pending, or mid-execution when an exception hit)
   // and makes later enqueues fail at once: nothing is left waiting on a stopped thread.
-  handles_->Close(why);
+  if (set_.id == 0) {
+    handles_->Close(why);
+  } else {
+    handles_->CloseSet(set_.id, why);
+  }
   pending_.clear();
   joins_.clear();
   queue_->TakeAll();
@@ -275,7 +294,7 @@ void Coordinator::Execute(const Response& r) {
   }
   Status status;
   if (r.is_error()) {
-    status = Status(r.error_code, r.error_message);
+    status = Status(r.error_code, r.error_message + set_.Where());
   } else if (r.collective != SO_BARRIER) {
     for (size_t i = 0; i < entries.size(); ++i) {
       SO_CHECK(entries[i] != nullptr || !r.joined_ranks.empty(),
@@ -285,9 +304,10 @@ void Coordinator::Execute(const Response& r) {
     std::string what = CollectiveName(r.collective);
     if (!r.tensors.empty()) what += " '" + r.tensors[0].name + "'";
     if (r.tensors.size() > 1) what += " (and " + std::to_string(r.tensors.size() - 1) + " fused with it)";
-    liveness_->execution().Begin(what, agreed > 0 ? agreed : Now());
+    // (The global set's only, for now: one record per rank.)
+    if (set_.id == 0) liveness_->execution().Begin(what, agreed > 0 ? agreed : Now());
     status = executor_.Execute(r, entries);
-    liveness_->execution().End();
+    if (set_.id == 0) liveness_->execution().End();
     const double done = timed ? Now() : 0;
     SO_LOG(kDebug, "executed " << CollectiveName(r.collective) << " of " << entries.size()
                                << " tensors in " << (done - agreed) * 1e6 << " us");
@@ -319,7 +339,10 @@ void Coordinator::SampleBlocked(double now) {
   last_sample_ = now;
   last_others_cpu_ = others;
   accepted_at_sample_ = accepted_;
-  const bool candidate = idle && quiet && handles_->waiting() > 0 &&
+  // Note [Process sets]: blocked on this set, when every waiting thread waits on its handles.
+  const int waiting = handles_->waiting();
+  const bool candidate = idle && quiet && waiting > 0 &&
+                         (set_.id == 0 || handles_->waiting(set_.id) == waiting) &&
                          (!pending_.empty() || !joins_.empty());
   if (!candidate) {
     candidate_since_ = -1;
@@ -335,7 +358,7 @@ void Coordinator::SampleBlocked(double now) {
 
 void Coordinator::ReportStalls(double now) {
   for (const std::string& line : controller_.StallReport(now, config_.stall_check_seconds)) {
-    SO_LOG(kWarning, line);
+    SO_LOG(kWarning, line << set_.Where());
   }
   for (auto& kv : pending_) {
     TensorEntry* e = kv.second.get();

@@ -29,13 +29,23 @@
 
 namespace scaleout {
 
+// Which process set a coordinator serves (Note [Process sets]): its id, and the job's rank of
+// each of its ranks (empty for the global set, id 0, where they are the same).
+struct ProcessSetInfo {
+  int32_t id = 0;
+  std::vector<int> ranks;
+  // " (in process set 2, whose ranks 0, 1 are ranks 1, 3 of the job)", or "" for the global set.
+  std::string Where() const;
+};
+
 class Coordinator {
  public:
   // transports[i] is endpoint server i's data plane (Note [Endpoint servers]); peers, when not
   // null, the memory of ranks that share this machine (Note [Staged allreduce]).
   Coordinator(const Config& config, ControlChannel* channel,
               const std::vector<DataTransport*>& transports, PeerMemory* peers,
-              HandleTable* handles, RequestQueue* queue, PeerLiveness* liveness);
+              HandleTable* handles, RequestQueue* queue, PeerLiveness* liveness,
+              ProcessSetInfo set = ProcessSetInfo());
   ~Coordinator();
 
   // Opens the timeline (if configured) and starts the thread, pinned to CPU `core` if >= 0
@@ -86,6 +96,7 @@ class Coordinator {
 
   // Note [Liveness]: owned by the runtime, outlives this object.
   PeerLiveness* liveness_;
+  ProcessSetInfo set_;
   std::vector<bool> known_dead_;
 
   // A start/stop of the timeline asked by a user thread, done by the coordinator thread.

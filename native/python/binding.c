@@ -35,7 +35,8 @@
   X(so_abi_version) X(so_version) X(so_build_info) X(so_last_error) X(so_init) X(so_shutdown)   \
   X(so_is_initialized) X(so_topology) X(so_config_string) X(so_enqueue) X(so_poll) X(so_wait)   \
   X(so_result_shape) X(so_result_copy) X(so_result_splits) X(so_result_join_rank) X(so_release)  \
-  X(so_timeline) X(so_stats) X(so_peer_died)
+  X(so_timeline) X(so_stats) X(so_peer_died) X(so_add_process_set) X(so_remove_process_set)   \
+  X(so_process_set) X(so_process_set_ids)
 
 #define SO_POINTER_(fn) __typeof__(&fn) fn;
 static struct { SO_FUNCTIONS(SO_POINTER_) } api;
@@ -46,7 +47,9 @@ static PyObject* error_classes[SO_STATUS_COUNT]; /* by status code; NULL: base_e
 static PyObject* base_error = NULL;
 static PyObject* invalid_argument_error = NULL;
 static PyObject* orphans = NULL;  /* list of (id, keep, output): handles dropped while pending */
+static int as_int(PyObject* o, const char* what, int* out);
 static long long name_counters[SO_COLLECTIVE_COUNT];
+static PyObject* set_name_counters; /* {(process set, collective): next n} for sets other than 0 */
 
 static const char* const collective_names[SO_COLLECTIVE_COUNT] = {
 #define SO_NAME_(ENUM, name, code) [code] = #name,
@@ -204,6 +207,84 @@ static PyObject* stats(PyObject* self, PyObject* unused) {
   return Py_BuildValue("(LL)", (long long)out[0], (long long)out[1]);
 }
 
+/* add_process_set(ranks: sequence of int) -> id; collective over every rank (blocks). */
+static PyObject* add_process_set(PyObject* self, PyObject* arg) {
+  if (!require_loaded()) return NULL;
+  PyObject* seq = PySequence_Fast(arg, "add_process_set takes a sequence of ranks");
+  if (seq == NULL) return NULL;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  int32_t* ranks = PyMem_Malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
+  if (ranks == NULL) {
+    Py_DECREF(seq);
+    return PyErr_NoMemory();
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    int r;
+    if (!as_int(PySequence_Fast_GET_ITEM(seq, i), "rank", &r)) {
+      PyMem_Free(ranks);
+      Py_DECREF(seq);
+      return NULL;
+    }
+    ranks[i] = r;
+  }
+  Py_DECREF(seq);
+  int32_t id = 0;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = api.so_add_process_set(ranks, (int)n, &id);
+  Py_END_ALLOW_THREADS
+  PyMem_Free(ranks);
+  if (rc != 0) return raise_status(rc);
+  return PyLong_FromLong(id);
+}
+
+/* remove_process_set(id); collective over every rank (blocks). */
+static PyObject* remove_process_set(PyObject* self, PyObject* arg) {
+  if (!require_loaded()) return NULL;
+  int id;
+  if (!as_int(arg, "process_set_id", &id)) return NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = api.so_remove_process_set(id);
+  Py_END_ALLOW_THREADS
+  if (rc != 0) return raise_status(rc);
+  Py_RETURN_NONE;
+}
+
+/* process_set(id) -> (this rank's place or -1, [the job's ranks]) */
+static PyObject* process_set(PyObject* self, PyObject* arg) {
+  if (!require_loaded()) return NULL;
+  int id;
+  if (!as_int(arg, "process_set_id", &id)) return NULL;
+  int32_t rank = -1, size = 0;
+  int rc = api.so_process_set(id, &rank, &size, NULL, 0);
+  if (rc != 0) return raise_status(rc);
+  int32_t* ranks = PyMem_Malloc(sizeof(int32_t) * (size_t)(size > 0 ? size : 1));
+  if (ranks == NULL) return PyErr_NoMemory();
+  rc = api.so_process_set(id, &rank, &size, ranks, size);
+  PyObject* list = rc == 0 ? PyList_New(size) : NULL;
+  for (int32_t i = 0; list != NULL && i < size; ++i) PyList_SET_ITEM(list, i, PyLong_FromLong(ranks[i]));
+  PyMem_Free(ranks);
+  if (rc != 0) return raise_status(rc);
+  if (list == NULL) return NULL;
+  return Py_BuildValue("(iN)", rank, list);
+}
+
+/* process_set_ids() -> [ids], 0 first */
+static PyObject* process_set_ids(PyObject* self, PyObject* unused) {
+  if (!require_loaded()) return NULL;
+  int32_t ids[1024], count = 0;
+  int rc = api.so_process_set_ids(ids, 1024, &count);
+  if (rc != 0) return raise_status(rc);
+  PyObject* list = PyList_New(0);
+  for (int32_t i = 0; list != NULL && i < count && i < 1024; ++i) {
+    PyObject* v = PyLong_FromLong(ids[i]);
+    if (v == NULL || PyList_Append(list, v) != 0) Py_CLEAR(list);
+    Py_XDECREF(v);
+  }
+  return list;
+}
+
 static PyObject* peer_died(PyObject* self, PyObject* unused) {
   return PyBool_FromLong(api_loaded && api.so_peer_died());
 }
@@ -229,8 +310,9 @@ static PyObject* build_info(PyObject* self, PyObject* unused) { return text_of(a
 /* ---- names ---- */
 
 /* The name given (checked), or the next generated "<kind>.noname.<n>": ranks that call unnamed
- * collectives of one kind in the same order agree on their names. */
-static PyObject* name_or_auto(int collective, PyObject* name) {
+ * collectives of one kind in the same order agree on their names. Counted per process set (names
+ * are scoped per set), so that a rank's collectives on other sets do not shift the count. */
+static PyObject* name_or_auto(int collective, PyObject* name, int process_set) {
   if (name != Py_None) {
     if (!PyUnicode_Check(name) || PyUnicode_GET_LENGTH(name) == 0) {
       return raise_invalid("name must be a non-empty string, not %R", name);
@@ -253,16 +335,33 @@ static PyObject* name_or_auto(int collective, PyObject* name) {
   if (collective < 0 || collective >= SO_COLLECTIVE_COUNT) {
     return raise_invalid("unknown collective %d", collective);
   }
-  return PyUnicode_FromFormat("%s.noname.%lld", collective_names[collective],
-                              name_counters[collective]++);
+  long long n;
+  if (process_set == 0) {
+    n = name_counters[collective]++;
+  } else {
+    if (set_name_counters == NULL && (set_name_counters = PyDict_New()) == NULL) return NULL;
+    PyObject* key = Py_BuildValue("(ii)", process_set, collective);
+    if (key == NULL) return NULL;
+    PyObject* seen = PyDict_GetItemWithError(set_name_counters, key);
+    n = seen != NULL ? PyLong_AsLongLong(seen) : 0;
+    PyObject* next = PyLong_FromLongLong(n + 1);
+    const int failed = (seen == NULL && PyErr_Occurred()) || next == NULL ||
+                       PyDict_SetItem(set_name_counters, key, next) != 0;
+    Py_DECREF(key);
+    Py_XDECREF(next);
+    if (failed) return NULL;
+  }
+  return PyUnicode_FromFormat("%s.noname.%lld", collective_names[collective], n);
 }
 
-/* auto_name(collective, name or None) -> name */
+/* auto_name(collective, name or None[, process_set]) -> name */
 static PyObject* auto_name(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 2) return PyErr_Format(PyExc_TypeError, "auto_name takes 2 arguments");
+  if (nargs != 2 && nargs != 3) return PyErr_Format(PyExc_TypeError, "auto_name takes 2 or 3 arguments");
   int collective = (int)PyLong_AsLong(args[0]);
   if (collective == -1 && PyErr_Occurred()) return NULL;
-  return name_or_auto(collective, args[1]);
+  int process_set = 0;
+  if (nargs == 3 && !as_int(args[2], "process_set", &process_set)) return NULL;
+  return name_or_auto(collective, args[1], process_set);
 }
 
 /* ---- Handle ---- */
@@ -540,7 +639,7 @@ static int describe_tensor(PyObject* t, void** ptr, int* dtype, int64_t* shape, 
 
 /*
  * submit(collective, name, data, address, dtype, shape, output, out_address, op, root,
- *        prescale, postscale, splits, finish) -> Handle
+ *        prescale, postscale, splits, finish[, process_set]) -> Handle
  *
  * data: the input's owner, kept alive until completion. When address is None, data is read
  *   as a registered tensor (register_tensor_type) or through the buffer protocol (C-contiguous),
@@ -559,9 +658,12 @@ static int describe_tensor(PyObject* t, void** ptr, int* dtype, int64_t* shape, 
  * name None generates one (auto_name).
  */
 static PyObject* submit(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 14) return PyErr_Format(PyExc_TypeError, "submit takes 14 arguments, got %zd", nargs);
+  if (nargs != 14 && nargs != 15) {
+    return PyErr_Format(PyExc_TypeError, "submit takes 14 or 15 arguments, got %zd", nargs);
+  }
   if (!require_loaded()) return NULL;
-  int collective, dtype = -1, op, root;
+  int collective, dtype = -1, op, root, process_set = 0;
+  if (nargs == 15 && !as_int(args[14], "process_set", &process_set)) return NULL;
   double pre, post;
   if (!as_int(args[0], "collective", &collective) || !as_int(args[8], "op", &op) ||
       !as_int(args[9], "root_rank", &root) || !as_double(args[10], "prescale_factor", &pre) ||
@@ -655,13 +757,13 @@ static PyObject* submit(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
     splits = (const int64_t*)sp.buf;
     nsplits = (int)(sp.len / 8);
   }
-  name = name_or_auto(collective, args[1]);
+  name = name_or_auto(collective, args[1], process_set);
   if (name == NULL) goto done;
   const char* name_utf8 = PyUnicode_AsUTF8(name);
   if (name_utf8 == NULL) goto done;
   int64_t id = 0;
   int rc = api.so_enqueue(name_utf8, collective, dtype, ndim, shape, in_ptr, out_ptr, op, root,
-                          pre, post, splits, nsplits, &id);
+                          pre, post, splits, nsplits, process_set, &id);
   if (rc != 0) {
     raise_status(rc);
     goto done;
@@ -759,25 +861,20 @@ static PyObject* take_result(HandleObject* h) {
   Py_INCREF(obj);
   Py_DECREF(made);
   if (h->collective != SO_ALLTOALL) return obj;
-  /* alltoall: (received, rows received from each rank) */
-  int32_t topo[6];
+  /* alltoall: (received, rows received from each rank of its process set) */
   int64_t splits[4096];
-  rc = api.so_topology(topo);
-  if (rc == 0 && topo[1] > (int)(sizeof splits / sizeof splits[0])) {
-    Py_DECREF(obj);
-    return PyErr_Format(PyExc_RuntimeError, "alltoall received splits: too many ranks");
-  }
-  if (rc == 0) rc = api.so_result_splits(h->id, splits, topo[1]);
+  int32_t count = 0;
+  rc = api.so_result_splits(h->id, splits, (int)(sizeof splits / sizeof splits[0]), &count);
   if (rc != 0) {
     Py_DECREF(obj);
     return raise_status(rc);
   }
-  PyObject* list = PyList_New(topo[1]);
+  PyObject* list = PyList_New(count);
   if (list == NULL) {
     Py_DECREF(obj);
     return NULL;
   }
-  for (int i = 0; i < topo[1]; ++i) PyList_SET_ITEM(list, i, PyLong_FromLongLong(splits[i]));
+  for (int i = 0; i < count; ++i) PyList_SET_ITEM(list, i, PyLong_FromLongLong(splits[i]));
   PyObject* pair = PyTuple_Pack(2, obj, list);
   Py_DECREF(obj);
   Py_DECREF(list);
@@ -916,6 +1013,10 @@ static PyMethodDef methods[] = {
      "topology() -> (rank, size, local_rank, local_size, cross_rank, cross_size)"},
     {"stats", stats, METH_NOARGS, "stats() -> (handles registered, names in flight)"},
     {"peer_died", peer_died, METH_NOARGS, "whether this process has seen a peer rank die"},
+    {"add_process_set", add_process_set, METH_O, "add_process_set(ranks) -> id (collective)"},
+    {"remove_process_set", remove_process_set, METH_O, "remove_process_set(id) (collective)"},
+    {"process_set", process_set, METH_O, "process_set(id) -> (rank or -1, ranks)"},
+    {"process_set_ids", process_set_ids, METH_NOARGS, "process_set_ids() -> [ids]"},
     {"timeline", timeline, METH_VARARGS, "timeline(path or None, mark_cycles): start or stop it"},
     {"config_string", config_string, METH_NOARGS, "the core's configuration, KEY=VALUE lines"},
     {"version", version, METH_NOARGS, "the core's version"},

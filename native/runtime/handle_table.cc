@@ -20,7 +20,9 @@ void HandleTable::SetEpoch(int64_t epoch) {
 Status HandleTable::Add(const std::shared_ptr<TensorEntry>& entry) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return closed_status_;
-  if (!entry->is_join && !names_in_flight_.insert(entry->request.name).second) {
+  auto closed_set = closed_sets_.find(entry->process_set);
+  if (closed_set != closed_sets_.end()) return closed_set->second;
+  if (!entry->is_join && !names_in_flight_.insert({entry->process_set, entry->request.name}).second) {
     return Status::DuplicateName("a collective named '" + entry->request.name +
                                  "' is already in flight on this rank; wait for it before "
                                  "submitting the name again, or use another name");
@@ -37,7 +39,7 @@ void HandleTable::Complete(TensorEntry* entry, const Status& status) {
 bool HandleTable::FinishLocked(std::unordered_map<int64_t, Slot>::iterator it, const Status& status) {
   if (it->second.done) return false;
   const TensorEntry& entry = *it->second.entry;
-  if (!entry.is_join) names_in_flight_.erase(entry.request.name);
+  if (!entry.is_join) names_in_flight_.erase({entry.process_set, entry.request.name});
   if (it->second.orphaned) {
     slots_.erase(it);
     return false;
@@ -72,6 +74,34 @@ void HandleTable::FailAll(const Status& status) {
   cv_.notify_all();
 }
 
+void HandleTable::CloseSet(int32_t process_set, const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_sets_[process_set] = status;
+    for (auto it = slots_.begin(); it != slots_.end();) {
+      auto next = std::next(it);
+      if (it->second.entry->process_set == process_set) FinishLocked(it, status);
+      it = next;
+    }
+  }
+  cv_.notify_all();
+}
+
+int HandleTable::Unfinished(int32_t process_set) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = 0;
+  for (const auto& kv : slots_) {
+    n += !kv.second.done && kv.second.entry->process_set == process_set;
+  }
+  return n;
+}
+
+int HandleTable::waiting(int32_t process_set) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = waiting_by_set_.find(process_set);
+  return it == waiting_by_set_.end() ? 0 : it->second;
+}
+
 void HandleTable::Close(const Status& status) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -103,11 +133,12 @@ Status HandleTable::Wait(int64_t handle, double timeout_seconds) {
     auto i = slots_.find(handle);
     return i == slots_.end() || i->second.done;
   };
-  struct Waiting {  // counted while this thread sleeps here
+  struct Waiting {  // counted while this thread sleeps here (under mu_, but for n's reads)
     std::atomic<int>& n;
-    explicit Waiting(std::atomic<int>& count) : n(count) { ++n; }
-    ~Waiting() { --n; }
-  } waiting(waiting_);
+    int& in_set;
+    Waiting(std::atomic<int>& count, int& set_count) : n(count), in_set(set_count) { ++n, ++in_set; }
+    ~Waiting() { --n, --in_set; }
+  } waiting(waiting_, waiting_by_set_[it->second.entry->process_set]);
   if (timeout_seconds < 0) {
     cv_.wait(lock, done);
   } else if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout_seconds), done)) {

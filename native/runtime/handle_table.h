@@ -11,7 +11,8 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
+#include <map>
+#include <set>
 #include <vector>
 
 #include "runtime/tensor_entry.h"
@@ -33,12 +34,17 @@ class HandleTable {
   void FailAll(const Status& status);
   // FailAll, and from now on Add refuses new entries with `status` (the coordinator stopped).
   void Close(const Status& status);
+  // The same for the entries of one process set (its coordinator stopped; Note [Process sets]).
+  void CloseSet(int32_t process_set, const Status& status);
+  // Entries of the set not completed yet.
+  int Unfinished(int32_t process_set);
 
   Status Poll(int64_t handle, bool* done);
   // Handles registered (issued and not released) and names in flight, for leak checks.
   void Counts(int64_t* handles, int64_t* names);
-  // Threads inside Wait now (Note [Deadlock]).
+  // Threads inside Wait now (Note [Deadlock]), in all and on handles of one process set.
   int waiting() const { return waiting_.load(std::memory_order_relaxed); }
+  int waiting(int32_t process_set);
   // Blocks until done (timeout < 0: forever); returns the entry's status.
   Status Wait(int64_t handle, double timeout_seconds);
   // The completed entry (nullptr and an error status if unknown or not finished).
@@ -59,12 +65,15 @@ class HandleTable {
   std::mutex mu_;
   std::condition_variable cv_;
   std::atomic<int> waiting_{0};
+  std::map<int32_t, int> waiting_by_set_;  // guarded by mu_
   int64_t epoch_ = 0;
   int64_t next_handle_ = 1;
   std::unordered_map<int64_t, Slot> slots_;
-  std::unordered_set<std::string> names_in_flight_;
+  // Names are scoped by process set: (set, name).
+  std::set<std::pair<int32_t, std::string>> names_in_flight_;
   bool closed_ = false;
   Status closed_status_;
+  std::map<int32_t, Status> closed_sets_;
 };
 
 }  // namespace scaleout

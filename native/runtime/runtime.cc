@@ -1,5 +1,6 @@
 #include "runtime/runtime.h"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -26,6 +27,7 @@ Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, int64_t epoch
   }
   std::string unpinned;
   const int core = rt->config_.CoordinatorCore(topo.local_rank, topo.local_size, &unpinned);
+  rt->coordinator_core_ = core;
   if (!unpinned.empty()) SO_LOG(kWarning, unpinned);
   s = PeerLiveness::Create(rt->mpi_->control_comm(), rt->mpi_->local_comm(),
                            {rt->config_.heartbeat_timeout_seconds, rt->config_.network_interface,
@@ -60,6 +62,16 @@ Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, int64_t epoch
 Runtime::~Runtime() { Shutdown(); }
 
 void Runtime::Shutdown() {
+  {
+    // Process sets first, each with its own members (every rank shuts down).
+    std::lock_guard<std::mutex> change(change_mu_);
+    std::map<int32_t, std::shared_ptr<ProcessSet>> sets;
+    {
+      std::lock_guard<std::mutex> lock(sets_mu_);
+      sets.swap(sets_);
+    }
+    for (auto& kv : sets) StopProcessSet(kv.second.get());
+  }
   std::shared_ptr<Coordinator> coordinator;
   {
     std::lock_guard<std::mutex> lock(coordinator_mu_);
@@ -87,8 +99,7 @@ Status Runtime::SetTimeline(const std::string& path, bool mark_cycles) {
   return coordinator->SetTimeline(path, mark_cycles);
 }
 
-Status Runtime::Validate(const EnqueueArgs& a, TensorEntry* e) const {
-  const int size = topology().size;
+Status Runtime::Validate(const EnqueueArgs& a, int size, TensorEntry* e) const {
   if (a.name == nullptr || a.name[0] == '\0') return Status::InvalidArgument("a collective needs a non-empty name");
   const std::string name = a.name;
   auto bad = [&](const std::string& what) {
@@ -158,15 +169,241 @@ Status Runtime::Validate(const EnqueueArgs& a, TensorEntry* e) const {
   return Status::OK();
 }
 
+namespace {
+std::string RankText(const std::vector<int>& ranks);
+}  // namespace
+
 Status Runtime::Enqueue(const EnqueueArgs& args, int64_t* handle) {
   auto entry = std::make_shared<TensorEntry>();
-  Status s = Validate(args, entry.get());
+  entry->process_set = args.process_set;
+  std::shared_ptr<ProcessSet> set;  // kept while the entry is handed over
+  int size = topology().size;
+  if (args.process_set != 0) {
+    {
+      std::lock_guard<std::mutex> lock(sets_mu_);
+      auto it = sets_.find(args.process_set);
+      if (it != sets_.end()) set = it->second;
+    }
+    if (!set) {
+      return Status::InvalidArgument("process set " + std::to_string(args.process_set) +
+                                     " does not exist (never added, or removed)");
+    }
+    if (set->rank < 0) {
+      return Status::InvalidArgument("rank " + std::to_string(topology().rank) + " is not in process set " +
+                                     std::to_string(args.process_set) + " (ranks " + RankText(set->info.ranks) +
+                                     "): only its ranks may run its collectives");
+    }
+    size = static_cast<int>(set->info.ranks.size());
+  }
+  EnqueueArgs a = args;
+  if (set && a.collective == SO_BROADCAST) {
+    // As in Horovod, a root is the job's rank; the set's coordinator needs its place in the set.
+    const std::vector<int>& ranks = set->info.ranks;
+    auto it = std::find(ranks.begin(), ranks.end(), a.root);
+    if (it == ranks.end()) {
+      return Status::InvalidArgument("broadcast '" + std::string(a.name ? a.name : "") + "': root rank " +
+                                     std::to_string(a.root) + " is not in process set " +
+                                     std::to_string(a.process_set) + " (ranks " + RankText(ranks) + ")");
+    }
+    a.root = static_cast<int>(it - ranks.begin());
+  }
+  Status s = Validate(a, size, entry.get());
   if (!s.ok()) return s;
   s = handles_.Add(entry);
   if (!s.ok()) return s;
   *handle = entry->handle;
-  queue_.Push(std::move(entry));
+  (set ? set->queue : queue_).Push(std::move(entry));
   return Status::OK();
+}
+
+namespace {
+
+std::string RankText(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+// Every rank gave the same value: checked with one reduction of (-v, v) pairs.
+Status SameEverywhere(MPI_Comm comm, std::vector<int64_t> values, bool* same) {
+  std::vector<int64_t> range;
+  for (int64_t v : values) range.insert(range.end(), {-v, v});
+  int rc = MPI_Allreduce(MPI_IN_PLACE, range.data(), static_cast<int>(range.size()), MPI_INT64_T,
+                         MPI_MAX, comm);
+  if (rc != MPI_SUCCESS) return MpiError("MPI_Allreduce", rc);
+  *same = true;
+  for (size_t i = 0; i < values.size(); ++i) *same = *same && -range[2 * i] == range[2 * i + 1];
+  return Status::OK();
+}
+
+}  // namespace
+
+Status Runtime::AddProcessSet(const std::vector<int>& ranks, int32_t* id) {
+  std::lock_guard<std::mutex> change(change_mu_);
+  const Topology& topo = topology();
+  const std::string what = "add_process_set([" + RankText(ranks) + "])";
+  bool valid = !ranks.empty();
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    valid = valid && ranks[i] >= 0 && ranks[i] < topo.size && (i == 0 || ranks[i] > ranks[i - 1]);
+  }
+  // The same call on every rank: the ranks' count and a hash of them.
+  uint64_t hash = 1469598103934665603ull;
+  for (int r : ranks) hash = (hash ^ static_cast<uint64_t>(r)) * 1099511628211ull;
+  bool same = false;
+  Status s = SameEverywhere(mpi_->admin_comm(), {static_cast<int64_t>(ranks.size()),
+                                                 static_cast<int64_t>(hash >> 1), valid ? 1 : 0},
+                            &same);
+  if (!s.ok()) return s;
+  if (!same) {
+    return Status::InvalidArgument(what + ": every rank must add the same process set, in the same "
+                                   "order, and the ranks differ between ranks");
+  }
+  if (!valid) {
+    return Status::InvalidArgument(what + ": a process set is a non-empty list of distinct ranks "
+                                   "of the job, each in 0.." + std::to_string(topo.size - 1));
+  }
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    for (const auto& kv : sets_) {
+      if (kv.second->info.ranks == ranks) {
+        return Status::InvalidArgument(what + ": process set " + std::to_string(kv.first) +
+                                       " has these ranks already");
+      }
+    }
+  }
+  auto set = std::make_shared<ProcessSet>();
+  set->info.id = next_set_id_;
+  set->info.ranks = ranks;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] == topo.rank) set->rank = static_cast<int>(i);
+  }
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rc = MPI_Comm_split(mpi_->admin_comm(), set->rank >= 0 ? 0 : MPI_UNDEFINED, topo.rank, &comm);
+  if (rc != MPI_SUCCESS) return MpiError("MPI_Comm_split", rc);
+  Status made;
+  if (set->rank >= 0) {
+    made = MpiContext::Create(true, MPI_Comm_c2f(comm), config_.ep_servers, {}, &set->mpi);
+    MPI_Comm_free(&comm);
+    if (made.ok()) made = StartProcessSet(set.get());
+  }
+  // Every rank learns whether it worked everywhere (members only could fail).
+  int32_t ok = made.ok() ? 1 : 0;
+  rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT32_T, MPI_MIN, mpi_->admin_comm());
+  if (rc != MPI_SUCCESS) return MpiError("MPI_Allreduce", rc);
+  if (!ok) {
+    StopProcessSet(set.get());
+    return made.ok() ? Status::Transport(what + ": another rank could not make the process set")
+                     : Status(made.code(), what + ": " + made.message());
+  }
+  *id = next_set_id_++;
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  sets_[*id] = std::move(set);
+  return Status::OK();
+}
+
+Status Runtime::StartProcessSet(ProcessSet* set) {
+  const Topology& t = set->mpi->topology();
+  std::vector<DataTransport*> transports;
+  PeerLiveness* liveness = liveness_.get();
+  for (int i = 0; i < set->mpi->data_channels(); ++i) {
+    set->transports.push_back(std::make_unique<MpiDataTransport>(
+        set->mpi->data_comm(i), [liveness] { return liveness->Interruption(); },
+        config_.mpi_wait_sleeps));
+    transports.push_back(set->transports.back().get());
+  }
+  if (t.size > 1 && t.local_size == t.size && config_.shm) {
+    Status s = ShmPeerMemory::Create(transports[0], config_.shm_area_bytes, &set->peers);
+    if (!s.ok()) {
+      SO_LOG(kWarning, "process set " << set->info.id << ": shared memory unavailable ("
+                                      << s.message() << "); allreduces go through MPI");
+    }
+  }
+  set->channel = std::make_unique<MpiControlChannel>(set->mpi->control_comm());
+  set->coordinator = std::make_shared<Coordinator>(config_, set->channel.get(), transports,
+                                                   set->peers.get(), &handles_, &set->queue,
+                                                   liveness, set->info);
+  set->coordinator->Start(t.rank, coordinator_core_);
+  return Status::OK();
+}
+
+void Runtime::StopProcessSet(ProcessSet* set) {
+  if (set->coordinator) set->coordinator->Stop();
+  handles_.CloseSet(set->info.id, Status::InvalidArgument(
+      "process set " + std::to_string(set->info.id) + " was removed"));
+  if (liveness_ && liveness_->AnyDead()) {
+    if (set->channel) set->channel->Abandon();
+    if (set->mpi) set->mpi->Abandon();
+  }
+  set->coordinator.reset();
+  set->channel.reset();
+  set->peers.reset();
+  set->transports.clear();
+  set->mpi.reset();
+}
+
+Status Runtime::RemoveProcessSet(int32_t id) {
+  std::lock_guard<std::mutex> change(change_mu_);
+  std::shared_ptr<ProcessSet> set;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    auto it = sets_.find(id);
+    if (it != sets_.end()) set = it->second;
+  }
+  const std::string what = "remove_process_set(" + std::to_string(id) + ")";
+  // Agreed first: the same id everywhere, and nothing of the set in flight on any rank.
+  const int size = topology().size;
+  int32_t mine[2] = {set ? 1 : 0, set ? handles_.Unfinished(id) : 0};
+  std::vector<int32_t> all(2 * static_cast<size_t>(size));
+  int rc = MPI_Allgather(mine, 2, MPI_INT32_T, all.data(), 2, MPI_INT32_T, mpi_->admin_comm());
+  if (rc != MPI_SUCCESS) return MpiError("MPI_Allgather", rc);
+  bool same = false;
+  Status s = SameEverywhere(mpi_->admin_comm(), {id}, &same);
+  if (!s.ok()) return s;
+  std::vector<int> unknown, busy;
+  for (int r = 0; r < size; ++r) {
+    if (!all[2 * r]) unknown.push_back(r);
+    if (all[2 * r + 1] > 0) busy.push_back(r);
+  }
+  if (!same) return Status::InvalidArgument(what + ": every rank must remove the same process set");
+  if (id == 0) return Status::InvalidArgument(what + ": the global process set cannot be removed");
+  if (!unknown.empty()) {
+    return Status::InvalidArgument(what + ": no such process set (never added, or removed)");
+  }
+  if (!busy.empty()) {
+    return Status::InvalidArgument(what + ": process set " + std::to_string(id) +
+                                   " still has collectives in flight on rank(s) " + RankText(busy) +
+                                   "; wait for them before removing it");
+  }
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    sets_.erase(id);
+  }
+  StopProcessSet(set.get());
+  return Status::OK();
+}
+
+Status Runtime::DescribeProcessSet(int32_t id, std::vector<int>* ranks, int* rank) const {
+  if (id == 0) {
+    ranks->resize(topology().size);
+    for (int r = 0; r < topology().size; ++r) (*ranks)[r] = r;
+    *rank = topology().rank;
+    return Status::OK();
+  }
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  auto it = sets_.find(id);
+  if (it == sets_.end()) {
+    return Status::InvalidArgument("process set " + std::to_string(id) + " does not exist (never added, or removed)");
+  }
+  *ranks = it->second->info.ranks;
+  *rank = it->second->rank;
+  return Status::OK();
+}
+
+std::vector<int32_t> Runtime::ProcessSetIds() const {
+  std::vector<int32_t> ids{0};
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  for (const auto& kv : sets_) ids.push_back(kv.first);
+  return ids;
 }
 
 }  // namespace scaleout

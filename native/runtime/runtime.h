@@ -4,7 +4,9 @@
 #ifndef SCALEOUT_RUNTIME_RUNTIME_H_
 #define SCALEOUT_RUNTIME_RUNTIME_H_
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "common/config.h"
@@ -34,6 +36,27 @@ struct EnqueueArgs {
   double postscale = 1.0;
   const int64_t* splits = nullptr;
   int nsplits = 0;
+  int32_t process_set = 0;  // Note [Process sets]
+};
+
+// Note [Process sets]
+// Groups of ranks that run collectives among themselves (Horovod's process sets). Set 0 is every
+// rank. Others are added and removed collectively, by every rank of the job in the same order,
+// and get ids 1, 2, ... in that order. Each set is a job of its own on its members: its own
+// communicators (split from the job's, then duplicated as the job's are), negotiation (its
+// first rank coordinates), response cache, fusion, shared memory when its ranks share a
+// machine, and its own coordinator thread. So collectives of different sets never wait on each
+// other, overlapping sets included (one thread per set: no order between sets to deadlock on),
+// and names are scoped per set. Liveness is the job's: a death anywhere ends every set.
+struct ProcessSet {
+  ProcessSetInfo info;  // id and the job's rank of each member
+  int rank = -1;        // this rank's place in it; -1: not a member (nothing below is made)
+  std::unique_ptr<MpiContext> mpi;
+  std::unique_ptr<MpiControlChannel> channel;
+  std::vector<std::unique_ptr<MpiDataTransport>> transports;
+  std::unique_ptr<ShmPeerMemory> peers;
+  RequestQueue queue;
+  std::shared_ptr<Coordinator> coordinator;
 };
 
 class Runtime {
@@ -48,6 +71,14 @@ class Runtime {
   void Shutdown();
   // Starts (path not empty) or stops the timeline at run time (Note [Timeline]).
   Status SetTimeline(const std::string& path, bool mark_cycles);
+  // Note [Process sets]: collective over every rank of the job, in the same order everywhere.
+  // `ranks`: the job's ranks of the new set. *id: its id.
+  Status AddProcessSet(const std::vector<int>& ranks, int32_t* id);
+  // Fails, changing nothing, while any rank has collectives of the set in flight.
+  Status RemoveProcessSet(int32_t id);
+  // A set's ranks (the job's) and this rank's place in it (-1 if not a member).
+  Status DescribeProcessSet(int32_t id, std::vector<int>* ranks, int* rank) const;
+  std::vector<int32_t> ProcessSetIds() const;
 
   HandleTable& handles() { return handles_; }
   const Topology& topology() const { return mpi_->topology(); }
@@ -56,7 +87,9 @@ class Runtime {
 
  private:
   Runtime() = default;
-  Status Validate(const EnqueueArgs& a, TensorEntry* entry) const;
+  Status Validate(const EnqueueArgs& a, int size, TensorEntry* entry) const;
+  Status StartProcessSet(ProcessSet* set);
+  void StopProcessSet(ProcessSet* set);
 
   Config config_;
   std::unique_ptr<MpiContext> mpi_;
@@ -69,6 +102,12 @@ class Runtime {
   // Shared so that SetTimeline, on a user thread, keeps it alive while Shutdown stops it.
   std::mutex coordinator_mu_;
   std::shared_ptr<Coordinator> coordinator_;  // guarded by coordinator_mu_
+  int coordinator_core_ = -1;
+  // Note [Process sets]: one change at a time; lookups from any thread.
+  std::mutex change_mu_;
+  mutable std::mutex sets_mu_;
+  std::map<int32_t, std::shared_ptr<ProcessSet>> sets_;  // guarded by sets_mu_; not set 0
+  int32_t next_set_id_ = 1;                              // guarded by change_mu_
 };
 
 }  // namespace scaleout

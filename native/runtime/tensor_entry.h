@@ -12,6 +12,7 @@ namespace scaleout {
 
 struct TensorEntry {
   int64_t handle = 0;
+  int32_t process_set = 0;  // Note [Process sets]: 0 is every rank
   Request request;
   bool is_join = false;
   const void* input = nullptr;  // caller-owned, alive until completion

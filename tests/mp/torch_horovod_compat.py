@@ -199,8 +199,9 @@ def test_features_not_here_yet_raise_not_implemented(r, n):
     other = object()
     expect_error(NotImplementedError, lambda: hvd.allreduce(torch.ones(1), process_set=other),
                  "process sets", what="process_set= on allreduce")
-    expect_error(NotImplementedError, lambda: hvd.ProcessSet([0]), "process sets",
-                 what="ProcessSet([0])")
+    unregistered = hvd.ProcessSet([0])
+    check(unregistered.process_set_id is None and unregistered.ranks == [0],
+          "ProcessSet([0]) is made, not registered")
     expect_error(NotImplementedError, lambda: hvd.elastic, "elastic", what="hvd.elastic")
     expect_error(NotImplementedError, lambda: hvd.allreduce(torch.ones(1), op=hvd.Adasum),
                  "Adasum", what="op=Adasum")

@@ -81,6 +81,9 @@ Status MpiContext::Create(bool has_comm, int64_t comm_fortran_handle, int data_c
                                      "); every rank must use the same value");
     }
   }
+  rc = MPI_Comm_dup(user, &ctx->admin_);
+  if (rc != MPI_SUCCESS) return MpiError("MPI_Comm_dup", rc);
+  MPI_Comm_set_errhandler(ctx->admin_, MPI_ERRORS_RETURN);
   ctx->data_.assign(data_channels, MPI_COMM_NULL);
   for (MPI_Comm& c : ctx->data_) {
     rc = MPI_Comm_dup(user, &c);
@@ -112,7 +115,7 @@ MpiContext::~MpiContext() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  for (MPI_Comm* c : {&control_, &local_, &cross_}) {
+  for (MPI_Comm* c : {&control_, &local_, &cross_, &admin_}) {
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
   }
   for (MPI_Comm& c : data_) {

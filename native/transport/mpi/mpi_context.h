@@ -33,6 +33,8 @@ class MpiContext {
 
   MPI_Comm control_comm() const { return control_; }
   MPI_Comm local_comm() const { return local_; }  // the ranks of this machine
+  // For collectives on user threads (making process sets), never the coordinator's.
+  MPI_Comm admin_comm() const { return admin_; }
   MPI_Comm data_comm(int i = 0) const { return data_[i]; }
   int data_channels() const { return static_cast<int>(data_.size()); }
   const Topology& topology() const { return topo_; }
@@ -45,6 +47,7 @@ class MpiContext {
   MPI_Comm control_ = MPI_COMM_NULL;
   std::vector<MPI_Comm> data_;
   MPI_Comm local_ = MPI_COMM_NULL;
+  MPI_Comm admin_ = MPI_COMM_NULL;
   MPI_Comm cross_ = MPI_COMM_NULL;
   Topology topo_;
   bool abandoned_ = false;

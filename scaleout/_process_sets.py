@@ -1,0 +1,168 @@
+"""Process sets, as Horovod's: groups of ranks that run collectives among themselves.
+
+Make one from the job's ranks (or an mpi4py communicator, at init only), pass it to
+`init(process_sets=[...])` or, with dynamic process sets on (`init(process_sets="dynamic")`, or
+SCALEOUT_DYNAMIC_PROCESS_SETS=1 / HOROVOD_DYNAMIC_PROCESS_SETS=1), to `add_process_set` at any
+time; then give it to a collective's `process_set=`. Adding and removing are collective: every
+rank of the job calls them, in the same order. As in Horovod, ranks given to collectives (a
+broadcast's root) are the job's ranks, not ranks within the set; splits and results follow the
+set's order. See Note [Process sets] in native/runtime/runtime.h.
+"""
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence, Union
+
+from scaleout import _basics, _binding
+from scaleout._errors import InvalidArgumentError
+
+__all__ = ["ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
+           "process_set_id"]
+
+
+class ProcessSet:
+    """A set of the job's ranks that run collectives together: `ProcessSet([0, 2])`, or
+    `ProcessSet(mpi4py_comm)` (registered at init). `process_set_id` is None until it is
+    registered with init() or add_process_set()."""
+    process_set_id: Optional[int] = None
+    ranks: Optional[List[int]] = None
+    mpi_comm: Any = None
+
+    def __init__(self, ranks_or_comm: Union[Sequence[int], Any]) -> None:
+        if _is_comm(ranks_or_comm):
+            self.mpi_comm = ranks_or_comm
+            return
+        try:
+            ranks = list(ranks_or_comm)
+        except TypeError:
+            raise InvalidArgumentError("ProcessSet takes a list of ranks or an mpi4py "
+                                       f"communicator, not {ranks_or_comm!r}") from None
+        if any(isinstance(r, bool) or not isinstance(r, int) for r in ranks):
+            raise InvalidArgumentError(f"ProcessSet takes a list of ranks (ints), not {ranks!r}")
+        self.ranks = sorted(ranks)
+
+    def _invalidate(self) -> None:
+        self.process_set_id = None
+
+    def size(self) -> Optional[int]:
+        """The number of ranks in the set, or None while it is not registered."""
+        if self.process_set_id is None:
+            return None
+        return len(_binding.process_set(self.process_set_id)[1])
+
+    def rank(self) -> Optional[int]:
+        """This rank's place in the set (-1 when not a member), or None while it is not
+        registered. Collectives still take the job's ranks (a broadcast's root_rank)."""
+        if self.process_set_id is None:
+            return None
+        return _binding.process_set(self.process_set_id)[0]
+
+    def included(self) -> Optional[bool]:
+        """Whether this rank is in the set, or None while its ranks are not known."""
+        if self.ranks is None:
+            return None
+        return _basics.rank() in self.ranks
+
+    def __repr__(self) -> str:
+        return (f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, "
+                f"mpi_comm={self.mpi_comm})")
+
+    __str__ = __repr__
+
+
+def _is_comm(obj: Any) -> bool:
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return False
+    return isinstance(obj, MPI.Comm)
+
+
+global_process_set = ProcessSet([])
+global_process_set.process_set_id = 0
+_dynamic = False
+
+
+def _comm_ranks(comm: Any) -> List[int]:
+    """The job's ranks of an mpi4py communicator's members (the job runs on COMM_WORLD)."""
+    from mpi4py import MPI
+    return sorted(MPI.Group.Translate_ranks(comm.Get_group(), list(range(comm.Get_size())),
+                                            MPI.COMM_WORLD.Get_group()))
+
+
+def _at_init(process_sets: Union[None, str, Sequence[ProcessSet]]) -> None:
+    """init()'s part: registers the sets given (collectively, in order), a set given twice
+    once (the later object is left unregistered, as in Horovod), and notes whether sets may
+    be added later."""
+    global _dynamic
+    global_process_set.ranks = list(range(_basics.size()))
+    _dynamic = process_sets == "dynamic" or \
+        _basics.config().get("SCALEOUT_DYNAMIC_PROCESS_SETS") == "1"
+    if process_sets is None or isinstance(process_sets, str):
+        return
+    seen = {}
+    for ps in process_sets:
+        ranks = _comm_ranks(ps.mpi_comm) if ps.ranks is None else ps.ranks
+        if tuple(ranks) in seen or len(ranks) == len(global_process_set.ranks):
+            ps.ranks = ranks
+            ps._invalidate()
+            if len(ranks) == len(global_process_set.ranks) and ranks == global_process_set.ranks:
+                ps.process_set_id = 0
+            continue
+        ps.ranks = ranks
+        ps.process_set_id = seen[tuple(ranks)] = _binding.add_process_set(ranks)
+
+
+def check_init_argument(process_sets: Any) -> None:
+    """Refuses what init(process_sets=...) cannot take, before anything starts."""
+    if process_sets is None or process_sets == "dynamic":
+        return
+    if isinstance(process_sets, str) or not all(isinstance(p, ProcessSet) for p in process_sets):
+        raise InvalidArgumentError(f"init(process_sets=...) takes a list of ProcessSet objects or "
+                                   f"'dynamic', not {process_sets!r}")
+
+
+def add_process_set(process_set: Union[ProcessSet, Sequence[int]]) -> ProcessSet:
+    """Adds a process set after init (every rank calls it, in the same order) and returns it.
+    Needs dynamic process sets (see the module's docstring). No set with the same ranks may
+    exist already."""
+    if not _dynamic:
+        raise InvalidArgumentError(
+            "add_process_set: dynamic process sets are off; call init(process_sets='dynamic') or "
+            "set SCALEOUT_DYNAMIC_PROCESS_SETS=1 (or HOROVOD_DYNAMIC_PROCESS_SETS=1)")
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    if process_set.ranks is None:
+        raise NotImplementedError("adding a process set made from an MPI communicator after init "
+                                  "is not implemented; make it from a list of ranks")
+    process_set.process_set_id = _binding.add_process_set(process_set.ranks)
+    return process_set
+
+
+def remove_process_set(process_set: ProcessSet) -> bool:
+    """Removes a process set (every rank calls it); returns False for the global set or a set
+    that is not registered. A set with collectives in flight on any rank is not removed: an
+    InvalidArgumentError names the ranks."""
+    if not _dynamic:
+        raise InvalidArgumentError(
+            "remove_process_set: dynamic process sets are off; call init(process_sets='dynamic') "
+            "or set SCALEOUT_DYNAMIC_PROCESS_SETS=1 (or HOROVOD_DYNAMIC_PROCESS_SETS=1)")
+    set_id = process_set.process_set_id
+    if set_id is None or set_id == 0:
+        return False
+    _binding.remove_process_set(set_id)
+    process_set._invalidate()
+    return True
+
+
+def process_set_id(process_set: Optional[ProcessSet], what: str) -> int:
+    """The core's id of a collective's process_set= argument (None: the global set)."""
+    if process_set is None or process_set is global_process_set:
+        return 0
+    if not isinstance(process_set, ProcessSet):
+        raise InvalidArgumentError(f"{what}: process_set must be a ProcessSet, not "
+                                   f"{process_set!r}")
+    if process_set.process_set_id is None:
+        raise InvalidArgumentError(f"{what}: {process_set} is not registered: pass it to init("
+                                   "process_sets=[...]) or add_process_set() first (or it was "
+                                   "removed)")
+    return process_set.process_set_id

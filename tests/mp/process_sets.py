@@ -1,0 +1,120 @@
+"""Process sets on the numpy-level API (Note [Process sets]), at 3 or 4 ranks.
+
+Sets: A and B disjoint (n=4: [0, 2] and [1, 3]; n=3: [0] and [1, 2]), C overlapping both
+([1, 2, 3]; n=3: [0, 1]), all registered at init; D added and removed while the others run."""
+import numpy as np
+from mpi4py import MPI
+
+import scaleout as so
+from _harness import check, check_close, expect_error
+
+world = MPI.COMM_WORLD.Dup()   # the test's own messages, outside scaleout
+
+
+def body():
+    r, n = so.rank(), so.size()
+    A, B, C = SETS
+    check([A.process_set_id, B.process_set_id, C.process_set_id] == [1, 2, 3],
+          f"ids in order of init: {A}, {B}, {C}")
+    mine, other = (A, B) if r in A.ranks else (B, A)
+    check(mine.included() and not other.included(), "included()")
+    check(mine.rank() == mine.ranks.index(r) and other.rank() == -1, "rank() within the set")
+    check(mine.size() == len(mine.ranks), "size()")
+
+    # Every collective, on the rank's own set; results in the set's order, roots the job's.
+    got = so.allreduce(np.array([float(r + 1)]), op=so.Sum, process_set=mine, name="sum")
+    check_close(got, [sum(q + 1 for q in mine.ranks)], "allreduce on the set")
+    check_close(so.allgather(np.array([r]), process_set=mine), mine.ranks, "allgather")
+    root = mine.ranks[-1]
+    check_close(so.broadcast(np.array([r * 10]), root, process_set=mine), [root * 10],
+                "broadcast from the job's rank of the set's last member")
+    k = len(mine.ranks)
+    out = so.alltoall(np.arange(k) + 100 * r, process_set=mine)
+    check_close(out, [100 * q + mine.rank() for q in mine.ranks], "alltoall")
+    rows = so.reducescatter(np.ones((k, 2)) * (r + 1), op=so.Sum, process_set=mine)
+    check_close(rows, np.ones((1, 2)) * sum(q + 1 for q in mine.ranks), "reducescatter")
+    check(so.allgather_object(r, process_set=mine) == mine.ranks, "allgather_object")
+    so.barrier(process_set=mine)
+
+    # Concurrency: the other set's last rank submits only once this set's rank 0 has finished
+    # 20 collectives, while the other set's first ranks already wait in theirs. If one set's
+    # collectives waited on the other's, this would never end (the subprocess timeout).
+    late_b = B.ranks[-1]
+    first_a = A.ranks[0]
+    if r == late_b:
+        world.recv(source=first_a, tag=7)
+    for i in range(20):
+        so.allreduce(np.ones(3), name=f"step.{i}", process_set=mine)
+    if r == first_a:
+        world.send("done", dest=late_b, tag=7)
+
+    # Overlapping: C shares ranks with A and B; a rank in two sets interleaves them.
+    if C.included():
+        v = so.allreduce(np.array([1.0]), op=so.Sum, process_set=C, name="c")
+        check_close(v, [len(C.ranks)], "allreduce on the overlapping set")
+    v = so.allreduce(np.array([1.0]), op=so.Sum, process_set=mine, name="after_c")
+    check_close(v, [len(mine.ranks)], "own set after the overlapping one")
+
+    # Names are per set: the same name on two sets at once is two collectives.
+    h1 = so.allreduce_async(np.array([1.0]), op=so.Sum, name="same", process_set=mine)
+    h2 = so.allreduce_async(np.array([2.0]), op=so.Sum, name="same")
+    check_close(so.synchronize(h1), [len(mine.ranks)], "'same' on the set")
+    check_close(so.synchronize(h2), [2.0 * n], "'same' on the global set")
+
+    # Errors: not a member, at once; a mismatch inside a set, on its ranks only.
+    expect_error(so.InvalidArgumentError, lambda: so.allreduce(np.ones(1), process_set=other),
+                 f"rank {r} is not in process set {other.process_set_id}", what="not a member")
+    expect_error(so.InvalidArgumentError,
+                 lambda: so.broadcast(np.ones(1), other.ranks[0], process_set=mine),
+                 f"root rank {other.ranks[0]} is not in process set {mine.process_set_id}",
+                 what="a root outside the set")
+    if len(mine.ranks) > 1:
+        shape = (2,) if mine.rank() == 0 else (3,)
+        expect_error(so.MismatchError, lambda: so.allreduce(np.ones(shape), name="bad",
+                                                            process_set=mine),
+                     "Mismatched", f"in process set {mine.process_set_id}, whose ranks",
+                     what="a mismatch inside the set")
+
+    # Dynamic: D added while A and B exist, used, then removed; a removal with work in flight
+    # fails naming the rank, changing nothing.
+    D = so.add_process_set([0, n - 1])
+    check(D.process_set_id == 4 and D.ranks == [0, n - 1], f"added {D}")
+    expect_error(so.InvalidArgumentError, lambda: so.add_process_set([0, n - 1]),
+                 "has these ranks already", what="a duplicate set")
+    if D.included():
+        check_close(so.allreduce(np.array([1.0]), op=so.Sum, process_set=D), [2.0], "on D")
+    pending = None
+    if r == 0:
+        pending = so.allreduce_async(np.ones(1), name="unmatched", process_set=D)
+    expect_error(so.InvalidArgumentError, lambda: so.remove_process_set(D),
+                 "still has collectives in flight on rank(s) 0", what="removing a busy set")
+    if r == n - 1:
+        so.allreduce(np.ones(1), name="unmatched", process_set=D)
+    if pending is not None:
+        so.synchronize(pending)
+    check(so.remove_process_set(D) is True, "removed")
+    check(D.process_set_id is None, "a removed set is unregistered")
+    expect_error(so.InvalidArgumentError, lambda: so.allreduce(np.ones(1), process_set=D),
+                 "is not registered", what="a removed set")
+    check(so.remove_process_set(so.global_process_set) is False, "the global set stays")
+    so.barrier()
+
+
+if __name__ == "__main__":
+    import os
+    import traceback
+    from _harness import failures, finish
+    size = MPI.COMM_WORLD.size
+    pairs = ([0, 2], [1, 3]) if size == 4 else ([0], [1, 2])
+    overlap = range(1, size) if size == 4 else [0, 1]
+    SETS = [so.ProcessSet(pairs[0]), so.ProcessSet(pairs[1]), so.ProcessSet(overlap)]
+    DUPLICATE = so.ProcessSet(pairs[1])   # given twice: the later object stays unregistered
+    os.environ["SCALEOUT_DYNAMIC_PROCESS_SETS"] = "1"   # D is added after init
+    so.init(process_sets=SETS + [DUPLICATE])
+    check(DUPLICATE.process_set_id is None, f"a set given twice: {DUPLICATE}")
+    try:
+        body()
+    except Exception:  # noqa: BLE001
+        traceback.print_exc()
+        failures.append("exception")
+    finish()
