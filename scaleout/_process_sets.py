@@ -10,6 +10,7 @@ set's order. See Note [Process sets] in native/runtime/runtime.h.
 """
 from __future__ import annotations
 
+import sys
 from typing import Any, List, Optional, Sequence, Union
 
 from scaleout import _basics, _binding
@@ -70,11 +71,10 @@ class ProcessSet:
 
 
 def _is_comm(obj: Any) -> bool:
-    try:
-        from mpi4py import MPI
-    except ImportError:
-        return False
-    return isinstance(obj, MPI.Comm)
+    # Without importing mpi4py.MPI, which initializes MPI: an object can only be a
+    # communicator if the user has imported it already.
+    mpi = sys.modules.get("mpi4py.MPI")
+    return mpi is not None and isinstance(obj, mpi.Comm)
 
 
 global_process_set = ProcessSet([])
@@ -90,26 +90,32 @@ def _comm_ranks(comm: Any) -> List[int]:
 
 
 def _at_init(process_sets: Union[None, str, Sequence[ProcessSet]]) -> None:
-    """init()'s part: registers the sets given (collectively, in order), a set given twice
-    once (the later object is left unregistered, as in Horovod), and notes whether sets may
-    be added later."""
+    """init()'s part: registers the sets given and notes whether sets may be added later.
+    Ranks may give different lists (each rank the communicator it belongs to, as Horovod allows):
+    every set any rank gave is registered, in the order of the first rank that gave it, and each
+    object gets its set's id; an object whose set an earlier one in the list has is left
+    unregistered, as in Horovod."""
     global _dynamic
     global_process_set.ranks = list(range(_basics.size()))
     _dynamic = process_sets == "dynamic" or \
         _basics.config().get("SCALEOUT_DYNAMIC_PROCESS_SETS") == "1"
     if process_sets is None or isinstance(process_sets, str):
         return
-    seen = {}
     for ps in process_sets:
-        ranks = _comm_ranks(ps.mpi_comm) if ps.ranks is None else ps.ranks
-        if tuple(ranks) in seen or len(ranks) == len(global_process_set.ranks):
-            ps.ranks = ranks
-            ps._invalidate()
-            if len(ranks) == len(global_process_set.ranks) and ranks == global_process_set.ranks:
-                ps.process_set_id = 0
-            continue
-        ps.ranks = ranks
-        ps.process_set_id = seen[tuple(ranks)] = _binding.add_process_set(ranks)
+        if ps.ranks is None:
+            ps.ranks = _comm_ranks(ps.mpi_comm)
+    from scaleout._objects import allgather_object
+    everyone = allgather_object([tuple(ps.ranks) for ps in process_sets],
+                                name="scaleout.init.process_sets")
+    ids = {tuple(global_process_set.ranks): 0}
+    for ranks in (ranks for given in everyone for ranks in given):
+        if ranks not in ids:
+            ids[ranks] = _binding.add_process_set(list(ranks))
+    seen = set()
+    for ps in process_sets:
+        set_id = ids[tuple(ps.ranks)]
+        ps.process_set_id = None if set_id in seen else set_id
+        seen.add(set_id)
 
 
 def check_init_argument(process_sets: Any) -> None:

@@ -11,7 +11,7 @@ from conftest import run_mpi
 
 TWINS = ["FUSION_THRESHOLD", "CYCLE_TIME", "CACHE_CAPACITY", "TIMELINE", "TIMELINE_MARK_CYCLES",
          "STALL_CHECK_TIME_SECONDS", "STALL_CHECK_DISABLE", "STALL_SHUTDOWN_TIME_SECONDS",
-         "LOG_LEVEL", "THREAD_AFFINITY"]
+         "LOG_LEVEL", "THREAD_AFFINITY", "DYNAMIC_PROCESS_SETS"]
 
 
 def _run(tmp_path, nranks: int, env: dict, check: bool = True):
@@ -36,14 +36,16 @@ def test_horovod_variables_are_read_and_named_as_sources(tmp_path, nranks):
            "HOROVOD_CACHE_CAPACITY": "17", "HOROVOD_TIMELINE": str(tmp_path / "t.json"),
            "HOROVOD_TIMELINE_MARK_CYCLES": "1", "HOROVOD_STALL_CHECK_TIME_SECONDS": "33",
            "HOROVOD_STALL_CHECK_DISABLE": "1", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "44",
-           "HOROVOD_LOG_LEVEL": "Warning", "HOROVOD_THREAD_AFFINITY": affinity}
+           "HOROVOD_LOG_LEVEL": "Warning", "HOROVOD_THREAD_AFFINITY": affinity,
+           "HOROVOD_DYNAMIC_PROCESS_SETS": "1"}
     proc, reports = _run(tmp_path, nranks, env)
     assert proc.stdout.count("all checks passed") == nranks
     cfg = reports[0]["config"]
     want = {"FUSION_THRESHOLD": "2097152", "CYCLE_TIME": "3.5", "CACHE_CAPACITY": "17",
             "TIMELINE": str(tmp_path / "t.json"), "TIMELINE_MARK_CYCLES": "1",
             "STALL_CHECK_TIME_SECONDS": "33", "STALL_CHECK_DISABLE": "1",
-            "STALL_SHUTDOWN_TIME_SECONDS": "44", "LOG_LEVEL": "1", "THREAD_AFFINITY": affinity}
+            "STALL_SHUTDOWN_TIME_SECONDS": "44", "LOG_LEVEL": "1", "THREAD_AFFINITY": affinity,
+            "DYNAMIC_PROCESS_SETS": "1"}
     for twin, value in want.items():
         assert cfg[f"SCALEOUT_{twin}"] == value, twin
         assert cfg[f"SCALEOUT_{twin}.source"] == f"HOROVOD_{twin}", twin

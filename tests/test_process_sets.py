@@ -12,3 +12,19 @@ from conftest import run_mpi
 def test_process_sets(nranks, shm):
     proc = run_mpi("process_sets.py", nranks, env={"SCALEOUT_SHM": shm}, timeout=120)
     assert proc.stdout.count("all checks passed") == nranks, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("nranks", [3, 4], ids=["np3", "np4"])
+def test_process_sets_from_communicators_at_init_only(nranks):
+    proc = run_mpi("process_sets_static.py", nranks, timeout=60)
+    assert proc.stdout.count("all checks passed") == nranks, proc.stdout + proc.stderr
+
+
+def test_importing_scaleout_does_not_start_mpi():
+    # scaleoutrun imports the package; MPI must start only in the ranks, at init (making
+    # global_process_set once started MPI at import).
+    import subprocess
+    import sys
+    code = "import sys, scaleout; print('mpi4py.MPI' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr
