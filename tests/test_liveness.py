@@ -45,12 +45,14 @@ def test_a_death_inside_a_collective_ends_it(nranks, shm):
     assert out.count("all checks passed") == nranks - 1, out + err
 
 
-@pytest.mark.parametrize("collective", ["allgather", "allreduce"], ids=["mpi", "shm"])
+@pytest.mark.parametrize("collective", ["allgather"], ids=["mpi"])
 @pytest.mark.parametrize("nranks", [2, 3], ids=["np2", "np3"])
 def test_a_rank_stopped_inside_a_collective_is_named(nranks, collective):
     # Note [Stalls inside a collective]. The stop lands inside a collective's transfer but for
     # the rare instant between two of them (then the negotiation's own stall warning speaks):
-    # a few tries.
+    # a few tries. Through MPI only: in the shared-memory allreduce the other ranks finish while
+    # the last one still unpacks its own result, so a stop there often finds them outside
+    # (tests/mp/stall_inside.py allreduce shows the shared-memory case when run by hand).
     victim = nranks - 1
     env = {"SCALEOUT_HEARTBEAT_TIMEOUT_SECONDS": "0", "SCALEOUT_STALL_CHECK_TIME_SECONDS": "4"}
     rank0 = (f"scaleout WARNING (rank 0): {collective} 'busy' has been executing on this rank "
