@@ -75,6 +75,16 @@ def body():
                      "Mismatched", f"in process set {mine.process_set_id}, whose ranks",
                      what="a mismatch inside the set")
 
+    # A deadlock inside a set (its ranks wait for differently named collectives) is found on
+    # that set's ranks, naming the set; the set then goes on working.
+    if len(mine.ranks) > 1:
+        label = "dl.a" if mine.rank() == 0 else "dl.b"
+        expect_error(so.DeadlockError, lambda: so.allreduce(np.ones(1), name=label,
+                                                            process_set=mine),
+                     f"in process set {mine.process_set_id}", what="a deadlock inside the set")
+        check_close(so.allreduce(np.array([1.0]), op=so.Sum, name="after_deadlock",
+                                 process_set=mine), [len(mine.ranks)], "the set after a deadlock")
+
     # Dynamic: D added while A and B exist, used, then removed; a removal with work in flight
     # fails naming the rank, changing nothing.
     D = so.add_process_set([0, n - 1])
