@@ -1,5 +1,7 @@
 #include "common/status.h"
 
+#include <cstring>
+
 namespace scaleout {
 
 const char* StatusName(int code) {
@@ -16,6 +18,10 @@ const char* StatusName(int code) {
 void CheckFailed(const char* file, int line, const char* expr, const std::string& msg) {
   throw InternalError{std::string(file) + ":" + std::to_string(line) + ": check failed: " + expr +
                       ": " + msg};
+}
+
+std::string SystemError(const std::string& what, int err) {
+  return what + ": " + std::strerror(err);
 }
 
 }  // namespace scaleout

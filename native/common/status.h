@@ -37,6 +37,9 @@ class Status {
 // Name of a status code ("MISMATCH", ...), as exported by so_status_name.
 const char* StatusName(int code);
 
+// "what: <strerror(err)>", for a failed system call's errno.
+std::string SystemError(const std::string& what, int err);
+
 // Thrown only inside the core by SO_CHECK; every C ABI entry point catches it.
 struct InternalError {
   std::string message;

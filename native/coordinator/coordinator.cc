@@ -300,12 +300,13 @@ void Coordinator::Execute(const Response& r) {
       SO_CHECK(entries[i] != nullptr || !r.joined_ranks.empty(),
                "response names '" + r.tensors[i].name + "', which this rank never submitted");
     }
-    // Note [Stalls inside a collective]
-    std::string what = CollectiveName(r.collective);
-    if (!r.tensors.empty()) what += " '" + r.tensors[0].name + "'";
-    if (r.tensors.size() > 1) what += " (and " + std::to_string(r.tensors.size() - 1) + " fused with it)";
-    // (The global set's only, for now: one record per rank.)
-    if (set_.id == 0) liveness_->execution().Begin(what, agreed > 0 ? agreed : Now());
+    // Note [Stalls inside a collective]: the global set's only, for now (one record per rank).
+    if (set_.id == 0) {
+      std::string what = CollectiveName(r.collective);
+      if (!r.tensors.empty()) what += " '" + r.tensors[0].name + "'";
+      if (r.tensors.size() > 1) what += " (and " + std::to_string(r.tensors.size() - 1) + " fused with it)";
+      liveness_->execution().Begin(what, agreed > 0 ? agreed : Now());
+    }
     status = executor_.Execute(r, entries);
     if (set_.id == 0) liveness_->execution().End();
     const double done = timed ? Now() : 0;

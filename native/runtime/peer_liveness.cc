@@ -58,10 +58,6 @@ double Now() {
   return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
 
-std::string SystemError(const std::string& what, int err) {
-  return what + ": " + std::strerror(err);
-}
-
 // What rank 0 sends every rank over MPI: where to connect and the secret that proves a
 // connection comes from this job.
 struct Invitation {
@@ -475,8 +471,7 @@ bool PeerLiveness::Handshake(Link* link, double now) {
   if (link->inbox.size() < kHelloBytes) return false;
   Frame f;
   std::memcpy(&f, link->inbox.data(), sizeof(f));
-  const bool known = f.rank > 0 && f.rank < size() &&
-                     std::any_of(links_.begin(), links_.end(), [&](const Link& l) { return l.rank == f.rank; });
+  const bool known = std::any_of(links_.begin(), links_.end(), [&](const Link& l) { return l.rank == f.rank; });
   if (f.magic != kMagic || f.kind != kHello || f.rank <= 0 || f.rank >= size() || known ||
       std::memcmp(link->inbox.data() + sizeof(f), secret_, kSecretBytes) != 0) {
     Drop(link);

@@ -170,7 +170,13 @@ Status Runtime::Validate(const EnqueueArgs& a, int size, TensorEntry* e) const {
 }
 
 namespace {
-std::string RankText(const std::vector<int>& ranks);
+
+std::string RankText(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
 }  // namespace
 
 Status Runtime::Enqueue(const EnqueueArgs& args, int64_t* handle) {
@@ -217,12 +223,6 @@ Status Runtime::Enqueue(const EnqueueArgs& args, int64_t* handle) {
 }
 
 namespace {
-
-std::string RankText(const std::vector<int>& ranks) {
-  std::string out;
-  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
-  return out;
-}
 
 // Every rank gave the same value: checked with one reduction of (-v, v) pairs.
 Status SameEverywhere(MPI_Comm comm, std::vector<int64_t> values, bool* same) {

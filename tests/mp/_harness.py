@@ -50,8 +50,9 @@ def finish() -> None:
     print(f"rank {RANK}: all checks passed", flush=True)
 
 
-def main(fn) -> None:
-    so.init()
+def main(fn, **init_args) -> None:
+    """Inits (with `init_args`), runs fn, and reports this rank's checks."""
+    so.init(**init_args)
     try:
         fn()
     except Exception:  # noqa: BLE001

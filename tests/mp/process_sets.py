@@ -6,13 +6,14 @@ import numpy as np
 from mpi4py import MPI
 
 import scaleout as so
-from _harness import check, check_close, expect_error
+from _harness import check, check_close, expect_error, main
 
 world = MPI.COMM_WORLD.Dup()   # the test's own messages, outside scaleout
 
 
 def body():
     r, n = so.rank(), so.size()
+    check(DUPLICATE.process_set_id is None, f"a set given twice: {DUPLICATE}")
     A, B, C = SETS
     check([A.process_set_id, B.process_set_id, C.process_set_id] == [1, 2, 3],
           f"ids in order of init: {A}, {B}, {C}")
@@ -112,19 +113,10 @@ def body():
 
 if __name__ == "__main__":
     import os
-    import traceback
-    from _harness import failures, finish
     size = MPI.COMM_WORLD.size
     pairs = ([0, 2], [1, 3]) if size == 4 else ([0], [1, 2])
     overlap = range(1, size) if size == 4 else [0, 1]
     SETS = [so.ProcessSet(pairs[0]), so.ProcessSet(pairs[1]), so.ProcessSet(overlap)]
     DUPLICATE = so.ProcessSet(pairs[1])   # given twice: the later object stays unregistered
     os.environ["SCALEOUT_DYNAMIC_PROCESS_SETS"] = "1"   # D is added after init
-    so.init(process_sets=SETS + [DUPLICATE])
-    check(DUPLICATE.process_set_id is None, f"a set given twice: {DUPLICATE}")
-    try:
-        body()
-    except Exception:  # noqa: BLE001
-        traceback.print_exc()
-        failures.append("exception")
-    finish()
+    main(body, process_sets=SETS + [DUPLICATE])

@@ -81,10 +81,6 @@ bool SegmentBytes(int size, size_t area_bytes, size_t* bytes) {
          !__builtin_add_overflow(kPage + LinesBytes(size), areas, bytes);
 }
 
-std::string SystemError(const std::string& what, int err) {
-  return what + ": " + std::strerror(err);
-}
-
 // Segments are named /scaleout-<pid namespace>-<rank 0's pid>-<random> and unlinked as soon as
 // every rank has mapped them; a job killed before that leaves one behind. Removes those of this
 // user whose creator is gone. A pid means something only in its own pid namespace: containers
