@@ -48,7 +48,7 @@ class JobOutcome:
 _RANK_LINE = re.compile(r"^(?:\w{3} \w{3} +\d+ [\d:]+ \d{4})?\[(\d+)\] (.*)$")
 # Words of a scaleout error raised because another rank failed (a ShutDownError or a
 # TransportError): which rank it blames.
-_BLAMES = re.compile(r"\brank (\d+) (?:\(pid \d+\) died|has shut down|has died)")
+_BLAMES = re.compile(r"\brank (\d+) (?:\(pid \d+(?: on \S+)?\) died|has shut down|has died)")
 _LAST_LINES = 8
 
 

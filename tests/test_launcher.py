@@ -294,6 +294,14 @@ def test_stderr_relay_finds_reports_and_keeps_started_lines():
     assert relay.feed(b"no newline") == b"" and relay.finish() == b"no newline"
 
 
+def test_stderr_relay_notes_which_rank_an_error_blames():
+    relay = StderrRelay()
+    relay.feed(b"[0] scaleout.ShutDownError: rank 2 (pid 4242 on node7) died: its process ended "
+               b"without shutting scaleout down\n[1] rank 2 has shut down\n"
+               b"[3] rank 2 (pid 17) died\n[2] about rank 2 (pid 5) died, itself\n")
+    assert relay.blamed == {"0": "2", "1": "2", "3": "2"}
+
+
 def test_stderr_relay_keeps_the_segments_each_host_mapped():
     from scaleout.launcher.exit_report import segments_line
     relay = StderrRelay()
