@@ -23,7 +23,7 @@ __all__ = ["Average", "Sum", "Min", "Max", "Product", "Handle", "allreduce", "al
            "broadcast", "broadcast_", "broadcast_async", "broadcast_async_", "alltoall",
            "alltoall_async", "reducescatter", "reducescatter_async", "barrier", "join", "poll",
            "synchronize", "dtype_code", "as_array", "contiguous", "address", "allocator",
-           "splits_array", "NUMPY_OPS"]
+           "splits_array", "NUMPY_OPS", "numpy_ops"]
 
 _CODE_BY_DTYPE: dict = {}
 
@@ -291,17 +291,20 @@ def join() -> int:
 
 
 class _NumpyOps(_semantics.Ops):
-    """The gradient rules' primitives on numpy arrays (scaleout.tensorflow's gradient ops run
-    them on the arrays TensorFlow hands a numpy_function)."""
+    """The gradient rules' primitives on numpy arrays, on one process set (scaleout.tensorflow's
+    gradient ops run them on the arrays TensorFlow hands a numpy_function)."""
 
     def allreduce_async(self, x, name, op, prescale, postscale):
-        return _allreduce_async(x, name, op, prescale, postscale, inplace=False)
+        return _allreduce_async(x, name, op, prescale, postscale, False, self.process_set)
 
     def allgather_async(self, x, name):
-        return allgather_async(x, name)
+        a = contiguous(as_array(x))
+        return _submit_owned(ALLGATHER, name, a.reshape(1) if a.ndim == 0 else a,
+                             ps=self.process_set)
 
     def alltoall(self, x, splits, name):
-        return synchronize(alltoall_async(x, splits, name))
+        return synchronize(_submit_owned(ALLTOALL, name, contiguous(as_array(x)),
+                                         splits=splits_array(splits), ps=self.process_set))
 
     def rows_tensor(self, rows):
         return np.asarray([rows], np.int64)
@@ -316,4 +319,9 @@ class _NumpyOps(_semantics.Ops):
         return (x * np.asarray(factor, x.dtype)).astype(x.dtype, copy=False)
 
 
-NUMPY_OPS = _NumpyOps()
+def numpy_ops(process_set: int = 0) -> _NumpyOps:
+    """The gradient rules' primitives on numpy arrays for the set with core id `process_set`."""
+    return _NumpyOps(process_set)
+
+
+NUMPY_OPS = numpy_ops(0)

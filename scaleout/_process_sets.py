@@ -17,7 +17,7 @@ from scaleout import _basics, _binding
 from scaleout._errors import InvalidArgumentError
 
 __all__ = ["ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
-           "process_set_id"]
+           "process_set_id", "set_rank", "set_size"]
 
 
 class ProcessSet:
@@ -158,6 +158,16 @@ def remove_process_set(process_set: ProcessSet) -> bool:
     _binding.remove_process_set(set_id)
     process_set._invalidate()
     return True
+
+
+def set_rank(set_id: int) -> int:
+    """This rank's place in the set with core id `set_id` (-1 when not a member)."""
+    return _basics.rank() if set_id == 0 else _binding.process_set(set_id)[0]
+
+
+def set_size(set_id: int) -> int:
+    """The number of ranks in the set with core id `set_id`."""
+    return _basics.size() if set_id == 0 else len(_binding.process_set(set_id)[1])
 
 
 def process_set_id(process_set: Optional[ProcessSet], what: str) -> int:

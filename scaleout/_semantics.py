@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Tuple
 
-from scaleout._basics import rank, size
+from scaleout import _basics, _process_sets
 from scaleout._core import (OP_NAMES, Average, Handle, Max, Min, Product, Sum, synchronize,
                             wait_all)
 from scaleout._errors import InvalidArgumentError, NoGradientError
@@ -64,8 +64,19 @@ def grad_name(name: str) -> str:
 
 
 class Ops:
-    """The primitives a front end supplies for the gradient rules, on its own tensor type.
-    The *_async methods return scaleout Handles."""
+    """The primitives a front end supplies for the gradient rules, on its own tensor type, for
+    the collectives of one process set (the core's id, 0: the global set). The *_async methods
+    return scaleout Handles on that set."""
+
+    def __init__(self, process_set: int = 0) -> None:
+        self.process_set = process_set
+
+    def set_rank(self) -> int:
+        """This rank's place in the set (rows, offsets and splits follow the set's order)."""
+        return _process_sets.set_rank(self.process_set)
+
+    def set_size(self) -> int:
+        return _process_sets.set_size(self.process_set)
 
     def allreduce_async(self, x, name: str, op: int, prescale: float,
                         postscale: float) -> Handle:
@@ -103,20 +114,21 @@ def _allgather_grad(ops: Ops, dy, name: str, rows: int):
     reduced, counts = wait_all([
         ops.allreduce_async(dy, grad_name(name), Average, 1.0, 1.0),
         ops.allgather_async(ops.rows_tensor(rows), f"{grad_name(name)}.rows")])
-    offset = int(sum(int(c) for c in list(counts)[:rank()]))
+    offset = int(sum(int(c) for c in list(counts)[:ops.set_rank()]))
     return ops.narrow(reduced, offset, rows)
 
 
 def _broadcast_grad(ops: Ops, dy, name: str, root_rank: int):
     reduced = synchronize(ops.allreduce_async(dy, grad_name(name), Average, 1.0, 1.0))
-    return reduced if rank() == root_rank else ops.zeros_like(reduced)
+    # root_rank is the job's rank, as in the forward (Horovod's convention).
+    return reduced if _basics.rank() == root_rank else ops.zeros_like(reduced)
 
 
 def _reducescatter_grad(ops: Ops, dy, name: str, op: int, prescale: float = 1.0,
                         postscale: float = 1.0):
     check_gradient_op("reducescatter", op)
     gathered = synchronize(ops.allgather_async(dy, grad_name(name)))
-    factor = prescale * postscale * (size() if op == Sum else 1)
+    factor = prescale * postscale * (ops.set_size() if op == Sum else 1)
     return gathered if factor == 1.0 else ops.scale(gathered, factor)
 
 

@@ -9,7 +9,7 @@ from scaleout._basics import rank
 from scaleout._errors import InvalidArgumentError, ScaleoutError
 from scaleout._objects import broadcast_object
 from scaleout._core import synchronize
-from scaleout._not_yet import check_process_set, global_process_set
+from scaleout._process_sets import global_process_set, process_set_id
 from scaleout.torch._collectives import _broadcast_async
 from scaleout.torch._optimizer import _DistributedMixin
 
@@ -35,8 +35,9 @@ def broadcast_parameters(params: Union[Mapping[str, torch.Tensor], Iterable[Any]
     sorted key order), or a list of tensors (`list(model.parameters())`) or of (name, tensor)
     pairs (`list(model.named_parameters())`); an iterator of either is accepted too. Every rank
     must pass the same structure; the broadcasts run concurrently and are fused by the core.
-    `name` prefixes the collectives' names."""
-    check_process_set(process_set, "broadcast_parameters")
+    `name` prefixes the collectives' names. With `process_set`, among that set's ranks
+    (root_rank is the job's rank, a member of the set)."""
+    ps = process_set_id(process_set, "broadcast_parameters")
     if isinstance(params, Mapping):
         items = sorted(params.items())
     elif isinstance(params, Iterable) and not isinstance(params, (str, bytes, torch.Tensor)):
@@ -57,7 +58,7 @@ def broadcast_parameters(params: Union[Mapping[str, torch.Tensor], Iterable[Any]
             raise InvalidArgumentError(f"broadcast_parameters: '{key}' is a "
                                        f"{type(tensor).__name__}, not a tensor")
         label = key if key is not None else f"#{index}"
-        handles.append(_broadcast_async(tensor, root_rank, f"{name}.{label}", inplace=True))
+        handles.append(_broadcast_async(tensor, root_rank, f"{name}.{label}", True, ps))
     _wait_all(handles)
 
 
@@ -111,16 +112,17 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int, 
     Root sends the structure with the scalars (broadcast_object), then the tensors (in-place
     broadcasts, fused by the core); the other ranks load the result with load_state_dict()."""
     del model
-    check_process_set(process_set, "broadcast_optimizer_state")
+    ps = process_set_id(process_set, "broadcast_optimizer_state")
     if not optimizer.state_dict()["state"] and not isinstance(optimizer, torch.optim.LBFGS):
         _initialize_state(optimizer)
     is_root = rank() == root_rank
     tensors: List[torch.Tensor] = []
     skeleton = _split(optimizer.state_dict(), tensors) if is_root else None
-    skeleton = broadcast_object(skeleton, root_rank, name=f"{name}.structure")
+    skeleton = broadcast_object(skeleton, root_rank, name=f"{name}.structure",
+                                process_set=process_set)
     if not is_root:
         _collect_slots(skeleton, tensors)
-    handles = [_broadcast_async(t, root_rank, f"{name}.{i}", inplace=True)
+    handles = [_broadcast_async(t, root_rank, f"{name}.{i}", True, ps)
                for i, t in enumerate(tensors)]
     _wait_all(handles)
     if not is_root:

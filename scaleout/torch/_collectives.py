@@ -16,12 +16,11 @@ import torch
 from torch.autograd.graph import increment_version
 
 from scaleout import _semantics
-from scaleout._basics import size
 from scaleout._core import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, DTYPE_CODES,
                             REDUCESCATTER, Average, Handle, Sum, auto_name, group, poll,
                             register_tensor_type, resolve_op, submit, synchronize, wait_all)
 from scaleout._errors import InvalidArgumentError
-from scaleout._not_yet import check_process_set, global_process_set
+from scaleout._process_sets import global_process_set, process_set_id, set_size
 from scaleout._ops import barrier as _barrier_np, join as _join_np, splits_array
 
 __all__ = ["allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
@@ -32,7 +31,8 @@ __all__ = ["allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "gr
            "grouped_reducescatter_async", "sparse_allreduce_async", "barrier", "join", "poll",
            "synchronize"]
 
-# Every collective takes Horovod's process_set= (only the global set exists so far).
+# Every collective takes Horovod's process_set= (a registered ProcessSet; the global set by
+# default). Below the public functions it travels as the core's id (`ps`, 0: the global set).
 _GLOBAL = global_process_set
 
 # The core's element type codes, by torch dtype (from the core's table).
@@ -106,13 +106,13 @@ def _copied_back(tensor: torch.Tensor):
 
 
 def _submit_into(collective: int, tensor, name: Optional[str], inplace: bool, op: int,
-                 root: int, prescale: float, postscale: float, what: str) -> Handle:
+                 root: int, prescale: float, postscale: float, what: str, ps: int) -> Handle:
     """allreduce / broadcast: the result in a new tensor, or written into `tensor`."""
     if inplace:
         # The hot path of every DistributedOptimizer hook: the binding reads the tensor itself.
         try:
             return submit(collective, name, tensor, None, None, None, tensor, None, op, root,
-                          prescale, postscale, None, _bumped)
+                          prescale, postscale, None, _bumped, ps)
         except BufferError:
             pass  # not a contiguous CPU tensor of a core dtype: explained or copied below
     code = _dtype_code(tensor, what)
@@ -120,14 +120,14 @@ def _submit_into(collective: int, tensor, name: Optional[str], inplace: bool, op
     if inplace:
         ptr = src.data_ptr()
         return submit(collective, name, src, ptr, code, src.shape, src, ptr, op, root, prescale,
-                      postscale, None, _copied_back(tensor))
+                      postscale, None, _copied_back(tensor), ps)
     dst = torch.empty_like(src, memory_format=torch.contiguous_format)
     return submit(collective, name, src, src.data_ptr(), code, src.shape, dst, dst.data_ptr(),
-                  op, root, prescale, postscale, None, None)
+                  op, root, prescale, postscale, None, None, ps)
 
 
-def _submit_owned(collective: int, tensor, name: Optional[str], what: str, op: int = Sum,
-                  prescale: float = 1.0, postscale: float = 1.0, splits=None,
+def _submit_owned(collective: int, tensor, name: Optional[str], what: str, ps: int,
+                  op: int = Sum, prescale: float = 1.0, postscale: float = 1.0, splits=None,
                   finish=None) -> Handle:
     """allgather / alltoall / reducescatter: the core owns the result until completion."""
     code = _dtype_code(tensor, what)
@@ -135,15 +135,15 @@ def _submit_owned(collective: int, tensor, name: Optional[str], what: str, op: i
     if collective == ALLGATHER and src.dim() == 0:
         src = src.reshape(1)
     return submit(collective, name, src, src.data_ptr(), code, src.shape, _allocator(src.dtype),
-                  None, op, 0, prescale, postscale, splits, finish)
+                  None, op, 0, prescale, postscale, splits, finish, ps)
 
 
 # ---- allreduce ----
 
 def _allreduce_async(tensor, name: Optional[str], op: int, prescale_factor: float,
-                     postscale_factor: float, inplace: bool) -> Handle:
+                     postscale_factor: float, inplace: bool, ps: int) -> Handle:
     return _submit_into(ALLREDUCE, tensor, name, inplace, op, 0, prescale_factor,
-                        postscale_factor, "allreduce")
+                        postscale_factor, "allreduce", ps)
 
 
 def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
@@ -152,10 +152,8 @@ def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
                     process_set=_GLOBAL) -> Handle:
     """Starts reducing `tensor` across ranks (default op Average); synchronize() returns a new
     tensor. Not differentiable (use allreduce for that)."""
-    if process_set is not _GLOBAL:
-        check_process_set(process_set, "allreduce_async")
     return _allreduce_async(tensor, name, resolve_op(op, average), prescale_factor,
-                            postscale_factor, inplace=False)
+                            postscale_factor, False, process_set_id(process_set, "allreduce"))
 
 
 def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None,
@@ -163,10 +161,9 @@ def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None,
                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                      process_set=_GLOBAL) -> Handle:
     """In-place form: the result is written into `tensor` (its memory, when contiguous)."""
-    if process_set is not _GLOBAL:
-        check_process_set(process_set, "allreduce_async_")
     return _submit_into(ALLREDUCE, tensor, name, True, resolve_op(op, average), 0,
-                        prescale_factor, postscale_factor, "allreduce")
+                        prescale_factor, postscale_factor, "allreduce",
+                        process_set_id(process_set, "allreduce_"))
 
 
 def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
@@ -190,17 +187,17 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
     Differentiable: the gradient is the allreduce of the output's gradient with the same op and
     scale factors (Sum and Average only). `compression` (a `Compression` member) casts the tensor
     for the wire and back."""
-    check_process_set(process_set, "allreduce")
+    ps = process_set_id(process_set, "allreduce")
     op = resolve_op(op, average)
-    name = auto_name(ALLREDUCE, name)
+    name = auto_name(ALLREDUCE, name, ps)
     ctx = None
     if compression is not None:
         tensor, ctx = compression.compress(tensor)
     if _differentiable(tensor):
-        out = _AllreduceFn.apply(tensor, name, op, prescale_factor, postscale_factor)
+        out = _AllreduceFn.apply(tensor, name, op, prescale_factor, postscale_factor, ps)
     else:
         out = synchronize(_allreduce_async(tensor, name, op, prescale_factor, postscale_factor,
-                                           inplace=False))
+                                           False, ps))
     return compression.decompress(out, ctx) if compression is not None else out
 
 
@@ -219,11 +216,11 @@ def _decompress_all(compression, outs: List[torch.Tensor], ctxs) -> List[torch.T
 
 
 def _grouped_async(tensors, average, name, op, prescale_factor, postscale_factor,
-                   inplace) -> Handle:
+                   inplace, ps: int) -> Handle:
     op = resolve_op(op, average)
-    base = auto_name(ALLREDUCE, name)
+    base = auto_name(ALLREDUCE, name, ps)
     return group([_allreduce_async(t, f"{base}.{i}", op, prescale_factor, postscale_factor,
-                                   inplace) for i, t in enumerate(tensors)], base)
+                                   inplace, ps) for i, t in enumerate(tensors)], base)
 
 
 def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
@@ -232,8 +229,8 @@ def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[b
                             process_set=_GLOBAL) -> Handle:
     """Reduces a list of tensors together (fused whenever they fit the buffer); synchronize()
     returns the list of results."""
-    check_process_set(process_set, "grouped_allreduce_async")
-    return _grouped_async(tensors, average, name, op, prescale_factor, postscale_factor, False)
+    return _grouped_async(tensors, average, name, op, prescale_factor, postscale_factor, False,
+                          process_set_id(process_set, "grouped_allreduce"))
 
 
 def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
@@ -241,8 +238,8 @@ def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[
                              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                              process_set=_GLOBAL) -> Handle:
     """In-place form of grouped_allreduce_async."""
-    check_process_set(process_set, "grouped_allreduce_async_")
-    return _grouped_async(tensors, average, name, op, prescale_factor, postscale_factor, True)
+    return _grouped_async(tensors, average, name, op, prescale_factor, postscale_factor, True,
+                          process_set_id(process_set, "grouped_allreduce_"))
 
 
 def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
@@ -259,17 +256,17 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] =
                       process_set=_GLOBAL) -> List[torch.Tensor]:
     """Reduces a list of tensors together and returns new tensors. Differentiable like
     allreduce."""
-    check_process_set(process_set, "grouped_allreduce")
+    ps = process_set_id(process_set, "grouped_allreduce")
     tensors = list(tensors)
     op = resolve_op(op, average)
-    name = auto_name(ALLREDUCE, name)
+    name = auto_name(ALLREDUCE, name, ps)
     tensors, ctxs = _compress_all(compression, tensors)
     if _differentiable(*tensors):
-        outs = list(_GroupedAllreduceFn.apply(name, op, prescale_factor, postscale_factor,
+        outs = list(_GroupedAllreduceFn.apply(name, op, prescale_factor, postscale_factor, ps,
                                               *tensors))
     else:
         outs = synchronize(_grouped_async(tensors, None, name, op, prescale_factor,
-                                          postscale_factor, False))
+                                          postscale_factor, False, ps))
     return _decompress_all(compression, outs, ctxs)
 
 
@@ -278,65 +275,67 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] =
 def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
                     process_set=_GLOBAL) -> Handle:
     """Concatenates every rank's tensor along the first dimension (which may differ by rank)."""
-    check_process_set(process_set, "allgather_async")
-    return _submit_owned(ALLGATHER, tensor, name, "allgather")
+    return _submit_owned(ALLGATHER, tensor, name, "allgather",
+                         process_set_id(process_set, "allgather"))
 
 
 def allgather(tensor: torch.Tensor, name: Optional[str] = None,
               process_set=_GLOBAL) -> torch.Tensor:
     """Concatenation of every rank's tensor along dim 0. Differentiable: each rank's gradient is
     its own rows of the Average-allreduce of the output gradients (Horovod's definition)."""
-    check_process_set(process_set, "allgather")
-    name = auto_name(ALLGATHER, name)
+    ps = process_set_id(process_set, "allgather")
+    name = auto_name(ALLGATHER, name, ps)
     if _differentiable(tensor):
-        return _AllgatherFn.apply(tensor, name)
-    return synchronize(allgather_async(tensor, name))
+        return _AllgatherFn.apply(tensor, name, ps)
+    return synchronize(_submit_owned(ALLGATHER, tensor, name, "allgather", ps))
 
 
-def _grouped_names(collective: int, name: Optional[str], count: int) -> Tuple[str, List[str]]:
+def _grouped_names(collective: int, name: Optional[str], count: int,
+                   ps: int) -> Tuple[str, List[str]]:
     """The group's name and its members' ("<name>.<i>")."""
-    base = auto_name(collective, name)
+    base = auto_name(collective, name, ps)
     return base, [f"{base}.{i}" for i in range(count)]
 
 
 def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
                             process_set=_GLOBAL) -> Handle:
     """allgather of each tensor, submitted together; synchronize() returns the list."""
-    check_process_set(process_set, "grouped_allgather_async")
+    ps = process_set_id(process_set, "grouped_allgather")
     tensors = list(tensors)
-    base, names = _grouped_names(ALLGATHER, name, len(tensors))
-    return group([_submit_owned(ALLGATHER, t, n, "grouped_allgather")
+    base, names = _grouped_names(ALLGATHER, name, len(tensors), ps)
+    return group([_submit_owned(ALLGATHER, t, n, "grouped_allgather", ps)
                   for t, n in zip(tensors, names)], base)
 
 
 def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
                       process_set=_GLOBAL) -> List[torch.Tensor]:
     """allgather of each tensor, together; differentiable as allgather."""
-    check_process_set(process_set, "grouped_allgather")
+    ps = process_set_id(process_set, "grouped_allgather")
     tensors = list(tensors)
     if _differentiable(*tensors):
-        _, names = _grouped_names(ALLGATHER, name, len(tensors))
-        return [_AllgatherFn.apply(t, n) for t, n in zip(tensors, names)]
-    return synchronize(grouped_allgather_async(tensors, name))
+        _, names = _grouped_names(ALLGATHER, name, len(tensors), ps)
+        return [_AllgatherFn.apply(t, n, ps) for t, n in zip(tensors, names)]
+    return synchronize(grouped_allgather_async(tensors, name, process_set))
 
 
-def _broadcast_async(tensor, root_rank: int, name: Optional[str], inplace: bool) -> Handle:
+def _broadcast_async(tensor, root_rank: int, name: Optional[str], inplace: bool,
+                     ps: int) -> Handle:
     return _submit_into(BROADCAST, tensor, name, inplace, Sum, root_rank, 1.0, 1.0,
-                        "broadcast")
+                        "broadcast", ps)
 
 
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                     process_set=_GLOBAL) -> Handle:
     """Starts sending root_rank's tensor to every rank; synchronize() returns a new tensor."""
-    check_process_set(process_set, "broadcast_async")
-    return _broadcast_async(tensor, root_rank, name, inplace=False)
+    return _broadcast_async(tensor, root_rank, name, False,
+                            process_set_id(process_set, "broadcast"))
 
 
 def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                      process_set=_GLOBAL) -> Handle:
     """In-place form: root_rank's values are written into `tensor` on every rank."""
-    check_process_set(process_set, "broadcast_async_")
-    return _broadcast_async(tensor, root_rank, name, inplace=True)
+    return _broadcast_async(tensor, root_rank, name, True,
+                            process_set_id(process_set, "broadcast_"))
 
 
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
@@ -348,11 +347,11 @@ def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
               process_set=_GLOBAL) -> torch.Tensor:
     """root_rank's tensor on every rank, as a new tensor. Differentiable: the root's gradient is
     the Average-allreduce of the output gradients, the other ranks' is zero (Horovod's)."""
-    check_process_set(process_set, "broadcast")
-    name = auto_name(BROADCAST, name)
+    ps = process_set_id(process_set, "broadcast")
+    name = auto_name(BROADCAST, name, ps)
     if _differentiable(tensor):
-        return _BroadcastFn.apply(tensor, root_rank, name)
-    return synchronize(_broadcast_async(tensor, root_rank, name, inplace=False))
+        return _BroadcastFn.apply(tensor, root_rank, name, ps)
+    return synchronize(_broadcast_async(tensor, root_rank, name, False, ps))
 
 
 def _splits_array(splits) -> Optional[np.ndarray]:
@@ -367,8 +366,8 @@ def _with_received_splits(result):
     return out, torch.tensor(received, dtype=torch.int32)
 
 
-def _alltoall_async(tensor, splits, name: Optional[str]) -> Handle:
-    return _submit_owned(ALLTOALL, tensor, name, "alltoall", splits=_splits_array(splits),
+def _alltoall_async(tensor, splits, name: Optional[str], ps: int) -> Handle:
+    return _submit_owned(ALLTOALL, tensor, name, "alltoall", ps, splits=_splits_array(splits),
                          finish=_with_received_splits)
 
 
@@ -377,26 +376,25 @@ def alltoall_async(tensor: torch.Tensor, splits=None, name: Optional[str] = None
     """Sends splits[i] rows of `tensor` (default: equal parts) to rank i. synchronize() returns
     (received rows, rows received from each rank as an int32 tensor), as Horovod's does,
     whether or not splits were given."""
-    check_process_set(process_set, "alltoall_async")
-    return _alltoall_async(tensor, splits, name)
+    return _alltoall_async(tensor, splits, name, process_set_id(process_set, "alltoall"))
 
 
 def alltoall(tensor: torch.Tensor, splits=None, name: Optional[str] = None,
              process_set=_GLOBAL):
     """Synchronous alltoall: the received rows, and with splits given also the rows received
     from each rank (int32). Differentiable (the gradient is the reverse alltoall)."""
-    check_process_set(process_set, "alltoall")
-    name = auto_name(ALLTOALL, name)
+    ps = process_set_id(process_set, "alltoall")
+    name = auto_name(ALLTOALL, name, ps)
     if _differentiable(tensor):
-        out, received = _AlltoallFn.apply(tensor, splits, name)
+        out, received = _AlltoallFn.apply(tensor, splits, name, ps)
     else:
-        out, received = synchronize(_alltoall_async(tensor, splits, name))
+        out, received = synchronize(_alltoall_async(tensor, splits, name, ps))
     return (out, received) if splits is not None else out
 
 
 def _reducescatter_async(tensor, name: Optional[str], op: int, prescale_factor: float,
-                         postscale_factor: float) -> Handle:
-    return _submit_owned(REDUCESCATTER, tensor, name, "reducescatter", op, prescale_factor,
+                         postscale_factor: float, ps: int) -> Handle:
+    return _submit_owned(REDUCESCATTER, tensor, name, "reducescatter", ps, op, prescale_factor,
                          postscale_factor)
 
 
@@ -405,9 +403,8 @@ def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None,
                         prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> Handle:
     """Reduces `tensor` across ranks (default Average); rank r gets slice r of the first
     dimension (the first dim % size ranks get one row more)."""
-    check_process_set(process_set, "reducescatter_async")
     return _reducescatter_async(tensor, name, resolve_op(op, None), prescale_factor,
-                                postscale_factor)
+                                postscale_factor, process_set_id(process_set, "reducescatter"))
 
 
 def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, compression=None,
@@ -416,17 +413,17 @@ def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, compression=
     """Synchronous reducescatter; differentiable for Sum and Average (the gradient is the
     allgather of the output gradients, scaled as the forward was). `compression` casts the
     tensor for the wire and back, as in allreduce."""
-    check_process_set(process_set, "reducescatter")
-    name = auto_name(REDUCESCATTER, name)
+    ps = process_set_id(process_set, "reducescatter")
+    name = auto_name(REDUCESCATTER, name, ps)
     op = resolve_op(op, None)
     ctx = None
     if compression is not None:
         tensor, ctx = compression.compress(tensor)
     if _differentiable(tensor):
-        out = _ReducescatterFn.apply(tensor, name, op, prescale_factor, postscale_factor)
+        out = _ReducescatterFn.apply(tensor, name, op, prescale_factor, postscale_factor, ps)
     else:
         out = synchronize(_reducescatter_async(tensor, name, op, prescale_factor,
-                                               postscale_factor))
+                                               postscale_factor, ps))
     return compression.decompress(out, ctx) if compression is not None else out
 
 
@@ -435,11 +432,11 @@ def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: Optional[
                                 prescale_factor: float = 1.0,
                                 postscale_factor: float = 1.0) -> Handle:
     """reducescatter of each tensor, submitted together; synchronize() returns the list."""
-    check_process_set(process_set, "grouped_reducescatter_async")
+    ps = process_set_id(process_set, "grouped_reducescatter")
     tensors = list(tensors)
     op = resolve_op(op, None)
-    base, names = _grouped_names(REDUCESCATTER, name, len(tensors))
-    return group([_reducescatter_async(t, n, op, prescale_factor, postscale_factor)
+    base, names = _grouped_names(REDUCESCATTER, name, len(tensors), ps)
+    return group([_reducescatter_async(t, n, op, prescale_factor, postscale_factor, ps)
                   for t, n in zip(tensors, names)], base)
 
 
@@ -448,16 +445,16 @@ def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: Optional[str] =
                           prescale_factor: float = 1.0,
                           postscale_factor: float = 1.0) -> List[torch.Tensor]:
     """reducescatter of each tensor, together; differentiable and compressed as reducescatter."""
-    check_process_set(process_set, "grouped_reducescatter")
+    ps = process_set_id(process_set, "grouped_reducescatter")
     tensors = list(tensors)
     op = resolve_op(op, None)
     tensors, ctxs = _compress_all(compression, tensors)
     if _differentiable(*tensors):
-        _, names = _grouped_names(REDUCESCATTER, name, len(tensors))
-        outs = [_ReducescatterFn.apply(t, n, op, prescale_factor, postscale_factor)
+        _, names = _grouped_names(REDUCESCATTER, name, len(tensors), ps)
+        outs = [_ReducescatterFn.apply(t, n, op, prescale_factor, postscale_factor, ps)
                 for t, n in zip(tensors, names)]
     else:
-        outs = synchronize(grouped_reducescatter_async(tensors, name, op, _GLOBAL,
+        outs = synchronize(grouped_reducescatter_async(tensors, name, op, process_set,
                                                        prescale_factor, postscale_factor))
     return _decompress_all(compression, outs, ctxs)
 
@@ -465,19 +462,20 @@ def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: Optional[str] =
 def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int, process_set=_GLOBAL):
     """Reduces a sparse (COO) tensor as Horovod does: its indices and values are allgathered
     (so duplicates from different ranks are summed when the result is used), and with
-    op=Average the values are divided by size(). Returns a function that waits and returns
-    the reduced sparse tensor (Horovod's DistributedOptimizer calls it in synchronize())."""
-    check_process_set(process_set, "sparse_allreduce_async")
+    op=Average the values are divided by the set's size. Returns a function that waits and
+    returns the reduced sparse tensor (Horovod's DistributedOptimizer calls it in
+    synchronize())."""
+    ps = process_set_id(process_set, "sparse_allreduce_async")
     op = resolve_op(op, None)
     if op not in (Average, Sum):
         raise InvalidArgumentError("sparse_allreduce_async reduces with op=Average or op=Sum")
     t = tensor.coalesce() if not tensor.is_coalesced() else tensor
     # allgather concatenates along dim 0, so the (ndim, nnz) indices travel as (nnz, ndim).
     indices_handle = _submit_owned(ALLGATHER, t.indices().t().contiguous(), f"{name}.indices",
-                                   "sparse_allreduce_async")
+                                   "sparse_allreduce_async", ps)
     values_handle = _submit_owned(ALLGATHER, t.values().contiguous(), f"{name}.values",
-                                  "sparse_allreduce_async")
-    world = size()
+                                  "sparse_allreduce_async", ps)
+    world = set_size(ps)
 
     def wait() -> torch.Tensor:
         indices, values = wait_all([indices_handle, values_handle])
@@ -489,8 +487,7 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int, process_set
 
 def barrier(process_set=_GLOBAL) -> None:
     """Returns once every rank has reached the barrier."""
-    check_process_set(process_set, "barrier")
-    _barrier_np()
+    _barrier_np(process_set=process_set)
 
 
 def join(device: int = -1) -> int:
@@ -506,14 +503,16 @@ def join(device: int = -1) -> int:
 # scaleout.tensorflow) to torch tensors.
 
 class _TorchOps(_semantics.Ops):
+    """The gradient rules' primitives on torch tensors, on one process set (the forward's)."""
+
     def allreduce_async(self, x, name, op, prescale, postscale):
-        return _allreduce_async(x, name, op, prescale, postscale, inplace=False)
+        return _allreduce_async(x, name, op, prescale, postscale, False, self.process_set)
 
     def allgather_async(self, x, name):
-        return allgather_async(x, name)
+        return _submit_owned(ALLGATHER, x, name, "allgather", self.process_set)
 
     def alltoall(self, x, splits, name):
-        return synchronize(_alltoall_async(x, splits, name))
+        return synchronize(_alltoall_async(x, splits, name, self.process_set))
 
     def rows_tensor(self, rows):
         return torch.tensor([rows], dtype=torch.int64)
@@ -528,85 +527,90 @@ class _TorchOps(_semantics.Ops):
         return x * factor
 
 
-_OPS = _TorchOps()
-
-
 class _AllreduceFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor):
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, ps):
         ctx.args = (name, op, prescale_factor, postscale_factor)
+        ctx.ps = ps
         return synchronize(_allreduce_async(tensor, name, op, prescale_factor, postscale_factor,
-                                            inplace=False))
+                                            False, ps))
 
     @staticmethod
     def backward(ctx, grad):
-        return _semantics.gradient("allreduce")(_OPS, grad, *ctx.args), None, None, None, None
+        g = _semantics.gradient("allreduce")(_TorchOps(ctx.ps), grad, *ctx.args)
+        return g, None, None, None, None, None
 
 
 class _GroupedAllreduceFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, name, op, prescale_factor, postscale_factor, *tensors):
-        ctx.args = (name, op, prescale_factor, postscale_factor)
+    def forward(ctx, name, op, prescale_factor, postscale_factor, ps, *tensors):
+        ctx.args = (name, op, prescale_factor, postscale_factor, ps)
         return tuple(synchronize(_grouped_async(tensors, None, name, op, prescale_factor,
-                                                postscale_factor, False)))
+                                                postscale_factor, False, ps)))
 
     @staticmethod
     def backward(ctx, *grads):
-        name, op, pre, post = ctx.args
+        name, op, pre, post, ps = ctx.args
         _semantics.check_gradient_op("allreduce", op)
         gs = synchronize(_grouped_async(grads, None, _semantics.grad_name(name), op, pre, post,
-                                        False))
-        return (None, None, None, None, *gs)
+                                        False, ps))
+        return (None, None, None, None, None, *gs)
 
 
 class _AllgatherFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name):
+    def forward(ctx, tensor, name, ps):
         ctx.name = name
         ctx.shape = tensor.shape
-        return synchronize(allgather_async(tensor, name))
+        ctx.ps = ps
+        return synchronize(_submit_owned(ALLGATHER, tensor, name, "allgather", ps))
 
     @staticmethod
     def backward(ctx, grad):
         rows = ctx.shape[0] if len(ctx.shape) else 1
-        g = _semantics.gradient("allgather")(_OPS, grad, ctx.name, rows)
-        return g.reshape(ctx.shape), None
+        g = _semantics.gradient("allgather")(_TorchOps(ctx.ps), grad, ctx.name, rows)
+        return g.reshape(ctx.shape), None, None
 
 
 class _BroadcastFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, root_rank, name):
+    def forward(ctx, tensor, root_rank, name, ps):
         ctx.args = (root_rank, name)
-        return synchronize(_broadcast_async(tensor, root_rank, name, inplace=False))
+        ctx.ps = ps
+        return synchronize(_broadcast_async(tensor, root_rank, name, False, ps))
 
     @staticmethod
     def backward(ctx, grad):
         root_rank, name = ctx.args
-        return _semantics.gradient("broadcast")(_OPS, grad, name, root_rank), None, None
+        g = _semantics.gradient("broadcast")(_TorchOps(ctx.ps), grad, name, root_rank)
+        return g, None, None, None
 
 
 class _AlltoallFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, splits, name):
-        out, received = synchronize(_alltoall_async(tensor, splits, name))
+    def forward(ctx, tensor, splits, name, ps):
+        out, received = synchronize(_alltoall_async(tensor, splits, name, ps))
         ctx.args = (received, name)
+        ctx.ps = ps
         ctx.mark_non_differentiable(received)
         return out, received
 
     @staticmethod
     def backward(ctx, grad, _grad_received):
         received, name = ctx.args
-        return _semantics.gradient("alltoall")(_OPS, grad, name, received), None, None
+        g = _semantics.gradient("alltoall")(_TorchOps(ctx.ps), grad, name, received)
+        return g, None, None, None
 
 
 class _ReducescatterFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor):
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, ps):
         ctx.args = (name, op, prescale_factor, postscale_factor)
+        ctx.ps = ps
         return synchronize(_reducescatter_async(tensor, name, op, prescale_factor,
-                                                postscale_factor))
+                                                postscale_factor, ps))
 
     @staticmethod
     def backward(ctx, grad):
-        g = _semantics.gradient("reducescatter")(_OPS, grad, *ctx.args)
-        return g, None, None, None, None
+        g = _semantics.gradient("reducescatter")(_TorchOps(ctx.ps), grad, *ctx.args)
+        return g, None, None, None, None, None

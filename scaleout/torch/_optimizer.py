@@ -19,10 +19,9 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 
-from scaleout._basics import size
 from scaleout._core import Average, Handle, Sum, resolve_op, synchronize, wait_all
 from scaleout._errors import InvalidArgumentError, ScaleoutError
-from scaleout._not_yet import check_process_set, global_process_set
+from scaleout._process_sets import global_process_set, process_set_id, set_rank, set_size
 from scaleout._semantics import predivided
 from scaleout.torch._collectives import _allreduce_async, check_device, sparse_allreduce_async
 from scaleout.torch._compression import Compression
@@ -39,7 +38,9 @@ class _DistributedMixin:
     def _so_setup(self, named_parameters, compression, backward_passes_per_step: int, op: int,
                   gradient_predivide_factor: float, sparse_as_dense: bool, num_groups: int,
                   groups, process_set) -> None:
-        check_process_set(process_set, "DistributedOptimizer")
+        self._so_ps = process_set_id(process_set, "DistributedOptimizer")
+        # As Horovod's: on a rank outside the set, step() is the wrapped optimizer's alone.
+        self._so_included = set_rank(self._so_ps) >= 0
         if resolve_op(op) not in (Average, Sum):
             raise InvalidArgumentError("DistributedOptimizer reduces gradients with op=Average "
                                        "or op=Sum")
@@ -47,7 +48,7 @@ class _DistributedMixin:
         self.op = op
         self.process_set = process_set
         self._so_op, self._so_prescale, self._so_postscale = predivided(
-            op, gradient_predivide_factor, size())
+            op, gradient_predivide_factor, set_size(self._so_ps))
         self._so_compression = compression or Compression.none
         self._so_sparse_as_dense = sparse_as_dense
         self._so_names: Dict[torch.Tensor, str] = {}
@@ -126,7 +127,7 @@ class _DistributedMixin:
                 "named_parameters() of the model whose parameters the optimizer holds")
         me = weakref.ref(self)
         for p in params:
-            if p.requires_grad:
+            if p.requires_grad and self._so_included:
                 self._so_passes_left[p] = self._so_passes
                 self._so_hooks.append(p.register_post_accumulate_grad_hook(
                     lambda param, me=me: _grad_ready(me, param)))
@@ -182,12 +183,12 @@ class _DistributedMixin:
             if not self._so_sparse_as_dense:
                 # Horovod's default: indices and values allgathered (no compression).
                 self._so_handles[p] = (sparse_allreduce_async(
-                    p.grad, f"grad.{self._so_names[p]}", self._so_op), _SPARSE)
+                    p.grad, f"grad.{self._so_names[p]}", self._so_op, self.process_set), _SPARSE)
                 return
             p.grad = p.grad.to_dense()
         wire, ctx = self._so_compression.compress(p.grad)
         handle = _allreduce_async(wire, f"grad.{self._so_names[p]}", self._so_op,
-                                  self._so_prescale, self._so_postscale, inplace=True)
+                                  self._so_prescale, self._so_postscale, True, self._so_ps)
         self._so_handles[p] = (handle, ctx)
 
     def synchronize(self) -> None:
@@ -322,8 +323,10 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
     - sparse_as_dense: reduce sparse gradients (nn.Embedding(sparse=True)) as dense tensors.
       By default (False) a sparse gradient is reduced as Horovod does: its indices and values
       are allgathered (sparse_allreduce_async), and p.grad becomes the gathered sparse tensor
-      (values divided by size() for Average).
-    - process_set: only the global process set (process sets are not implemented yet).
+      (values divided by the set's size for Average).
+    - process_set: gradients are reduced among the ranks of this set (a registered
+      ProcessSet; Average divides by its size). On a rank outside the set, step() applies the
+      local gradients, as in Horovod.
 
     Horovod's attributes `op`, `process_set`, `backward_passes_per_step` and
     `_parameter_names` are there. As in Horovod, step() after an explicit synchronize() outside

@@ -132,7 +132,7 @@ class _SyncBatchNormFn(torch.autograd.Function):
         # Each output depends on every rank's inputs through the mean and variance, so the two
         # channel sums are taken over the global batch.
         both = synchronize(_allreduce_async(torch.cat([sum_dy, sum_dy_xhat]), f"{name}.grad",
-                                            Sum, 1.0, 1.0, inplace=False))
+                                            Sum, 1.0, 1.0, False, 0))
         mean_dy, mean_dy_xhat = (both / total).split(sum_dy.numel())
         scale = invstd if weight is None else invstd * weight.detach().to(invstd.dtype)
         dx = scale.view(shape) * (dy - mean_dy.view(shape) - xhat * mean_dy_xhat.view(shape))

@@ -196,12 +196,13 @@ def test_uint16_in_every_collective(r, n):
 
 
 def test_features_not_here_yet_raise_not_implemented(r, n):
-    other = object()
-    expect_error(NotImplementedError, lambda: hvd.allreduce(torch.ones(1), process_set=other),
-                 "process sets", what="process_set= on allreduce")
+    expect_error(ValueError, lambda: hvd.allreduce(torch.ones(1), process_set=object()),
+                 "process_set must be a ProcessSet", what="process_set= not a set")
     unregistered = hvd.ProcessSet([0])
     check(unregistered.process_set_id is None and unregistered.ranks == [0],
           "ProcessSet([0]) is made, not registered")
+    expect_error(ValueError, lambda: hvd.allreduce(torch.ones(1), process_set=unregistered),
+                 "is not registered", what="process_set= not registered")
     expect_error(NotImplementedError, lambda: hvd.elastic, "elastic", what="hvd.elastic")
     expect_error(NotImplementedError, lambda: hvd.allreduce(torch.ones(1), op=hvd.Adasum),
                  "Adasum", what="op=Adasum")
