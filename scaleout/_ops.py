@@ -283,11 +283,12 @@ def barrier(name=None, process_set=global_process_set) -> None:
                        process_set_id(process_set, "barrier")))
 
 
-def join() -> int:
-    """Marks this rank as out of data: until every rank has joined, its allreduces contribute
-    zeros and its allgathers no rows. Blocks until all ranks joined; returns the last one."""
+def join(process_set=global_process_set) -> int:
+    """Marks this rank as out of data: until every rank (of the set) has joined, its allreduces
+    contribute zeros and its allgathers no rows. Blocks until all joined; returns the last
+    one (the job's rank)."""
     return synchronize(submit(JOIN, "join", None, 0, 0, (), None, None, Sum, 0, 1.0, 1.0, None,
-                              None))
+                              None, process_set_id(process_set, "join")))
 
 
 class _NumpyOps(_semantics.Ops):

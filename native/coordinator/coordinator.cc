@@ -265,8 +265,12 @@ void Coordinator::Accept(const std::shared_ptr<TensorEntry>& entry, double now) 
 void Coordinator::Execute(const Response& r) {
   if (r.collective == SO_JOIN) {
     const Status status = r.is_error() ? Status(r.error_code, r.error_message) : Status::OK();
+    // The negotiator counts the set's ranks; users get the job's rank, as everywhere else.
+    const int last = r.last_joined_rank >= 0 && !set_.ranks.empty()
+                         ? set_.ranks[r.last_joined_rank]
+                         : r.last_joined_rank;
     for (auto& j : joins_) {
-      j->join_rank = r.last_joined_rank;
+      j->join_rank = last;
       handles_->Complete(j.get(), status);
     }
     joins_.clear();

@@ -490,11 +490,12 @@ def barrier(process_set=_GLOBAL) -> None:
     _barrier_np(process_set=process_set)
 
 
-def join(device: int = -1) -> int:
-    """This rank is out of data: until every rank has joined, its allreduces contribute zeros.
-    Blocks until all joined; returns the rank that joined last. (`device` is accepted for
-    Horovod compatibility and ignored: scaleout works on CPU tensors.)"""
-    return _join_np()
+def join(device: int = -1, process_set=_GLOBAL) -> int:
+    """This rank is out of data: until every rank (of the set) has joined, its allreduces
+    contribute zeros. Blocks until all joined; returns the (job's) rank that joined last.
+    (`device` is accepted for Horovod compatibility and ignored: scaleout works on CPU
+    tensors.)"""
+    return _join_np(process_set)
 
 
 # ---- autograd ----

@@ -62,6 +62,16 @@ def collectives(mine):
     check_close(dense.to_dense(), want, "sparse_allreduce_async: Average over the set")
     hvd.barrier(process_set=mine)
 
+    # join inside the set: the first member runs out of data, the others go on without it.
+    if me == 0:
+        last = hvd.join(process_set=mine)
+    else:
+        got = hvd.allreduce(torch.tensor([float(r + 1)]), op=hvd.Sum, name="after_join",
+                            process_set=mine)
+        check_close(got, [total - (ranks[0] + 1)], "a joined member contributes zeros")
+        last = hvd.join(process_set=mine)
+    check(last in (ranks[1:] or ranks), f"join returns the job's rank that joined last: {last}")
+
 
 def gradients(mine):
     r, k, me = hvd.rank(), mine.size(), mine.rank()
