@@ -37,3 +37,21 @@ def test_torch_on_process_sets(nranks):
     # helpers on two disjoint sets at once, and Horovod's local step outside the set.
     proc = run_mpi("torch_process_sets.py", nranks, timeout=120)
     assert proc.stdout.count("all checks passed") == nranks, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("nranks", [3, 4], ids=["np3", "np4"])
+def test_a_stall_inside_a_set_is_reported_on_its_ranks_naming_job_ranks(nranks):
+    # The set is ranks 1..n-1; its last rank is late; rank 0, outside, goes on undisturbed.
+    proc = run_mpi("stall.py", nranks, "set", env={"SCALEOUT_STALL_CHECK_TIME_SECONDS": "1"})
+    assert proc.stdout.count("all checks passed") == nranks, proc.stdout + proc.stderr
+    early = list(range(1, nranks - 1))
+    submitted = f"submitted by rank{'s' if len(early) > 1 else ''} " + \
+        ", ".join(map(str, early))
+    where = (f"(in process set 1, whose ranks {', '.join(map(str, range(nranks - 1)))} are "
+             f"ranks {', '.join(map(str, range(1, nranks)))} of the job)")
+    lines = proc.stderr.splitlines()
+    for rank in range(1, nranks):
+        assert any(f"WARNING (rank {rank}): allreduce 'late.tensor' has waited" in line
+                   and f"{submitted}, still missing on rank {nranks - 1} " in line
+                   and line.endswith(where) for line in lines), (rank, proc.stderr)
+    assert "WARNING (rank 0)" not in proc.stderr, proc.stderr

@@ -14,14 +14,15 @@ bool Identical(const Request& a, const Request& b) {
 
 }  // namespace
 
-Controller::Controller(ControlChannel* channel, const Config& config)
+Controller::Controller(ControlChannel* channel, const Config& config, ProcessSetInfo set)
     : channel_(channel),
       config_(config),
+      set_(std::move(set)),
       rank_(channel->rank()),
       size_(channel->size()),
       cache_(config.cache_capacity, channel->size()) {
   if (rank_ == 0) {
-    negotiator_ = std::make_unique<Negotiator>(size_, &cache_);
+    negotiator_ = std::make_unique<Negotiator>(size_, &cache_, set_.ranks);
     live_.assign(size_, true);
     awaiting_ack_.assign(size_, false);
   }
@@ -109,7 +110,7 @@ void Controller::Halt(const std::string& why) {
 bool Controller::DetectDeadlock(double now, double hold) {
   if (rank_ != 0 || state_ != State::kRunning) return false;
   const bool found = negotiator_->DetectDeadlock(now, hold);
-  if (found) SO_LOG(kError, negotiator_->ready().back().error_message);
+  if (found) SO_LOG(kError, negotiator_->ready().back().error_message << set_.Where());
   return found;
 }
 
@@ -303,6 +304,7 @@ Status Controller::SendReady(double now, std::vector<Response>* out) {
 std::vector<std::string> Controller::StallReport(double now, double threshold) {
   if (rank_ != 0) return {};
   std::vector<std::string> lines = negotiator_->StallReport(now, threshold);
+  for (std::string& line : lines) line += set_.Where();
   if (lines.empty() || state_ != State::kRunning) return lines;
   // Note [Stalls]: the ranks that wait are told too, naming who they wait for.
   std::string text;

@@ -23,6 +23,7 @@
 #include "common/config.h"
 #include "coordinator/message.h"
 #include "coordinator/negotiator.h"
+#include "coordinator/process_set_info.h"
 #include "coordinator/response_cache.h"
 #include "transport/control_channel.h"
 
@@ -32,7 +33,9 @@ namespace scaleout {
 // thread drives it; unit tests drive several of them over a fake channel).
 class Controller {
  public:
-  Controller(ControlChannel* channel, const Config& config);
+  // `set`: the process set whose ranks the channel's are; what the controller reports names the
+  // job's ranks and the set.
+  Controller(ControlChannel* channel, const Config& config, ProcessSetInfo set = {});
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -108,6 +111,7 @@ class Controller {
 
   ControlChannel* channel_;
   Config config_;
+  ProcessSetInfo set_;
   int rank_;
   int size_;
   State state_ = State::kRunning;

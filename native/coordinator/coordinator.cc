@@ -42,23 +42,12 @@ constexpr double kIdleWakeSeconds = 5e-3;
 
 }  // namespace
 
-std::string ProcessSetInfo::Where() const {
-  if (id == 0) return std::string();
-  std::string set_ranks, job_ranks;
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    set_ranks += (i ? ", " : "") + std::to_string(i);
-    job_ranks += (i ? ", " : "") + std::to_string(ranks[i]);
-  }
-  return " (in process set " + std::to_string(id) + ", whose ranks " + set_ranks + " are ranks " +
-         job_ranks + " of the job)";
-}
-
 Coordinator::Coordinator(const Config& config, ControlChannel* channel,
                          const std::vector<DataTransport*>& transports, PeerMemory* peers,
                          HandleTable* handles, RequestQueue* queue,
                          PeerLiveness* liveness, ProcessSetInfo set)
     : config_(config),
-      controller_(channel, config),
+      controller_(channel, config, set),
       endpoints_(static_cast<int>(transports.size()), config.ep_cores),
       executor_(transports, &endpoints_, peers),
       handles_(handles),
@@ -265,12 +254,8 @@ void Coordinator::Accept(const std::shared_ptr<TensorEntry>& entry, double now) 
 void Coordinator::Execute(const Response& r) {
   if (r.collective == SO_JOIN) {
     const Status status = r.is_error() ? Status(r.error_code, r.error_message) : Status::OK();
-    // The negotiator counts the set's ranks; users get the job's rank, as everywhere else.
-    const int last = r.last_joined_rank >= 0 && !set_.ranks.empty()
-                         ? set_.ranks[r.last_joined_rank]
-                         : r.last_joined_rank;
     for (auto& j : joins_) {
-      j->join_rank = last;
+      j->join_rank = set_.JobRank(r.last_joined_rank);
       handles_->Complete(j.get(), status);
     }
     joins_.clear();
@@ -363,7 +348,7 @@ void Coordinator::SampleBlocked(double now) {
 
 void Coordinator::ReportStalls(double now) {
   for (const std::string& line : controller_.StallReport(now, config_.stall_check_seconds)) {
-    SO_LOG(kWarning, line << set_.Where());
+    SO_LOG(kWarning, line);
   }
   for (auto& kv : pending_) {
     TensorEntry* e = kv.second.get();
@@ -372,7 +357,7 @@ void Coordinator::ReportStalls(double now) {
     SO_LOG(kWarning, CollectiveName(e->request.collective)
                          << " '" << e->request.name << "' was submitted "
                          << static_cast<int>(now - e->submitted_at)
-                         << " s ago and not every rank has submitted it yet");
+                         << " s ago and not every rank has submitted it yet" << set_.Where());
   }
 }
 

@@ -8,7 +8,9 @@
 #define SCALEOUT_COORDINATOR_COORDINATOR_H_
 
 #include <atomic>
+#include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -17,10 +19,6 @@
 #include "collectives/collective_executor.h"
 #include "collectives/endpoint_pool.h"
 #include "common/config.h"
-#include <future>
-#include <memory>
-#include <mutex>
-
 #include "coordinator/controller.h"
 #include "coordinator/timeline.h"
 #include "runtime/handle_table.h"
@@ -28,15 +26,6 @@
 #include "runtime/request_queue.h"
 
 namespace scaleout {
-
-// Which process set a coordinator serves (Note [Process sets]): its id, and the job's rank of
-// each of its ranks (empty for the global set, id 0, where they are the same).
-struct ProcessSetInfo {
-  int32_t id = 0;
-  std::vector<int> ranks;
-  // " (in process set 2, whose ranks 0, 1 are ranks 1, 3 of the job)", or "" for the global set.
-  std::string Where() const;
-};
 
 class Coordinator {
  public:

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <sstream>
+#include <utility>
 
 namespace scaleout {
 namespace {
@@ -22,17 +23,23 @@ std::string RankList(const std::vector<int>& ranks) {
   return s.str();
 }
 
+// The job's rank of rank r (`job_ranks` empty: r itself).
+int JobRank(const std::vector<int>& job_ranks, int r) {
+  return job_ranks.empty() || r < 0 ? r : job_ranks[r];
+}
+
 // "field of 'name' differs: ranks 0, 2 have X; rank 1 has Y", grouping ranks by value.
 template <typename Fn>
 std::string Disagreement(const std::string& field, const std::string& name, const char* op,
-                         const std::vector<std::optional<Request>>& by_rank, Fn value_of) {
+                         const std::vector<std::optional<Request>>& by_rank,
+                         const std::vector<int>& job_ranks, Fn value_of) {
   std::map<std::string, std::vector<int>> groups;
   std::vector<std::string> order;
   for (size_t r = 0; r < by_rank.size(); ++r) {
     if (!by_rank[r]) continue;
     std::string v = value_of(*by_rank[r]);
     if (!groups.count(v)) order.push_back(v);
-    groups[v].push_back(static_cast<int>(r));
+    groups[v].push_back(JobRank(job_ranks, static_cast<int>(r)));
   }
   if (groups.size() <= 1) return "";
   std::ostringstream s;
@@ -52,38 +59,47 @@ std::string Str(double v) {
 
 // The first field on which the ranks' requests differ, as a message naming the ranks.
 std::string FieldMismatch(const std::string& name, const std::vector<std::optional<Request>>& br,
-                          const Request& first) {
+                          const Request& first, const std::vector<int>& jr) {
   const char* op = CollectiveName(first.collective);
-  std::string msg = Disagreement("operation", name, "collective", br,
+  std::string msg = Disagreement("operation", name, "collective", br, jr,
                                  [](const Request& r) { return std::string(CollectiveName(r.collective)); });
   if (msg.empty()) {
-    msg = Disagreement("dtype", name, op, br, [](const Request& r) { return std::string(DataTypeName(r.dtype)); });
+    msg = Disagreement("dtype", name, op, br, jr, [](const Request& r) { return std::string(DataTypeName(r.dtype)); });
   }
   if (msg.empty() && (first.collective == SO_ALLGATHER || first.collective == SO_ALLTOALL)) {
-    msg = Disagreement("number of dimensions", name, op, br,
+    msg = Disagreement("number of dimensions", name, op, br, jr,
                        [](const Request& r) { return std::to_string(r.shape.size()); });
     if (msg.empty()) {
-      msg = Disagreement("shape after the first dimension", name, op, br, [](const Request& r) {
+      msg = Disagreement("shape after the first dimension", name, op, br, jr, [](const Request& r) {
         return ShapeString(std::vector<int64_t>(r.shape.begin() + (r.shape.empty() ? 0 : 1), r.shape.end()));
       });
     }
   } else if (msg.empty()) {
-    msg = Disagreement("shape", name, op, br, [](const Request& r) { return ShapeString(r.shape); });
+    msg = Disagreement("shape", name, op, br, jr, [](const Request& r) { return ShapeString(r.shape); });
   }
   if (msg.empty()) {
-    msg = Disagreement("reduce op", name, op, br, [](const Request& r) { return std::string(ReduceOpName(r.reduce_op)); });
+    msg = Disagreement("reduce op", name, op, br, jr, [](const Request& r) { return std::string(ReduceOpName(r.reduce_op)); });
   }
-  if (msg.empty()) msg = Disagreement("prescale factor", name, op, br, [](const Request& r) { return Str(r.prescale); });
-  if (msg.empty()) msg = Disagreement("postscale factor", name, op, br, [](const Request& r) { return Str(r.postscale); });
-  if (msg.empty()) msg = Disagreement("root rank", name, op, br, [](const Request& r) { return std::to_string(r.root); });
+  if (msg.empty()) msg = Disagreement("prescale factor", name, op, br, jr, [](const Request& r) { return Str(r.prescale); });
+  if (msg.empty()) msg = Disagreement("postscale factor", name, op, br, jr, [](const Request& r) { return Str(r.postscale); });
+  if (msg.empty()) {
+    msg = Disagreement("root rank", name, op, br, jr,
+                       [&jr](const Request& r) { return std::to_string(JobRank(jr, r.root)); });
+  }
   return msg;
 }
 
 }  // namespace
 
-Negotiator::Negotiator(int world_size, ResponseCache* cache)
-    : size_(world_size), cache_(cache), joined_(world_size, false), gone_(world_size, false),
-      gone_why_(world_size), blocked_(world_size, false) {}
+Negotiator::Negotiator(int world_size, ResponseCache* cache, std::vector<int> job_ranks)
+    : size_(world_size), cache_(cache), job_ranks_(std::move(job_ranks)),
+      joined_(world_size, false), gone_(world_size, false), gone_why_(world_size),
+      blocked_(world_size, false) {}
+
+std::vector<int> Negotiator::Named(std::vector<int> ranks) const {
+  for (int& r : ranks) r = JobRank(job_ranks_, r);
+  return ranks;
+}
 
 void Negotiator::Add(int rank, Request request, double now) {
   SO_CHECK(rank >= 0 && rank < size_, "request from an unknown rank");
@@ -113,7 +129,7 @@ std::string Negotiator::GoneList(const std::vector<int>& gone) const {
     }
   }
   if (!plain.empty()) {
-    out += (out.empty() ? "" : "; ") + RankList(plain) + (plain.size() == 1 ? " has" : " have") +
+    out += (out.empty() ? "" : "; ") + RankList(Named(plain)) + (plain.size() == 1 ? " has" : " have") +
            " shut down";
   }
   return out;
@@ -212,7 +228,7 @@ std::string Negotiator::Validate(const std::string& name, const Entry& e, int* c
   const auto& br = e.by_rank;
   bool agree = true;  // the common case, checked without formatting anything
   for (const auto& req : br) agree = agree && (!req || req->SameParams(*first));
-  if (!agree) return FieldMismatch(name, br, *first);
+  if (!agree) return FieldMismatch(name, br, *first, job_ranks_);
   // Note [Join]: joined ranks stand in (with zeros) for allreduce and barrier only. Allgather,
   // broadcast, alltoall and reducescatter fail while a rank has joined, as in Horovod (whose
   // precondition error this is; its users' scripts expect it).
@@ -224,7 +240,7 @@ std::string Negotiator::Validate(const std::string& name, const Entry& e, int* c
   if (!joined_missing.empty() && c != SO_ALLREDUCE && c != SO_BARRIER) {
     *code = SO_ERR_INVALID_ARGUMENT;
     std::string why = std::string(op) + " '" + name + "' cannot run while " +
-                      RankList(joined_missing) + (joined_missing.size() == 1 ? " has" : " have") +
+                      RankList(Named(joined_missing)) + (joined_missing.size() == 1 ? " has" : " have") +
                       " joined: as in Horovod, " + op + " is not supported with join(); only "
                       "allreduce and barrier can run until every rank has joined";
     if (c == SO_ALLGATHER) {
@@ -306,8 +322,8 @@ std::vector<std::string> Negotiator::StallReport(double now, double threshold) {
     const Request* first = FirstRequest(e);
     std::ostringstream s;
     s << CollectiveName(first->collective) << " '" << kv.first << "' has waited "
-      << static_cast<int>(now - e.first_seen) << " s: submitted by " << RankList(have)
-      << ", still missing on " << RankList(missing)
+      << static_cast<int>(now - e.first_seen) << " s: submitted by " << RankList(Named(have))
+      << ", still missing on " << RankList(Named(missing))
       << " (a rank may be stuck, have skipped this collective, or use another name for it)";
     lines.push_back(s.str());
   }
@@ -342,7 +358,7 @@ bool Negotiator::DetectDeadlock(double now, double hold) {
       if (table_.at(n.second).by_rank[r]) mine.push_back("'" + n.second + "'");
     }
     if (mine.empty()) continue;
-    msg << (first_rank ? "" : "; ") << "rank " << r << " waits for ";
+    msg << (first_rank ? "" : "; ") << "rank " << JobRank(job_ranks_, r) << " waits for ";
     for (size_t i = 0; i < mine.size(); ++i) {
       if (i == 8) {
         msg << " and " << (mine.size() - 8) << " more";
@@ -364,7 +380,7 @@ bool Negotiator::DetectDeadlock(double now, double hold) {
     for (int r = 0; r < size_; ++r) {
       if (e.by_rank[r]) have.push_back(r);
     }
-    msg << (shown ? "; " : "") << "'" << n.second << "' submitted only by " << RankList(have);
+    msg << (shown ? "; " : "") << "'" << n.second << "' submitted only by " << RankList(Named(have));
     ++shown;
   }
   msg << "). A name that differs between ranks, a collective skipped on some ranks, or "
@@ -402,7 +418,7 @@ std::vector<std::string> Negotiator::Stalled(double now, double threshold) const
     }
     std::ostringstream s;
     s << CollectiveName(FirstRequest(e)->collective) << " '" << kv.first << "' (waited "
-      << static_cast<int>(now - e.first_seen) << " s for " << RankList(missing) << ")";
+      << static_cast<int>(now - e.first_seen) << " s for " << RankList(Named(missing)) << ")";
     lines.emplace_back(e.arrival, s.str());
   }
   std::sort(lines.begin(), lines.end());

@@ -18,7 +18,9 @@ namespace scaleout {
 
 class Negotiator {
  public:
-  Negotiator(int world_size, ResponseCache* cache);
+  // `job_ranks`: the job's rank of each of the `world_size` ranks (a process set's members;
+  // empty: the same numbers), used wherever a message names ranks.
+  Negotiator(int world_size, ResponseCache* cache, std::vector<int> job_ranks = {});
 
   // A rank's request, with full parameters (cached slots already resolved). `now` is seconds on
   // any monotonic clock, used only for stall reports.
@@ -72,8 +74,11 @@ class Negotiator {
   Response Build(const std::string& name, Entry& e);
   std::string Validate(const std::string& name, const Entry& e, int* code) const;
 
+  std::vector<int> Named(std::vector<int> ranks) const;  // the job's ranks of these
+
   int size_;
   ResponseCache* cache_;
+  std::vector<int> job_ranks_;
   std::unordered_map<std::string, Entry> table_;
   std::vector<Response> ready_;
   std::vector<bool> joined_;

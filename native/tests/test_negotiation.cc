@@ -978,6 +978,30 @@ SO_TEST(NegotiatorStallReportNamesMissingRanksOnce) {
   EXPECT_THROW(negotiator.Add(0, Make("slow"), 900.0), InternalError);  // same name twice
 }
 
+// Note [Process sets]: a set's negotiator counts its own ranks, and names the job's.
+SO_TEST(NegotiatorOfAProcessSetNamesTheJobsRanks) {
+  ResponseCache cache(16, 3);
+  Negotiator negotiator(3, &cache, {1, 3, 5});
+  negotiator.Add(0, Make("slow"), 100.0);
+  negotiator.Add(2, Make("slow"), 100.0);
+  auto lines = negotiator.StallReport(200.0, 60.0);
+  ASSERT_EQ(lines.size(), 1);
+  EXPECT_CONTAINS(lines[0], "submitted by ranks 1, 5, still missing on rank 3");
+  negotiator.Add(1, Make("slow", SO_ALLREDUCE, {8}), 200.0);
+  auto ready = negotiator.TakeReady();
+  ASSERT_EQ(ready.size(), 1);
+  EXPECT_CONTAINS(ready[0].error_message, "ranks 1, 5 have [16]; rank 3 has [8]");
+  Request root_a = Make("b", SO_BROADCAST), root_b = Make("b", SO_BROADCAST);
+  root_a.root = 0;
+  root_b.root = 2;
+  negotiator.Add(0, root_a, 300.0);
+  negotiator.Add(1, root_a, 300.0);
+  negotiator.Add(2, root_b, 300.0);
+  ready = negotiator.TakeReady();
+  ASSERT_EQ(ready.size(), 1);
+  EXPECT_CONTAINS(ready[0].error_message, "ranks 1, 3 have 1; rank 5 has 5");
+}
+
 SO_TEST(NegotiationStallReportOnlyOnRankZero) {
   for (int n : kWorldSizes) {
     Cluster c(n, Immediate());
