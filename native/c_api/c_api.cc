@@ -255,16 +255,19 @@ SO_EXPORT int so_result_shape(int64_t handle, int* ndim_out, int64_t* shape_out)
   });
 }
 
-SO_EXPORT int so_result_copy(int64_t handle, void* dst, int64_t nbytes) {
-  return WithResult(handle, [&](const scaleout::TensorEntry& e) -> int {
-    if (static_cast<size_t>(nbytes) != e.result.size()) {
-      return Fail(Status::InvalidArgument("result has " + std::to_string(e.result.size()) +
-                                          " bytes, destination " + std::to_string(nbytes)));
-    }
-    if (nbytes > 0) std::memcpy(dst, e.result.data(), e.result.size());
+SO_EXPORT int so_result_take(int64_t handle, void** data_out, int64_t* nbytes_out,
+                             void** buffer_out) {
+  return WithResult(handle, [&](scaleout::TensorEntry& e) -> int {
+    auto* held = new scaleout::ResultBytes(std::move(e.result));
+    e.result.clear();
+    *data_out = held->data();
+    *nbytes_out = static_cast<int64_t>(held->size());
+    *buffer_out = held;
     return SO_OK;
   });
 }
+
+SO_EXPORT void so_buffer_free(void* buffer) { delete static_cast<scaleout::ResultBytes*>(buffer); }
 
 SO_EXPORT int so_result_splits(int64_t handle, int64_t* splits_out, int capacity, int32_t* count_out) {
   return WithResult(handle, [&](const scaleout::TensorEntry& e) -> int {

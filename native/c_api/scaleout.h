@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define SCALEOUT_ABI_VERSION 6
+#define SCALEOUT_ABI_VERSION 7
 
 /*
  * The tables: every code the ABI uses, with its name, written once here. The core takes its names
@@ -127,7 +127,7 @@ int so_process_set_ids(int32_t* ids_out, int capacity, int32_t* count_out);
  * output: where the result is written, for SO_ALLREDUCE and SO_BROADCAST (may equal input for
  *         in-place forms). Must be NULL for SO_ALLGATHER, SO_ALLTOALL and SO_REDUCESCATTER: their
  *         result shape is known only after negotiation, so the core owns the result buffer and
- *         so_result_shape / so_result_copy hand it over.
+ *         so_result_shape / so_result_take hand it over.
  * shape:  ndim dimensions of input (ndim may be 0 for a scalar).
  * splits: SO_ALLTOALL only: nsplits == size entries, rows of input sent to each rank; NULL for
  *         equal splits.
@@ -147,7 +147,10 @@ int so_poll(int64_t handle, int* done_out);
 int so_wait(int64_t handle, double timeout_seconds);
 /* Result of a completed SO_ALLGATHER / SO_ALLTOALL / SO_REDUCESCATTER handle. */
 int so_result_shape(int64_t handle, int* ndim_out, int64_t* shape_out /* SO_MAX_NDIM */);
-int so_result_copy(int64_t handle, void* dst, int64_t nbytes);
+/* Hands the result's bytes over without copying: *data_out and *nbytes_out stay valid, whatever
+ * becomes of the handle, until so_buffer_free(*buffer_out). Once per handle. */
+int so_result_take(int64_t handle, void** data_out, int64_t* nbytes_out, void** buffer_out);
+void so_buffer_free(void* buffer);
 /* SO_ALLTOALL: rows received from each rank of its process set: *count_out entries (the set's
  * size), written when capacity allows. */
 int so_result_splits(int64_t handle, int64_t* splits_out, int capacity, int32_t* count_out);

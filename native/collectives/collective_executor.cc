@@ -268,22 +268,30 @@ Status CollectiveExecutor::Alltoall(const Response& r, TensorEntry* e) {
   const size_t row_bytes = Elements(shape, 1) * DataTypeSize(r.dtype);
   std::vector<int64_t> splits = e->splits;
   if (splits.empty()) splits.assign(size, shape[0] / size);
+  auto allocate = [&](const std::vector<int64_t>& received) {
+    int64_t rows = 0;
+    for (int64_t n : received) rows += n;
+    e->result.resize(static_cast<size_t>(rows) * row_bytes);
+    e->result_shape = shape;
+    e->result_shape[0] = rows;
+    return e->result.data();
+  };
+  if (staged_alltoall_ != nullptr) {
+    return staged_alltoall_->Run(static_cast<const uint8_t*>(e->input), splits, row_bytes,
+                                 allocate, &e->received_splits);
+  }
   std::vector<int64_t> received(size, 0);
   std::vector<size_t> eight(size, sizeof(int64_t));
   Status s = transports_[0]->Alltoallv(splits.data(), eight, received.data(), eight);
   if (!s.ok()) return s;
   std::vector<size_t> send_bytes(size), recv_bytes(size);
-  int64_t rows = 0;
   for (int k = 0; k < size; ++k) {
     send_bytes[k] = static_cast<size_t>(splits[k]) * row_bytes;
     recv_bytes[k] = static_cast<size_t>(received[k]) * row_bytes;
-    rows += received[k];
   }
-  e->result.resize(static_cast<size_t>(rows) * row_bytes);
-  e->result_shape = shape;
-  e->result_shape[0] = rows;
+  uint8_t* result = allocate(received);
   e->received_splits = received;
-  return transports_[0]->Alltoallv(e->input, send_bytes, e->result.data(), recv_bytes);
+  return transports_[0]->Alltoallv(e->input, send_bytes, result, recv_bytes);
 }
 
 Status CollectiveExecutor::ReduceScatter(const Response& r, TensorEntry* e) {

@@ -12,6 +12,7 @@
 
 #include "collectives/endpoint_pool.h"
 #include "collectives/staged_allreduce.h"
+#include "collectives/staged_alltoall.h"
 #include "coordinator/message.h"
 #include "fusion/fusion_buffer.h"
 #include "runtime/tensor_entry.h"
@@ -22,11 +23,13 @@ namespace scaleout {
 class CollectiveExecutor {
  public:
   // transports[i] belongs to endpoint server i of `endpoints` (at least one). With `peers`
-  // (ranks that share a machine), allreduces go through it (Note [Staged allreduce]).
+  // (ranks that share a machine), allreduces and alltoalls go through it (Note [Staged
+  // allreduce], Note [Staged alltoall]).
   CollectiveExecutor(std::vector<DataTransport*> transports, EndpointPool* endpoints,
                      PeerMemory* peers = nullptr)
       : transports_(std::move(transports)), endpoints_(endpoints),
-        staged_(peers != nullptr ? std::make_unique<StagedAllreduce>(peers) : nullptr) {}
+        staged_(peers != nullptr ? std::make_unique<StagedAllreduce>(peers) : nullptr),
+        staged_alltoall_(peers != nullptr ? std::make_unique<StagedAlltoall>(peers) : nullptr) {}
 
   // entries[i] is this rank's entry for response.tensors[i], or nullptr where this rank joined
   // instead of submitting (it then contributes zeros or no rows). Results go into the entries.
@@ -47,6 +50,7 @@ class CollectiveExecutor {
   std::vector<DataTransport*> transports_;
   EndpointPool* endpoints_;
   std::unique_ptr<StagedAllreduce> staged_;
+  std::unique_ptr<StagedAlltoall> staged_alltoall_;
   FusionBuffer fusion_;
   std::vector<uint8_t> zeros_;
 };

@@ -55,7 +55,7 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
   const size_t block = std::max<size_t>(1, kBlockBytes / esize);
   for (size_t first = 0; first < total; first += per_round) {
     const size_t count = std::min(per_round, total - first);
-    const int parity = static_cast<int>(rounds_++ & 1);
+    const int parity = memory_->NextParity();
     const bool timed = LogEnabled(LogLevel::kDebug);
     using Clock = std::chrono::steady_clock;
     const auto t0 = timed ? Clock::now() : Clock::time_point();

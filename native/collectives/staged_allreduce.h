@@ -35,7 +35,6 @@ class StagedAllreduce {
 
  private:
   PeerMemory* memory_;
-  uint64_t rounds_ = 0;  // rounds run so far; its parity picks the areas of the next one
 };
 
 }  // namespace scaleout

@@ -34,8 +34,8 @@
 #define SO_FUNCTIONS(X)                                                                         \
   X(so_abi_version) X(so_version) X(so_build_info) X(so_last_error) X(so_init) X(so_shutdown)   \
   X(so_is_initialized) X(so_topology) X(so_config_string) X(so_enqueue) X(so_poll) X(so_wait)   \
-  X(so_result_shape) X(so_result_copy) X(so_result_splits) X(so_result_join_rank) X(so_release)  \
-  X(so_timeline) X(so_stats) X(so_peer_died) X(so_add_process_set) X(so_remove_process_set)   \
+  X(so_result_shape) X(so_result_take) X(so_buffer_free) X(so_result_splits)                   \
+  X(so_result_join_rank) X(so_release) X(so_timeline) X(so_stats) X(so_peer_died) X(so_add_process_set) X(so_remove_process_set)   \
   X(so_process_set) X(so_process_set_ids)
 
 #define SO_POINTER_(fn) __typeof__(&fn) fn;
@@ -433,6 +433,39 @@ static PyTypeObject HandleType = {
     .tp_members = Handle_members,
 };
 
+/* A core-owned result's bytes (so_result_take), lent through the buffer protocol to the object
+ * the handle's allocator makes (a numpy array or a torch tensor viewing them), which keeps this
+ * alive: the result reaches the caller without a copy. Freed by the core when released. */
+typedef struct {
+  PyObject_HEAD
+  void* data;
+  Py_ssize_t nbytes;
+  void* owner; /* so_buffer_free's argument */
+} ResultBufferObject;
+
+static int ResultBuffer_getbuffer(ResultBufferObject* self, Py_buffer* view, int flags) {
+  return PyBuffer_FillInfo(view, (PyObject*)self, self->data, self->nbytes, 0, flags);
+}
+
+static void ResultBuffer_dealloc(ResultBufferObject* self) {
+  if (self->owner != NULL && api_loaded) api.so_buffer_free(self->owner);
+  Py_TYPE(self)->tp_free((PyObject*)self);
+}
+
+static PyBufferProcs ResultBuffer_as_buffer = {
+    .bf_getbuffer = (getbufferproc)ResultBuffer_getbuffer,
+};
+
+static PyTypeObject ResultBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "scaleout.ResultBuffer",
+    .tp_basicsize = sizeof(ResultBufferObject),
+    .tp_dealloc = (destructor)ResultBuffer_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The bytes of a collective's result, owned by the core until this is freed.",
+    .tp_as_buffer = &ResultBuffer_as_buffer,
+};
+
 static HandleObject* new_handle(long long id, int collective, int dtype, PyObject* name,
                                 PyObject* keep, PyObject* output, PyObject* finish) {
   HandleObject* h = PyObject_New(HandleObject, &HandleType);
@@ -651,7 +684,9 @@ static int describe_tensor(PyObject* t, void** ptr, int* dtype, int64_t* shape, 
  *   out_address, or when out_address is None at a registered tensor's data_ptr() or through the
  *   buffer protocol. For allgather,
  *   alltoall and reducescatter, whose result shape is known only at completion, an allocator
- *   alloc(shape) -> (object, address or None) called at completion. None for barrier and join.
+ *   alloc(shape, buffer) -> object, called at completion with the result's bytes (a writable
+ *   buffer of the core's, not copied): the object views them and keeps the buffer alive (or
+ *   copies them). None for barrier and join.
  * splits: alltoall's rows per destination rank, a C-contiguous int64 buffer, or None.
  * finish: None or a callable applied to the result at completion (alltoall's result is
  *   (received, received_splits as a list); join's the last rank to join; barrier's None).
@@ -815,8 +850,8 @@ static int wait_handle(long long handle, int release) {
   }
 }
 
-/* The result of a completed core-owned collective: allocated by the handle's allocator, then
- * copied from the core. */
+/* The result of a completed core-owned collective: the core's bytes, given to the handle's
+ * allocator without a copy. */
 static PyObject* take_result(HandleObject* h) {
   if (h->collective == SO_JOIN) {
     int32_t last = -1;
@@ -829,37 +864,22 @@ static PyObject* take_result(HandleObject* h) {
   if (rc != 0) return raise_status(rc);
   PyObject* shape_obj = PyTuple_New(ndim);
   if (shape_obj == NULL) return NULL;
-  int64_t nbytes = h->dtype >= 0 && h->dtype < SO_DTYPE_COUNT ? dtype_sizes[h->dtype] : 0;
-  for (int i = 0; i < ndim; ++i) {
-    PyTuple_SET_ITEM(shape_obj, i, PyLong_FromLongLong(shape[i]));
-    nbytes *= shape[i];
+  for (int i = 0; i < ndim; ++i) PyTuple_SET_ITEM(shape_obj, i, PyLong_FromLongLong(shape[i]));
+  ResultBufferObject* buffer = PyObject_New(ResultBufferObject, &ResultBufferType);
+  if (buffer == NULL) {
+    Py_DECREF(shape_obj);
+    return NULL;
   }
-  PyObject* made = PyObject_CallOneArg(h->output, shape_obj);
+  int64_t nbytes = 0;
+  buffer->data = NULL;
+  buffer->owner = NULL;
+  rc = api.so_result_take(h->id, &buffer->data, &nbytes, &buffer->owner);
+  buffer->nbytes = (Py_ssize_t)nbytes;
+  PyObject* obj = rc != 0 ? raise_status(rc)
+                          : PyObject_CallFunctionObjArgs(h->output, shape_obj, buffer, NULL);
   Py_DECREF(shape_obj);
-  if (made == NULL) return NULL;
-  PyObject* obj = NULL;
-  if (!PyTuple_Check(made) || PyTuple_GET_SIZE(made) != 2) {
-    PyErr_SetString(PyExc_TypeError, "a result allocator returns (object, address or None)");
-    goto fail;
-  }
-  obj = PyTuple_GET_ITEM(made, 0);
-  PyObject* address = PyTuple_GET_ITEM(made, 1);
-  if (address == Py_None) {
-    Py_buffer b;
-    if (PyObject_GetBuffer(obj, &b, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) != 0) goto fail;
-    rc = api.so_result_copy(h->id, b.buf, b.len);
-    PyBuffer_Release(&b);
-  } else {
-    void* dst = PyLong_AsVoidPtr(address);
-    if (dst == NULL && PyErr_Occurred()) goto fail;
-    rc = api.so_result_copy(h->id, dst, nbytes);
-  }
-  if (rc != 0) {
-    raise_status(rc);
-    goto fail;
-  }
-  Py_INCREF(obj);
-  Py_DECREF(made);
+  Py_DECREF(buffer);
+  if (obj == NULL) return NULL;
   if (h->collective != SO_ALLTOALL) return obj;
   /* alltoall: (received, rows received from each rank of its process set) */
   int64_t splits[4096];
@@ -879,9 +899,6 @@ static PyObject* take_result(HandleObject* h) {
   Py_DECREF(obj);
   Py_DECREF(list);
   return pair;
-fail:
-  Py_DECREF(made);
-  return NULL;
 }
 
 static PyObject* wait_all_tuple(PyObject* handles);
@@ -1073,7 +1090,7 @@ static PyObject* status_rows(void) {
 }
 
 PyMODINIT_FUNC PyInit__binding(void) {
-  if (PyType_Ready(&HandleType) < 0) return NULL;
+  if (PyType_Ready(&HandleType) < 0 || PyType_Ready(&ResultBufferType) < 0) return NULL;
 #define SO_INTERN_(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL;
   SO_INTERN_(s_dtype, "dtype") SO_INTERN_(s_is_cpu, "is_cpu") SO_INTERN_(s_layout, "layout")
   SO_INTERN_(s_is_contiguous, "is_contiguous") SO_INTERN_(s_data_ptr, "data_ptr")

@@ -3,12 +3,39 @@
 #define SCALEOUT_RUNTIME_TENSOR_ENTRY_H_
 
 #include <cstdint>
+#include <memory>
+#include <new>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
 #include "coordinator/message.h"
 
 namespace scaleout {
+
+// An allocator whose resize leaves new elements uninitialized: a result is written whole before
+// anyone reads it, so zero-filling it first would only cost a pass over the memory.
+template <typename T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <typename U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
+// A core-owned result's bytes; handed to the caller whole (so_result_take), not copied.
+using ResultBytes = std::vector<uint8_t, UninitializedAllocator<uint8_t>>;
 
 struct TensorEntry {
   int64_t handle = 0;
@@ -20,7 +47,7 @@ struct TensorEntry {
   std::vector<int64_t> splits;  // alltoall: rows to each rank (empty: equal)
 
   // Written by the coordinator thread before completion; read by callers after it.
-  std::vector<uint8_t> result;          // core-owned result (allgather, alltoall, reducescatter)
+  ResultBytes result;                   // core-owned result (allgather, alltoall, reducescatter)
   std::vector<int64_t> result_shape;
   std::vector<int64_t> received_splits;  // alltoall
   int32_t join_rank = -1;

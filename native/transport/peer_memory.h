@@ -29,6 +29,14 @@ class PeerMemory {
   // Returns once every rank has called Sync() as many times as this rank has: what each wrote
   // before is then visible to all. Fails (on this rank) when another rank has died meanwhile.
   virtual Status Sync() = 0;
+
+  // The parity of the areas the next round of any algorithm writes: rounds alternate, whichever
+  // algorithm runs them, so an algorithm may rely on the one before having left the other
+  // parity's areas free once every rank has passed its next Sync.
+  int NextParity() { return static_cast<int>(rounds_++ & 1); }
+
+ private:
+  uint64_t rounds_ = 0;
 };
 
 }  // namespace scaleout

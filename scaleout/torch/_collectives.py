@@ -83,10 +83,12 @@ def _dense(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _allocator(dtype: torch.dtype):
-    """Where a core-owned result (allgather, alltoall, reducescatter) is copied at completion."""
-    def alloc(shape):
-        out = torch.empty(shape, dtype=dtype)
-        return out, out.data_ptr()
+    """A core-owned result (allgather, alltoall, reducescatter) as a tensor viewing the core's
+    bytes (no copy; the tensor keeps them alive)."""
+    def alloc(shape, buffer):
+        if 0 in shape:
+            return torch.empty(shape, dtype=dtype)  # frombuffer refuses an empty buffer
+        return torch.frombuffer(buffer, dtype=dtype).reshape(shape)
     return alloc
 
 

@@ -180,6 +180,18 @@ def test_alltoall(r, n):
     check(list(received) == [r + 1] * n, f"received splits {list(received)}")
     want = np.concatenate([np.full(r + 1, 100 * k + r, np.int32) for k in range(n)])
     check(np.array_equal(got, want), "alltoall with splits")
+    # Uneven and large: sender j sends (j + 2k) % 3 * 700 rows of 3 float64s to rank k (some
+    # pairs nothing, others many staging rounds), each row numbering (sender, receiver, row).
+    def count(j, k):
+        return (j + 2 * k) % 3 * 700
+    mine = np.concatenate([np.stack([np.full(count(r, k), r), np.full(count(r, k), k),
+                                     np.arange(count(r, k))], axis=1) for k in range(n)])
+    got, received = so.alltoall(mine.astype(np.float64), splits=[count(r, k) for k in range(n)],
+                                name="a2a.large")
+    check(list(received) == [count(j, r) for j in range(n)], f"large: received {list(received)}")
+    want = np.concatenate([np.stack([np.full(count(j, r), j), np.full(count(j, r), r),
+                                     np.arange(count(j, r))], axis=1) for j in range(n)])
+    check(got.shape == want.shape and np.array_equal(got, want), "large uneven alltoall")
 
 
 def test_reducescatter(r, n):
