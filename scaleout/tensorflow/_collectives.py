@@ -30,11 +30,12 @@ import tensorflow as tf
 
 import scaleout as _so
 from scaleout import _semantics
-from scaleout._core import (ALLREDUCE, BROADCAST, COLLECTIVE_CODES, DTYPE_CODES, OP_NAMES,
-                            Average, Sum, auto_name, resolve_op, submit, wait_all)
+from scaleout._core import (ALLGATHER, ALLREDUCE, ALLTOALL, BARRIER, BROADCAST, COLLECTIVE_CODES,
+                            DTYPE_CODES, OP_NAMES, REDUCESCATTER, Average, Sum, auto_name,
+                            resolve_op, submit, synchronize, wait_all)
 from scaleout._errors import InvalidArgumentError, ScaleoutError
-from scaleout._not_yet import check_process_set, global_process_set
-from scaleout._ops import NUMPY_OPS, address, contiguous, dtype_code
+from scaleout._ops import address, allocator, contiguous, dtype_code, numpy_ops, splits_array
+from scaleout._process_sets import global_process_set, process_set_id, set_rank, set_size
 from scaleout.tensorflow import _errors
 from scaleout.tensorflow._compression import Compression
 from scaleout.tensorflow._errors import UnsupportedError, tf_errors, typed
@@ -49,15 +50,15 @@ _errors.install()  # graph errors as their scaleout and tf.errors classes (Note 
 # The dtypes the core reduces, from its table.
 _SUPPORTED_DTYPES = tuple(tf.as_dtype(name) for name in DTYPE_CODES)
 
-# One request of a batch: (kind, name, reduce op, prescale, postscale, root rank). The values
-# are passed to the core as given: the binding checks them (a float root rank or a string scale
-# factor is an InvalidArgumentError, not silently converted).
-Request = Tuple[str, str, int, float, float, int]
+# One request of a batch: (kind, name, reduce op, prescale, postscale, root rank, process set:
+# the core's id). The values are passed to the core as given: the binding checks them (a float
+# root rank or a string scale factor is an InvalidArgumentError, not silently converted).
+Request = Tuple[str, str, int, float, float, int, int]
 
 
 def request(kind: str, name: str, op: int = Sum, prescale: float = 1.0, postscale: float = 1.0,
-            root: int = 0) -> Request:
-    return (kind, name, op, prescale, postscale, root)
+            root: int = 0, process_set: int = 0) -> Request:
+    return (kind, name, op, prescale, postscale, root, process_set)
 
 
 # Autograph converts Python functions called from a tf.function; ours branch only on Python
@@ -110,10 +111,13 @@ def _check_not_xla(what: str) -> None:
             "(Keras's default 'auto' already picks False on CPU-only machines).")
 
 
-def op_name(kind: str, name: Optional[str], ignore_name_scope: bool = False) -> str:
+def op_name(kind: str, name: Optional[str], ignore_name_scope: bool = False,
+            process_set: int = 0) -> str:
     """The collective's name: the given one, else one from the call site (Note [Graph names]).
     In a graph a given name is prefixed with the current name scope unless
-    `ignore_name_scope`, as Horovod's op names are."""
+    `ignore_name_scope`, as Horovod's op names are. Generated names are counted per process set
+    (names are scoped per set in the core), so that building ops on a set that only some ranks
+    use does not shift the names of the other sets' ops."""
     if name is not None:
         if not isinstance(name, str) or not name:
             raise InvalidArgumentError(f"name must be a non-empty string, not {name!r}")
@@ -122,16 +126,21 @@ def op_name(kind: str, name: Optional[str], ignore_name_scope: bool = False) -> 
         scope = tf.compat.v1.get_default_graph().get_name_scope()
         return f"{scope}/{name}" if scope else name
     if tf.executing_eagerly():
-        return auto_name(COLLECTIVE_CODES[kind], None)
+        return auto_name(COLLECTIVE_CODES[kind], None, process_set)
     graph = tf.compat.v1.get_default_graph()
+    base = f"scaleout_{kind}" if process_set == 0 else f"scaleout_{kind}_set{process_set}"
     if ignore_name_scope:
         with graph.name_scope(None):
-            return graph.unique_name(f"scaleout_{kind}")
-    return graph.unique_name(f"scaleout_{kind}")
+            return graph.unique_name(base)
+    return graph.unique_name(base)
 
 
-def check_process_set_arg(process_set, what: str) -> None:
-    check_process_set(None if process_set is global_process_set else process_set, what)
+def set_id(process_set, what: str) -> int:
+    """The core's id of a `process_set=` argument (a ProcessSet; None or global_process_set: 0),
+    read when the op is built, as Horovod's ops take it as an attribute. Not a ProcessSet, or
+    not registered: InvalidArgumentError. Ranks outside the set are refused by the core when the
+    collective is submitted."""
+    return process_set_id(process_set, what)
 
 
 # ---- running numpy-level work eagerly or as a graph op ----
@@ -240,25 +249,35 @@ _ALIGN = 64
 
 
 def _into_aligned(kind: int, name: str, array: np.ndarray, op: int = Sum, root: int = 0,
-                  prescale: float = 1.0, postscale: float = 1.0) -> _so.Handle:
+                  prescale: float = 1.0, postscale: float = 1.0,
+                  process_set: int = 0) -> _so.Handle:
     """allreduce / broadcast with the result written into a new aligned array."""
     src = contiguous(np.asarray(array))
     dst = aligned_empty(src.shape, src.dtype)
     return submit(kind, name, src, address(src), dtype_code(src.dtype), src.shape, dst,
-                  address(dst), op, root, prescale, postscale, None, None)
+                  address(dst), op, root, prescale, postscale, None, None, process_set)
+
+
+def _owned(kind: int, name: str, array: np.ndarray, op: int = Sum, prescale: float = 1.0,
+           postscale: float = 1.0, splits=None, process_set: int = 0) -> _so.Handle:
+    """allgather / alltoall / reducescatter: the core allocates the result at completion."""
+    a = contiguous(np.asarray(array))
+    if a.ndim == 0 and kind == ALLGATHER:
+        a = a.reshape(1)  # a scalar is gathered as one row
+    return submit(kind, name, a, address(a), dtype_code(a.dtype), a.shape, allocator(a.dtype),
+                  None, op, 0, prescale, postscale, splits, None, process_set)
 
 
 def _submit(req: Request, array: np.ndarray) -> _so.Handle:
-    kind, name, op, prescale, postscale, root = req
+    kind, name, op, prescale, postscale, root, ps = req
     if kind == "allreduce":
-        return _into_aligned(ALLREDUCE, name, array, op, 0, prescale, postscale)
+        return _into_aligned(ALLREDUCE, name, array, op, 0, prescale, postscale, ps)
     if kind == "allgather":
-        return _so.allgather_async(array, name=name)
+        return _owned(ALLGATHER, name, array, process_set=ps)
     if kind == "broadcast":
-        return _into_aligned(BROADCAST, name, array, Sum, root)
+        return _into_aligned(BROADCAST, name, array, Sum, root, process_set=ps)
     if kind == "reducescatter":
-        return _so.reducescatter_async(array, name=name, op=op, prescale_factor=prescale,
-                                       postscale_factor=postscale)
+        return _owned(REDUCESCATTER, name, array, op, prescale, postscale, process_set=ps)
     raise InvalidArgumentError(f"unknown collective kind {kind!r}")
 
 
@@ -295,15 +314,16 @@ def run_batch(requests: Sequence[Request], tensors: Sequence[tf.Tensor],
 # The rules are scaleout._semantics' (Horovod's definitions, shared with scaleout.torch); each
 # gradient that needs more than one collective runs them in one op, on numpy arrays.
 
-def _gradient_op(what: str, dy: tf.Tensor, tensors: Sequence[tf.Tensor], out_shape,
-                 *args) -> tf.Tensor:
+def _gradient_op(what: str, process_set: int, dy: tf.Tensor, tensors: Sequence[tf.Tensor],
+                 out_shape, *args) -> tf.Tensor:
     """One op applying collective `what`'s gradient rule: rule(ops, dy, *args, *tensors), with
-    dy and `tensors` as numpy arrays (scalars as Python ints)."""
+    dy and `tensors` as numpy arrays (scalars as Python ints), on the forward's process set."""
     rule = _semantics.gradient(what)
+    ops = numpy_ops(process_set)
 
     def np_fn(g, *more):
         more = [int(m) if np.ndim(m) == 0 else m for m in more]
-        return [np.asarray(rule(NUMPY_OPS, g, *args, *more))]
+        return [np.asarray(rule(ops, g, *args, *more))]
     return call(np_fn, [dy, *tensors], [dy.dtype], [out_shape], f"scaleout_{what}_grad")[0]
 
 
@@ -320,31 +340,34 @@ def _typed_gradient(grad_fn):
 
 
 def _differentiable_allreduce(tensors: List[tf.Tensor], names: List[str], op: int,
-                              prescale: float, postscale: float) -> List[tf.Tensor]:
+                              prescale: float, postscale: float,
+                              process_set: int = 0) -> List[tf.Tensor]:
     # The total loss is the sum of every rank's loss, so the gradient of a Sum (Average) is the
-    # Sum (Average) of the incoming gradients, with the same scale factors.
+    # Sum (Average) of the incoming gradients, with the same scale factors, on the same set.
     @tf.custom_gradient
     def forward(*xs):
-        ys = run_batch([request("allreduce", n, op, prescale, postscale) for n in names], xs,
-                       "scaleout_allreduce")
+        ys = run_batch([request("allreduce", n, op, prescale, postscale, 0, process_set)
+                        for n in names], xs, "scaleout_allreduce")
 
         @_typed_gradient
         def grad(*dys):
             _semantics.check_gradient_op("allreduce", op)
-            return run_batch([request("allreduce", f"{n}.grad", op, prescale, postscale)
-                              for n in names], [tf.convert_to_tensor(d) for d in dys],
-                             "scaleout_allreduce_grad")
+            return run_batch([request("allreduce", f"{n}.grad", op, prescale, postscale, 0,
+                                      process_set) for n in names],
+                             [tf.convert_to_tensor(d) for d in dys], "scaleout_allreduce_grad")
         return ys, grad
     out = forward(*tensors)
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
-def _differentiable_allgather(tensors: List[tf.Tensor], names: List[str]) -> List[tf.Tensor]:
+def _differentiable_allgather(tensors: List[tf.Tensor], names: List[str],
+                              process_set: int = 0) -> List[tf.Tensor]:
     # Horovod's definition: each rank gets its own rows of the Average-allreduce of the output
-    # gradients (scaleout._semantics).
+    # gradients over the set (scaleout._semantics; rows in the set's order).
     @tf.custom_gradient
     def forward(*xs):
-        ys = run_batch([request("allgather", n) for n in names], xs, "scaleout_allgather")
+        ys = run_batch([request("allgather", n, process_set=process_set) for n in names], xs,
+                       "scaleout_allgather")
 
         @_typed_gradient
         def grad(*dys):
@@ -353,7 +376,8 @@ def _differentiable_allgather(tensors: List[tf.Tensor], names: List[str]) -> Lis
                 dy = tf.convert_to_tensor(dy)
                 rows = (tf.shape(x, out_type=tf.int64)[0] if x.shape.rank != 0
                         else tf.constant(1, tf.int64))
-                g = _gradient_op("allgather", dy, [rows], _out_shape("allgather", x.shape), n)
+                g = _gradient_op("allgather", process_set, dy, [rows],
+                                 _out_shape("allgather", x.shape), n)
                 out.append(tf.reshape(g, tf.shape(x)))
             return out
         return ys, grad
@@ -362,18 +386,19 @@ def _differentiable_allgather(tensors: List[tf.Tensor], names: List[str]) -> Lis
 
 
 def _differentiable_reducescatter(tensors: List[tf.Tensor], names: List[str], op: int,
-                                  prescale: float, postscale: float) -> List[tf.Tensor]:
+                                  prescale: float, postscale: float,
+                                  process_set: int = 0) -> List[tf.Tensor]:
     @tf.custom_gradient
     def forward(*xs):
-        ys = run_batch([request("reducescatter", n, op, prescale, postscale) for n in names],
-                       xs, "scaleout_reducescatter")
+        ys = run_batch([request("reducescatter", n, op, prescale, postscale, 0, process_set)
+                        for n in names], xs, "scaleout_reducescatter")
 
         @_typed_gradient
         def grad(*dys):
             _semantics.check_gradient_op("reducescatter", op)
             out = []
             for x, dy, n in zip(xs, dys, names):
-                g = _gradient_op("reducescatter", tf.convert_to_tensor(dy), [],
+                g = _gradient_op("reducescatter", process_set, tf.convert_to_tensor(dy), [],
                                  _out_shape("allgather", x.shape), n, op, prescale, postscale)
                 out.append(tf.reshape(g, tf.shape(x)))
             return out
@@ -408,30 +433,34 @@ def allreduce(tensor, average: Optional[bool] = None, device_dense: str = "",
     """Reduces `tensor` across ranks (default op Average). A tf.IndexedSlices is reduced by
     gathering its values and indices (Sum and Average only; unlike Horovod, scale factors work
     on them too). Differentiable for Sum and Average. `device_dense`/`device_sparse`: CPU only
-    (an error names any other device). `process_set`: the global set only, for now.
+    (an error names any other device). `process_set`: reduce across that set's ranks only
+    (Average divides by its size; the gradient runs on the same set).
     `ignore_name_scope`: in a graph, do not prefix `name` with the current name scope."""
     _check_devices("allreduce", device_dense, device_sparse)
-    check_process_set_arg(process_set, "allreduce")
+    ps = set_id(process_set, "allreduce")
     op = resolve_op(op, average)
-    name = op_name("allreduce", name, ignore_name_scope)
+    name = op_name("allreduce", name, ignore_name_scope, ps)
     if isinstance(tensor, tf.IndexedSlices):
         return _allreduce_slices([tensor], [name], op, compression,
-                                 prescale_factor * postscale_factor)[0]
+                                 prescale_factor * postscale_factor, ps)[0]
     [wire], [ctx] = _compressed([tensor], compression, "allreduce")
-    out = _differentiable_allreduce([wire], [name], op, prescale_factor, postscale_factor)[0]
+    out = _differentiable_allreduce([wire], [name], op, prescale_factor, postscale_factor,
+                                    ps)[0]
     return compression.decompress(out, ctx)
 
 
 def _allreduce_slices(slices: Sequence[tf.IndexedSlices], names: Sequence[str], op: int,
-                      compression, scale: float) -> List[tf.IndexedSlices]:
+                      compression, scale: float, process_set: int = 0
+                      ) -> List[tf.IndexedSlices]:
     if op not in (Sum, Average):
         raise UnsupportedError(f"allreduce of tf.IndexedSlices supports the Sum and Average ops "
                                f"only, not {OP_NAMES.get(op, op)} (as Horovod)")
     values, ctxs = _compressed([s.values for s in slices], compression, "allreduce")
     indices = [as_tensor(s.indices, "allreduce") for s in slices]
     gathered = _differentiable_allgather(
-        values + indices, [f"{n}.values" for n in names] + [f"{n}.indices" for n in names])
-    factor = scale / _so.size() if op == Average else scale
+        values + indices, [f"{n}.values" for n in names] + [f"{n}.indices" for n in names],
+        process_set)
+    factor = scale / set_size(process_set) if op == Average else scale
     out = []
     for i, s in enumerate(slices):
         v = compression.decompress(gathered[i], ctxs[i])
@@ -450,12 +479,12 @@ def grouped_allreduce(tensors, average: Optional[bool] = None, device_dense: str
     """Reduces a list of tensors (and tf.IndexedSlices) together, as one op whose tensors the
     core fuses. Arguments as allreduce."""
     _check_devices("grouped_allreduce", device_dense, device_sparse)
-    check_process_set_arg(process_set, "grouped_allreduce")
+    ps = set_id(process_set, "grouped_allreduce")
     op = resolve_op(op, average)
     tensors = list(tensors)
     if not tensors:
         return tensors
-    base = op_name("allreduce", name, ignore_name_scope)
+    base = op_name("allreduce", name, ignore_name_scope, ps)
     out: List[Any] = [None] * len(tensors)
     sparse = [i for i, t in enumerate(tensors) if isinstance(t, tf.IndexedSlices)]
     dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
@@ -463,12 +492,12 @@ def grouped_allreduce(tensors, average: Optional[bool] = None, device_dense: str
         for i, r in zip(sparse, _allreduce_slices([tensors[i] for i in sparse],
                                                   [f"{base}.{i}" for i in sparse], op,
                                                   compression,
-                                                  prescale_factor * postscale_factor)):
+                                                  prescale_factor * postscale_factor, ps)):
             out[i] = r
     if dense:
         wires, ctxs = _compressed([tensors[i] for i in dense], compression, "grouped_allreduce")
         reduced = _differentiable_allreduce(wires, [f"{base}.{i}" for i in dense], op,
-                                            prescale_factor, postscale_factor)
+                                            prescale_factor, postscale_factor, ps)
         for i, r, c in zip(dense, reduced, ctxs):
             out[i] = compression.decompress(r, c)
     return out
@@ -477,11 +506,13 @@ def grouped_allreduce(tensors, average: Optional[bool] = None, device_dense: str
 @tf_errors
 def allgather(tensor, name: Optional[str] = None, ignore_name_scope: bool = False,
               process_set=global_process_set) -> tf.Tensor:
-    """Concatenates every rank's tensor along the first dimension (which may differ by rank).
-    Differentiable (Horovod's definition: each rank gets its rows of the averaged gradient)."""
-    check_process_set_arg(process_set, "allgather")
+    """Concatenates every rank's tensor along the first dimension (which may differ by rank),
+    in the order of the ranks of `process_set`. Differentiable (Horovod's definition: each rank
+    gets its rows of the gradient averaged over the set)."""
+    ps = set_id(process_set, "allgather")
     x = as_tensor(tensor, "allgather")
-    return _differentiable_allgather([x], [op_name("allgather", name, ignore_name_scope)])[0]
+    return _differentiable_allgather([x], [op_name("allgather", name, ignore_name_scope, ps)],
+                                     ps)[0]
 
 
 @tf_errors
@@ -489,32 +520,34 @@ def grouped_allgather(tensors, name: Optional[str] = None, ignore_name_scope: bo
                       process_set=global_process_set) -> list:
     """allgather of each tensor of a list, as one op (the core negotiates them together).
     Differentiable as allgather."""
-    check_process_set_arg(process_set, "grouped_allgather")
+    ps = set_id(process_set, "grouped_allgather")
     tensors = list(tensors)
     if not tensors:
         return tensors
-    base = op_name("allgather", name, ignore_name_scope)
+    base = op_name("allgather", name, ignore_name_scope, ps)
     xs = [as_tensor(t, "grouped_allgather") for t in tensors]
-    return _differentiable_allgather(xs, [f"{base}.{i}" for i in range(len(xs))])
+    return _differentiable_allgather(xs, [f"{base}.{i}" for i in range(len(xs))], ps)
 
 
 @tf_errors
 def broadcast(tensor, root_rank: int, name: Optional[str] = None,
               ignore_name_scope: bool = False, process_set=global_process_set) -> tf.Tensor:
-    """root_rank's tensor, on every rank. Differentiable (Horovod's definition: the root gets
-    the averaged gradient, other ranks zeros)."""
-    check_process_set_arg(process_set, "broadcast")
+    """root_rank's tensor, on every rank of `process_set` (root_rank is the job's rank, as in
+    Horovod). Differentiable (Horovod's definition: the root gets the gradient averaged over the
+    set, other ranks zeros)."""
+    ps = set_id(process_set, "broadcast")
     x = as_tensor(tensor, "broadcast")
-    name = op_name("broadcast", name, ignore_name_scope)
+    name = op_name("broadcast", name, ignore_name_scope, ps)
 
     @tf.custom_gradient
     def forward(x):
-        y = run_batch([request("broadcast", name, root=root_rank)], [x], "scaleout_broadcast")[0]
+        y = run_batch([request("broadcast", name, root=root_rank, process_set=ps)], [x],
+                      "scaleout_broadcast")[0]
 
         @_typed_gradient
         def grad(dy):
             dy = tf.convert_to_tensor(dy)
-            return _gradient_op("broadcast", dy, [], dy.shape, name, root_rank)
+            return _gradient_op("broadcast", ps, dy, [], dy.shape, name, root_rank)
         return y, grad
     return forward(x)
 
@@ -529,7 +562,7 @@ def broadcast_(variables, root_rank: int, name: Optional[str] = None,
     """Assigns root_rank's values to `variables` (a list of tf.Variable, or one) in place and
     returns their new values (a list, or one tensor for one variable), as Horovod's. All go in
     one op; in a graph the values are read after the assignments."""
-    check_process_set_arg(process_set, "broadcast_")
+    ps = set_id(process_set, "broadcast_")
     single = _is_variable(variables)
     variables = [variables] if single else list(variables)
     if not variables:
@@ -538,16 +571,19 @@ def broadcast_(variables, root_rank: int, name: Optional[str] = None,
         if not _is_variable(v):
             raise InvalidArgumentError(f"broadcast_ assigns in place: pass tf.Variable objects, "
                                        f"not {type(v).__name__}")
-    values = _broadcast_into(variables, root_rank, name or "broadcast_", chain=True)
+    values = _broadcast_into(variables, root_rank, name or "broadcast_", chain=True,
+                             process_set=ps)
     return values[0] if single else values
 
 
-def _broadcast_into(variables, root_rank: int, base: str, chain: bool) -> list:
+def _broadcast_into(variables, root_rank: int, base: str, chain: bool,
+                    process_set: int = 0) -> list:
     # By position only: Keras variable paths come from per-process name counters, and a model
     # loaded on the root only may name its variables differently from the others' (a wrong
     # order still fails, as a shape or dtype mismatch naming the tensor).
     labels = [f"{base}.{i}" for i in range(len(variables))]
-    values = run_batch([request("broadcast", n, root=root_rank) for n in labels],
+    values = run_batch([request("broadcast", n, root=root_rank, process_set=process_set)
+                        for n in labels],
                        [as_tensor(v, "broadcast_variables") for v in variables],
                        "scaleout_broadcast_variables", chain)
     if tf.executing_eagerly() or tf.inside_function():
@@ -564,12 +600,12 @@ def _broadcast_into(variables, root_rank: int, base: str, chain: bool) -> list:
 @tf_errors
 def alltoall(tensor, splits=None, name: Optional[str] = None, ignore_name_scope: bool = False,
              process_set=global_process_set):
-    """Sends splits[i] rows of `tensor` (default: equal parts) to rank i and returns the rows
-    received, in rank order; with `splits`, returns (received, received_splits). Differentiable
-    (the gradient travels back the same way)."""
-    check_process_set_arg(process_set, "alltoall")
+    """Sends splits[i] rows of `tensor` (default: equal parts) to the i-th rank of
+    `process_set` and returns the rows received, in the set's rank order; with `splits`, returns
+    (received, received_splits). Differentiable (the gradient travels back the same way)."""
+    ps = set_id(process_set, "alltoall")
     x = as_tensor(tensor, "alltoall")
-    name = op_name("alltoall", name, ignore_name_scope)
+    name = op_name("alltoall", name, ignore_name_scope, ps)
     split_t = None
     if splits is not None:
         split_t = tf.convert_to_tensor(splits) if not isinstance(splits, (str, bytes)) else None
@@ -581,11 +617,11 @@ def alltoall(tensor, splits=None, name: Optional[str] = None, ignore_name_scope:
         inputs = [data] if send_splits is None else [data, send_splits]
 
         def np_fn(a, s=None):
-            out, received = _so.alltoall(a, splits=s if s is not None else _equal_splits(a),
-                                         name=label)
-            return [out, received.astype(np.int32)]
+            sent = splits_array(s if s is not None else _equal_splits(a, ps))
+            out, received = synchronize(_owned(ALLTOALL, label, a, splits=sent, process_set=ps))
+            return [out, np.asarray(received, np.int32)]
         return call(np_fn, inputs, [data.dtype, tf.int32],
-                    [_out_shape("alltoall", data.shape), tf.TensorShape([_so.size()])],
+                    [_out_shape("alltoall", data.shape), tf.TensorShape([set_size(ps)])],
                     "scaleout_alltoall")
 
     @tf.custom_gradient
@@ -595,7 +631,7 @@ def alltoall(tensor, splits=None, name: Optional[str] = None, ignore_name_scope:
         @_typed_gradient
         def grad(dy, _unused):
             dy = tf.convert_to_tensor(dy)
-            back = _gradient_op("alltoall", dy, [tf.cast(received, tf.int64)],
+            back = _gradient_op("alltoall", ps, dy, [tf.cast(received, tf.int64)],
                                 _out_shape("alltoall", dy.shape), name)
             return tf.reshape(back, tf.shape(x))
         return (out, received), grad
@@ -603,12 +639,13 @@ def alltoall(tensor, splits=None, name: Optional[str] = None, ignore_name_scope:
     return out if splits is None else (out, received)
 
 
-def _equal_splits(a: np.ndarray) -> np.ndarray:
-    n = _so.size()
+def _equal_splits(a: np.ndarray, process_set: int = 0) -> np.ndarray:
+    n = set_size(process_set)
     rows = a.shape[0] if a.ndim else 1
     if rows % n:
         raise InvalidArgumentError(f"alltoall without splits needs a first dimension divisible "
-                                   f"by the number of ranks ({rows} rows, {n} ranks)")
+                                   f"by the number of ranks ({rows} rows, {n} ranks"
+                                   f"{'' if process_set == 0 else ' in the process set'})")
     return np.full(n, rows // n, np.int64)
 
 
@@ -621,11 +658,12 @@ def reducescatter(tensor, device_dense: str = "", compression=Compression.none,
     dimension (the first dim % size ranks get one row more). Differentiable for Sum/Average
     (Horovod's definition: the allgather of the output gradients, times size() for Sum)."""
     _check_devices("reducescatter", device_dense)
-    check_process_set_arg(process_set, "reducescatter")
+    ps = set_id(process_set, "reducescatter")
     op = resolve_op(op, None)
     [wire], [ctx] = _compressed([tensor], compression, "reducescatter")
-    name = op_name("reducescatter", name, ignore_name_scope)
-    out = _differentiable_reducescatter([wire], [name], op, prescale_factor, postscale_factor)[0]
+    name = op_name("reducescatter", name, ignore_name_scope, ps)
+    out = _differentiable_reducescatter([wire], [name], op, prescale_factor, postscale_factor,
+                                        ps)[0]
     return compression.decompress(out, ctx)
 
 
@@ -637,15 +675,15 @@ def grouped_reducescatter(tensors, device_dense: str = "", compression=Compressi
     """reducescatter of each tensor of a list, as one op. Arguments as reducescatter (`name` and
     `ignore_name_scope` are scaleout's additions)."""
     _check_devices("grouped_reducescatter", device_dense)
-    check_process_set_arg(process_set, "grouped_reducescatter")
+    ps = set_id(process_set, "grouped_reducescatter")
     op = resolve_op(op, None)
     tensors = list(tensors)
     if not tensors:
         return tensors
-    base = op_name("reducescatter", name, ignore_name_scope)
+    base = op_name("reducescatter", name, ignore_name_scope, ps)
     wires, ctxs = _compressed(tensors, compression, "grouped_reducescatter")
     outs = _differentiable_reducescatter(wires, [f"{base}.{i}" for i in range(len(wires))], op,
-                                         prescale_factor, postscale_factor)
+                                         prescale_factor, postscale_factor, ps)
     return [compression.decompress(o, c) for o, c in zip(outs, ctxs)]
 
 
@@ -659,13 +697,15 @@ def join() -> tf.Tensor:
 
 @tf_errors
 def barrier(name: Optional[str] = None, process_set=global_process_set):
-    """Returns once every rank has reached the barrier. In a tf.compat.v1 graph it returns the
-    op to run (scaleout's addition; Horovod's TensorFlow module has no barrier)."""
-    check_process_set_arg(process_set, "barrier")
-    name = op_name("barrier", name)
+    """Returns once every rank of `process_set` has reached the barrier. In a tf.compat.v1
+    graph it returns the op to run (scaleout's addition; Horovod's TensorFlow module has no
+    barrier)."""
+    ps = set_id(process_set, "barrier")
+    name = op_name("barrier", name, process_set=ps)
 
     def np_fn():
-        _so.barrier(name=name)
+        synchronize(submit(BARRIER, name, None, 0, 0, (), None, None, Sum, 0, 1.0, 1.0, None,
+                           None, ps))
         return []
     outs = call(np_fn, [], [], [], "scaleout_barrier")
     if tf.executing_eagerly() or tf.inside_function():
@@ -683,13 +723,14 @@ def broadcast_variables(variables, root_rank: int, process_set=global_process_se
     """Assigns root_rank's values to `variables` (tf.Variable or Keras variables) on every rank,
     all in one op. As Horovod's: by default eagerly returns None and in a graph the op that
     assigns them; with `inplace=True` (Horovod: without temporary copies) returns the variables'
-    new values, as broadcast_. scaleout copies through the core either way."""
-    check_process_set_arg(process_set, "broadcast_variables")
+    new values, as broadcast_. scaleout copies through the core either way. With
+    `process_set`, only that set's ranks take part (root_rank is the job's rank)."""
+    ps = set_id(process_set, "broadcast_variables")
     variables = list(variables)
     if not variables:
         return [] if inplace else None
     values = _broadcast_into(variables, root_rank, name or "broadcast_variables",
-                             chain=False)
+                             chain=False, process_set=ps)
     if inplace:
         return values
     if tf.executing_eagerly():
@@ -700,21 +741,56 @@ def broadcast_variables(variables, root_rank: int, process_set=global_process_se
 # ---- Horovod's graph-time queries: values read when the op runs, not when it is built ----
 
 def _query_op(fn: Callable[[], int], name: Optional[str]) -> tf.Tensor:
+    def typed_fn():
+        try:
+            return np.int32(fn())
+        except ScaleoutError as e:  # its class name travels in the graph error's message
+            raise typed(e) from None
     if tf.executing_eagerly():
-        return tf.constant(fn(), tf.int32)
-    out = tf.numpy_function(_not_converted(lambda: np.int32(fn())), [], tf.int32, stateful=True,
+        return tf.constant(typed_fn(), tf.int32)
+    out = tf.numpy_function(_not_converted(typed_fn), [], tf.int32, stateful=True,
                             name=name or "scaleout_query")
     out.set_shape([])
     return out
 
 
+# Horovod's code for an unknown process set (HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET), which its
+# process_set_included_op returns instead of 0 or 1.
+PROCESS_SET_ERROR_UNKNOWN_SET = -3
+
+
+def _query_set_id(process_set_id, what: str) -> int:
+    """Horovod's query ops take the set's integer id (`ps.process_set_id`), not the set."""
+    if isinstance(process_set_id, bool) or not isinstance(process_set_id, (int, np.integer)):
+        raise InvalidArgumentError(f"{what}: process_set_id must be a process set's integer id "
+                                   f"(ProcessSet.process_set_id; 0: the global set), not "
+                                   f"{process_set_id!r}")
+    return int(process_set_id)
+
+
+def _described(process_set_id: int):
+    """(this rank's place in the set or -1, the set's size), or None for an unknown id."""
+    try:
+        return set_rank(process_set_id), set_size(process_set_id)
+    except InvalidArgumentError:
+        return None
+
+
 @tf_errors
 def size_op(process_set_id: int = 0, name: Optional[str] = None) -> tf.Tensor:
-    """The number of ranks (of the process set; only the global one, id 0, exists), as an int32
-    op evaluated when it runs."""
-    if process_set_id != 0:
-        check_process_set_arg(process_set_id, "size_op")
-    return _query_op(_so.size, name)
+    """The number of ranks of the job, or of the process set with id `process_set_id`, as an
+    int32 op evaluated when it runs (an unknown id then raises InvalidArgumentError, where
+    Horovod's returns a negative error code as the size)."""
+    set_id_ = _query_set_id(process_set_id, "size_op")
+
+    def size() -> int:
+        if set_id_ == 0:
+            return _so.size()
+        described = _described(set_id_)
+        if described is None:
+            raise InvalidArgumentError(f"size_op: there is no process set with id {set_id_}")
+        return described[1]
+    return _query_op(size, name)
 
 
 @tf_errors
@@ -738,8 +814,17 @@ def local_rank_op(name: Optional[str] = None) -> tf.Tensor:
 
 @tf_errors
 def process_set_included_op(process_set_id: int = 0, name: Optional[str] = None) -> tf.Tensor:
-    """1 if this rank belongs to the process set (every rank belongs to the global one, id 0),
-    as an int32 op evaluated when it runs."""
-    if process_set_id != 0:
-        check_process_set_arg(process_set_id, "process_set_included_op")
-    return _query_op(lambda: 1, name)
+    """1 if this rank belongs to the process set with id `process_set_id` (every rank belongs
+    to the global one, id 0), else 0; for an id no set has, -3 (Horovod's
+    HOROVOD_PROCESS_SET_ERROR_UNKNOWN_SET). An int32 op evaluated when it runs."""
+    set_id_ = _query_set_id(process_set_id, "process_set_included_op")
+
+    def included() -> int:
+        _so.size()  # NotInitializedError before init, as Horovod's op fails then
+        if set_id_ == 0:
+            return 1
+        described = _described(set_id_)
+        if described is None:
+            return PROCESS_SET_ERROR_UNKNOWN_SET
+        return int(described[0] >= 0)
+    return _query_op(included, name)

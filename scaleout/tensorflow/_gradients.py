@@ -12,14 +12,12 @@ from typing import Any, List, Optional, Sequence
 
 import tensorflow as tf
 
-import scaleout as _so
 from scaleout._core import Average, Sum, resolve_op
 from scaleout._errors import InvalidArgumentError
-from scaleout._not_yet import global_process_set
+from scaleout._process_sets import global_process_set, set_size
 from scaleout._semantics import predivided
 from scaleout.tensorflow._collectives import (_not_converted, _variable_label, as_tensor,
-                                              check_device, check_process_set_arg, request,
-                                              run_batch)
+                                              check_device, request, run_batch, set_id)
 from scaleout.tensorflow._compression import Compression
 from scaleout.tensorflow._errors import UnsupportedError, tf_errors
 
@@ -32,14 +30,16 @@ def reduce_gradients(grads: Sequence[Any], sources: Sequence[Any], prefix: str,
                      op: int = Average, compression=Compression.none,
                      sparse_as_dense: bool = False,
                      gradient_predivide_factor: float = 1.0,
-                     generic_names: bool = False) -> List[Any]:
-    """Reduces every gradient across ranks in one op; None stays None. A tf.IndexedSlices is
-    gathered (values and indices) unless `sparse_as_dense`, which reduces it as a dense tensor.
-    Names: the prefix, the gradient's position and its variable's name; with `generic_names`
-    (Horovod's use_generic_names) the prefix and position only, so that ranks whose variables
-    are named differently still agree."""
+                     generic_names: bool = False, process_set=global_process_set) -> List[Any]:
+    """Reduces every gradient across the ranks of `process_set` in one op; None stays None.
+    Average divides by the set's size. A tf.IndexedSlices is gathered (values and indices)
+    unless `sparse_as_dense`, which reduces it as a dense tensor. Names: the prefix, the
+    gradient's position and its variable's name; with `generic_names` (Horovod's
+    use_generic_names) the prefix and position only, so that ranks whose variables are named
+    differently still agree."""
     op = resolve_op(op, None)
-    size = _so.size()
+    ps = set_id(process_set, "gradient reduction")
+    size = set_size(ps)
     wire_op, prescale, postscale = predivided(op, float(gradient_predivide_factor), size)
 
     requests, inputs, plan = [], [], []
@@ -60,13 +60,13 @@ def reduce_gradients(grads: Sequence[Any], sources: Sequence[Any], prefix: str,
                     f"sparse gradient of {label}: tf.IndexedSlices are reduced with Sum or "
                     "Average; pass sparse_as_dense=True for other ops")
             values, ctx = compression.compress(as_tensor(grad.values, "gradient"))
-            requests += [request("allgather", f"{label}.values"),
-                         request("allgather", f"{label}.indices")]
+            requests += [request("allgather", f"{label}.values", process_set=ps),
+                         request("allgather", f"{label}.indices", process_set=ps)]
             inputs += [values, as_tensor(grad.indices, "gradient")]
             plan.append(("sparse", ctx, grad.dense_shape))
         else:
             wire, ctx = compression.compress(as_tensor(grad, "gradient"))
-            requests.append(request("allreduce", label, wire_op, prescale, postscale))
+            requests.append(request("allreduce", label, wire_op, prescale, postscale, 0, ps))
             inputs.append(wire)
             plan.append(("dense", ctx, None))
 
@@ -111,8 +111,9 @@ def _ref(source):
 class LocalSources:
     """Variables registered as local to this rank (Horovod's register_local_source /
     register_local_var): their gradients are not reduced; with `scale_local_gradients` (Horovod's
-    default) they are divided by size(), as Horovod does, so that a local and a reduced gradient
-    of the same magnitude move their variables alike under an averaged loss."""
+    default) they are divided by the size of the process set the others are reduced over, as
+    Horovod does, so that a local and a reduced gradient of the same magnitude move their
+    variables alike under an averaged loss."""
 
     def __init__(self, scale_local_gradients: bool) -> None:
         self.refs = {}  # key -> the source, kept alive (Keras variables are keyed by id)
@@ -128,10 +129,9 @@ class LocalSources:
             (local if self.refs and _ref(s) in self.refs else shared).append(i)
         return shared, local
 
-    def finish(self, grad):
+    def finish(self, grad, size: int):
         if grad is None or not self.scale:
             return grad
-        size = _so.size()
         if isinstance(grad, tf.IndexedSlices):
             return tf.IndexedSlices(grad.values / tf.cast(size, grad.values.dtype), grad.indices,
                                     grad.dense_shape)
@@ -147,8 +147,10 @@ class LocalSources:
                                        prefix, **options)
             for i, g in zip(shared, reduced):
                 out[i] = g
-        for i in local:
-            out[i] = self.finish(grads[i])
+        if local:
+            size = set_size(set_id(options.get("process_set"), "gradient reduction"))
+            for i in local:
+                out[i] = self.finish(grads[i], size)
         return out
 
 
@@ -165,11 +167,13 @@ class DistributedGradientTape(tf.GradientTape):
     dense tensors instead of gathering them. `gradient_predivide_factor`: divide by f before the
     sum and by size / f after it. `groups` (a number, or lists of variables) and the deprecated
     `num_groups` are checked as Horovod checks them; all gradients of a call go to the core in
-    one op and are fused anyway. `process_set`: the global set only, for now.
+    one op and are fused anyway. `process_set`: reduce over that set's ranks only (Average
+    divides by its size; only its ranks may call gradient()).
     `scale_local_gradients`: divide the gradients of sources registered with
-    register_local_source by size() (Horovod's default, True). `device_dense`/`device_sparse`:
-    CPU only. `name` (scaleout's): the prefix of the collectives' names.
-    gradient(..., use_generic_names=True) names the reductions by position only.
+    register_local_source by the set's size (Horovod's default, True).
+    `device_dense`/`device_sparse`: CPU only. `name` (scaleout's): the prefix of the
+    collectives' names. gradient(..., use_generic_names=True) names the reductions by position
+    only.
     """
 
     def __init__(self, gradtape: tf.GradientTape, device_dense: str = "",
@@ -229,7 +233,8 @@ def _reduce_structure(tape, grads, sources, generic_names: bool):
     reduced = tape._scaleout_local.reduce(
         flat_grads, flat_sources, tape._scaleout_prefix, op=tape._scaleout_op,
         compression=tape._scaleout_compression, sparse_as_dense=tape._scaleout_sparse_as_dense,
-        gradient_predivide_factor=tape._scaleout_predivide, generic_names=generic_names)
+        gradient_predivide_factor=tape._scaleout_predivide, generic_names=generic_names,
+        process_set=tape.process_set)
     return tf.nest.pack_sequence_as(grads, reduced)
 
 
@@ -245,7 +250,7 @@ def _configure(what: str, device_dense, device_sparse, op, gradient_predivide_fa
     for device in (device_dense, device_sparse):
         if device:
             check_device(device, what)
-    check_process_set_arg(process_set, what)
+    set_id(process_set, what)  # a ProcessSet, registered (ranks outside it fail when reducing)
     return groups
 
 

@@ -16,7 +16,8 @@ import tensorflow as tf
 
 from scaleout._core import Average, Sum
 from scaleout._errors import InvalidArgumentError
-from scaleout._not_yet import Adasum, global_process_set
+from scaleout._not_yet import Adasum
+from scaleout._process_sets import global_process_set
 from scaleout.tensorflow._compression import Compression
 from scaleout.tensorflow._errors import tf_errors
 from scaleout.tensorflow._gradients import LocalSources, _configure
@@ -30,13 +31,15 @@ class _LegacyDistributedOptimizer(tf.compat.v1.train.Optimizer):
 
     def __init__(self, optimizer, name, use_locking, compression, sparse_as_dense, op,
                  gradient_predivide_factor, scale_local_gradients, backward_passes_per_step,
-                 average_aggregated_gradients):
+                 average_aggregated_gradients, process_set):
         super().__init__(name=name or f"Distributed{type(optimizer).__name__}",
                          use_locking=use_locking)
         self._optimizer = optimizer
         self._scaleout_options = dict(op=op, compression=compression,
                                       sparse_as_dense=bool(sparse_as_dense),
-                                      gradient_predivide_factor=float(gradient_predivide_factor))
+                                      gradient_predivide_factor=float(gradient_predivide_factor),
+                                      process_set=process_set)
+        self.process_set = process_set
         self._scaleout_local = LocalSources(scale_local_gradients)
         self._passes = int(backward_passes_per_step)
         self._average_passes = bool(average_aggregated_gradients)
@@ -46,7 +49,7 @@ class _LegacyDistributedOptimizer(tf.compat.v1.train.Optimizer):
         self._eager_aggregation = _Aggregation()
 
     def register_local_var(self, var) -> None:
-        """Keeps `var`'s gradient local to this rank (divided by size() when
+        """Keeps `var`'s gradient local to this rank (divided by the process set's size when
         scale_local_gradients, as Horovod's)."""
         self._scaleout_local.add(var)
 
@@ -207,7 +210,8 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None, use_locking: boo
       and reduces and applies them once every k calls (Note [TF1 local aggregation]; in a
       graph, run tf.compat.v1.local_variables_initializer() as with Horovod).
 
-    `device_dense`/`device_sparse`: CPU only. `process_set`: the global set only, for now.
+    `device_dense`/`device_sparse`: CPU only. `process_set`: reduce the gradients over that
+    set's ranks only (Average divides by its size); only its ranks may compute gradients.
     """
     if isinstance(optimizer, keras.optimizers.Optimizer):
         if op == Adasum:
@@ -238,4 +242,4 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None, use_locking: boo
     return _LegacyDistributedOptimizer(optimizer, name, use_locking, compression,
                                        sparse_as_dense, op, gradient_predivide_factor,
                                        scale_local_gradients, backward_passes_per_step,
-                                       average_aggregated_gradients)
+                                       average_aggregated_gradients, process_set)

@@ -11,9 +11,9 @@ from typing import Any, Callable, List, Optional
 import tensorflow as tf
 
 from scaleout import _objects
-from scaleout._not_yet import global_process_set
-from scaleout.tensorflow._collectives import broadcast_variables, check_device, \
-    check_process_set_arg
+from scaleout._process_sets import global_process_set
+from scaleout.tensorflow._collectives import broadcast_variables, check_device, set_id
+from scaleout.tensorflow._errors import tf_errors
 
 __all__ = ["broadcast_global_variables", "BroadcastGlobalVariablesHook", "broadcast_object",
            "broadcast_object_fn", "allgather_object"]
@@ -51,22 +51,28 @@ class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
         session.run(self.bcast_op)
 
 
+@tf_errors
 def broadcast_object(obj: Any, root_rank: int = 0, session=None, name: Optional[str] = None,
                      process_set=global_process_set) -> Any:
-    """root_rank's `obj` on every rank (Horovod's signature; `session` is not needed)."""
-    check_process_set_arg(process_set, "broadcast_object")
-    return _objects.broadcast_object(obj, root_rank, name=name)
+    """root_rank's `obj` on every rank of `process_set` (Horovod's signature; `session` is not
+    needed; root_rank is the job's rank)."""
+    set_id(process_set, "broadcast_object")
+    return _objects.broadcast_object(obj, root_rank, name=name, process_set=process_set)
 
 
+@tf_errors
 def broadcast_object_fn(root_rank: int = 0, session=None, name: Optional[str] = None,
                         process_set=global_process_set) -> Callable[[Any], Any]:
     """A function obj -> root_rank's obj, as Horovod's (which builds its graph once)."""
-    check_process_set_arg(process_set, "broadcast_object_fn")
-    return lambda obj: _objects.broadcast_object(obj, root_rank, name=name)
+    set_id(process_set, "broadcast_object_fn")
+    return tf_errors(lambda obj: _objects.broadcast_object(obj, root_rank, name=name,
+                                                           process_set=process_set))
 
 
+@tf_errors
 def allgather_object(obj: Any, session=None, name: Optional[str] = None,
                      process_set=global_process_set) -> List[Any]:
-    """Every rank's `obj`, in rank order (Horovod's signature; `session` is not needed)."""
-    check_process_set_arg(process_set, "allgather_object")
-    return _objects.allgather_object(obj, name=name)
+    """Every rank's `obj` of `process_set`, in the set's rank order (Horovod's signature;
+    `session` is not needed)."""
+    set_id(process_set, "allgather_object")
+    return _objects.allgather_object(obj, name=name, process_set=process_set)

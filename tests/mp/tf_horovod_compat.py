@@ -53,8 +53,10 @@ def test_errors_are_the_tf_errors_horovod_raises(r, n):
     check_close(hvd.allreduce(tf.ones(2), device_dense="/cpu:0", op=hvd.Sum), [n, n],
                 "device_dense='/cpu:0' is accepted")
     check(issubclass(hvd.HorovodInternalError, RuntimeError), "HorovodInternalError exists")
-    expect_error(NotImplementedError, lambda: hvd.allreduce(tf.ones(2), process_set=object()),
-                 "process sets", what="another process set")
+    # process_set= takes a registered ProcessSet (tests/mp/tf_process_sets.py uses real ones).
+    expect_error(tf.errors.InvalidArgumentError,
+                 lambda: hvd.allreduce(tf.ones(2), process_set=object()), "must be a ProcessSet",
+                 what="process_set=object()")
     expect_error(NotImplementedError, lambda: hvd.elastic, "elastic", what="hvd.elastic")
 
 

@@ -245,9 +245,9 @@ def test_optimizer_arguments_as_horovod(r, n):
     expect_error(ValueError, lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(1.0),
                                                                groups=-1), "groups",
                  what="groups=-1")
-    expect_error(NotImplementedError, lambda: hvd.DistributedOptimizer(
-        keras.optimizers.SGD(1.0), process_set=object()), "process sets",
-        what="a process set other than the global one")
+    expect_error(so.InvalidArgumentError, lambda: hvd.DistributedOptimizer(
+        keras.optimizers.SGD(1.0), process_set=object()), "must be a ProcessSet",
+        what="process_set=object()")
     opt = hvd.DistributedOptimizer(keras.optimizers.SGD(1.0), groups=2,
                                    process_set=hvd.global_process_set)
     v = tf.Variable([1.0])

@@ -24,9 +24,9 @@ import keras
 import tensorflow as tf
 
 from scaleout._core import Average, Min, Sum
-from scaleout._not_yet import check_process_set, global_process_set
+from scaleout._process_sets import global_process_set
 from scaleout._semantics import predivided
-from scaleout.tensorflow._collectives import _not_converted, allreduce, check_device
+from scaleout.tensorflow._collectives import _not_converted, allreduce, check_device, set_id
 from scaleout.tensorflow._compression import Compression
 from scaleout.tensorflow._gradients import LocalSources, check_groups
 
@@ -44,6 +44,7 @@ class _Settings:
     average_aggregated_gradients: bool
     scale_local_gradients: bool
     groups: Any
+    process_set: Any = global_process_set
 
 
 @dataclass
@@ -65,7 +66,8 @@ def _reduce(state: _State, grads: List[Any], variables: List[Any]) -> List[Any]:
     return state.local.reduce(grads, variables, settings.prefix, op=settings.op,
                               compression=settings.compression,
                               sparse_as_dense=settings.sparse_as_dense,
-                              gradient_predivide_factor=settings.gradient_predivide_factor)
+                              gradient_predivide_factor=settings.gradient_predivide_factor,
+                              process_set=settings.process_set)
 
 
 def _scaled(grad, factor: float):
@@ -174,8 +176,9 @@ def _distributed_apply(self, grads, trainable_variables=None):
 
 def _register_local_var(self, var) -> None:
     """Registers a variable as local to this rank: its gradient is not reduced across ranks
-    (it is divided by size if scale_local_gradients, as in Horovod). Register the variables
-    the optimizer updates, e.g. `for v in layer.trainable_weights: opt.register_local_var(v)`.
+    (it is divided by the process set's size if scale_local_gradients, as in Horovod). Register
+    the variables the optimizer updates, e.g.
+    `for v in layer.trainable_weights: opt.register_local_var(v)`.
     """
     _scaleout_state(self).local.add(var)
 
@@ -210,8 +213,10 @@ def _install_collective_finite_check() -> None:
         inner = getattr(self, "inner_optimizer", None)
         if inner is None or not is_distributed(inner):
             return finite
-        prefix = _scaleout_state(inner).settings.prefix
-        everywhere = allreduce(tf.cast(finite, tf.int32), op=Min, name=f"{prefix}.grads_finite")
+        settings = _scaleout_state(inner).settings
+        everywhere = allreduce(tf.cast(finite, tf.int32), op=Min,
+                               name=f"{settings.prefix}.grads_finite",
+                               process_set=settings.process_set)
         return tf.cast(everywhere, tf.bool)
     wrapper_cls.check_finite = check_finite
 
@@ -250,7 +255,7 @@ def _settings(optimizer, name=None, device_dense="", device_sparse="",
                         f"not {type(optimizer).__name__}")
     if is_distributed(optimizer):
         raise ValueError("this optimizer is already a DistributedOptimizer")
-    check_process_set(process_set, "DistributedOptimizer")
+    set_id(process_set, "DistributedOptimizer")  # a registered ProcessSet (or the global set)
     if op is None:
         op = Average
     if op not in (Average, Sum):
@@ -267,7 +272,8 @@ def _settings(optimizer, name=None, device_dense="", device_sparse="",
                      gradient_predivide_factor=float(gradient_predivide_factor),
                      backward_passes_per_step=int(backward_passes_per_step),
                      average_aggregated_gradients=bool(average_aggregated_gradients),
-                     scale_local_gradients=bool(scale_local_gradients), groups=groups)
+                     scale_local_gradients=bool(scale_local_gradients), groups=groups,
+                     process_set=process_set)
 
 
 def DistributedOptimizer(optimizer, name: Optional[str] = None, device_dense: str = "",
@@ -298,10 +304,12 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None, device_dense: st
       Horovod does. Horovod uses them to fuse chosen gradients together; here every gradient of
       a step is already submitted to the core in one request, so every group is always reduced
       together.
-    - `process_set`: only the global process set; any other raises NotImplementedError.
+    - `process_set`: reduce over that set's ranks only (Average divides by its size); only its
+      ranks may apply gradients. With mixed precision the ranks of the set agree on skipping a
+      step.
     - `scale_local_gradients`: gradients of variables registered with
       `optimizer.register_local_var(var)` (or PartialDistributedOptimizer's local layers) are not
-      reduced; when True they are divided by size, as Horovod does.
+      reduced; when True they are divided by the set's size, as Horovod does.
     - `device_dense`, `device_sparse`: '' or a CPU device; GPU devices raise.
 
     For mixed precision, wrap the keras.optimizers.LossScaleOptimizer (so every rank checks the
