@@ -108,6 +108,20 @@ def body():
     expect_error(so.InvalidArgumentError, lambda: so.allreduce(np.ones(1), process_set=D),
                  "is not registered", what="a removed set")
     check(so.remove_process_set(so.global_process_set) is False, "the global set stays")
+
+    # Adding and removing a set while collectives of other sets are in flight: big allreduces
+    # on the rank's own set and on the global set are submitted first and waited for after.
+    big = np.full(1 << 20, float(r + 1))
+    pending = [so.allreduce_async(big, op=so.Sum, name="inflight.own", process_set=mine),
+               so.allreduce_async(big, op=so.Sum, name="inflight.all")]
+    E = so.add_process_set([n - 1, 0] if n > 2 else [0])
+    if E.included():
+        check_close(so.allreduce(np.array([1.0]), op=so.Sum, process_set=E), [len(E.ranks)],
+                    "a set added while others' collectives are in flight")
+    check(so.remove_process_set(E) is True, "removed while others' collectives are in flight")
+    own, everyone = so.synchronize(pending[0]), so.synchronize(pending[1])
+    check_close(own[:3], [sum(q + 1 for q in mine.ranks)] * 3, "in flight on the own set")
+    check_close(everyone[:3], [n * (n + 1) / 2] * 3, "in flight on the global set")
     so.barrier()
 
 
