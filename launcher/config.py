@@ -72,6 +72,11 @@ def _boolean(text: str) -> bool:
     raise ValueError(f"{text!r} is not a boolean (use 1 or 0)")
 
 
+def _auto_or_boolean(text: str) -> Optional[bool]:
+    """A switch whose variable may also say auto (None: the core decides)."""
+    return None if text.strip().lower() == "auto" else _boolean(text)
+
+
 def _choice(*allowed: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         lowered = text.strip().lower()
@@ -147,7 +152,7 @@ class Option:
 
     def parse_env(self, text: str) -> object:
         if not self.takes_value:
-            return _boolean(text)
+            return (self.env_parse or _boolean)(text)
         return (self.env_parse or self.parse)(text)
 
 
@@ -240,6 +245,13 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--no-stall-check",), "stall_check_disable", "SCALEOUT_STALL_CHECK_DISABLE",
            "turn the stall check off (--stall-check turns it back on)",
            off_flags=("--stall-check",)),
+    Option(("--hierarchical-allreduce",), "hierarchical_allreduce",
+           "SCALEOUT_HIERARCHICAL_ALLREDUCE",
+           "across machines, reduce inside each machine through shared memory and between "
+           "machines over MPI (the default where every machine has the same number of ranks; "
+           "--no-hierarchical-allreduce: flat MPI)",
+           off_flags=("--no-hierarchical-allreduce",), env_parse=_auto_or_boolean,
+           config_key="params.hierarchical_allreduce"),
     Option(("--timeline-filename", "--timeline"), "timeline", "SCALEOUT_TIMELINE",
            "write a Chrome trace of the collectives to FILE", _text, metavar="FILE",
            config_key="timeline.filename"),
@@ -274,9 +286,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--disable-cache",), None, "SCALEOUTRUN_DISABLE_CACHE",
            "horovodrun's: redo the start-up checks rather than trust an hour-old result; "
            "scaleoutrun never caches them (the response cache is --cache-capacity 0)"),
-    Option(("--no-hierarchical-allreduce", "--no-hierarchical-allgather"), None,
-           "SCALEOUTRUN_NO_HIERARCHICAL",
-           "horovodrun's: no hierarchical allreduce/allgather, as here (there is none yet)"),
+    Option(("--no-hierarchical-allgather",), None, "SCALEOUTRUN_NO_HIERARCHICAL_ALLGATHER",
+           "horovodrun's: no hierarchical allgather, as here (there is none yet)"),
     Option(("--no-autotune",), None, "SCALEOUTRUN_NO_AUTOTUNE",
            "horovodrun's: no autotuning, as here (there is none yet)"),
     Option(("--no-mpi-threads-disable",), None, "SCALEOUTRUN_NO_MPI_THREADS_DISABLE",
@@ -310,9 +321,9 @@ HOROVOD_ONLY: tuple[Refusal, ...] = (
     Refusal(("--gloo-timeout-seconds",), _NO_GLOO),
     Refusal(("--jsrun",), "scaleoutrun does not start ranks through LSF's jsrun: inside an LSF "
                           "allocation give its hosts with -H or --hostfile"),
-    Refusal(("--hierarchical-allreduce", "--hierarchical-allgather"),
-            "hierarchical allreduce and allgather are not available in scaleout yet (on one "
-            "machine allreduces already go through shared memory)"),
+    Refusal(("--hierarchical-allgather",),
+            "hierarchical allgather is not available in scaleout yet (hierarchical allreduce "
+            "is: --hierarchical-allreduce, the default across machines)"),
     Refusal(("--autotune", "--autotune-log-file", "--autotune-warmup-samples",
              "--autotune-steps-per-sample", "--autotune-bayes-opt-max-samples",
              "--autotune-gaussian-process-noise"), _AUTOTUNE),
@@ -363,6 +374,7 @@ class LaunchConfig:
     stall_check_seconds: Optional[float] = None
     stall_shutdown_seconds: Optional[float] = None
     stall_check_disable: Optional[bool] = None
+    hierarchical_allreduce: Optional[bool] = None
     timeline: Optional[str] = None
     timeline_mark_cycles: Optional[bool] = None
     log_level: Optional[str] = None
@@ -565,6 +577,7 @@ def tuning_environment(config: LaunchConfig) -> dict[str, str]:
         "SCALEOUT_STALL_CHECK_TIME_SECONDS": config.stall_check_seconds,
         "SCALEOUT_STALL_SHUTDOWN_TIME_SECONDS": config.stall_shutdown_seconds,
         "SCALEOUT_STALL_CHECK_DISABLE": config.stall_check_disable,
+        "SCALEOUT_HIERARCHICAL_ALLREDUCE": config.hierarchical_allreduce,
         "SCALEOUT_TIMELINE": config.timeline,
         # As horovodrun: cycle marks only mean something in a timeline.
         "SCALEOUT_TIMELINE_MARK_CYCLES": config.timeline_mark_cycles if config.timeline else None,

@@ -11,7 +11,7 @@ from conftest import run_mpi
 
 TWINS = ["FUSION_THRESHOLD", "CYCLE_TIME", "CACHE_CAPACITY", "TIMELINE", "TIMELINE_MARK_CYCLES",
          "STALL_CHECK_TIME_SECONDS", "STALL_CHECK_DISABLE", "STALL_SHUTDOWN_TIME_SECONDS",
-         "LOG_LEVEL", "THREAD_AFFINITY", "DYNAMIC_PROCESS_SETS"]
+         "LOG_LEVEL", "THREAD_AFFINITY", "DYNAMIC_PROCESS_SETS", "HIERARCHICAL_ALLREDUCE"]
 
 
 def _run(tmp_path, nranks: int, env: dict, check: bool = True):
@@ -72,7 +72,7 @@ def test_scaleout_variable_wins_and_the_loser_is_named(tmp_path):
 
 
 def test_horovod_variables_without_effect_are_named_once_on_rank_0(tmp_path, nranks):
-    env = {"HOROVOD_HIERARCHICAL_ALLREDUCE": "1", "HOROVOD_AUTOTUNE": "1",
+    env = {"HOROVOD_HIERARCHICAL_ALLGATHER": "1", "HOROVOD_AUTOTUNE": "1",
            "HOROVOD_GPU_OPERATIONS": "NCCL", "HOROVOD_NO_SUCH_KNOB": "1"}
     proc, _ = _run(tmp_path, nranks, env)
     assert proc.stdout.count("all checks passed") == nranks
@@ -81,6 +81,20 @@ def test_horovod_variables_without_effect_are_named_once_on_rank_0(tmp_path, nra
         assert len(lines) == 1, (name, proc.stderr)
         assert "(rank 0)" in lines[0]
     assert "not a Horovod 0.28.1 variable" in proc.stderr
+
+
+def test_hierarchical_allreduce_asked_for_on_one_machine_says_why(tmp_path):
+    # Across machines it is the default (tests/test_multihost_hierarchical.py); here there is
+    # one machine, so shared memory serves every rank and rank 0 says why once.
+    proc, reports = _run(tmp_path, 2, {**_no_scaleout_twins(),
+                                       "HOROVOD_HIERARCHICAL_ALLREDUCE": "1"})
+    assert proc.stderr.count("SCALEOUT_HIERARCHICAL_ALLREDUCE=1, but every rank is on one "
+                             "machine: allreduces are not hierarchical") == 1, proc.stderr
+    for report in reports:
+        assert report["config"]["SCALEOUT_HIERARCHICAL_ALLREDUCE"] == "1"
+        assert report["config"]["SCALEOUT_HIERARCHICAL_ALLREDUCE.source"] == \
+            "HOROVOD_HIERARCHICAL_ALLREDUCE"
+        assert report["config"]["allreduce_algorithm"] == "shared memory"
 
 
 @pytest.mark.parametrize("var", ["HOROVOD_LOG_LEVEL", "SCALEOUT_LOG_LEVEL"])

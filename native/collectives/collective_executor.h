@@ -10,6 +10,7 @@
 
 #include <memory>
 
+#include "collectives/data_plane.h"
 #include "collectives/endpoint_pool.h"
 #include "collectives/staged_allreduce.h"
 #include "collectives/staged_alltoall.h"
@@ -22,14 +23,15 @@ namespace scaleout {
 
 class CollectiveExecutor {
  public:
-  // transports[i] belongs to endpoint server i of `endpoints` (at least one). With `peers`
-  // (ranks that share a machine), allreduces and alltoalls go through it (Note [Staged
-  // allreduce], Note [Staged alltoall]).
-  CollectiveExecutor(std::vector<DataTransport*> transports, EndpointPool* endpoints,
-                     PeerMemory* peers = nullptr)
-      : transports_(std::move(transports)), endpoints_(endpoints),
-        staged_(peers != nullptr ? std::make_unique<StagedAllreduce>(peers) : nullptr),
-        staged_alltoall_(peers != nullptr ? std::make_unique<StagedAlltoall>(peers) : nullptr) {}
+  // plane.transports[i] belongs to endpoint server i of `endpoints` (at least one).
+  CollectiveExecutor(const DataPlane& plane, EndpointPool* endpoints)
+      : transports_(plane.transports), endpoints_(endpoints),
+        staged_(plane.peers != nullptr
+                    ? std::make_unique<StagedAllreduce>(plane.peers, plane.cross)
+                    : nullptr),
+        staged_alltoall_(plane.peers != nullptr && plane.cross == nullptr
+                             ? std::make_unique<StagedAlltoall>(plane.peers)
+                             : nullptr) {}
 
   // entries[i] is this rank's entry for response.tensors[i], or nullptr where this rank joined
   // instead of submitting (it then contributes zeros or no rows). Results go into the entries.

@@ -9,16 +9,22 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "transport/data_transport.h"
 #include "transport/peer_memory.h"
 
 namespace scaleout {
 
 class StagedAllreduce {
  public:
-  explicit StagedAllreduce(PeerMemory* memory) : memory_(memory) {}
+  // `cross`, when not null, links this rank with the ranks of the same local rank on the other
+  // machines (each machine with `memory`'s number of ranks): the result is then the reduction
+  // over every machine (Note [Hierarchical allreduce]).
+  explicit StagedAllreduce(PeerMemory* memory, DataTransport* cross = nullptr)
+      : memory_(memory), cross_(cross) {}
 
   // Writes this rank's elements [first, first + count) to dst.
   using PackFn = std::function<void(size_t first, size_t count, uint8_t* dst)>;
@@ -34,7 +40,12 @@ class StagedAllreduce {
   static void Slice(size_t count, size_t esize, int rank, int size, size_t* lo, size_t* hi);
 
  private:
+  // The rank's reduced slice [lo, hi) of a round, at `slice`, reduced across machines.
+  Status ReduceAcrossMachines(uint8_t* slice, size_t count, DataType dtype, ReduceOp op);
+
   PeerMemory* memory_;
+  DataTransport* cross_;
+  std::vector<uint8_t> gathered_;  // ReduceAcrossMachines' staging for more than 2 machines
 };
 
 }  // namespace scaleout

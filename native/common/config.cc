@@ -17,7 +17,7 @@ namespace {
 const char* const kTwins[] = {
     "FUSION_THRESHOLD", "CYCLE_TIME", "CACHE_CAPACITY", "TIMELINE", "TIMELINE_MARK_CYCLES",
     "STALL_CHECK_TIME_SECONDS", "STALL_CHECK_DISABLE", "STALL_SHUTDOWN_TIME_SECONDS",
-    "LOG_LEVEL", "THREAD_AFFINITY", "DYNAMIC_PROCESS_SETS",
+    "LOG_LEVEL", "THREAD_AFFINITY", "DYNAMIC_PROCESS_SETS", "HIERARCHICAL_ALLREDUCE",
 };
 
 // Horovod 0.28.1's run-time variables that scaleout does not implement, and what they control
@@ -27,7 +27,6 @@ struct Unimplemented {
   const char* what;
 };
 const Unimplemented kUnimplemented[] = {
-    {"HOROVOD_HIERARCHICAL_ALLREDUCE", "hierarchical allreduce"},
     {"HOROVOD_HIERARCHICAL_ALLGATHER", "hierarchical allgather"},
     {"HOROVOD_AUTOTUNE", "autotuning"},
     {"HOROVOD_AUTOTUNE_LOG", "autotuning"},
@@ -152,6 +151,22 @@ class Reader {
     return s;
   }
 
+  // "auto" -> -1, "1"/"0" -> 1/0; absent leaves *out unchanged.
+  Status AutoFlag(const std::string& suffix, int* out) {
+    std::string var;
+    const char* raw = Raw(suffix, &var);
+    if (raw == nullptr) return Status::OK();
+    const std::string v = raw;
+    if (v == "auto") {
+      *out = -1;
+    } else if (v == "1" || v == "0") {
+      *out = v == "1" ? 1 : 0;
+    } else {
+      return Status::InvalidArgument(var + "='" + v + "' is not auto, 1 or 0");
+    }
+    return Status::OK();
+  }
+
   // "3,7,11" -> {3, 7, 11}; absent leaves *out empty.
   Status CpuList(const std::string& suffix, std::vector<int>* out) {
     std::string var;
@@ -243,6 +258,7 @@ Status Config::Parse(const std::function<const char*(const char*)>& getenv,
                    read.LogLevel(&c.log_level),
                    read.Flag("TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles),
                    read.Flag("SHM", &c.shm),
+                   read.AutoFlag("HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce),
                    read.Number("SHM_AREA", 4096, &area),
                    read.Number("EP_SERVERS", 0, &servers),
                    read.CpuList("EP_CORES", &c.ep_cores),
@@ -332,6 +348,9 @@ std::string Config::ToString() const {
   line("SCALEOUT_TIMELINE_MARK_CYCLES", timeline_mark_cycles ? 1 : 0);
   line("SCALEOUT_SHM", shm ? 1 : 0);
   line("SCALEOUT_SHM_AREA", shm_area_bytes);
+  line("SCALEOUT_HIERARCHICAL_ALLREDUCE",
+       hierarchical_allreduce < 0 ? std::string("auto") : std::to_string(hierarchical_allreduce));
+  s << "allreduce_algorithm=" << allreduce_algorithm << "\n";
   line("SCALEOUT_EP_SERVERS", ep_servers);
   line("SCALEOUT_EP_CORES", cpus(ep_cores));
   line("SCALEOUT_THREAD_AFFINITY", cpus(thread_affinity));

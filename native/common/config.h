@@ -66,6 +66,12 @@ struct Config {
   bool shm = true;
   // SCALEOUT_SHM_AREA: bytes each rank stages per round of a shared-memory allreduce.
   size_t shm_area_bytes = size_t(1) << 20;
+  // SCALEOUT_HIERARCHICAL_ALLREDUCE: across machines, reduce through shared memory inside each
+  // machine and over MPI between them (Note [Hierarchical allreduce]): -1 auto (whenever the
+  // layout allows it), 1 on (a warning says why when the layout does not allow it), 0 off.
+  int hierarchical_allreduce = -1;
+  // After init: the allreduce algorithm in use, in words (config()'s allreduce_algorithm).
+  std::string allreduce_algorithm = "not started";
   // SCALEOUT_EP_CORES: comma-separated CPUs to pin endpoint server i to (empty: no pinning).
   std::vector<int> ep_cores;
   // SCALEOUT_THREAD_AFFINITY: comma-separated CPUs, one per local rank: local rank i pins its

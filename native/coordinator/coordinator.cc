@@ -42,14 +42,13 @@ constexpr double kIdleWakeSeconds = 5e-3;
 
 }  // namespace
 
-Coordinator::Coordinator(const Config& config, ControlChannel* channel,
-                         const std::vector<DataTransport*>& transports, PeerMemory* peers,
-                         HandleTable* handles, RequestQueue* queue,
-                         PeerLiveness* liveness, ProcessSetInfo set)
+Coordinator::Coordinator(const Config& config, ControlChannel* channel, const DataPlane& plane,
+                         HandleTable* handles, RequestQueue* queue, PeerLiveness* liveness,
+                         ProcessSetInfo set)
     : config_(config),
       controller_(channel, config, set),
-      endpoints_(static_cast<int>(transports.size()), config.ep_cores),
-      executor_(transports, &endpoints_, peers),
+      endpoints_(static_cast<int>(plane.transports.size()), config.ep_cores),
+      executor_(plane, &endpoints_),
       handles_(handles),
       queue_(queue),
       liveness_(liveness),

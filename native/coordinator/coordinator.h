@@ -29,10 +29,8 @@ namespace scaleout {
 
 class Coordinator {
  public:
-  // transports[i] is endpoint server i's data plane (Note [Endpoint servers]); peers, when not
-  // null, the memory of ranks that share this machine (Note [Staged allreduce]).
-  Coordinator(const Config& config, ControlChannel* channel,
-              const std::vector<DataTransport*>& transports, PeerMemory* peers,
+  // `plane`: what the collectives move bytes through (collectives/data_plane.h).
+  Coordinator(const Config& config, ControlChannel* channel, const DataPlane& plane,
               HandleTable* handles, RequestQueue* queue, PeerLiveness* liveness,
               ProcessSetInfo set = ProcessSetInfo());
   ~Coordinator();

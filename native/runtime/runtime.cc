@@ -36,26 +36,72 @@ Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, int64_t epoch
   if (!s.ok()) return s;
   PeerLiveness* liveness = rt->liveness_.get();
   rt->channel_ = std::make_unique<MpiControlChannel>(rt->mpi_->control_comm());
-  std::vector<DataTransport*> transports;
-  for (int i = 0; i < rt->mpi_->data_channels(); ++i) {
-    rt->transports_.push_back(std::make_unique<MpiDataTransport>(
-        rt->mpi_->data_comm(i), [liveness] { return liveness->Interruption(); },
-        rt->config_.mpi_wait_sleeps));
-    transports.push_back(rt->transports_.back().get());
-  }
-  // Note [Staged allreduce]: ranks that all share this machine reduce through shared memory.
-  if (topo.size > 1 && topo.local_size == topo.size && rt->config_.shm) {
-    s = ShmPeerMemory::Create(transports[0], rt->config_.shm_area_bytes, &rt->peers_);
-    if (!s.ok()) {
-      SO_LOG(kWarning, "shared memory unavailable (" << s.message() << "); allreduces go through MPI");
-    }
-  }
-  rt->config_.shm = rt->peers_ != nullptr;  // what config() reports: the path in use
-  rt->coordinator_ = std::make_shared<Coordinator>(rt->config_, rt->channel_.get(), transports,
-                                                   rt->peers_.get(), &rt->handles_, &rt->queue_,
+  s = OwnedDataPlane::Create(*rt->mpi_, rt->config_, liveness, "", &rt->plane_);
+  if (!s.ok()) return s;
+  // What config() reports: the paths in use.
+  rt->config_.shm = rt->plane_->view.peers != nullptr;
+  rt->config_.allreduce_algorithm = rt->plane_->view.AllreduceAlgorithm();
+  rt->coordinator_ = std::make_shared<Coordinator>(rt->config_, rt->channel_.get(),
+                                                   rt->plane_->view, &rt->handles_, &rt->queue_,
                                                    liveness);
   rt->coordinator_->Start(topo.rank, core);
   *out = std::move(rt);
+  return Status::OK();
+}
+
+// Note [Hierarchical allreduce]: the layout decides the data plane. Every rank of the
+// communicator computes the same topology, so all choose alike.
+Status OwnedDataPlane::Create(const MpiContext& mpi, const Config& config,
+                              PeerLiveness* liveness, const std::string& who,
+                              std::unique_ptr<OwnedDataPlane>* out) {
+  auto plane = std::make_unique<OwnedDataPlane>();
+  auto transport = [&](MPI_Comm comm) {
+    return std::make_unique<MpiDataTransport>(
+        comm, [liveness] { return liveness->Interruption(); }, config.mpi_wait_sleeps);
+  };
+  for (int i = 0; i < mpi.data_channels(); ++i) {
+    plane->transports.push_back(transport(mpi.data_comm(i)));
+    plane->view.transports.push_back(plane->transports.back().get());
+  }
+  const Topology& t = mpi.topology();
+  const bool one_machine = t.size > 1 && t.local_size == t.size;
+  const bool machines = t.cross_size > 1 && t.local_size > 1;
+  std::string flat_why;
+  if (machines && !config.shm) {
+    flat_why = "SCALEOUT_SHM=0";
+  } else if (machines && !t.uniform) {
+    flat_why = "the machines have different numbers of ranks";
+  } else if (!machines) {
+    flat_why = t.cross_size == 1 ? "every rank is on one machine" : "one rank per machine";
+  }
+  if (config.hierarchical_allreduce == 1 && !flat_why.empty() && t.rank == 0) {
+    SO_LOG(kWarning, who << "SCALEOUT_HIERARCHICAL_ALLREDUCE=1, but " << flat_why
+                         << ": allreduces are not hierarchical");
+  }
+  DataTransport* bootstrap = nullptr;
+  if (config.shm && one_machine) {
+    bootstrap = plane->transports[0].get();
+  } else if (flat_why.empty() && config.hierarchical_allreduce != 0) {
+    plane->local = transport(mpi.local_data_comm());
+    plane->cross = transport(mpi.cross_data_comm());
+    bootstrap = plane->local.get();
+  }
+  if (bootstrap != nullptr) {
+    Status s = ShmPeerMemory::Create(bootstrap, config.shm_area_bytes, &plane->peers);
+    if (!s.ok()) {
+      SO_LOG(kWarning, who << "shared memory unavailable (" << s.message()
+                           << "); allreduces go through MPI");
+    }
+    // The machines decided apart (each over its own ranks): all must use the same algorithm.
+    int32_t everywhere = plane->peers != nullptr ? 1 : 0;
+    s = plane->transports[0]->Allreduce(&everywhere, &everywhere, 1, DataType::kInt32,
+                                        ReduceOp::kMin);
+    if (!s.ok()) return s;
+    if (!everywhere) plane->peers.reset();
+  }
+  plane->view.peers = plane->peers.get();
+  plane->view.cross = plane->peers != nullptr ? plane->cross.get() : nullptr;
+  *out = std::move(plane);
   return Status::OK();
 }
 
@@ -303,25 +349,14 @@ Status Runtime::AddProcessSet(const std::vector<int>& ranks, int32_t* id) {
 
 Status Runtime::StartProcessSet(ProcessSet* set) {
   const Topology& t = set->mpi->topology();
-  std::vector<DataTransport*> transports;
   PeerLiveness* liveness = liveness_.get();
-  for (int i = 0; i < set->mpi->data_channels(); ++i) {
-    set->transports.push_back(std::make_unique<MpiDataTransport>(
-        set->mpi->data_comm(i), [liveness] { return liveness->Interruption(); },
-        config_.mpi_wait_sleeps));
-    transports.push_back(set->transports.back().get());
-  }
-  if (t.size > 1 && t.local_size == t.size && config_.shm) {
-    Status s = ShmPeerMemory::Create(transports[0], config_.shm_area_bytes, &set->peers);
-    if (!s.ok()) {
-      SO_LOG(kWarning, "process set " << set->info.id << ": shared memory unavailable ("
-                                      << s.message() << "); allreduces go through MPI");
-    }
-  }
+  Status s = OwnedDataPlane::Create(*set->mpi, config_, liveness,
+                                    "process set " + std::to_string(set->info.id) + ": ",
+                                    &set->plane);
+  if (!s.ok()) return s;
   set->channel = std::make_unique<MpiControlChannel>(set->mpi->control_comm());
-  set->coordinator = std::make_shared<Coordinator>(config_, set->channel.get(), transports,
-                                                   set->peers.get(), &handles_, &set->queue,
-                                                   liveness, set->info);
+  set->coordinator = std::make_shared<Coordinator>(config_, set->channel.get(), set->plane->view,
+                                                   &handles_, &set->queue, liveness, set->info);
   set->coordinator->Start(t.rank, coordinator_core_);
   return Status::OK();
 }
@@ -336,8 +371,7 @@ void Runtime::StopProcessSet(ProcessSet* set) {
   }
   set->coordinator.reset();
   set->channel.reset();
-  set->peers.reset();
-  set->transports.clear();
+  set->plane.reset();
   set->mpi.reset();
 }
 

@@ -7,8 +7,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
+#include "collectives/data_plane.h"
 #include "common/config.h"
 #include "coordinator/coordinator.h"
 #include "runtime/handle_table.h"
@@ -39,6 +41,20 @@ struct EnqueueArgs {
   int32_t process_set = 0;  // Note [Process sets]
 };
 
+// A communicator's data plane and what it is made of, owned (collectives/data_plane.h). Made
+// by OwnedDataPlane::Create from the communicator's layout over machines.
+struct OwnedDataPlane {
+  std::vector<std::unique_ptr<MpiDataTransport>> transports;  // one per endpoint server
+  std::unique_ptr<MpiDataTransport> local;  // this machine's ranks: shared memory's bootstrap
+  std::unique_ptr<MpiDataTransport> cross;  // this local rank on every machine
+  std::unique_ptr<ShmPeerMemory> peers;
+  DataPlane view;
+
+  // `who` names the communicator in warnings ("" for the job's, or "process set 2: ").
+  static Status Create(const MpiContext& mpi, const Config& config, PeerLiveness* liveness,
+                       const std::string& who, std::unique_ptr<OwnedDataPlane>* out);
+};
+
 // Note [Process sets]
 // Groups of ranks that run collectives among themselves (Horovod's process sets). Set 0 is every
 // rank. Others are added and removed collectively, by every rank of the job in the same order,
@@ -53,8 +69,7 @@ struct ProcessSet {
   int rank = -1;        // this rank's place in it; -1: not a member (nothing below is made)
   std::unique_ptr<MpiContext> mpi;
   std::unique_ptr<MpiControlChannel> channel;
-  std::vector<std::unique_ptr<MpiDataTransport>> transports;
-  std::unique_ptr<ShmPeerMemory> peers;
+  std::unique_ptr<OwnedDataPlane> plane;
   RequestQueue queue;
   std::shared_ptr<Coordinator> coordinator;
 };
@@ -95,8 +110,7 @@ class Runtime {
   std::unique_ptr<MpiContext> mpi_;
   std::unique_ptr<PeerLiveness> liveness_;  // Note [Liveness]; before what uses it
   std::unique_ptr<MpiControlChannel> channel_;
-  std::vector<std::unique_ptr<MpiDataTransport>> transports_;  // one per endpoint server
-  std::unique_ptr<ShmPeerMemory> peers_;  // when every rank is on this machine
+  std::unique_ptr<OwnedDataPlane> plane_;
   HandleTable handles_;
   RequestQueue queue_;
   // Shared so that SetTimeline, on a user thread, keeps it alive while Shutdown stops it.

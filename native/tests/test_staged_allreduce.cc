@@ -2,12 +2,17 @@
 // threads (tests/shared_areas.h): slices, rounds, every op's result on every rank, and failures
 // of Sync.
 #include <algorithm>
+#include <condition_variable>
 #include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "collectives/reduce_kernels.h"
 #include "collectives/staged_allreduce.h"
 #include "tests/shared_areas.h"
 #include "tests/test_framework.h"
@@ -17,8 +22,95 @@ namespace {
 
 using test::SharedAreas;
 
-// Runs one StagedAllreduce per rank thread over int64 inputs; returns what each rank unpacked
-// and how many times each element was unpacked on each rank.
+// The cross transports of one local rank on `machines` fake machines (threads): a barrier, and
+// each member's buffer read by the others in between (only what StagedAllreduce uses).
+class CrossGroup {
+ public:
+  explicit CrossGroup(int machines) : machines_(machines), posted_(machines) {}
+
+  class Member : public DataTransport {
+   public:
+    Member(CrossGroup* group, int machine) : group_(group), machine_(machine) {}
+    int rank() const override { return machine_; }
+    int size() const override { return group_->machines_; }
+    Status Allreduce(const void* in, void* out, size_t count, DataType dtype,
+                     ReduceOp op) override {
+      const size_t bytes = count * DataTypeSize(dtype);
+      std::vector<uint8_t> acc(bytes);
+      group_->Post(machine_, in);
+      std::memcpy(acc.data(), group_->posted_[0], bytes);
+      for (int m = 1; m < size(); ++m) ReduceInto(acc.data(), group_->posted_[m], count, dtype, op);
+      group_->Barrier();  // everyone has read every input before any output is written
+      std::memcpy(out, acc.data(), bytes);
+      return Status::OK();
+    }
+    Status ReduceScatter(const void* in, void* out, const std::vector<size_t>& counts,
+                         DataType dtype, ReduceOp op) override {
+      const size_t esize = DataTypeSize(dtype);
+      size_t at = 0;
+      for (int m = 0; m < machine_; ++m) at += counts[m];
+      group_->Post(machine_, in);
+      const size_t bytes = counts[machine_] * esize;
+      std::memcpy(out, static_cast<const uint8_t*>(group_->posted_[0]) + at * esize, bytes);
+      for (int m = 1; m < size(); ++m) {
+        ReduceInto(out, static_cast<const uint8_t*>(group_->posted_[m]) + at * esize,
+                   counts[machine_], dtype, op);
+      }
+      group_->Barrier();
+      return Status::OK();
+    }
+    Status Allgatherv(const void* in, size_t, void* out,
+                      const std::vector<size_t>& recv_bytes) override {
+      group_->Post(machine_, in);
+      size_t at = 0;
+      for (int m = 0; m < size(); ++m) {
+        std::memcpy(static_cast<uint8_t*>(out) + at, group_->posted_[m], recv_bytes[m]);
+        at += recv_bytes[m];
+      }
+      group_->Barrier();
+      return Status::OK();
+    }
+    Status Broadcast(void*, size_t, int) override { return Status::Internal("not used"); }
+    Status Alltoallv(const void*, const std::vector<size_t>&, void*,
+                     const std::vector<size_t>&) override {
+      return Status::Internal("not used");
+    }
+
+   private:
+    CrossGroup* group_;
+    int machine_;
+  };
+
+ private:
+  // Publishes this member's buffer and waits until every member has.
+  void Post(int machine, const void* buffer) {
+    posted_[machine] = buffer;
+    Barrier();
+  }
+  void Barrier() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t generation = generation_;
+    if (++arrived_ == machines_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return generation_ != generation; });
+    }
+  }
+
+  const int machines_;
+  std::vector<const void*> posted_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+};
+
+// Runs one StagedAllreduce per rank thread over int64 inputs, `size` ranks on each of
+// `machines` machines (hierarchical when more than one, Note [Hierarchical allreduce]);
+// returns what each rank (machine-major) unpacked and how many times each element was
+// unpacked on each rank.
 struct Outcome {
   std::vector<std::vector<int64_t>> results;
   std::vector<std::vector<int>> unpacked;
@@ -26,33 +118,41 @@ struct Outcome {
 };
 
 Outcome RunRanks(int size, size_t area_bytes, size_t total, ReduceOp op, int repeats = 1,
-                 uint64_t fail_at = 0) {
-  SharedAreas shared(size, area_bytes, fail_at);
+                 uint64_t fail_at = 0, int machines = 1) {
+  std::vector<std::unique_ptr<SharedAreas>> shared;
+  for (int m = 0; m < machines; ++m) {
+    shared.push_back(std::make_unique<SharedAreas>(size, area_bytes, fail_at));
+  }
+  std::vector<std::unique_ptr<CrossGroup>> groups;
+  for (int r = 0; r < size; ++r) groups.push_back(std::make_unique<CrossGroup>(machines));
+  const int ranks = size * machines;
   Outcome out;
-  out.results.assign(size, std::vector<int64_t>(total, -999));
-  out.unpacked.assign(size, std::vector<int>(total, 0));
-  out.status.resize(size);
+  out.results.assign(ranks, std::vector<int64_t>(total, -999));
+  out.unpacked.assign(ranks, std::vector<int>(total, 0));
+  out.status.resize(ranks);
   std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      SharedAreas::View view(&shared, r);
-      StagedAllreduce staged(&view);
-      std::mt19937 jitter(r);
-      for (int rep = 0; rep < repeats && out.status[r].ok(); ++rep) {
-        std::fill(out.unpacked[r].begin(), out.unpacked[r].end(), 0);
+  for (int g = 0; g < ranks; ++g) {
+    threads.emplace_back([&, g] {
+      const int m = g / size, r = g % size;
+      SharedAreas::View view(shared[m].get(), r);
+      CrossGroup::Member cross(groups[r].get(), m);
+      StagedAllreduce staged(&view, machines > 1 ? &cross : nullptr);
+      std::mt19937 jitter(g);
+      for (int rep = 0; rep < repeats && out.status[g].ok(); ++rep) {
+        std::fill(out.unpacked[g].begin(), out.unpacked[g].end(), 0);
         auto pack = [&](size_t first, size_t count, uint8_t* dst) {
           if (jitter() % 4 == 0) std::this_thread::yield();
           auto* d = reinterpret_cast<int64_t*>(dst);
-          for (size_t i = 0; i < count; ++i) d[i] = static_cast<int64_t>((first + i) % 11) * (r + 1) + rep;
+          for (size_t i = 0; i < count; ++i) d[i] = static_cast<int64_t>((first + i) % 11) * (g + 1) + rep;
         };
         auto unpack = [&](size_t first, size_t count, const uint8_t* src) {
           const auto* s = reinterpret_cast<const int64_t*>(src);
           for (size_t i = 0; i < count; ++i) {
-            out.results[r][first + i] = s[i];
-            ++out.unpacked[r][first + i];
+            out.results[g][first + i] = s[i];
+            ++out.unpacked[g][first + i];
           }
         };
-        out.status[r] = staged.Run(total, DataType::kInt64, op, pack, unpack);
+        out.status[g] = staged.Run(total, DataType::kInt64, op, pack, unpack);
       }
     });
   }
@@ -128,6 +228,32 @@ SO_TEST(BackToBackRunsReuseTheAreasSafely) {
         if (!EXPECT_EQ(o.results[r][i], Expected(i, size, ReduceOp::kSum, 49))) {
           ADD_FAILURE("size " + std::to_string(size) + " rank " + std::to_string(r) + " element " + std::to_string(i));
           break;
+        }
+      }
+    }
+  }
+}
+
+// Note [Hierarchical allreduce]
+SO_TEST(HierarchicalRunsReduceOverEveryMachineOnceEach) {
+  for (int machines : {2, 3}) {
+    for (int size : {1, 2, 3, 4}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kProduct}) {
+        for (size_t total : {size_t(1), size_t(77), size_t(3000)}) {
+          const int ranks = machines * size;
+          Outcome o = RunRanks(size, 512, total, op, 3, 0, machines);
+          for (int g = 0; g < ranks; ++g) {
+            ASSERT_TRUE(o.status[g].ok());
+            for (size_t i = 0; i < total; ++i) {
+              if (!EXPECT_EQ(o.results[g][i], Expected(i, ranks, op, 2)) ||
+                  !EXPECT_EQ(o.unpacked[g][i], 1)) {
+                ADD_FAILURE(std::to_string(machines) + " machines x " + std::to_string(size) +
+                            " ranks, rank " + std::to_string(g) + " element " +
+                            std::to_string(i) + " of " + std::to_string(total));
+                break;
+              }
+            }
+          }
         }
       }
     }

@@ -101,6 +101,16 @@ Status MpiContext::Create(bool has_comm, int64_t comm_fortran_handle, int data_c
   if (rc != MPI_SUCCESS) return MpiError("MPI_Comm_split", rc);
   MPI_Comm_rank(ctx->cross_, &t.cross_rank);
   MPI_Comm_size(ctx->cross_, &t.cross_size);
+  int local_sizes[2] = {-t.local_size, t.local_size};
+  rc = MPI_Allreduce(MPI_IN_PLACE, local_sizes, 2, MPI_INT, MPI_MAX, ctx->control_);
+  if (rc != MPI_SUCCESS) return MpiError("MPI_Allreduce", rc);
+  t.uniform = -local_sizes[0] == local_sizes[1];
+  for (auto [from, to] : {std::pair{ctx->local_, &ctx->local_data_},
+                          std::pair{ctx->cross_, &ctx->cross_data_}}) {
+    rc = MPI_Comm_dup(from, to);
+    if (rc != MPI_SUCCESS) return MpiError("MPI_Comm_dup", rc);
+    MPI_Comm_set_errhandler(*to, MPI_ERRORS_RETURN);
+  }
   *out = std::move(ctx);
   return Status::OK();
 }
@@ -115,7 +125,7 @@ MpiContext::~MpiContext() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  for (MPI_Comm* c : {&control_, &local_, &cross_, &admin_}) {
+  for (MPI_Comm* c : {&control_, &local_, &cross_, &admin_, &local_data_, &cross_data_}) {
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
   }
   for (MPI_Comm& c : data_) {

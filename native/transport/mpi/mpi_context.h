@@ -17,6 +17,7 @@ namespace scaleout {
 
 struct Topology {
   int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
+  bool uniform = true;  // every machine has local_size ranks
 };
 
 class MpiContext {
@@ -36,6 +37,10 @@ class MpiContext {
   // For collectives on user threads (making process sets), never the coordinator's.
   MPI_Comm admin_comm() const { return admin_; }
   MPI_Comm data_comm(int i = 0) const { return data_[i]; }
+  // Data communicators of this machine's ranks and of the ranks with this local rank on every
+  // machine (Note [Hierarchical allreduce]).
+  MPI_Comm local_data_comm() const { return local_data_; }
+  MPI_Comm cross_data_comm() const { return cross_data_; }
   int data_channels() const { return static_cast<int>(data_.size()); }
   const Topology& topology() const { return topo_; }
   // A peer has died (Note [Liveness]): MPI_Finalize would wait for it forever, and freeing the
@@ -49,6 +54,8 @@ class MpiContext {
   MPI_Comm local_ = MPI_COMM_NULL;
   MPI_Comm admin_ = MPI_COMM_NULL;
   MPI_Comm cross_ = MPI_COMM_NULL;
+  MPI_Comm local_data_ = MPI_COMM_NULL;
+  MPI_Comm cross_data_ = MPI_COMM_NULL;
   Topology topo_;
   bool abandoned_ = false;
 };

@@ -1,0 +1,37 @@
+// What a communicator's collectives move bytes through, decided once when it starts, from the
+// ranks' layout over machines: the executor picks the algorithm per collective from this and
+// never looks at the topology itself.
+#ifndef SCALEOUT_COLLECTIVES_DATA_PLANE_H_
+#define SCALEOUT_COLLECTIVES_DATA_PLANE_H_
+
+#include <string>
+#include <vector>
+
+#include "transport/data_transport.h"
+#include "transport/peer_memory.h"
+
+namespace scaleout {
+
+struct DataPlane {
+  // Over every rank: one per endpoint server (Note [Endpoint servers]); transports[0] carries
+  // every collective that is not split.
+  std::vector<DataTransport*> transports;
+  // The ranks of this machine, or null. Without `cross`, they are every rank: allreduces and
+  // alltoalls go through them (Note [Staged allreduce], Note [Staged alltoall]).
+  PeerMemory* peers = nullptr;
+  // With `peers`, across machines with the same number of ranks each: the ranks with this local
+  // rank on every machine; allreduces are hierarchical (Note [Hierarchical allreduce]).
+  DataTransport* cross = nullptr;
+
+  // The allreduce algorithm, in words (config()'s allreduce_algorithm).
+  std::string AllreduceAlgorithm() const {
+    if (peers == nullptr) return "mpi";
+    if (cross == nullptr) return "shared memory";
+    return "hierarchical: shared memory inside each of " + std::to_string(cross->size()) +
+           " machines (" + std::to_string(peers->size()) + " ranks each), mpi between them";
+  }
+};
+
+}  // namespace scaleout
+
+#endif  // SCALEOUT_COLLECTIVES_DATA_PLANE_H_

@@ -1,0 +1,80 @@
+"""Allreduces across machines (run by tests/test_multihost_hierarchical.py on two network
+namespace "hosts"): every op and dtype, small and large (many staging rounds, slices of uneven
+sizes), and fused groups, against numpy, with the same bits on every rank. Prints one RESULT
+line per rank: the algorithm config() names, what failed, and a digest of every result."""
+import hashlib
+import json
+import sys
+
+import numpy as np
+
+import scaleout as so
+
+so.init()
+r, n = so.rank(), so.size()
+failures = []
+digest = hashlib.sha256()
+
+OPS = {"sum": so.Sum, "average": so.Average, "min": so.Min, "max": so.Max, "product": so.Product}
+DTYPES = [np.float32, np.float64, np.int32, np.int64, np.float16, np.uint8]
+
+
+def contribution(q, count, dtype, op):
+    rng = np.random.default_rng(1000 * q + count)
+    if op == "product":   # small factors, exact in every dtype
+        values = rng.integers(1, 3, count)
+    elif np.issubdtype(dtype, np.integer):
+        values = rng.integers(0, 250 // n, count)   # a sum still fits uint8
+    else:
+        values = rng.standard_normal(count) * 8
+    return values.astype(dtype)
+
+
+def expected(count, dtype, op):
+    parts = np.stack([contribution(q, count, dtype, op).astype(np.float64) for q in range(n)])
+    return {"sum": parts.sum(0), "average": parts.mean(0), "min": parts.min(0),
+            "max": parts.max(0), "product": parts.prod(0)}[op]
+
+
+
+def every_op_and_dtype():
+    for count in (7, 1000, 300_001):
+        for dtype in DTYPES:
+            for op in OPS:
+                if op == "average" and np.issubdtype(dtype, np.integer):
+                    continue
+                if dtype in (np.float16, np.uint8) and op in ("sum", "product") and count > 1000:
+                    continue   # out of the dtype's exact range: checked at the smaller counts
+                got = so.allreduce(contribution(r, count, dtype, op), op=OPS[op],
+                                   name=f"{count}.{dtype.__name__}.{op}")
+                want = expected(count, dtype, op)
+                tol = 1e-2 if dtype == np.float16 else 1e-5
+                if got.dtype != dtype or not np.allclose(got.astype(np.float64), want, rtol=tol,
+                                                         atol=tol):
+                    failures.append(f"{op} of {count} {dtype.__name__}")
+                digest.update(got.tobytes())
+    # A fused group of many tensors of different sizes, submitted together.
+    handles = [so.allreduce_async(np.full(k * 37 + 1, float(r + k), np.float32), op=so.Sum,
+                                  name=f"group.{k}") for k in range(40)]
+    for k, h in enumerate(handles):
+        got = so.synchronize(h)
+        if not np.array_equal(got, np.full(k * 37 + 1, float(n * k + n * (n - 1) // 2))):
+            failures.append(f"fused tensor {k}")
+        digest.update(got.tobytes())
+
+
+def big():
+    """Only 4 allreduces of 16 MiB: the test counts the bytes crossing the link for the job."""
+    for _ in range(4):
+        got = so.allreduce(np.full(1 << 22, float(r), np.float32), op=so.Sum, name="big")
+        if not np.array_equal(got[:5], np.full(5, float(n * (n - 1) // 2))):
+            failures.append("big")
+        digest.update(got.tobytes())
+
+
+big() if "--big" in sys.argv else every_op_and_dtype()
+digests = so.allgather_object(digest.hexdigest())
+print("RESULT " + json.dumps({
+    "rank": r, "algorithm": so.config()["allreduce_algorithm"], "failures": failures,
+    "same_bits": len(set(digests)) == 1}), flush=True)
+so.shutdown()
