@@ -429,8 +429,9 @@ def mpiexec_on_a(hosts: TwoHosts, slots: dict[str, int], argv: list[str],
 
 
 @pytest.mark.parametrize("mode", ["idle", "busy"])
-@pytest.mark.parametrize("slots", [{"hostA": 1, "hostB": 1}, {"hostA": 2, "hostB": 1}],
-                         ids=["np2", "np3"])
+@pytest.mark.parametrize("slots", [{"hostA": 1, "hostB": 1}, {"hostA": 2, "hostB": 1},
+                                   {"hostA": 2, "hostB": 2}],
+                         ids=["np2", "np3", "np4-hierarchical"])
 def test_a_rank_dying_on_another_host_is_named(hosts, slots, mode):
     # The last rank, on hostB, dies; the survivors on hostA cannot see its process.
     result = mpiexec_on_a(hosts, slots, [str(MP / "peer_death.py"), "last", mode])
