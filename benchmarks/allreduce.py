@@ -56,6 +56,7 @@ import numpy as np
 from mpi4py import MPI
 
 import scaleout as so
+from _common import Bench, CheckFailed, fmt_time, table
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -150,14 +151,6 @@ def fmt_size(nbytes: int) -> str:
     return f"{nbytes // KiB} KiB"
 
 
-def fmt_time(sec: float) -> str:
-    if sec != sec:  # NaN
-        return "-"
-    if sec < 1e-3:
-        return f"{sec * 1e6:.1f} us"
-    if sec < 1.0:
-        return f"{sec * 1e3:.3g} ms"
-    return f"{sec:.3g} s"
 
 
 def busbw(nbytes: int, sec: float, n: int) -> str:
@@ -166,40 +159,6 @@ def busbw(nbytes: int, sec: float, n: int) -> str:
     return f"{nbytes * 2 * (n - 1) / n / sec / 1e9:.2f}"
 
 
-class Bench:
-    """Times callables with a barrier before each iteration and the max over ranks."""
-
-    def __init__(self, comm: MPI.Comm):
-        self.comm = comm
-
-    def run_block(self, fn, iters: int) -> np.ndarray:
-        comm = self.comm
-        local = np.empty(iters, dtype=np.float64)
-        for i in range(iters):
-            comm.Barrier()
-            t0 = perf()
-            fn()
-            local[i] = perf() - t0
-        worst = np.empty_like(local)
-        comm.Allreduce(local, worst, op=MPI.MAX)
-        return worst
-
-    def interleaved(self, fns: list, iters: int, warmup: int) -> list:
-        """Runs every fn `warmup` times, then `iters` timed iterations of each in alternating
-        blocks (order reversed every round); returns one array of per-iteration times per fn."""
-        for fn in fns:
-            for _ in range(warmup):
-                fn()
-        self.comm.Barrier()
-        rounds = min(iters, 10)
-        block_sizes = [iters // rounds + (1 if r < iters % rounds else 0) for r in range(rounds)]
-        times = [[] for _ in fns]
-        order = list(range(len(fns)))
-        for b in block_sizes:
-            for k in order:
-                times[k].append(self.run_block(fns[k], b))
-            order.reverse()
-        return [np.concatenate(t) for t in times]
 
 
 def stats(t: np.ndarray) -> tuple:
@@ -296,20 +255,8 @@ def thread_level_name() -> str:
             MPI.THREAD_SERIALIZED: "SERIALIZED", MPI.THREAD_MULTIPLE: "MULTIPLE"}.get(lvl, lvl)
 
 
-def table(rows: list, headers: list, align: list) -> list:
-    widths = [max(len(str(r[i])) for r in rows + [headers]) for i in range(len(headers))]
-
-    def line(cells):
-        return "| " + " | ".join(
-            (str(c).rjust(w) if a == "r" else str(c).ljust(w))
-            for c, w, a in zip(cells, widths, align)) + " |"
-    sep = "|" + "|".join(("-" * (w + 1) + ":") if a == "r" else ("-" * (w + 2))
-                         for w, a in zip(widths, align)) + "|"
-    return [line(headers), sep] + [line(r) for r in rows]
 
 
-class CheckFailed(Exception):
-    pass
 
 
 def check_close(what: str, got: np.ndarray, want: float) -> None:

@@ -82,6 +82,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import Bench, CheckFailed, fmt_time, free_port, table
+
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "dlrm"
 sys.path.insert(0, str(EXAMPLE_DIR))
 
@@ -180,14 +182,6 @@ def table_sizes(args) -> list:
 
 # ---- formatting ----
 
-def fmt_time(sec: float) -> str:
-    if sec != sec:  # NaN
-        return "-"
-    if sec < 1e-3:
-        return f"{sec * 1e6:.1f} us"
-    if sec < 1.0:
-        return f"{sec * 1e3:.3g} ms"
-    return f"{sec:.3g} s"
 
 
 def fmt_size(nbytes: float) -> str:
@@ -196,16 +190,6 @@ def fmt_size(nbytes: float) -> str:
     return f"{nbytes / KiB:.1f} KiB"
 
 
-def table(rows: list, headers: list, align: list) -> list:
-    widths = [max(len(str(r[i])) for r in rows + [headers]) for i in range(len(headers))]
-
-    def line(cells):
-        return "| " + " | ".join(
-            (str(c).rjust(w) if a == "r" else str(c).ljust(w))
-            for c, w, a in zip(cells, widths, align)) + " |"
-    sep = "|" + "|".join(("-" * (w + 1) + ":") if a == "r" else ("-" * (w + 2))
-                         for w, a in zip(widths, align)) + "|"
-    return [line(headers), sep] + [line(r) for r in rows]
 
 
 def median(values) -> float:
@@ -366,43 +350,8 @@ def _mpi():
     return MPI
 
 
-class Bench:
-    """As benchmarks/allreduce.py's: a barrier before each iteration, an iteration's time the
-    maximum over ranks, the methods run in alternating blocks."""
-
-    def __init__(self, comm):
-        self.comm = comm
-
-    def run_block(self, fn, iters: int):
-        import numpy as np
-        local = np.empty(iters, dtype=np.float64)
-        for i in range(iters):
-            self.comm.Barrier()
-            t0 = perf()
-            fn()
-            local[i] = perf() - t0
-        worst = np.empty_like(local)
-        self.comm.Allreduce(local, worst, op=_mpi().MAX)
-        return worst
-
-    def interleaved(self, fns: list, iters: int, warmup: int) -> list:
-        import numpy as np
-        for fn in fns:
-            for _ in range(warmup):
-                fn()
-        rounds = min(iters, 10)
-        blocks = [iters // rounds + (1 if r < iters % rounds else 0) for r in range(rounds)]
-        times = [[] for _ in fns]
-        order = list(range(len(fns)))
-        for b in blocks:
-            for k in order:
-                times[k].append(self.run_block(fns[k], b))
-            order.reverse()
-        return [np.concatenate(t) for t in times]
 
 
-class CheckFailed(Exception):
-    pass
 
 
 def alltoall_bench(args, comm) -> list:
@@ -615,10 +564,6 @@ def ddp_train(args) -> dict:
 
 # ---- the launcher ----
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def worker_command(args, kind: str, data: Path, result: Path, part: str) -> list:

@@ -31,13 +31,13 @@ import datetime
 import json
 import os
 import platform
-import socket
 import sys
 import time
 
 import numpy as np
 
 import scaleout as so
+from _common import free_port
 
 perf = time.perf_counter
 
@@ -55,10 +55,6 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
 
 
 args = parse_args()

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import time
 
@@ -35,6 +34,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import scaleout.torch as hvd
+from _common import free_port
 
 perf = time.perf_counter
 
@@ -76,10 +76,6 @@ MODELS = {"mlp": ("MLP 784-1024-1024-10", MLP, 64), "cnn": ("CNN (MNIST example 
 MODES = ["no comm", "scaleout", "DDP gloo"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_gloo():

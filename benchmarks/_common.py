@@ -1,0 +1,82 @@
+"""What the benchmarks share: timing collectives the same way (Bench), formatting, and a free
+port. Imports MPI only when a Bench is used, so a launcher process (dlrm.py's parent, its DDP
+workers) can import this without starting MPI."""
+from __future__ import annotations
+
+import socket
+from time import perf_counter as perf
+
+__all__ = ["Bench", "CheckFailed", "fmt_time", "free_port", "table"]
+
+
+class CheckFailed(Exception):
+    """A benchmark's result was wrong: its figures would mean nothing."""
+
+
+class Bench:
+    """Times callables with a barrier before each iteration; an iteration's time is the
+    maximum over ranks."""
+
+    def __init__(self, comm):
+        self.comm = comm
+
+    def run_block(self, fn, iters: int):
+        import numpy as np
+        from mpi4py import MPI
+        local = np.empty(iters, dtype=np.float64)
+        for i in range(iters):
+            self.comm.Barrier()
+            t0 = perf()
+            fn()
+            local[i] = perf() - t0
+        worst = np.empty_like(local)
+        self.comm.Allreduce(local, worst, op=MPI.MAX)
+        return worst
+
+    def interleaved(self, fns: list, iters: int, warmup: int) -> list:
+        """Runs every fn `warmup` times, then `iters` timed iterations of each in alternating
+        blocks (order reversed every round), so machine noise hits them alike; returns one
+        array of per-iteration times per fn."""
+        import numpy as np
+        for fn in fns:
+            for _ in range(warmup):
+                fn()
+        self.comm.Barrier()
+        rounds = min(iters, 10)
+        block_sizes = [iters // rounds + (1 if r < iters % rounds else 0) for r in range(rounds)]
+        times = [[] for _ in fns]
+        order = list(range(len(fns)))
+        for b in block_sizes:
+            for k in order:
+                times[k].append(self.run_block(fns[k], b))
+            order.reverse()
+        return [np.concatenate(t) for t in times]
+
+
+def fmt_time(sec: float) -> str:
+    if sec != sec:  # NaN
+        return "-"
+    if sec < 1e-3:
+        return f"{sec * 1e6:.1f} us"
+    if sec < 1.0:
+        return f"{sec * 1e3:.3g} ms"
+    return f"{sec:.3g} s"
+
+
+def table(rows: list, headers: list, align: list) -> list:
+    """A Markdown table's lines; align holds "r" (right) or "l" per column."""
+    widths = [max(len(str(r[i])) for r in rows + [headers]) for i in range(len(headers))]
+
+    def line(cells):
+        return "| " + " | ".join(
+            (str(c).rjust(w) if a == "r" else str(c).ljust(w))
+            for c, w, a in zip(cells, widths, align)) + " |"
+    sep = "|" + "|".join(("-" * (w + 1) + ":") if a == "r" else ("-" * (w + 2))
+                         for w, a in zip(widths, align)) + "|"
+    return [line(headers), sep] + [line(r) for r in rows]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
