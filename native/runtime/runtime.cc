@@ -101,6 +101,7 @@ Status OwnedDataPlane::Create(const MpiContext& mpi, const Config& config,
   }
   plane->view.peers = plane->peers.get();
   plane->view.cross = plane->peers != nullptr ? plane->cross.get() : nullptr;
+  if (t.rank == 0) SO_LOG(kInfo, who << "allreduce: " << plane->view.AllreduceAlgorithm());
   *out = std::move(plane);
   return Status::OK();
 }
