@@ -36,9 +36,12 @@ def run(hosts, slots: dict, *args: str, env: dict = None) -> dict:
     ({"hostA": 3, "hostB": 3}, "hierarchical: shared memory inside each of 2 machines (3 ranks"),
     ({"hostA": 2, "hostB": 1}, "mpi"),
 ], ids=["2x2", "2x3", "2+1"])
-@pytest.mark.parametrize("area", ["default", "4KiB"])
+@pytest.mark.parametrize("area", ["default", "4KiB", "16MiB-3-servers"])
 def test_every_op_and_dtype_across_machines(hosts, slots, algorithm, area):
-    env = {"SCALEOUT_SHM_AREA": "4096"} if area == "4KiB" else {}
+    # 4 KiB areas: many rounds and uneven slices; 16 MiB areas with 3 endpoint servers: slices
+    # large enough to be split across the servers' cross communicators.
+    env = {"default": {}, "4KiB": {"SCALEOUT_SHM_AREA": "4096"},
+           "16MiB-3-servers": {"SCALEOUT_SHM_AREA": str(16 << 20), "SCALEOUT_EP_SERVERS": "3"}}[area]
     found = run(hosts, slots, env=env)
     for rank, got in found.items():
         assert got["algorithm"].startswith(algorithm), (rank, got)

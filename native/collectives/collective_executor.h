@@ -12,6 +12,7 @@
 
 #include "collectives/data_plane.h"
 #include "collectives/endpoint_pool.h"
+#include "collectives/machine_reduce.h"
 #include "collectives/staged_allreduce.h"
 #include "collectives/staged_alltoall.h"
 #include "coordinator/message.h"
@@ -26,10 +27,12 @@ class CollectiveExecutor {
   // plane.transports[i] belongs to endpoint server i of `endpoints` (at least one).
   CollectiveExecutor(const DataPlane& plane, EndpointPool* endpoints)
       : transports_(plane.transports), endpoints_(endpoints),
+        machines_(plane.cross.empty() ? nullptr
+                                      : std::make_unique<MachineReduce>(plane.cross, endpoints)),
         staged_(plane.peers != nullptr
-                    ? std::make_unique<StagedAllreduce>(plane.peers, plane.cross)
+                    ? std::make_unique<StagedAllreduce>(plane.peers, machines_.get())
                     : nullptr),
-        staged_alltoall_(plane.peers != nullptr && plane.cross == nullptr
+        staged_alltoall_(plane.peers != nullptr && plane.cross.empty()
                              ? std::make_unique<StagedAlltoall>(plane.peers)
                              : nullptr) {}
 
@@ -51,6 +54,7 @@ class CollectiveExecutor {
   // transports_[0] (endpoint server 0's) carries every collective that is not split.
   std::vector<DataTransport*> transports_;
   EndpointPool* endpoints_;
+  std::unique_ptr<MachineReduce> machines_;  // before staged_, which uses it
   std::unique_ptr<StagedAllreduce> staged_;
   std::unique_ptr<StagedAlltoall> staged_alltoall_;
   FusionBuffer fusion_;

@@ -19,15 +19,16 @@ struct DataPlane {
   // The ranks of this machine, or null. Without `cross`, they are every rank: allreduces and
   // alltoalls go through them (Note [Staged allreduce], Note [Staged alltoall]).
   PeerMemory* peers = nullptr;
-  // With `peers`, across machines with the same number of ranks each: the ranks with this local
-  // rank on every machine; allreduces are hierarchical (Note [Hierarchical allreduce]).
-  DataTransport* cross = nullptr;
+  // With `peers`, across machines with the same number of ranks each: over the ranks with this
+  // local rank on every machine, one per endpoint server; allreduces are hierarchical (Note
+  // [Hierarchical allreduce]). Empty: none.
+  std::vector<DataTransport*> cross;
 
   // The allreduce algorithm, in words (config()'s allreduce_algorithm).
   std::string AllreduceAlgorithm() const {
     if (peers == nullptr) return "mpi";
-    if (cross == nullptr) return "shared memory";
-    return "hierarchical: shared memory inside each of " + std::to_string(cross->size()) +
+    if (cross.empty()) return "shared memory";
+    return "hierarchical: shared memory inside each of " + std::to_string(cross[0]->size()) +
            " machines (" + std::to_string(peers->size()) + " ranks each), mpi between them";
   }
 };

@@ -38,7 +38,9 @@ namespace scaleout {
 // are the same on every machine (same size, same total), so the ranks of one cross transport
 // always hold the same elements. Across two machines one Allreduce does it (a + b and b + a are
 // the same bits); across more, a ReduceScatter then an Allgatherv, so that each element is
-// reduced in one place only and every rank gets the same bits, as on one machine.
+// reduced in one place only and every rank gets the same bits, as on one machine
+// (collectives/machine_reduce.h; large slices are split across the endpoint servers, each
+// with its own cross communicator).
 
 namespace {
 constexpr size_t kBlockBytes = size_t(64) << 10;
@@ -86,10 +88,10 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
       for (int k = 0; k < size; ++k) {
         if (k != self) ReduceInto(at, memory_->Area(k, parity) + begin * esize, n, dtype, op);
       }
-      if (cross_ == nullptr) unpack(first + begin, n, at);
+      if (machines_ == nullptr) unpack(first + begin, n, at);
     }
-    if (cross_ != nullptr) {
-      s = ReduceAcrossMachines(mine + lo * esize, hi - lo, dtype, op);
+    if (machines_ != nullptr) {
+      s = machines_->Run(mine + lo * esize, hi - lo, dtype, op);
       if (!s.ok()) return s;
       if (hi > lo) unpack(first + lo, hi - lo, mine + lo * esize);
     }
@@ -111,24 +113,6 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
     }
   }
   return Status::OK();
-}
-
-Status StagedAllreduce::ReduceAcrossMachines(uint8_t* slice, size_t count, DataType dtype,
-                                             ReduceOp op) {
-  const int machines = cross_->size();
-  if (machines == 1) return Status::OK();
-  if (machines == 2) return cross_->Allreduce(slice, slice, count, dtype, op);
-  // Part m of the slice is reduced by machine m's rank only, then gathered back in place.
-  const size_t esize = DataTypeSize(dtype);
-  std::vector<size_t> counts(machines), bytes(machines);
-  for (int m = 0; m < machines; ++m) {
-    counts[m] = count / machines + (static_cast<size_t>(m) < count % machines ? 1 : 0);
-    bytes[m] = counts[m] * esize;
-  }
-  gathered_.resize(counts[cross_->rank()] * esize);
-  Status s = cross_->ReduceScatter(slice, gathered_.data(), counts, dtype, op);
-  if (!s.ok()) return s;
-  return cross_->Allgatherv(gathered_.data(), gathered_.size(), slice, bytes);
 }
 
 }  // namespace scaleout

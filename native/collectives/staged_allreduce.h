@@ -9,22 +9,21 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <vector>
 
+#include "collectives/machine_reduce.h"
 #include "common/dtype.h"
 #include "common/status.h"
-#include "transport/data_transport.h"
 #include "transport/peer_memory.h"
 
 namespace scaleout {
 
 class StagedAllreduce {
  public:
-  // `cross`, when not null, links this rank with the ranks of the same local rank on the other
+  // `machines`, when not null, reduces this rank's slice with the same local rank on the other
   // machines (each machine with `memory`'s number of ranks): the result is then the reduction
   // over every machine (Note [Hierarchical allreduce]).
-  explicit StagedAllreduce(PeerMemory* memory, DataTransport* cross = nullptr)
-      : memory_(memory), cross_(cross) {}
+  explicit StagedAllreduce(PeerMemory* memory, MachineReduce* machines = nullptr)
+      : memory_(memory), machines_(machines) {}
 
   // Writes this rank's elements [first, first + count) to dst.
   using PackFn = std::function<void(size_t first, size_t count, uint8_t* dst)>;
@@ -40,12 +39,8 @@ class StagedAllreduce {
   static void Slice(size_t count, size_t esize, int rank, int size, size_t* lo, size_t* hi);
 
  private:
-  // The rank's reduced slice [lo, hi) of a round, at `slice`, reduced across machines.
-  Status ReduceAcrossMachines(uint8_t* slice, size_t count, DataType dtype, ReduceOp op);
-
   PeerMemory* memory_;
-  DataTransport* cross_;
-  std::vector<uint8_t> gathered_;  // ReduceAcrossMachines' staging for more than 2 machines
+  MachineReduce* machines_;
 };
 
 }  // namespace scaleout

@@ -83,7 +83,9 @@ Status OwnedDataPlane::Create(const MpiContext& mpi, const Config& config,
     bootstrap = plane->transports[0].get();
   } else if (flat_why.empty() && config.hierarchical_allreduce != 0) {
     plane->local = transport(mpi.local_data_comm());
-    plane->cross = transport(mpi.cross_data_comm());
+    for (int i = 0; i < mpi.data_channels(); ++i) {
+      plane->cross.push_back(transport(mpi.cross_data_comm(i)));
+    }
     bootstrap = plane->local.get();
   }
   if (bootstrap != nullptr) {
@@ -100,7 +102,9 @@ Status OwnedDataPlane::Create(const MpiContext& mpi, const Config& config,
     if (!everywhere) plane->peers.reset();
   }
   plane->view.peers = plane->peers.get();
-  plane->view.cross = plane->peers != nullptr ? plane->cross.get() : nullptr;
+  if (plane->peers != nullptr) {
+    for (auto& c : plane->cross) plane->view.cross.push_back(c.get());
+  }
   if (t.rank == 0) SO_LOG(kInfo, who << "allreduce: " << plane->view.AllreduceAlgorithm());
   *out = std::move(plane);
   return Status::OK();

@@ -46,7 +46,8 @@ struct EnqueueArgs {
 struct OwnedDataPlane {
   std::vector<std::unique_ptr<MpiDataTransport>> transports;  // one per endpoint server
   std::unique_ptr<MpiDataTransport> local;  // this machine's ranks: shared memory's bootstrap
-  std::unique_ptr<MpiDataTransport> cross;  // this local rank on every machine
+  // This local rank on every machine, one per endpoint server.
+  std::vector<std::unique_ptr<MpiDataTransport>> cross;
   std::unique_ptr<ShmPeerMemory> peers;
   DataPlane view;
 

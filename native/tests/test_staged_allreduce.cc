@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/endpoint_pool.h"
+#include "collectives/machine_reduce.h"
 #include "collectives/reduce_kernels.h"
 #include "collectives/staged_allreduce.h"
 #include "tests/shared_areas.h"
@@ -118,13 +120,14 @@ struct Outcome {
 };
 
 Outcome RunRanks(int size, size_t area_bytes, size_t total, ReduceOp op, int repeats = 1,
-                 uint64_t fail_at = 0, int machines = 1) {
+                 uint64_t fail_at = 0, int machines = 1, int servers = 1) {
   std::vector<std::unique_ptr<SharedAreas>> shared;
   for (int m = 0; m < machines; ++m) {
     shared.push_back(std::make_unique<SharedAreas>(size, area_bytes, fail_at));
   }
+  // groups[r * servers + i]: endpoint server i's cross transports of local rank r.
   std::vector<std::unique_ptr<CrossGroup>> groups;
-  for (int r = 0; r < size; ++r) groups.push_back(std::make_unique<CrossGroup>(machines));
+  for (int r = 0; r < size * servers; ++r) groups.push_back(std::make_unique<CrossGroup>(machines));
   const int ranks = size * machines;
   Outcome out;
   out.results.assign(ranks, std::vector<int64_t>(total, -999));
@@ -135,8 +138,15 @@ Outcome RunRanks(int size, size_t area_bytes, size_t total, ReduceOp op, int rep
     threads.emplace_back([&, g] {
       const int m = g / size, r = g % size;
       SharedAreas::View view(shared[m].get(), r);
-      CrossGroup::Member cross(groups[r].get(), m);
-      StagedAllreduce staged(&view, machines > 1 ? &cross : nullptr);
+      std::vector<std::unique_ptr<CrossGroup::Member>> members;
+      std::vector<DataTransport*> cross;
+      for (int i = 0; i < servers; ++i) {
+        members.push_back(std::make_unique<CrossGroup::Member>(groups[r * servers + i].get(), m));
+        cross.push_back(members.back().get());
+      }
+      EndpointPool pool(servers, {});
+      MachineReduce across(cross, &pool);
+      StagedAllreduce staged(&view, machines > 1 ? &across : nullptr);
       std::mt19937 jitter(g);
       for (int rep = 0; rep < repeats && out.status[g].ok(); ++rep) {
         std::fill(out.unpacked[g].begin(), out.unpacked[g].end(), 0);
@@ -253,6 +263,27 @@ SO_TEST(HierarchicalRunsReduceOverEveryMachineOnceEach) {
                 break;
               }
             }
+          }
+        }
+      }
+    }
+  }
+}
+
+SO_TEST(HierarchicalRunsSplitLargeSlicesAcrossEndpointServers) {
+  // A 4 MiB area: each rank's slice is large enough to be split across the servers' cross
+  // transports (Note [Endpoint servers]); the results must not change.
+  for (int servers : {2, 3}) {
+    for (int machines : {2, 3}) {
+      const size_t total = 600000;
+      Outcome o = RunRanks(2, size_t(4) << 20, total, ReduceOp::kSum, 2, 0, machines, servers);
+      for (int g = 0; g < 2 * machines; ++g) {
+        ASSERT_TRUE(o.status[g].ok());
+        for (size_t i = 0; i < total; ++i) {
+          if (!EXPECT_EQ(o.results[g][i], Expected(i, 2 * machines, ReduceOp::kSum, 1))) {
+            ADD_FAILURE(std::to_string(servers) + " servers, " + std::to_string(machines) +
+                        " machines, rank " + std::to_string(g) + " element " + std::to_string(i));
+            break;
           }
         }
       }

@@ -105,8 +105,10 @@ Status MpiContext::Create(bool has_comm, int64_t comm_fortran_handle, int data_c
   rc = MPI_Allreduce(MPI_IN_PLACE, local_sizes, 2, MPI_INT, MPI_MAX, ctx->control_);
   if (rc != MPI_SUCCESS) return MpiError("MPI_Allreduce", rc);
   t.uniform = -local_sizes[0] == local_sizes[1];
-  for (auto [from, to] : {std::pair{ctx->local_, &ctx->local_data_},
-                          std::pair{ctx->cross_, &ctx->cross_data_}}) {
+  ctx->cross_data_.assign(data_channels, MPI_COMM_NULL);
+  std::vector<std::pair<MPI_Comm, MPI_Comm*>> dups = {{ctx->local_, &ctx->local_data_}};
+  for (MPI_Comm& c : ctx->cross_data_) dups.emplace_back(ctx->cross_, &c);
+  for (auto [from, to] : dups) {
     rc = MPI_Comm_dup(from, to);
     if (rc != MPI_SUCCESS) return MpiError("MPI_Comm_dup", rc);
     MPI_Comm_set_errhandler(*to, MPI_ERRORS_RETURN);
@@ -125,11 +127,13 @@ MpiContext::~MpiContext() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  for (MPI_Comm* c : {&control_, &local_, &cross_, &admin_, &local_data_, &cross_data_}) {
+  for (MPI_Comm* c : {&control_, &local_, &cross_, &admin_, &local_data_}) {
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
   }
-  for (MPI_Comm& c : data_) {
-    if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
+  for (std::vector<MPI_Comm>* comms : {&data_, &cross_data_}) {
+    for (MPI_Comm& c : *comms) {
+      if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
+    }
   }
 }
 

@@ -37,10 +37,10 @@ class MpiContext {
   // For collectives on user threads (making process sets), never the coordinator's.
   MPI_Comm admin_comm() const { return admin_; }
   MPI_Comm data_comm(int i = 0) const { return data_[i]; }
-  // Data communicators of this machine's ranks and of the ranks with this local rank on every
-  // machine (Note [Hierarchical allreduce]).
+  // Data communicators of this machine's ranks, and of the ranks with this local rank on every
+  // machine (one per data channel: Note [Hierarchical allreduce], Note [Endpoint servers]).
   MPI_Comm local_data_comm() const { return local_data_; }
-  MPI_Comm cross_data_comm() const { return cross_data_; }
+  MPI_Comm cross_data_comm(int i = 0) const { return cross_data_[i]; }
   int data_channels() const { return static_cast<int>(data_.size()); }
   const Topology& topology() const { return topo_; }
   // A peer has died (Note [Liveness]): MPI_Finalize would wait for it forever, and freeing the
@@ -55,7 +55,7 @@ class MpiContext {
   MPI_Comm admin_ = MPI_COMM_NULL;
   MPI_Comm cross_ = MPI_COMM_NULL;
   MPI_Comm local_data_ = MPI_COMM_NULL;
-  MPI_Comm cross_data_ = MPI_COMM_NULL;
+  std::vector<MPI_Comm> cross_data_;
   Topology topo_;
   bool abandoned_ = false;
 };
