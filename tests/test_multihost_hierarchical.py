@@ -34,7 +34,8 @@ def run(hosts, slots: dict, *args: str, env: dict = None) -> dict:
 @pytest.mark.parametrize("slots, algorithm", [
     ({"hostA": 2, "hostB": 2}, "hierarchical: shared memory inside each of 2 machines (2 ranks"),
     ({"hostA": 3, "hostB": 3}, "hierarchical: shared memory inside each of 2 machines (3 ranks"),
-    ({"hostA": 2, "hostB": 1}, "mpi"),
+    ({"hostA": 2, "hostB": 1}, "hierarchical, leader-based: shared memory inside each of 2 "
+                               "machines (of different sizes)"),
 ], ids=["2x2", "2x3", "2+1"])
 @pytest.mark.parametrize("area", ["default", "4KiB", "16MiB-3-servers"])
 def test_every_op_and_dtype_across_machines(hosts, slots, algorithm, area):

@@ -30,9 +30,10 @@ class CollectiveExecutor {
         machines_(plane.cross.empty() ? nullptr
                                       : std::make_unique<MachineReduce>(plane.cross, endpoints)),
         staged_(plane.peers != nullptr
-                    ? std::make_unique<StagedAllreduce>(plane.peers, machines_.get())
+                    ? std::make_unique<StagedAllreduce>(plane.peers, machines_.get(),
+                                                        plane.leader_based)
                     : nullptr),
-        staged_alltoall_(plane.peers != nullptr && plane.cross.empty()
+        staged_alltoall_(plane.peers != nullptr && plane.machines == 1
                              ? std::make_unique<StagedAlltoall>(plane.peers)
                              : nullptr) {}
 

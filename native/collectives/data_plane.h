@@ -23,12 +23,21 @@ struct DataPlane {
   // local rank on every machine, one per endpoint server; allreduces are hierarchical (Note
   // [Hierarchical allreduce]). Empty: none.
   std::vector<DataTransport*> cross;
+  // Machines of different sizes: each machine's first rank alone crosses (and only it has
+  // `cross`, over the first ranks); set on every rank.
+  bool leader_based = false;
+  int machines = 1;  // that the communicator spans
 
   // The allreduce algorithm, in words (config()'s allreduce_algorithm).
   std::string AllreduceAlgorithm() const {
     if (peers == nullptr) return "mpi";
-    if (cross.empty()) return "shared memory";
-    return "hierarchical: shared memory inside each of " + std::to_string(cross[0]->size()) +
+    if (machines == 1) return "shared memory";
+    if (leader_based) {
+      return "hierarchical, leader-based: shared memory inside each of " +
+             std::to_string(machines) + " machines (of different sizes), mpi between their "
+             "first ranks";
+    }
+    return "hierarchical: shared memory inside each of " + std::to_string(machines) +
            " machines (" + std::to_string(peers->size()) + " ranks each), mpi between them";
   }
 };

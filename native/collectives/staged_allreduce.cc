@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "collectives/reduce_kernels.h"
 #include "common/logging.h"
@@ -41,6 +42,12 @@ namespace scaleout {
 // reduced in one place only and every rank gets the same bits, as on one machine
 // (collectives/machine_reduce.h; large slices are split across the endpoint servers, each
 // with its own cross communicator).
+// Where machines have different numbers of ranks, slices do not line up across machines, so
+// the machines' first ranks do the crossing (leader-based): after step 2 (each rank's slice
+// reduced over its machine, not unpacked), a Sync; the first rank copies every slice from its
+// owner's area into its own, so that its area holds the machine's sum, reduces that with the
+// other machines' first ranks, and after a third Sync every rank copies the result from the
+// first rank's area. One copy of the data crosses per machine, through one rank.
 
 namespace {
 constexpr size_t kBlockBytes = size_t(64) << 10;
@@ -88,9 +95,9 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
       for (int k = 0; k < size; ++k) {
         if (k != self) ReduceInto(at, memory_->Area(k, parity) + begin * esize, n, dtype, op);
       }
-      if (machines_ == nullptr) unpack(first + begin, n, at);
+      if (machines_ == nullptr && !leader_based_) unpack(first + begin, n, at);
     }
-    if (machines_ != nullptr) {
+    if (machines_ != nullptr && !leader_based_) {
       s = machines_->Run(mine + lo * esize, hi - lo, dtype, op);
       if (!s.ok()) return s;
       if (hi > lo) unpack(first + lo, hi - lo, mine + lo * esize);
@@ -98,6 +105,24 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
     const auto t3 = timed ? Clock::now() : t0;
     s = memory_->Sync();
     if (!s.ok()) return s;
+    if (leader_based_) {
+      // The machine's sum is spread over the areas; its first rank collects it into its own
+      // area, reduces it with the other machines' first ranks, and every rank copies it out.
+      if (self == 0) {
+        for (int k = 1; k < size; ++k) {
+          Slice(count, esize, k, size, &lo, &hi);
+          if (hi > lo) std::memcpy(mine + lo * esize, memory_->Area(k, parity) + lo * esize, (hi - lo) * esize);
+        }
+        if (machines_ != nullptr) {
+          s = machines_->Run(mine, count, dtype, op);
+          if (!s.ok()) return s;
+        }
+      }
+      s = memory_->Sync();
+      if (!s.ok()) return s;
+      unpack(first, count, memory_->Area(0, parity));
+      continue;
+    }
     const auto t4 = timed ? Clock::now() : t0;
     for (int k = 0; k < size; ++k) {
       if (k == self) continue;

@@ -22,8 +22,11 @@ class StagedAllreduce {
   // `machines`, when not null, reduces this rank's slice with the same local rank on the other
   // machines (each machine with `memory`'s number of ranks): the result is then the reduction
   // over every machine (Note [Hierarchical allreduce]).
-  explicit StagedAllreduce(PeerMemory* memory, MachineReduce* machines = nullptr)
-      : memory_(memory), machines_(machines) {}
+  // With `leader_based` (machines of different sizes), `machines` is given to each machine's
+  // first rank only, and links those ranks.
+  explicit StagedAllreduce(PeerMemory* memory, MachineReduce* machines = nullptr,
+                           bool leader_based = false)
+      : memory_(memory), machines_(machines), leader_based_(leader_based) {}
 
   // Writes this rank's elements [first, first + count) to dst.
   using PackFn = std::function<void(size_t first, size_t count, uint8_t* dst)>;
@@ -41,6 +44,7 @@ class StagedAllreduce {
  private:
   PeerMemory* memory_;
   MachineReduce* machines_;
+  bool leader_based_;
 };
 
 }  // namespace scaleout

@@ -63,16 +63,15 @@ Status OwnedDataPlane::Create(const MpiContext& mpi, const Config& config,
     plane->transports.push_back(transport(mpi.data_comm(i)));
     plane->view.transports.push_back(plane->transports.back().get());
   }
+  // Only what every rank knows alike decides (Topology's machines, uniform, max_local_size).
   const Topology& t = mpi.topology();
-  const bool one_machine = t.size > 1 && t.local_size == t.size;
-  const bool machines = t.cross_size > 1 && t.local_size > 1;
+  const bool one_machine = t.size > 1 && t.machines == 1;
+  const bool machines = t.machines > 1 && t.max_local_size > 1;
   std::string flat_why;
   if (machines && !config.shm) {
     flat_why = "SCALEOUT_SHM=0";
-  } else if (machines && !t.uniform) {
-    flat_why = "the machines have different numbers of ranks";
   } else if (!machines) {
-    flat_why = t.cross_size == 1 ? "every rank is on one machine" : "one rank per machine";
+    flat_why = t.machines == 1 ? "every rank is on one machine" : "one rank per machine";
   }
   if (config.hierarchical_allreduce == 1 && !flat_why.empty() && t.rank == 0) {
     SO_LOG(kWarning, who << "SCALEOUT_HIERARCHICAL_ALLREDUCE=1, but " << flat_why
@@ -83,9 +82,15 @@ Status OwnedDataPlane::Create(const MpiContext& mpi, const Config& config,
     bootstrap = plane->transports[0].get();
   } else if (flat_why.empty() && config.hierarchical_allreduce != 0) {
     plane->local = transport(mpi.local_data_comm());
-    for (int i = 0; i < mpi.data_channels(); ++i) {
-      plane->cross.push_back(transport(mpi.cross_data_comm(i)));
+    // Machines of different sizes: only the first ranks cross (their cross communicators
+    // link the machines' first ranks).
+    plane->view.leader_based = !t.uniform;
+    if (t.uniform || t.local_rank == 0) {
+      for (int i = 0; i < mpi.data_channels(); ++i) {
+        plane->cross.push_back(transport(mpi.cross_data_comm(i)));
+      }
     }
+    plane->view.machines = t.machines;
     bootstrap = plane->local.get();
   }
   if (bootstrap != nullptr) {
@@ -99,7 +104,11 @@ Status OwnedDataPlane::Create(const MpiContext& mpi, const Config& config,
     s = plane->transports[0]->Allreduce(&everywhere, &everywhere, 1, DataType::kInt32,
                                         ReduceOp::kMin);
     if (!s.ok()) return s;
-    if (!everywhere) plane->peers.reset();
+    if (!everywhere) {
+      plane->peers.reset();
+      plane->view.machines = 1;
+      plane->view.leader_based = false;
+    }
   }
   plane->view.peers = plane->peers.get();
   if (plane->peers != nullptr) {

@@ -291,6 +291,82 @@ SO_TEST(HierarchicalRunsSplitLargeSlicesAcrossEndpointServers) {
   }
 }
 
+// Machines of different sizes (leader-based, Note [Hierarchical allreduce]): sizes[m] ranks on
+// machine m, ranks numbered machine by machine; each machine's first rank crosses.
+Outcome RunUneven(const std::vector<int>& sizes, size_t area_bytes, size_t total, ReduceOp op,
+                  int repeats) {
+  const int machines = static_cast<int>(sizes.size());
+  std::vector<std::unique_ptr<SharedAreas>> shared;
+  std::vector<int> first_rank;
+  int ranks = 0;
+  for (int m = 0; m < machines; ++m) {
+    shared.push_back(std::make_unique<SharedAreas>(sizes[m], area_bytes));
+    first_rank.push_back(ranks);
+    ranks += sizes[m];
+  }
+  CrossGroup leaders(machines);
+  Outcome out;
+  out.results.assign(ranks, std::vector<int64_t>(total, -999));
+  out.unpacked.assign(ranks, std::vector<int>(total, 0));
+  out.status.resize(ranks);
+  std::vector<std::thread> threads;
+  for (int m = 0; m < machines; ++m) {
+    for (int r = 0; r < sizes[m]; ++r) {
+      const int g = first_rank[m] + r;
+      threads.emplace_back([&, m, r, g] {
+        SharedAreas::View view(shared[m].get(), r);
+        CrossGroup::Member member(&leaders, m);
+        MachineReduce across({&member}, nullptr);
+        StagedAllreduce staged(&view, r == 0 ? &across : nullptr, /*leader_based=*/true);
+        std::mt19937 jitter(g);
+        for (int rep = 0; rep < repeats && out.status[g].ok(); ++rep) {
+          std::fill(out.unpacked[g].begin(), out.unpacked[g].end(), 0);
+          auto pack = [&](size_t first, size_t count, uint8_t* dst) {
+            if (jitter() % 4 == 0) std::this_thread::yield();
+            auto* d = reinterpret_cast<int64_t*>(dst);
+            for (size_t i = 0; i < count; ++i) d[i] = static_cast<int64_t>((first + i) % 11) * (g + 1) + rep;
+          };
+          auto unpack = [&](size_t first, size_t count, const uint8_t* src) {
+            const auto* s = reinterpret_cast<const int64_t*>(src);
+            for (size_t i = 0; i < count; ++i) {
+              out.results[g][first + i] = s[i];
+              ++out.unpacked[g][first + i];
+            }
+          };
+          out.status[g] = staged.Run(total, DataType::kInt64, op, pack, unpack);
+        }
+      });
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  return out;
+}
+
+SO_TEST(LeaderBasedRunsServeMachinesOfDifferentSizes) {
+  for (const std::vector<int>& sizes : {std::vector<int>{2, 1}, std::vector<int>{1, 3},
+                                        std::vector<int>{3, 2, 1}, std::vector<int>{4, 2}}) {
+    int ranks = 0;
+    for (int n : sizes) ranks += n;
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin}) {
+      for (size_t total : {size_t(1), size_t(100), size_t(3000)}) {
+        Outcome o = RunUneven(sizes, 512, total, op, 3);
+        for (int g = 0; g < ranks; ++g) {
+          ASSERT_TRUE(o.status[g].ok());
+          for (size_t i = 0; i < total; ++i) {
+            if (!EXPECT_EQ(o.results[g][i], Expected(i, ranks, op, 2)) ||
+                !EXPECT_EQ(o.unpacked[g][i], 1)) {
+              ADD_FAILURE("machines of " + std::to_string(sizes[0]) + ", " +
+                          std::to_string(sizes[1]) + ", ... ranks: rank " + std::to_string(g) +
+                          " element " + std::to_string(i) + " of " + std::to_string(total));
+              break;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 SO_TEST(AFailedSyncEndsTheRunWithItsStatus) {
   for (uint64_t fail_at : {1, 2, 5}) {
     Outcome o = RunRanks(3, 512, 2000, ReduceOp::kSum, 1, fail_at);

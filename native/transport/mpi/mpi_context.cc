@@ -101,10 +101,14 @@ Status MpiContext::Create(bool has_comm, int64_t comm_fortran_handle, int data_c
   if (rc != MPI_SUCCESS) return MpiError("MPI_Comm_split", rc);
   MPI_Comm_rank(ctx->cross_, &t.cross_rank);
   MPI_Comm_size(ctx->cross_, &t.cross_size);
-  int local_sizes[2] = {-t.local_size, t.local_size};
-  rc = MPI_Allreduce(MPI_IN_PLACE, local_sizes, 2, MPI_INT, MPI_MAX, ctx->control_);
+  // The layout every rank must agree on: machines (the first local ranks' cross size) and the
+  // smallest and largest machine.
+  int layout[3] = {-t.local_size, t.local_size, t.cross_size};
+  rc = MPI_Allreduce(MPI_IN_PLACE, layout, 3, MPI_INT, MPI_MAX, ctx->control_);
   if (rc != MPI_SUCCESS) return MpiError("MPI_Allreduce", rc);
-  t.uniform = -local_sizes[0] == local_sizes[1];
+  t.uniform = -layout[0] == layout[1];
+  t.max_local_size = layout[1];
+  t.machines = layout[2];
   ctx->cross_data_.assign(data_channels, MPI_COMM_NULL);
   std::vector<std::pair<MPI_Comm, MPI_Comm*>> dups = {{ctx->local_, &ctx->local_data_}};
   for (MPI_Comm& c : ctx->cross_data_) dups.emplace_back(ctx->cross_, &c);

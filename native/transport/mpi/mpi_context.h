@@ -17,7 +17,9 @@ namespace scaleout {
 
 struct Topology {
   int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
-  bool uniform = true;  // every machine has local_size ranks
+  int machines = 1;         // machines the communicator spans (every rank knows the same)
+  bool uniform = true;      // every machine has the same number of ranks
+  int max_local_size = 1;   // ranks on the largest machine
 };
 
 class MpiContext {
