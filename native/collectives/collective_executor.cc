@@ -252,14 +252,15 @@ Status CollectiveExecutor::Allgather(const Response& r, const std::vector<Tensor
 Status CollectiveExecutor::Broadcast(const Response& r, TensorEntry* e) {
   const size_t bytes = Elements(e != nullptr ? e->request.shape : r.tensors[0].shape) *
                        DataTypeSize(r.dtype);
+  void* buf = e != nullptr ? e->output : nullptr;
   if (e == nullptr) {  // joined: take part, discard the data
     zeros_.resize(bytes);
-    return transports_[0]->Broadcast(zeros_.data(), bytes, r.root);
-  }
-  if (transports_[0]->rank() == r.root && e->input != e->output && bytes > 0) {
+    buf = zeros_.data();
+  } else if (transports_[0]->rank() == r.root && e->input != e->output && bytes > 0) {
     CopyBytes(e->output, e->input, bytes);
   }
-  return transports_[0]->Broadcast(e->output, bytes, r.root);
+  if (staged_broadcast_ != nullptr) return staged_broadcast_->Run(buf, bytes, r.root);
+  return transports_[0]->Broadcast(buf, bytes, r.root);
 }
 
 Status CollectiveExecutor::Alltoall(const Response& r, TensorEntry* e) {

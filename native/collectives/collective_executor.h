@@ -15,6 +15,7 @@
 #include "collectives/machine_reduce.h"
 #include "collectives/staged_allreduce.h"
 #include "collectives/staged_alltoall.h"
+#include "collectives/staged_broadcast.h"
 #include "coordinator/message.h"
 #include "fusion/fusion_buffer.h"
 #include "runtime/tensor_entry.h"
@@ -35,7 +36,12 @@ class CollectiveExecutor {
                     : nullptr),
         staged_alltoall_(plane.peers != nullptr && plane.machines == 1
                              ? std::make_unique<StagedAlltoall>(plane.peers)
-                             : nullptr) {}
+                             : nullptr),
+        staged_broadcast_(plane.peers != nullptr
+                              ? std::make_unique<StagedBroadcast>(
+                                    plane.peers, plane.leaders, plane.transports[0]->rank(),
+                                    plane.machine_of, plane.local_rank_of)
+                              : nullptr) {}
 
   // entries[i] is this rank's entry for response.tensors[i], or nullptr where this rank joined
   // instead of submitting (it then contributes zeros or no rows). Results go into the entries.
@@ -58,6 +64,7 @@ class CollectiveExecutor {
   std::unique_ptr<MachineReduce> machines_;  // before staged_, which uses it
   std::unique_ptr<StagedAllreduce> staged_;
   std::unique_ptr<StagedAlltoall> staged_alltoall_;
+  std::unique_ptr<StagedBroadcast> staged_broadcast_;
   FusionBuffer fusion_;
   std::vector<uint8_t> zeros_;
 };

@@ -27,6 +27,11 @@ struct DataPlane {
   // `cross`, over the first ranks); set on every rank.
   bool leader_based = false;
   int machines = 1;  // that the communicator spans
+  // On each machine's first rank: a transport over the machines' first ranks (null elsewhere
+  // and on one machine). Per rank of the communicator: its machine (its first rank's rank on
+  // `leaders`) and its local rank (Note [Staged broadcast]).
+  DataTransport* leaders = nullptr;
+  std::vector<int> machine_of, local_rank_of;
 
   // The allreduce algorithm, in words (config()'s allreduce_algorithm).
   std::string AllreduceAlgorithm() const {

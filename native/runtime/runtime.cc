@@ -113,6 +113,9 @@ Status OwnedDataPlane::Create(const MpiContext& mpi, const Config& config,
   plane->view.peers = plane->peers.get();
   if (plane->peers != nullptr) {
     for (auto& c : plane->cross) plane->view.cross.push_back(c.get());
+    if (plane->view.machines > 1 && t.local_rank == 0) plane->view.leaders = plane->cross[0].get();
+    plane->view.machine_of = t.machine_of;
+    plane->view.local_rank_of = t.local_rank_of;
   }
   if (t.rank == 0) SO_LOG(kInfo, who << "allreduce: " << plane->view.AllreduceAlgorithm());
   *out = std::move(plane);

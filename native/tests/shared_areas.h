@@ -5,10 +5,13 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "collectives/reduce_kernels.h"
+#include "transport/data_transport.h"
 #include "transport/peer_memory.h"
 
 namespace scaleout {
@@ -63,6 +66,96 @@ class SharedAreas {
   const size_t area_bytes_;
   const uint64_t fail_at_;
   std::vector<uint8_t> memory_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+};
+
+// The cross transports of one local rank on `machines` fake machines (threads): a barrier, and
+// each member's buffer read by the others in between (what the staged algorithms use).
+class CrossGroup {
+ public:
+  explicit CrossGroup(int machines) : machines_(machines), posted_(machines) {}
+
+  class Member : public DataTransport {
+   public:
+    Member(CrossGroup* group, int machine) : group_(group), machine_(machine) {}
+    int rank() const override { return machine_; }
+    int size() const override { return group_->machines_; }
+    Status Allreduce(const void* in, void* out, size_t count, DataType dtype,
+                     ReduceOp op) override {
+      const size_t bytes = count * DataTypeSize(dtype);
+      std::vector<uint8_t> acc(bytes);
+      group_->Post(machine_, in);
+      std::memcpy(acc.data(), group_->posted_[0], bytes);
+      for (int m = 1; m < size(); ++m) ReduceInto(acc.data(), group_->posted_[m], count, dtype, op);
+      group_->Barrier();  // everyone has read every input before any output is written
+      std::memcpy(out, acc.data(), bytes);
+      return Status::OK();
+    }
+    Status ReduceScatter(const void* in, void* out, const std::vector<size_t>& counts,
+                         DataType dtype, ReduceOp op) override {
+      const size_t esize = DataTypeSize(dtype);
+      size_t at = 0;
+      for (int m = 0; m < machine_; ++m) at += counts[m];
+      group_->Post(machine_, in);
+      const size_t bytes = counts[machine_] * esize;
+      std::memcpy(out, static_cast<const uint8_t*>(group_->posted_[0]) + at * esize, bytes);
+      for (int m = 1; m < size(); ++m) {
+        ReduceInto(out, static_cast<const uint8_t*>(group_->posted_[m]) + at * esize,
+                   counts[machine_], dtype, op);
+      }
+      group_->Barrier();
+      return Status::OK();
+    }
+    Status Allgatherv(const void* in, size_t, void* out,
+                      const std::vector<size_t>& recv_bytes) override {
+      group_->Post(machine_, in);
+      size_t at = 0;
+      for (int m = 0; m < size(); ++m) {
+        std::memcpy(static_cast<uint8_t*>(out) + at, group_->posted_[m], recv_bytes[m]);
+        at += recv_bytes[m];
+      }
+      group_->Barrier();
+      return Status::OK();
+    }
+    Status Broadcast(void* buf, size_t bytes, int root) override {
+      group_->Post(machine_, buf);
+      if (machine_ != root) std::memcpy(buf, group_->posted_[root], bytes);
+      group_->Barrier();
+      return Status::OK();
+    }
+    Status Alltoallv(const void*, const std::vector<size_t>&, void*,
+                     const std::vector<size_t>&) override {
+      return Status::Internal("not used");
+    }
+
+   private:
+    CrossGroup* group_;
+    int machine_;
+  };
+
+ private:
+  // Publishes this member's buffer and waits until every member has.
+  void Post(int machine, const void* buffer) {
+    posted_[machine] = buffer;
+    Barrier();
+  }
+  void Barrier() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t generation = generation_;
+    if (++arrived_ == machines_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return generation_ != generation; });
+    }
+  }
+
+  const int machines_;
+  std::vector<const void*> posted_;
   std::mutex mu_;
   std::condition_variable cv_;
   int arrived_ = 0;

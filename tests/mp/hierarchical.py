@@ -63,6 +63,17 @@ def every_op_and_dtype():
         digest.update(got.tobytes())
 
 
+def broadcasts():
+    """From every root, one element and many staging rounds' worth (Note [Staged broadcast])."""
+    for root in range(n):
+        for count in (1, 300_001):
+            got = so.broadcast(contribution(r, count, np.float64, "sum"), root,
+                               name=f"bcast.{root}.{count}")
+            if not np.array_equal(got, contribution(root, count, np.float64, "sum")):
+                failures.append(f"broadcast of {count} from rank {root}")
+            digest.update(got.tobytes())
+
+
 def big():
     """Only 4 allreduces of 16 MiB: the test counts the bytes crossing the link for the job."""
     for _ in range(4):
@@ -89,7 +100,11 @@ def on_a_process_set():
 
 
 digest_set = hashlib.sha256()
-big() if "--big" in sys.argv else every_op_and_dtype()
+if "--big" in sys.argv:
+    big()
+else:
+    every_op_and_dtype()
+    broadcasts()
 if n == 6 and "--big" not in sys.argv:
     on_a_process_set()
 set_digests = so.allgather_object(digest_set.hexdigest())

@@ -109,6 +109,16 @@ Status MpiContext::Create(bool has_comm, int64_t comm_fortran_handle, int data_c
   t.uniform = -layout[0] == layout[1];
   t.max_local_size = layout[1];
   t.machines = layout[2];
+  int where[2] = {t.cross_rank, t.local_rank};  // the machine: its first rank's cross rank
+  rc = MPI_Bcast(&where[0], 1, MPI_INT, 0, ctx->local_);
+  if (rc != MPI_SUCCESS) return MpiError("MPI_Bcast", rc);
+  std::vector<int> everyone(2 * static_cast<size_t>(t.size));
+  rc = MPI_Allgather(where, 2, MPI_INT, everyone.data(), 2, MPI_INT, ctx->control_);
+  if (rc != MPI_SUCCESS) return MpiError("MPI_Allgather", rc);
+  for (int q = 0; q < t.size; ++q) {
+    t.machine_of.push_back(everyone[2 * q]);
+    t.local_rank_of.push_back(everyone[2 * q + 1]);
+  }
   ctx->cross_data_.assign(data_channels, MPI_COMM_NULL);
   std::vector<std::pair<MPI_Comm, MPI_Comm*>> dups = {{ctx->local_, &ctx->local_data_}};
   for (MPI_Comm& c : ctx->cross_data_) dups.emplace_back(ctx->cross_, &c);

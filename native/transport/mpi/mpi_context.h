@@ -20,6 +20,9 @@ struct Topology {
   int machines = 1;         // machines the communicator spans (every rank knows the same)
   bool uniform = true;      // every machine has the same number of ranks
   int max_local_size = 1;   // ranks on the largest machine
+  // Per rank of the communicator: its machine (the cross rank of the machine's first rank)
+  // and its local rank there.
+  std::vector<int> machine_of, local_rank_of;
 };
 
 class MpiContext {
