@@ -5,6 +5,7 @@
 #define SCALEOUT_COLLECTIVES_DATA_PLANE_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "transport/data_transport.h"
@@ -33,7 +34,23 @@ struct DataPlane {
   DataTransport* leaders = nullptr;
   std::vector<int> machine_of, local_rank_of;
 
-  // The allreduce algorithm, in words (config()'s allreduce_algorithm).
+  // Each collective's algorithm, in words: (collective, algorithm), as config() shows them
+  // (<collective>_algorithm).
+  std::vector<std::pair<std::string, std::string>> Algorithms() const {
+    const bool staged = peers != nullptr;
+    std::string broadcast = !staged ? "mpi"
+                            : machines == 1
+                                ? "shared memory"
+                                : "hierarchical: shared memory inside each of " +
+                                      std::to_string(machines) +
+                                      " machines, one copy to each machine's first rank over mpi";
+    return {{"allreduce", AllreduceAlgorithm()},
+            {"broadcast", broadcast},
+            {"alltoall", staged && machines == 1 ? "shared memory" : "mpi"},
+            {"allgather", "mpi"},
+            {"reducescatter", "mpi"}};
+  }
+
   std::string AllreduceAlgorithm() const {
     if (peers == nullptr) return "mpi";
     if (machines == 1) return "shared memory";

@@ -350,7 +350,9 @@ std::string Config::ToString() const {
   line("SCALEOUT_SHM_AREA", shm_area_bytes);
   line("SCALEOUT_HIERARCHICAL_ALLREDUCE",
        hierarchical_allreduce < 0 ? std::string("auto") : std::to_string(hierarchical_allreduce));
-  s << "allreduce_algorithm=" << allreduce_algorithm << "\n";
+  for (const auto& [collective, algorithm] : algorithms) {
+    s << collective << "_algorithm=" << algorithm << "\n";
+  }
   line("SCALEOUT_EP_SERVERS", ep_servers);
   line("SCALEOUT_EP_CORES", cpus(ep_cores));
   line("SCALEOUT_THREAD_AFFINITY", cpus(thread_affinity));

@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -70,8 +71,9 @@ struct Config {
   // machine and over MPI between them (Note [Hierarchical allreduce]): -1 auto (whenever the
   // layout allows it), 1 on (a warning says why when the layout does not allow it), 0 off.
   int hierarchical_allreduce = -1;
-  // After init: the allreduce algorithm in use, in words (config()'s allreduce_algorithm).
-  std::string allreduce_algorithm = "not started";
+  // After init: each collective's algorithm in use, in words (config()'s
+  // <collective>_algorithm entries).
+  std::vector<std::pair<std::string, std::string>> algorithms;
   // SCALEOUT_EP_CORES: comma-separated CPUs to pin endpoint server i to (empty: no pinning).
   std::vector<int> ep_cores;
   // SCALEOUT_THREAD_AFFINITY: comma-separated CPUs, one per local rank: local rank i pins its

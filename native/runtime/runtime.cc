@@ -40,7 +40,7 @@ Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, int64_t epoch
   if (!s.ok()) return s;
   // What config() reports: the paths in use.
   rt->config_.shm = rt->plane_->view.peers != nullptr;
-  rt->config_.allreduce_algorithm = rt->plane_->view.AllreduceAlgorithm();
+  rt->config_.algorithms = rt->plane_->view.Algorithms();
   rt->coordinator_ = std::make_shared<Coordinator>(rt->config_, rt->channel_.get(),
                                                    rt->plane_->view, &rt->handles_, &rt->queue_,
                                                    liveness);
@@ -117,7 +117,11 @@ Status OwnedDataPlane::Create(const MpiContext& mpi, const Config& config,
     plane->view.machine_of = t.machine_of;
     plane->view.local_rank_of = t.local_rank_of;
   }
-  if (t.rank == 0) SO_LOG(kInfo, who << "allreduce: " << plane->view.AllreduceAlgorithm());
+  if (t.rank == 0) {
+    for (const auto& [collective, algorithm] : plane->view.Algorithms()) {
+      SO_LOG(kInfo, who << collective << ": " << algorithm);
+    }
+  }
   *out = std::move(plane);
   return Status::OK();
 }

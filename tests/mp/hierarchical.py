@@ -112,6 +112,7 @@ if len(set(d for q, d in enumerate(set_digests) if q in (0, 1, n // 2, n // 2 + 
     failures.append("the set's ranks got different bits")
 digests = so.allgather_object(digest.hexdigest())
 print("RESULT " + json.dumps({
-    "rank": r, "algorithm": so.config()["allreduce_algorithm"], "failures": failures,
+    "rank": r, "algorithm": so.config()["allreduce_algorithm"],
+    "broadcast": so.config()["broadcast_algorithm"], "failures": failures,
     "same_bits": len(set(digests)) == 1}), flush=True)
 so.shutdown()
