@@ -688,10 +688,12 @@ def grouped_reducescatter(tensors, device_dense: str = "", compression=Compressi
 
 
 @tf_errors
-def join() -> tf.Tensor:
-    """Marks this rank as out of data (its allreduces contribute zeros until every rank joined);
-    blocks until all ranks joined and returns the last rank to join, as an int32 scalar."""
-    return call(lambda: [np.asarray(_so.join(), np.int32)], [], [tf.int32],
+def join(process_set=global_process_set) -> tf.Tensor:
+    """Marks this rank as out of data (its allreduces contribute zeros until every rank of the
+    set joined); blocks until all joined and returns the (job's) rank that joined last, as an
+    int32 scalar."""
+    set_id(process_set, "join")
+    return call(lambda: [np.asarray(_so.join(process_set), np.int32)], [], [tf.int32],
                 [tf.TensorShape([])], "scaleout_join")[0]
 
 

@@ -390,10 +390,24 @@ def keras_on_disjoint_sets(r, n):
     so.barrier()
 
 
+def join_on_a_set(r, ps, label):
+    """The set's first rank runs out of data; the others reduce without it, then join."""
+    if r == ps.ranks[0]:
+        last = int(hvd.join(process_set=ps))
+    else:
+        got = hvd.allreduce(tf.constant([float(r + 1)]), op=hvd.Sum, name=f"join.{label}",
+                           process_set=ps)
+        check_close(got.numpy(), [sum(q + 1 for q in ps.ranks[1:])],
+                    f"{label}: a joined rank contributes zeros")
+        last = int(hvd.join(process_set=ps))
+    check(last in ps.ranks[1:], f"{label}: join returns the job's rank that joined last: {last}")
+
+
 def run():
     r, n = so.rank(), so.size()
     for test in (on_each_set(collectives), on_each_set(gradients), outside_the_set,
-                 query_ops, on_each_set(gradient_tape), keras_on_disjoint_sets):
+                 query_ops, on_each_set(gradient_tape), keras_on_disjoint_sets,
+                 on_each_set(join_on_a_set)):
         test(r, n)
 
 
