@@ -1,12 +1,16 @@
-"""What the benchmarks share: timing collectives the same way (Bench), formatting, and a free
-port. Imports MPI only when a Bench is used, so a launcher process (dlrm.py's parent, its DDP
-workers) can import this without starting MPI."""
+"""What the benchmarks share: timing collectives the same way (Bench), formatting, the native
+core's identity and a free port. Imports MPI only when a Bench is used, so a launcher process
+(dlrm.py's and multihost.py's parents, dlrm.py's DDP workers) can import this without starting
+MPI."""
 from __future__ import annotations
 
+import datetime
+import hashlib
+import os
 import socket
 from time import perf_counter as perf
 
-__all__ = ["Bench", "CheckFailed", "fmt_time", "free_port", "table"]
+__all__ = ["Bench", "CheckFailed", "core_info", "fmt_time", "free_port", "table"]
 
 
 class CheckFailed(Exception):
@@ -80,3 +84,19 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def core_info() -> str:
+    """The native core's build line, file and a short hash: the core may be rebuilt between
+    runs, so a table can be tied to the binary that produced it."""
+    try:
+        from scaleout import _core
+        info = _core.build_info()
+        path = info["library"]
+        with open(path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()[:12]
+        mtime = datetime.datetime.fromtimestamp(os.path.getmtime(path)).astimezone()
+        return (f"{info['build']}; {os.path.basename(path)} sha256:{digest} "
+                f"built {mtime.strftime('%Y-%m-%d %H:%M:%S %Z')}")
+    except Exception as e:  # informational only
+        return f"unavailable ({type(e).__name__}: {e})"

@@ -56,7 +56,7 @@ import numpy as np
 from mpi4py import MPI
 
 import scaleout as so
-from _common import Bench, CheckFailed, fmt_time, table
+from _common import Bench, CheckFailed, core_info, fmt_time, table
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -230,23 +230,6 @@ def header(args, n: int, affinity: str) -> list:
         "busbw = bytes*2(n-1)/n/time in GB/s",
     ]
     return lines
-
-
-def core_info() -> str:
-    """The native core's build line, file and a short hash: the core may be rebuilt between
-    runs, so a table can be tied to the binary that produced it."""
-    try:
-        import hashlib
-        from scaleout import _core
-        info = _core.build_info()
-        path = info["library"]
-        with open(path, "rb") as f:
-            digest = hashlib.sha256(f.read()).hexdigest()[:12]
-        mtime = datetime.datetime.fromtimestamp(os.path.getmtime(path)).astimezone()
-        return (f"{info['build']}; {os.path.basename(path)} sha256:{digest} "
-                f"built {mtime.strftime('%Y-%m-%d %H:%M:%S %Z')}")
-    except Exception as e:  # informational only
-        return f"unavailable ({type(e).__name__}: {e})"
 
 
 def thread_level_name() -> str:

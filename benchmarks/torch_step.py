@@ -86,8 +86,9 @@ def start_gloo():
     dist.init_process_group("gloo", rank=hvd.rank(), world_size=hvd.size())
 
 
-def make_steppers(model_cls, batch):
-    """One step function per mode, each over its own copy of the same model."""
+def make_steppers(model_cls, batch, modes=tuple(MODES)):
+    """One step function per mode in `modes`, each over its own copy of the same model (DDP
+    needs the gloo process group started)."""
     torch.manual_seed(0)
     x = torch.randn(batch, 1, 28, 28)
     y = torch.randint(0, 10, (batch,))
@@ -101,20 +102,23 @@ def make_steppers(model_cls, batch):
             opt.step()
         return step
 
-    m = model_cls()
-    m.load_state_dict(base.state_dict())
-    steppers["no comm"] = stepper(m, torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9))
+    def copy():
+        m = model_cls()
+        m.load_state_dict(base.state_dict())
+        return m
 
-    m = model_cls()
-    m.load_state_dict(base.state_dict())
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9),
-                                   named_parameters=m.named_parameters())
-    steppers["scaleout"] = stepper(m, opt)
-
-    m = model_cls()
-    m.load_state_dict(base.state_dict())
-    ddp = nn.parallel.DistributedDataParallel(m)
-    steppers["DDP gloo"] = stepper(ddp, torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9))
+    if "no comm" in modes:
+        m = copy()
+        steppers["no comm"] = stepper(m, torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9))
+    if "scaleout" in modes:
+        m = copy()
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9),
+                                       named_parameters=m.named_parameters())
+        steppers["scaleout"] = stepper(m, opt)
+    if "DDP gloo" in modes:
+        ddp = nn.parallel.DistributedDataParallel(copy())
+        steppers["DDP gloo"] = stepper(ddp, torch.optim.SGD(ddp.parameters(), lr=0.01,
+                                                            momentum=0.9))
     grad_bytes = sum(p.numel() * p.element_size() for p in base.parameters())
     return steppers, grad_bytes
 

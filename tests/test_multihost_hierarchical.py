@@ -1,15 +1,15 @@
 """Hierarchical allreduce across two network-namespace hosts (Note [Hierarchical allreduce]):
 every op and dtype at 2 x 2, 2 x 3 and 2 + 1 ranks (the uneven layout stays flat and says so),
 the same bits on every rank, and the bytes that cross the link: each rank sends only its slice.
-The hosts are test_multihost.py's."""
+The hosts are tests/_hosts.py's, made once per module by test_multihost.py's fixture."""
 import json
 import re
 import sys
 
 import pytest
 
-from test_multihost import (INTERFACE, JOB_ENV, MP, SSH_PORT, hosts,  # noqa: F401 (fixture)
-                            received_bytes)
+from _hosts import INTERFACE, SSH_PORT
+from test_multihost import JOB_ENV, MP, hosts, received_bytes  # noqa: F401 (hosts: a fixture)
 
 PROGRAM = MP / "hierarchical.py"
 
