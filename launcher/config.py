@@ -252,6 +252,13 @@ OPTIONS: tuple[Option, ...] = (
            "--no-hierarchical-allreduce: flat MPI)",
            off_flags=("--no-hierarchical-allreduce",), env_parse=_auto_or_boolean,
            config_key="params.hierarchical_allreduce"),
+    Option(("--hierarchical-allgather",), "hierarchical_allgather",
+           "SCALEOUT_HIERARCHICAL_ALLGATHER",
+           "across machines, gather inside each machine and send each machine's part once to "
+           "each other machine (the default whenever a machine has more than one rank; "
+           "--no-hierarchical-allgather: flat MPI)",
+           off_flags=("--no-hierarchical-allgather",), env_parse=_auto_or_boolean,
+           config_key="params.hierarchical_allgather"),
     Option(("--timeline-filename", "--timeline"), "timeline", "SCALEOUT_TIMELINE",
            "write a Chrome trace of the collectives to FILE", _text, metavar="FILE",
            config_key="timeline.filename"),
@@ -286,8 +293,6 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--disable-cache",), None, "SCALEOUTRUN_DISABLE_CACHE",
            "horovodrun's: redo the start-up checks rather than trust an hour-old result; "
            "scaleoutrun never caches them (the response cache is --cache-capacity 0)"),
-    Option(("--no-hierarchical-allgather",), None, "SCALEOUTRUN_NO_HIERARCHICAL_ALLGATHER",
-           "horovodrun's: no hierarchical allgather, as here (there is none yet)"),
     Option(("--no-autotune",), None, "SCALEOUTRUN_NO_AUTOTUNE",
            "horovodrun's: no autotuning, as here (there is none yet)"),
     Option(("--no-mpi-threads-disable",), None, "SCALEOUTRUN_NO_MPI_THREADS_DISABLE",
@@ -321,9 +326,6 @@ HOROVOD_ONLY: tuple[Refusal, ...] = (
     Refusal(("--gloo-timeout-seconds",), _NO_GLOO),
     Refusal(("--jsrun",), "scaleoutrun does not start ranks through LSF's jsrun: inside an LSF "
                           "allocation give its hosts with -H or --hostfile"),
-    Refusal(("--hierarchical-allgather",),
-            "hierarchical allgather is not available in scaleout yet (hierarchical allreduce "
-            "is: --hierarchical-allreduce, the default across machines)"),
     Refusal(("--autotune", "--autotune-log-file", "--autotune-warmup-samples",
              "--autotune-steps-per-sample", "--autotune-bayes-opt-max-samples",
              "--autotune-gaussian-process-noise"), _AUTOTUNE),
@@ -375,6 +377,7 @@ class LaunchConfig:
     stall_shutdown_seconds: Optional[float] = None
     stall_check_disable: Optional[bool] = None
     hierarchical_allreduce: Optional[bool] = None
+    hierarchical_allgather: Optional[bool] = None
     timeline: Optional[str] = None
     timeline_mark_cycles: Optional[bool] = None
     log_level: Optional[str] = None
@@ -578,6 +581,7 @@ def tuning_environment(config: LaunchConfig) -> dict[str, str]:
         "SCALEOUT_STALL_SHUTDOWN_TIME_SECONDS": config.stall_shutdown_seconds,
         "SCALEOUT_STALL_CHECK_DISABLE": config.stall_check_disable,
         "SCALEOUT_HIERARCHICAL_ALLREDUCE": config.hierarchical_allreduce,
+        "SCALEOUT_HIERARCHICAL_ALLGATHER": config.hierarchical_allgather,
         "SCALEOUT_TIMELINE": config.timeline,
         # As horovodrun: cycle marks only mean something in a timeline.
         "SCALEOUT_TIMELINE_MARK_CYCLES": config.timeline_mark_cycles if config.timeline else None,

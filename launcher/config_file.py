@@ -75,8 +75,6 @@ def _stall_check_enabled(value: object) -> dict[str, object]:
 
 FILE_ONLY_KEYS: dict[str, Setter] = {
     "controller": _controller,
-    "params.hierarchical_allgather": _only_off("hierarchical allgather is not available in "
-                                               "scaleout yet"),
     "autotune.enabled": _only_off("autotuning is not available in scaleout yet"),
     "autotune.log_file": _ignored,
     "autotune.warmup_samples": _ignored,

@@ -11,7 +11,8 @@ from conftest import run_mpi
 
 TWINS = ["FUSION_THRESHOLD", "CYCLE_TIME", "CACHE_CAPACITY", "TIMELINE", "TIMELINE_MARK_CYCLES",
          "STALL_CHECK_TIME_SECONDS", "STALL_CHECK_DISABLE", "STALL_SHUTDOWN_TIME_SECONDS",
-         "LOG_LEVEL", "THREAD_AFFINITY", "DYNAMIC_PROCESS_SETS", "HIERARCHICAL_ALLREDUCE"]
+         "LOG_LEVEL", "THREAD_AFFINITY", "DYNAMIC_PROCESS_SETS", "HIERARCHICAL_ALLREDUCE",
+         "HIERARCHICAL_ALLGATHER"]
 
 
 def _run(tmp_path, nranks: int, env: dict, check: bool = True):
@@ -72,7 +73,7 @@ def test_scaleout_variable_wins_and_the_loser_is_named(tmp_path):
 
 
 def test_horovod_variables_without_effect_are_named_once_on_rank_0(tmp_path, nranks):
-    env = {"HOROVOD_HIERARCHICAL_ALLGATHER": "1", "HOROVOD_AUTOTUNE": "1",
+    env = {"HOROVOD_CONTROLLER": "gloo", "HOROVOD_AUTOTUNE": "1",
            "HOROVOD_GPU_OPERATIONS": "NCCL", "HOROVOD_NO_SUCH_KNOB": "1"}
     proc, _ = _run(tmp_path, nranks, env)
     assert proc.stdout.count("all checks passed") == nranks

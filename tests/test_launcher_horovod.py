@@ -102,7 +102,7 @@ def test_refused_flags_are_named_with_what_to_do(flag):
 
 
 @pytest.mark.parametrize("flag, expected", [
-    ("--gloo", "Gloo"), ("--hierarchical-allgather", "not available in scaleout yet"),
+    ("--gloo", "Gloo"),
     ("--autotune", "--fusion-threshold-mb"), ("--min-np", "elastic"),
     ("--slots", "elastic"), ("--num-nccl-streams", "GPU"), ("--binding-args", "--bind-to"),
     ("--thread-affinity", "--ep-affinity"), ("--mpi-threads-disable", "MPI_THREAD_MULTIPLE"),
@@ -189,24 +189,26 @@ def test_bad_log_levels_and_the_variable():
 
 def test_flags_that_change_nothing():
     quiet = parse("-np", "2", "python")
-    noisy = parse("-np", "2", "--disable-cache", "--mpi",
-                  "--no-hierarchical-allgather", "--no-autotune", "--no-mpi-threads-disable",
+    noisy = parse("-np", "2", "--disable-cache", "--mpi", "--no-autotune",
+                  "--no-mpi-threads-disable",
                   "--log-without-timestamp", "--log-hide-timestamp", "python")
     assert quiet == noisy
     # --disable-cache is horovodrun's start-up check cache, not the core's response cache.
     assert "SCALEOUT_CACHE_CAPACITY" not in tuning_environment(noisy)
 
 
-def test_hierarchical_allreduce_flags_and_variable():
-    assert "SCALEOUT_HIERARCHICAL_ALLREDUCE" not in tuning_environment(parse("python"))
-    on = parse("--hierarchical-allreduce", "python")
-    off = parse("--no-hierarchical-allreduce", "python")
-    assert tuning_environment(on)["SCALEOUT_HIERARCHICAL_ALLREDUCE"] == "1"
-    assert tuning_environment(off)["SCALEOUT_HIERARCHICAL_ALLREDUCE"] == "0"
-    assert parse("python", SCALEOUT_HIERARCHICAL_ALLREDUCE="auto").hierarchical_allreduce is None
-    assert parse("python", SCALEOUT_HIERARCHICAL_ALLREDUCE="0").hierarchical_allreduce is False
-    with pytest.raises(UsageError, match="SCALEOUT_HIERARCHICAL_ALLREDUCE"):
-        parse("python", SCALEOUT_HIERARCHICAL_ALLREDUCE="sometimes")
+@pytest.mark.parametrize("what", ["allreduce", "allgather"])
+def test_hierarchical_flags_and_variables(what):
+    var, field = f"SCALEOUT_HIERARCHICAL_{what.upper()}", f"hierarchical_{what}"
+    assert var not in tuning_environment(parse("python"))
+    on = parse(f"--hierarchical-{what}", "python")
+    off = parse(f"--no-hierarchical-{what}", "python")
+    assert tuning_environment(on)[var] == "1"
+    assert tuning_environment(off)[var] == "0"
+    assert getattr(parse("python", **{var: "auto"}), field) is None
+    assert getattr(parse("python", **{var: "0"}), field) is False
+    with pytest.raises(UsageError, match=var):
+        parse("python", **{var: "sometimes"})
 
 
 def test_mpi_args_are_split_like_a_shell():
@@ -331,6 +333,7 @@ def test_config_file_in_horovods_layout():
         "SCALEOUT_CACHE_CAPACITY": "2048", "SCALEOUT_STALL_CHECK_TIME_SECONDS": "120",
         "SCALEOUT_STALL_SHUTDOWN_TIME_SECONDS": "240", "SCALEOUT_STALL_CHECK_DISABLE": "0",
         "SCALEOUT_HIERARCHICAL_ALLREDUCE": "0",   # the file says false: as Horovod, flat
+        "SCALEOUT_HIERARCHICAL_ALLGATHER": "0",
         "SCALEOUT_TIMELINE": "horovod_timeline.json", "SCALEOUT_TIMELINE_MARK_CYCLES": "1",
         "SCALEOUT_LOG_LEVEL": "INFO"}
 
@@ -366,7 +369,6 @@ def test_config_file_named_by_its_variable(tmp_path):
     ("logging:\n  level: LOUD\n", "logging.level"),
     ("controller: gloo\n", "controller"),
     ("controller: nccl\n", "controller"),
-    ("params:\n  hierarchical_allgather: true\n", "params.hierarchical_allgather"),
     ("autotune:\n  enabled: true\n", "autotune.enabled"),
     ("library_options:\n  num_nccl_streams: 2\n", "library_options.num_nccl_streams"),
     ("library_options:\n  mpi_threads_disable: true\n", "library_options.mpi_threads_disable"),

@@ -47,6 +47,7 @@ def test_every_op_and_dtype_across_machines(hosts, slots, algorithm, area):
     for rank, got in found.items():
         assert got["algorithm"].startswith(algorithm), (rank, got)
         assert got["broadcast"].startswith("hierarchical: shared memory inside each of 2"), got
+        assert got["allgather"].startswith("hierarchical: gathered inside each of 2"), got
         assert got["failures"] == [], (rank, got)
         assert got["same_bits"], (rank, got)
 

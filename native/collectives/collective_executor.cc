@@ -213,10 +213,10 @@ Status CollectiveExecutor::Allgather(const Response& r, const std::vector<Tensor
     TensorEntry* e = entries[0];
     if (e == nullptr) {  // joined: contributes no rows, discards the result
       zeros_.resize(total);
-      return transports_[0]->Allgatherv(nullptr, 0, zeros_.data(), recv_bytes);
+      return Allgatherv(nullptr, 0, zeros_.data(), recv_bytes);
     }
     prepare_result(0, e);
-    return transports_[0]->Allgatherv(e->input, send_bytes, e->result.data(), recv_bytes);
+    return Allgatherv(e->input, send_bytes, e->result.data(), recv_bytes);
   }
   // Fused: pack this rank's tensors back to back; rank k's block holds its tensors in order.
   uint8_t* send = fusion_.Get(send_bytes, 0);
@@ -227,7 +227,7 @@ Status CollectiveExecutor::Allgather(const Response& r, const std::vector<Tensor
     off += bytes;
   }
   uint8_t* recv = fusion_.Get(total, 1);
-  Status s = transports_[0]->Allgatherv(send, send_bytes, recv, recv_bytes);
+  Status s = Allgatherv(send, send_bytes, recv, recv_bytes);
   if (!s.ok()) return s;
   std::vector<size_t> result_off(nt, 0);
   for (size_t t = 0; t < nt; ++t) {
@@ -247,6 +247,14 @@ Status CollectiveExecutor::Allgather(const Response& r, const std::vector<Tensor
     block += recv_bytes[k];
   }
   return Status::OK();
+}
+
+Status CollectiveExecutor::Allgatherv(const void* in, size_t in_bytes, void* out,
+                                      const std::vector<size_t>& recv_bytes) {
+  if (hierarchical_allgather_ != nullptr) {
+    return hierarchical_allgather_->Run(in, in_bytes, out, recv_bytes);
+  }
+  return transports_[0]->Allgatherv(in, in_bytes, out, recv_bytes);
 }
 
 Status CollectiveExecutor::Broadcast(const Response& r, TensorEntry* e) {

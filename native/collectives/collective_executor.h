@@ -12,6 +12,7 @@
 
 #include "collectives/data_plane.h"
 #include "collectives/endpoint_pool.h"
+#include "collectives/hierarchical_allgather.h"
 #include "collectives/machine_reduce.h"
 #include "collectives/staged_allreduce.h"
 #include "collectives/staged_alltoall.h"
@@ -41,7 +42,13 @@ class CollectiveExecutor {
                               ? std::make_unique<StagedBroadcast>(
                                     plane.peers, plane.leaders, plane.transports[0]->rank(),
                                     plane.machine_of, plane.local_rank_of)
-                              : nullptr) {}
+                              : nullptr),
+        hierarchical_allgather_(plane.hierarchical_allgather
+                                    ? std::make_unique<HierarchicalAllgather>(
+                                          plane.local, plane.leaders,
+                                          plane.transports[0]->rank(), plane.machine_of,
+                                          plane.local_rank_of)
+                                    : nullptr) {}
 
   // entries[i] is this rank's entry for response.tensors[i], or nullptr where this rank joined
   // instead of submitting (it then contributes zeros or no rows). Results go into the entries.
@@ -65,6 +72,11 @@ class CollectiveExecutor {
   std::unique_ptr<StagedAllreduce> staged_;
   std::unique_ptr<StagedAlltoall> staged_alltoall_;
   std::unique_ptr<StagedBroadcast> staged_broadcast_;
+  std::unique_ptr<HierarchicalAllgather> hierarchical_allgather_;
+
+  // Allgatherv over the whole communicator, hierarchical across machines when it can be.
+  Status Allgatherv(const void* in, size_t in_bytes, void* out,
+                    const std::vector<size_t>& recv_bytes);
   FusionBuffer fusion_;
   std::vector<uint8_t> zeros_;
 };

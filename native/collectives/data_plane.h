@@ -33,6 +33,10 @@ struct DataPlane {
   // `leaders`) and its local rank (Note [Staged broadcast]).
   DataTransport* leaders = nullptr;
   std::vector<int> machine_of, local_rank_of;
+  // Allgathers across machines gather inside each machine over `local` (this machine's ranks)
+  // and cross through `leaders` (Note [Hierarchical allgather]).
+  DataTransport* local = nullptr;
+  bool hierarchical_allgather = false;
 
   // Each collective's algorithm, in words: (collective, algorithm), as config() shows them
   // (<collective>_algorithm).
@@ -47,7 +51,12 @@ struct DataPlane {
     return {{"allreduce", AllreduceAlgorithm()},
             {"broadcast", broadcast},
             {"alltoall", staged && machines == 1 ? "shared memory" : "mpi"},
-            {"allgather", "mpi"},
+            {"allgather",
+             hierarchical_allgather
+                 ? "hierarchical: gathered inside each of " + std::to_string(machines) +
+                       " machines, each machine's part sent once to each other machine's "
+                       "first rank over mpi"
+                 : "mpi"},
             {"reducescatter", "mpi"}};
   }
 

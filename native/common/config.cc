@@ -18,6 +18,7 @@ const char* const kTwins[] = {
     "FUSION_THRESHOLD", "CYCLE_TIME", "CACHE_CAPACITY", "TIMELINE", "TIMELINE_MARK_CYCLES",
     "STALL_CHECK_TIME_SECONDS", "STALL_CHECK_DISABLE", "STALL_SHUTDOWN_TIME_SECONDS",
     "LOG_LEVEL", "THREAD_AFFINITY", "DYNAMIC_PROCESS_SETS", "HIERARCHICAL_ALLREDUCE",
+    "HIERARCHICAL_ALLGATHER",
 };
 
 // Horovod 0.28.1's run-time variables that scaleout does not implement, and what they control
@@ -27,7 +28,6 @@ struct Unimplemented {
   const char* what;
 };
 const Unimplemented kUnimplemented[] = {
-    {"HOROVOD_HIERARCHICAL_ALLGATHER", "hierarchical allgather"},
     {"HOROVOD_AUTOTUNE", "autotuning"},
     {"HOROVOD_AUTOTUNE_LOG", "autotuning"},
     {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "autotuning"},
@@ -259,6 +259,7 @@ Status Config::Parse(const std::function<const char*(const char*)>& getenv,
                    read.Flag("TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles),
                    read.Flag("SHM", &c.shm),
                    read.AutoFlag("HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce),
+                   read.AutoFlag("HIERARCHICAL_ALLGATHER", &c.hierarchical_allgather),
                    read.Number("SHM_AREA", 4096, &area),
                    read.Number("EP_SERVERS", 0, &servers),
                    read.CpuList("EP_CORES", &c.ep_cores),
@@ -348,8 +349,9 @@ std::string Config::ToString() const {
   line("SCALEOUT_TIMELINE_MARK_CYCLES", timeline_mark_cycles ? 1 : 0);
   line("SCALEOUT_SHM", shm ? 1 : 0);
   line("SCALEOUT_SHM_AREA", shm_area_bytes);
-  line("SCALEOUT_HIERARCHICAL_ALLREDUCE",
-       hierarchical_allreduce < 0 ? std::string("auto") : std::to_string(hierarchical_allreduce));
+  auto automatic = [](int v) { return v < 0 ? std::string("auto") : std::to_string(v); };
+  line("SCALEOUT_HIERARCHICAL_ALLREDUCE", automatic(hierarchical_allreduce));
+  line("SCALEOUT_HIERARCHICAL_ALLGATHER", automatic(hierarchical_allgather));
   for (const auto& [collective, algorithm] : algorithms) {
     s << collective << "_algorithm=" << algorithm << "\n";
   }

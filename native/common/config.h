@@ -71,6 +71,9 @@ struct Config {
   // machine and over MPI between them (Note [Hierarchical allreduce]): -1 auto (whenever the
   // layout allows it), 1 on (a warning says why when the layout does not allow it), 0 off.
   int hierarchical_allreduce = -1;
+  // SCALEOUT_HIERARCHICAL_ALLGATHER: across machines, gather inside each machine and send each
+  // machine's part once to each other machine (Note [Hierarchical allgather]); as above.
+  int hierarchical_allgather = -1;
   // After init: each collective's algorithm in use, in words (config()'s
   // <collective>_algorithm entries).
   std::vector<std::pair<std::string, std::string>> algorithms;

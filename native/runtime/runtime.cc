@@ -77,20 +77,31 @@ Status OwnedDataPlane::Create(const MpiContext& mpi, const Config& config,
     SO_LOG(kWarning, who << "SCALEOUT_HIERARCHICAL_ALLREDUCE=1, but " << flat_why
                          << ": allreduces are not hierarchical");
   }
+  if (config.hierarchical_allgather == 1 && !machines && t.rank == 0) {
+    SO_LOG(kWarning, who << "SCALEOUT_HIERARCHICAL_ALLGATHER=1, but "
+                         << (t.machines == 1 ? "every rank is on one machine" : "one rank per machine")
+                         << ": allgathers are not hierarchical");
+  }
+  const bool hierarchical_allreduce = flat_why.empty() && config.hierarchical_allreduce != 0;
+  const bool hierarchical_allgather = machines && config.hierarchical_allgather != 0;
+  if (hierarchical_allreduce || hierarchical_allgather) {
+    plane->local = transport(mpi.local_data_comm());
+    plane->view.machines = t.machines;
+  }
+  // The first ranks' cross communicators link the machines' first ranks; with machines of the
+  // same size every rank's links its local rank (Note [Hierarchical allreduce]).
+  if ((hierarchical_allreduce && t.uniform) || t.local_rank == 0) {
+    const int channels = hierarchical_allreduce ? mpi.data_channels() : 1;
+    for (int i = 0; i < channels && (hierarchical_allreduce || hierarchical_allgather); ++i) {
+      plane->cross.push_back(transport(mpi.cross_data_comm(i)));
+    }
+  }
   DataTransport* bootstrap = nullptr;
   if (config.shm && one_machine) {
     bootstrap = plane->transports[0].get();
-  } else if (flat_why.empty() && config.hierarchical_allreduce != 0) {
-    plane->local = transport(mpi.local_data_comm());
-    // Machines of different sizes: only the first ranks cross (their cross communicators
-    // link the machines' first ranks).
+  } else if (hierarchical_allreduce) {
+    // Machines of different sizes: only the first ranks cross.
     plane->view.leader_based = !t.uniform;
-    if (t.uniform || t.local_rank == 0) {
-      for (int i = 0; i < mpi.data_channels(); ++i) {
-        plane->cross.push_back(transport(mpi.cross_data_comm(i)));
-      }
-    }
-    plane->view.machines = t.machines;
     bootstrap = plane->local.get();
   }
   if (bootstrap != nullptr) {
@@ -106,17 +117,21 @@ Status OwnedDataPlane::Create(const MpiContext& mpi, const Config& config,
     if (!s.ok()) return s;
     if (!everywhere) {
       plane->peers.reset();
-      plane->view.machines = 1;
       plane->view.leader_based = false;
     }
   }
   plane->view.peers = plane->peers.get();
-  if (plane->peers != nullptr) {
+  if (plane->peers != nullptr && hierarchical_allreduce) {
     for (auto& c : plane->cross) plane->view.cross.push_back(c.get());
-    if (plane->view.machines > 1 && t.local_rank == 0) plane->view.leaders = plane->cross[0].get();
-    plane->view.machine_of = t.machine_of;
-    plane->view.local_rank_of = t.local_rank_of;
   }
+  if (!plane->cross.empty() && t.local_rank == 0 && t.machines > 1) {
+    plane->view.leaders = plane->cross[0].get();
+  }
+  plane->view.machine_of = t.machine_of;
+  plane->view.local_rank_of = t.local_rank_of;
+  plane->view.local = plane->local.get();
+  plane->view.hierarchical_allgather = hierarchical_allgather;
+  if (plane->peers == nullptr && !hierarchical_allgather) plane->view.machines = 1;
   if (t.rank == 0) {
     for (const auto& [collective, algorithm] : plane->view.Algorithms()) {
       SO_LOG(kInfo, who << collective << ": " << algorithm);

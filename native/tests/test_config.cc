@@ -121,7 +121,7 @@ SO_TEST(ConfigLogLevelNamesAndNumbers) {
 }
 
 SO_TEST(ConfigNotesEveryHorovodVariableWithoutEffect) {
-  FakeEnv env{{{"HOROVOD_HIERARCHICAL_ALLGATHER", "1"},
+  FakeEnv env{{{"HOROVOD_CONTROLLER", "gloo"},
                {"HOROVOD_AUTOTUNE", "1"},
                {"HOROVOD_GPU_OPERATIONS", "NCCL"},
                {"HOROVOD_WITH_PYTORCH", "1"},
@@ -130,7 +130,7 @@ SO_TEST(ConfigNotesEveryHorovodVariableWithoutEffect) {
   Config c;
   ASSERT_TRUE(env.Parse(&c).ok());
   EXPECT_EQ(c.notes.size(), 5);
-  EXPECT_TRUE(HasNoteWith(c, "HOROVOD_HIERARCHICAL_ALLGATHER is set but has no effect"));
+  EXPECT_TRUE(HasNoteWith(c, "HOROVOD_CONTROLLER is set but has no effect"));
   EXPECT_TRUE(HasNoteWith(c, "HOROVOD_AUTOTUNE is set but has no effect"));
   EXPECT_TRUE(HasNoteWith(c, "HOROVOD_GPU_OPERATIONS is set but has no effect"));
   EXPECT_TRUE(HasNoteWith(c, "HOROVOD_WITH_PYTORCH is set but has no effect: it configures Horovod's build"));
@@ -142,8 +142,10 @@ SO_TEST(ConfigHierarchicalAllreduceIsAutoOneOrZeroWithItsHorovodTwin) {
   Config c;
   ASSERT_TRUE((FakeEnv{{}}).Parse(&c).ok());
   EXPECT_EQ(c.hierarchical_allreduce, -1);
-  ASSERT_TRUE((FakeEnv{{{"HOROVOD_HIERARCHICAL_ALLREDUCE", "0"}}}).Parse(&c).ok());
+  ASSERT_TRUE((FakeEnv{{{"HOROVOD_HIERARCHICAL_ALLREDUCE", "0"},
+                        {"HOROVOD_HIERARCHICAL_ALLGATHER", "1"}}}).Parse(&c).ok());
   EXPECT_EQ(c.hierarchical_allreduce, 0);
+  EXPECT_EQ(c.hierarchical_allgather, 1);
   EXPECT_TRUE(c.notes.empty());
   ASSERT_TRUE((FakeEnv{{{"HOROVOD_HIERARCHICAL_ALLREDUCE", "0"},
                         {"SCALEOUT_HIERARCHICAL_ALLREDUCE", "1"}}}).Parse(&c).ok());

@@ -74,6 +74,26 @@ def broadcasts():
             digest.update(got.tobytes())
 
 
+def allgathers():
+    """Rows of different counts per rank (some none), alone and fused (Note [Hierarchical
+    allgather])."""
+    for rows in (lambda q: q + 1, lambda q: (q % 3) * 5000):
+        mine = np.full((rows(r), 3), r, np.int64)
+        got = so.allgather(mine, name=f"gather.{rows(1)}")
+        want = np.concatenate([np.full((rows(q), 3), q, np.int64) for q in range(n)])
+        if not np.array_equal(got, want):
+            failures.append(f"allgather of {rows(1)}-style rows")
+        digest.update(got.tobytes())
+    handles = [so.allgather_async(np.full((r + k, 2), float(k), np.float32), name=f"fg.{k}")
+               for k in range(6)]
+    for k, h in enumerate(handles):
+        got = so.synchronize(h)
+        if got.shape != (sum(q + k for q in range(n)), 2) or not np.all(got == k):
+            failures.append(f"fused allgather {k}")
+    if so.allgather_object({"rank": r}) != [{"rank": q} for q in range(n)]:
+        failures.append("allgather_object")
+
+
 def big():
     """Only 4 allreduces of 16 MiB: the test counts the bytes crossing the link for the job."""
     for _ in range(4):
@@ -105,6 +125,7 @@ if "--big" in sys.argv:
 else:
     every_op_and_dtype()
     broadcasts()
+    allgathers()
 if n == 6 and "--big" not in sys.argv:
     on_a_process_set()
 set_digests = so.allgather_object(digest_set.hexdigest())
@@ -113,6 +134,7 @@ if len(set(d for q, d in enumerate(set_digests) if q in (0, 1, n // 2, n // 2 + 
 digests = so.allgather_object(digest.hexdigest())
 print("RESULT " + json.dumps({
     "rank": r, "algorithm": so.config()["allreduce_algorithm"],
-    "broadcast": so.config()["broadcast_algorithm"], "failures": failures,
+    "broadcast": so.config()["broadcast_algorithm"],
+    "allgather": so.config()["allgather_algorithm"], "failures": failures,
     "same_bits": len(set(digests)) == 1}), flush=True)
 so.shutdown()
