@@ -35,31 +35,14 @@ double PostFactor(const Response& r, int size) {
 
 }  // namespace
 
-// Below this many bytes per server a split costs more in thread hand-offs than it gains.
-constexpr size_t kMinSplitBytesPerServer = size_t(256) << 10;
-
 Status CollectiveExecutor::ReduceSplit(const void* in, void* out, size_t count, DataType dtype,
                                        ReduceOp op) {
   const size_t esize = DataTypeSize(dtype);
-  const size_t k = transports_.size();
-  if (k == 1 || count * esize < k * kMinSplitBytesPerServer) {
-    return transports_[0]->Allreduce(in, out, count, dtype, op);
-  }
-  // Contiguous parts, whole 64-byte lines each; the last takes the remainder.
-  const size_t per_line = 64 / esize > 0 ? 64 / esize : 1;
-  const size_t part = (count / k + per_line - 1) / per_line * per_line;
-  std::vector<Status> results(k);
-  endpoints_->Run([&](int i) {
-    const size_t begin = std::min(count, part * i);
-    const size_t end = i + 1 == static_cast<int>(k) ? count : std::min(count, part * (i + 1));
+  return endpoints_->RunSplit(count, esize, [&](int i, size_t begin, size_t end) {
     const char* src = static_cast<const char*>(in) + begin * esize;
     char* dst = static_cast<char*>(out) + begin * esize;
-    results[i] = transports_[i]->Allreduce(in == out ? dst : src, dst, end - begin, dtype, op);
+    return transports_[i]->Allreduce(in == out ? dst : src, dst, end - begin, dtype, op);
   });
-  for (const Status& s : results) {
-    if (!s.ok()) return s;
-  }
-  return Status::OK();
 }
 
 Status CollectiveExecutor::Execute(const Response& r, const std::vector<TensorEntry*>& entries) {

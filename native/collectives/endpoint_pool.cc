@@ -3,9 +3,16 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
+
 #include "common/logging.h"
 
 namespace scaleout {
+
+namespace {
+// Below this many bytes per server a split costs more in thread hand-offs than it gains.
+constexpr size_t kMinSplitBytesPerServer = size_t(256) << 10;
+}  // namespace
 
 bool PinCurrentThread(int cpu) {
   cpu_set_t set;
@@ -31,6 +38,24 @@ void EndpointPool::PinServerZero() const {
   if (!cores_.empty() && !PinCurrentThread(cores_[0])) {
     SO_LOG(kWarning, "could not pin endpoint server 0 to CPU " << cores_[0]);
   }
+}
+
+Status EndpointPool::RunSplit(size_t count, size_t esize,
+                              const std::function<Status(int, size_t, size_t)>& part) {
+  const size_t k = static_cast<size_t>(k_);
+  if (k == 1 || count * esize < k * kMinSplitBytesPerServer) return part(0, 0, count);
+  const size_t per_line = 64 / esize > 0 ? 64 / esize : 1;
+  const size_t share = (count / k + per_line - 1) / per_line * per_line;
+  std::vector<Status> results(k);
+  Run([&](int i) {
+    const size_t begin = std::min(count, share * i);
+    const size_t end = i + 1 == k_ ? count : std::min(count, share * (i + 1));
+    results[i] = part(i, begin, end);
+  });
+  for (const Status& s : results) {
+    if (!s.ok()) return s;
+  }
+  return Status::OK();
 }
 
 void EndpointPool::Run(const std::function<void(int)>& task) {

@@ -11,10 +11,13 @@
 #define SCALEOUT_COLLECTIVES_ENDPOINT_POOL_H_
 
 #include <condition_variable>
+#include <cstddef>
 #include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "common/status.h"
 
 namespace scaleout {
 
@@ -31,6 +34,12 @@ class EndpointPool {
   void PinServerZero() const;
   // Runs task(i) for every server i (task(0) on the calling thread) and waits for all.
   void Run(const std::function<void(int)>& task);
+  // A buffer of `count` elements of `esize` bytes split across the servers: part(i, begin, end)
+  // for server i's contiguous elements [begin, end), whole 64-byte lines each (the last takes
+  // the remainder), all at once; or part(0, 0, count) on the calling thread when there is one
+  // server or too few bytes for the hand-offs to pay. Returns the first failure.
+  Status RunSplit(size_t count, size_t esize,
+                  const std::function<Status(int, size_t, size_t)>& part);
 
  private:
   void Serve(int index);

@@ -21,7 +21,6 @@ namespace scaleout {
 Status StagedBroadcast::Run(void* buf, size_t bytes, int root) {
   if (bytes == 0) return Status::OK();  // every rank knows it: nothing to move
   const size_t area = memory_->area_bytes();
-  const bool one_machine = *std::max_element(machine_of_.begin(), machine_of_.end()) == 0;
   const int root_machine = machine_of_[root];
   const int root_local = local_rank_of_[root];
   const bool on_root_machine = machine_of_[rank_] == root_machine;
@@ -40,7 +39,7 @@ Status StagedBroadcast::Run(void* buf, size_t bytes, int root) {
       s = leaders_->Broadcast(at, n, root_machine);
       if (!s.ok()) return s;
     }
-    if (!one_machine) {
+    if (!one_machine_) {
       s = memory_->Sync();
       if (!s.ok()) return s;
     }

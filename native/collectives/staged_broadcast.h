@@ -6,8 +6,10 @@
 #ifndef SCALEOUT_COLLECTIVES_STAGED_BROADCAST_H_
 #define SCALEOUT_COLLECTIVES_STAGED_BROADCAST_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -25,7 +27,9 @@ class StagedBroadcast {
   StagedBroadcast(PeerMemory* memory, DataTransport* leaders, int rank,
                   std::vector<int> machine_of, std::vector<int> local_rank_of)
       : memory_(memory), leaders_(leaders), rank_(rank), machine_of_(std::move(machine_of)),
-        local_rank_of_(std::move(local_rank_of)) {}
+        local_rank_of_(std::move(local_rank_of)),
+        one_machine_(std::all_of(machine_of_.begin(), machine_of_.end(),
+                                 [](int m) { return m == 0; })) {}
 
   // Every rank of the communicator calls it with the same bytes and root; buf holds the root's
   // data on the root and receives it everywhere else.
@@ -36,6 +40,7 @@ class StagedBroadcast {
   DataTransport* leaders_;
   int rank_;
   std::vector<int> machine_of_, local_rank_of_;
+  bool one_machine_;
 };
 
 }  // namespace scaleout

@@ -35,6 +35,29 @@ struct Outcome {
   std::vector<Status> status;
 };
 
+// Rank g's `repeats` runs: element i of repetition rep is (i % 11) * (g + 1) + rep on rank g;
+// what it unpacks, and how often, goes into out (the last repetition's stays).
+void RunRepetitions(StagedAllreduce& staged, int g, size_t total, ReduceOp op, int repeats,
+                    Outcome* out) {
+  std::mt19937 jitter(g);
+  for (int rep = 0; rep < repeats && out->status[g].ok(); ++rep) {
+    std::fill(out->unpacked[g].begin(), out->unpacked[g].end(), 0);
+    auto pack = [&](size_t first, size_t count, uint8_t* dst) {
+      if (jitter() % 4 == 0) std::this_thread::yield();
+      auto* d = reinterpret_cast<int64_t*>(dst);
+      for (size_t i = 0; i < count; ++i) d[i] = static_cast<int64_t>((first + i) % 11) * (g + 1) + rep;
+    };
+    auto unpack = [&](size_t first, size_t count, const uint8_t* src) {
+      const auto* s = reinterpret_cast<const int64_t*>(src);
+      for (size_t i = 0; i < count; ++i) {
+        out->results[g][first + i] = s[i];
+        ++out->unpacked[g][first + i];
+      }
+    };
+    out->status[g] = staged.Run(total, DataType::kInt64, op, pack, unpack);
+  }
+}
+
 Outcome RunRanks(int size, size_t area_bytes, size_t total, ReduceOp op, int repeats = 1,
                  uint64_t fail_at = 0, int machines = 1, int servers = 1) {
   std::vector<std::unique_ptr<SharedAreas>> shared;
@@ -63,23 +86,7 @@ Outcome RunRanks(int size, size_t area_bytes, size_t total, ReduceOp op, int rep
       EndpointPool pool(servers, {});
       MachineReduce across(cross, &pool);
       StagedAllreduce staged(&view, machines > 1 ? &across : nullptr);
-      std::mt19937 jitter(g);
-      for (int rep = 0; rep < repeats && out.status[g].ok(); ++rep) {
-        std::fill(out.unpacked[g].begin(), out.unpacked[g].end(), 0);
-        auto pack = [&](size_t first, size_t count, uint8_t* dst) {
-          if (jitter() % 4 == 0) std::this_thread::yield();
-          auto* d = reinterpret_cast<int64_t*>(dst);
-          for (size_t i = 0; i < count; ++i) d[i] = static_cast<int64_t>((first + i) % 11) * (g + 1) + rep;
-        };
-        auto unpack = [&](size_t first, size_t count, const uint8_t* src) {
-          const auto* s = reinterpret_cast<const int64_t*>(src);
-          for (size_t i = 0; i < count; ++i) {
-            out.results[g][first + i] = s[i];
-            ++out.unpacked[g][first + i];
-          }
-        };
-        out.status[g] = staged.Run(total, DataType::kInt64, op, pack, unpack);
-      }
+      RunRepetitions(staged, g, total, op, repeats, &out);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -234,23 +241,7 @@ Outcome RunUneven(const std::vector<int>& sizes, size_t area_bytes, size_t total
         CrossGroup::Member member(&leaders, m);
         MachineReduce across({&member}, nullptr);
         StagedAllreduce staged(&view, r == 0 ? &across : nullptr, /*leader_based=*/true);
-        std::mt19937 jitter(g);
-        for (int rep = 0; rep < repeats && out.status[g].ok(); ++rep) {
-          std::fill(out.unpacked[g].begin(), out.unpacked[g].end(), 0);
-          auto pack = [&](size_t first, size_t count, uint8_t* dst) {
-            if (jitter() % 4 == 0) std::this_thread::yield();
-            auto* d = reinterpret_cast<int64_t*>(dst);
-            for (size_t i = 0; i < count; ++i) d[i] = static_cast<int64_t>((first + i) % 11) * (g + 1) + rep;
-          };
-          auto unpack = [&](size_t first, size_t count, const uint8_t* src) {
-            const auto* s = reinterpret_cast<const int64_t*>(src);
-            for (size_t i = 0; i < count; ++i) {
-              out.results[g][first + i] = s[i];
-              ++out.unpacked[g][first + i];
-            }
-          };
-          out.status[g] = staged.Run(total, DataType::kInt64, op, pack, unpack);
-        }
+        RunRepetitions(staged, g, total, op, repeats, &out);
       });
     }
   }

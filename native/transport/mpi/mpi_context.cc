@@ -119,8 +119,10 @@ Status MpiContext::Create(bool has_comm, int64_t comm_fortran_handle, int data_c
     t.machine_of.push_back(everyone[2 * q]);
     t.local_rank_of.push_back(everyone[2 * q + 1]);
   }
-  ctx->cross_data_.assign(data_channels, MPI_COMM_NULL);
-  std::vector<std::pair<MPI_Comm, MPI_Comm*>> dups = {{ctx->local_, &ctx->local_data_}};
+  // Only collectives across machines use them (OwnedDataPlane::Create): none on one machine.
+  if (t.machines > 1) ctx->cross_data_.assign(data_channels, MPI_COMM_NULL);
+  std::vector<std::pair<MPI_Comm, MPI_Comm*>> dups;
+  if (t.machines > 1) dups.emplace_back(ctx->local_, &ctx->local_data_);
   for (MPI_Comm& c : ctx->cross_data_) dups.emplace_back(ctx->cross_, &c);
   for (auto [from, to] : dups) {
     rc = MPI_Comm_dup(from, to);

@@ -44,6 +44,7 @@ class MpiContext {
   MPI_Comm data_comm(int i = 0) const { return data_[i]; }
   // Data communicators of this machine's ranks, and of the ranks with this local rank on every
   // machine (one per data channel: Note [Hierarchical allreduce], Note [Endpoint servers]).
+  // Made only when the communicator spans machines.
   MPI_Comm local_data_comm() const { return local_data_; }
   MPI_Comm cross_data_comm(int i = 0) const { return cross_data_[i]; }
   int data_channels() const { return static_cast<int>(data_.size()); }
