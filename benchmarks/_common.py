@@ -10,7 +10,8 @@ import os
 import socket
 from time import perf_counter as perf
 
-__all__ = ["Bench", "CheckFailed", "core_info", "fmt_time", "free_port", "table"]
+__all__ = ["Bench", "CheckFailed", "core_info", "cpu_model", "cpuset", "fmt_time", "free_port",
+           "table"]
 
 
 class CheckFailed(Exception):
@@ -84,6 +85,30 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def cpuset(cores) -> str:
+    """{0, 1, 2, 5} -> '0-2,5'."""
+    cores, parts, i = sorted(cores), [], 0
+    while i < len(cores):
+        j = i
+        while j + 1 < len(cores) and cores[j + 1] == cores[j] + 1:
+            j += 1
+        parts.append(str(cores[i]) if i == j else f"{cores[i]}-{cores[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def cpu_model() -> str:
+    """The CPU's model name, for a benchmark's header ("unknown" where Linux does not say)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
 
 
 def core_info() -> str:

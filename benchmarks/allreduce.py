@@ -56,7 +56,7 @@ import numpy as np
 from mpi4py import MPI
 
 import scaleout as so
-from _common import Bench, CheckFailed, core_info, fmt_time, table
+from _common import Bench, CheckFailed, core_info, cpu_model, cpuset, fmt_time, table
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -165,18 +165,6 @@ def stats(t: np.ndarray) -> tuple:
     return float(np.median(t)), float(np.percentile(t, 10)), float(np.percentile(t, 90))
 
 
-def cpuset(cores) -> str:
-    """{0, 1, 2, 5} -> '0-2,5'."""
-    cores, parts, i = sorted(cores), [], 0
-    while i < len(cores):
-        j = i
-        while j + 1 < len(cores) and cores[j + 1] == cores[j] + 1:
-            j += 1
-        parts.append(str(cores[i]) if i == j else f"{cores[i]}-{cores[j]}")
-        i = j + 1
-    return ",".join(parts)
-
-
 def affinity_line(comm: MPI.Comm) -> str:
     """Each rank's CPU affinity (collective), e.g. 'r0:0 r1:1', or 'all ranks: 0-1'."""
     try:
@@ -191,15 +179,7 @@ def affinity_line(comm: MPI.Comm) -> str:
 
 
 def header(args, n: int, affinity: str) -> list:
-    cpu = "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    cpu = cpu_model()
     mpi_lib = MPI.Get_library_version().strip().splitlines()[0].strip()
     mpi_lib = " ".join(mpi_lib.split())
     knobs = {k: v for k, v in sorted(os.environ.items()) if k.startswith("SCALEOUT_")}

@@ -82,7 +82,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import Bench, CheckFailed, fmt_time, free_port, table
+from _common import Bench, CheckFailed, cpu_model, cpuset, fmt_time, free_port, table
 
 EXAMPLE_DIR = Path(__file__).resolve().parent.parent / "examples" / "dlrm"
 sys.path.insert(0, str(EXAMPLE_DIR))
@@ -201,17 +201,9 @@ def median(values) -> float:
 
 def affinity() -> str:
     try:
-        cores = sorted(os.sched_getaffinity(0))
+        return cpuset(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return "?"
-    parts, i = [], 0
-    while i < len(cores):
-        j = i
-        while j + 1 < len(cores) and cores[j + 1] == cores[j] + 1:
-            j += 1
-        parts.append(str(cores[i]) if i == j else f"{cores[i]}-{cores[j]}")
-        i = j + 1
-    return ",".join(parts)
 
 
 def load_batches(args, path: Path, rank: int, size: int) -> list:
@@ -661,15 +653,7 @@ def affinity_summary(per_launch: dict) -> str:
 
 
 def header(args, info: dict, sizes: list, data_rows: int, affinities: dict) -> list:
-    cpu = "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    cpu = cpu_model()
     now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
     knobs = " ".join(f"{k}={v}" for k, v in sorted(os.environ.items())
                      if k.startswith("SCALEOUT_")) or "no SCALEOUT_* set"

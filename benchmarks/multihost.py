@@ -57,7 +57,7 @@ from typing import Optional
 
 import numpy as np
 
-from _common import Bench, CheckFailed, core_info, fmt_time, table
+from _common import Bench, CheckFailed, core_info, cpu_model, fmt_time, table
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))   # the hosts are the tests' (tests/_hosts.py)
@@ -388,14 +388,7 @@ def header(args, hosts_count: int) -> list:
         except md.PackageNotFoundError:
             return "absent"
 
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_model()
     mpi_lib = " ".join(MPI.Get_library_version().strip().splitlines()[0].split())
     knobs = " ".join(f"{k}={v}" for k, v in sorted(os.environ.items())
                      if k.startswith(("SCALEOUT_", "MPIR_CVAR_", "UCX_")))

@@ -1,9 +1,7 @@
 """examples/dlrm: hybrid-parallel DLRM equals one process on the global batch; the example runs
 under scaleoutrun; the Criteo loader and the synthetic generator keep the format."""
 import math
-import os
 import re
-import signal
 import subprocess
 import sys
 from collections import Counter
@@ -14,7 +12,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from conftest import run_mpi  # noqa: E402
+from conftest import run_job, run_mpi  # noqa: E402
 
 DLRM = Path(__file__).resolve().parent.parent / "examples" / "dlrm"
 sys.path.insert(0, str(DLRM))
@@ -34,17 +32,7 @@ def scaleoutrun(*args: str, timeout: float = 240) -> subprocess.CompletedProcess
     launcher = Path(sys.executable).parent / "scaleoutrun"
     if not launcher.exists():
         pytest.skip("scaleoutrun is not installed beside this Python")
-    env = dict(os.environ)
-    env.setdefault("SCALEOUT_STALL_CHECK_TIME_SECONDS", "20")
-    child = subprocess.Popen([str(launcher), *args], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
-    try:
-        out, err = child.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)
-        out, err = child.communicate()
-        pytest.fail(f"scaleoutrun {' '.join(args)} did not finish in {timeout} s\n{out}\n{err}")
-    return subprocess.CompletedProcess(args, child.returncode, out, err)
+    return run_job([str(launcher), *args], f"scaleoutrun {' '.join(args)}", timeout)
 
 
 def test_example_trains_under_scaleoutrun_on_a_synthetic_file():
