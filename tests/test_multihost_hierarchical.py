@@ -48,6 +48,7 @@ def test_every_op_and_dtype_across_machines(hosts, slots, algorithm, area):
         assert got["algorithm"].startswith(algorithm), (rank, got)
         assert got["broadcast"].startswith("hierarchical: shared memory inside each of 2"), got
         assert got["allgather"].startswith("hierarchical: gathered inside each of 2"), got
+        assert got["alltoall"].startswith("shared memory between the ranks of each of 2"), got
         assert got["failures"] == [], (rank, got)
         assert got["same_bits"], (rank, got)
 
@@ -64,6 +65,8 @@ def test_hierarchical_moves_no_more_bytes_across_the_link_than_flat_mpi(hosts):
         crossed[mode] = received_bytes(hosts, "hostB") - before
         assert all(not got["failures"] and got["same_bits"] for got in found.values()), found
         assert found[0]["algorithm"].startswith("mpi" if mode == "0" else "hierarchical"), found
+        # Flat allreduces leave the other collectives' use of shared memory alone.
+        assert found[0]["alltoall"].startswith("shared memory between"), found
     # 4 allreduces of 16 MiB: hostB must receive hostA's contribution to each.
     assert crossed["auto"] > 4 * (16 << 20) * 0.95, crossed
     assert crossed["auto"] < 1.05 * crossed["0"], crossed

@@ -268,22 +268,8 @@ Status CollectiveExecutor::Alltoall(const Response& r, TensorEntry* e) {
     e->result_shape[0] = rows;
     return e->result.data();
   };
-  if (staged_alltoall_ != nullptr) {
-    return staged_alltoall_->Run(static_cast<const uint8_t*>(e->input), splits, row_bytes,
-                                 allocate, &e->received_splits);
-  }
-  std::vector<int64_t> received(size, 0);
-  std::vector<size_t> eight(size, sizeof(int64_t));
-  Status s = transports_[0]->Alltoallv(splits.data(), eight, received.data(), eight);
-  if (!s.ok()) return s;
-  std::vector<size_t> send_bytes(size), recv_bytes(size);
-  for (int k = 0; k < size; ++k) {
-    send_bytes[k] = static_cast<size_t>(splits[k]) * row_bytes;
-    recv_bytes[k] = static_cast<size_t>(received[k]) * row_bytes;
-  }
-  uint8_t* result = allocate(received);
-  e->received_splits = received;
-  return transports_[0]->Alltoallv(e->input, send_bytes, result, recv_bytes);
+  return alltoall_->Run(static_cast<const uint8_t*>(e->input), splits, row_bytes, allocate,
+                        &e->received_splits);
 }
 
 Status CollectiveExecutor::ReduceScatter(const Response& r, TensorEntry* e) {

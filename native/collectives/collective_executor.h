@@ -31,13 +31,14 @@ class CollectiveExecutor {
       : transports_(plane.transports), endpoints_(endpoints),
         machines_(plane.cross.empty() ? nullptr
                                       : std::make_unique<MachineReduce>(plane.cross, endpoints)),
-        staged_(plane.peers != nullptr
+        staged_(plane.peers != nullptr && (plane.machines == 1 || plane.hierarchical_allreduce)
                     ? std::make_unique<StagedAllreduce>(plane.peers, machines_.get(),
                                                         plane.leader_based)
                     : nullptr),
-        staged_alltoall_(plane.peers != nullptr && plane.machines == 1
-                             ? std::make_unique<StagedAlltoall>(plane.peers)
-                             : nullptr),
+        alltoall_(plane.peers != nullptr && plane.machines == 1
+                      ? std::make_unique<StagedAlltoall>(plane.peers)
+                      : std::make_unique<StagedAlltoall>(plane.peers, plane.transports[0],
+                                                         plane.machine_of, plane.local_rank_of)),
         staged_broadcast_(plane.peers != nullptr
                               ? std::make_unique<StagedBroadcast>(
                                     plane.peers, plane.leaders, plane.transports[0]->rank(),
@@ -70,7 +71,7 @@ class CollectiveExecutor {
   EndpointPool* endpoints_;
   std::unique_ptr<MachineReduce> machines_;  // before staged_, which uses it
   std::unique_ptr<StagedAllreduce> staged_;
-  std::unique_ptr<StagedAlltoall> staged_alltoall_;
+  std::unique_ptr<StagedAlltoall> alltoall_;
   std::unique_ptr<StagedBroadcast> staged_broadcast_;
   std::unique_ptr<HierarchicalAllgather> hierarchical_allgather_;
 

@@ -17,12 +17,15 @@ struct DataPlane {
   // Over every rank: one per endpoint server (Note [Endpoint servers]); transports[0] carries
   // every collective that is not split.
   std::vector<DataTransport*> transports;
-  // The ranks of this machine, or null. Without `cross`, they are every rank: allreduces and
-  // alltoalls go through them (Note [Staged allreduce], Note [Staged alltoall]).
+  // The ranks of this machine, or null. On one machine they are every rank. Alltoalls and
+  // broadcasts go through them (Note [Staged alltoall], Note [Staged broadcast]), and
+  // allreduces on one machine or when hierarchical (Note [Staged allreduce]).
   PeerMemory* peers = nullptr;
-  // With `peers`, across machines with the same number of ranks each: over the ranks with this
-  // local rank on every machine, one per endpoint server; allreduces are hierarchical (Note
-  // [Hierarchical allreduce]). Empty: none.
+  // With `peers`, across machines: allreduces reduce inside each machine first (Note
+  // [Hierarchical allreduce]).
+  bool hierarchical_allreduce = false;
+  // With hierarchical_allreduce on machines with the same number of ranks each: over the ranks
+  // with this local rank on every machine, one per endpoint server. Empty: none.
   std::vector<DataTransport*> cross;
   // Machines of different sizes: each machine's first rank alone crosses (and only it has
   // `cross`, over the first ranks); set on every rank.
@@ -50,7 +53,11 @@ struct DataPlane {
                                       " machines, one copy to each machine's first rank over mpi";
     return {{"allreduce", AllreduceAlgorithm()},
             {"broadcast", broadcast},
-            {"alltoall", staged && machines == 1 ? "shared memory" : "mpi"},
+            {"alltoall", !staged ? "mpi"
+                         : machines == 1
+                             ? "shared memory"
+                             : "shared memory between the ranks of each of " +
+                                   std::to_string(machines) + " machines, mpi between machines"},
             {"allgather",
              hierarchical_allgather
                  ? "hierarchical: gathered inside each of " + std::to_string(machines) +
@@ -63,6 +70,7 @@ struct DataPlane {
   std::string AllreduceAlgorithm() const {
     if (peers == nullptr) return "mpi";
     if (machines == 1) return "shared memory";
+    if (!hierarchical_allreduce) return "mpi";
     if (leader_based) {
       return "hierarchical, leader-based: shared memory inside each of " +
              std::to_string(machines) + " machines (of different sizes), mpi between their "

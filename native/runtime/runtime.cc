@@ -84,31 +84,30 @@ Status OwnedDataPlane::Create(const MpiContext& mpi, const Config& config,
   }
   const bool hierarchical_allreduce = flat_why.empty() && config.hierarchical_allreduce != 0;
   const bool hierarchical_allgather = machines && config.hierarchical_allgather != 0;
-  if (hierarchical_allreduce || hierarchical_allgather) {
+  if (machines) {
     plane->local = transport(mpi.local_data_comm());
     plane->view.machines = t.machines;
-  }
-  // The first ranks' cross communicators link the machines' first ranks; with machines of the
-  // same size every rank's links its local rank (Note [Hierarchical allreduce]).
-  if ((hierarchical_allreduce && t.uniform) || t.local_rank == 0) {
-    const int channels = hierarchical_allreduce ? mpi.data_channels() : 1;
-    for (int i = 0; i < channels && (hierarchical_allreduce || hierarchical_allgather); ++i) {
-      plane->cross.push_back(transport(mpi.cross_data_comm(i)));
+    // The machines' first ranks link the machines (broadcasts, allgathers); with machines of
+    // the same size and hierarchical allreduces, every rank's cross communicators link its
+    // local rank, one per endpoint server (Note [Hierarchical allreduce]).
+    if ((hierarchical_allreduce && t.uniform) || t.local_rank == 0) {
+      const int channels = hierarchical_allreduce ? mpi.data_channels() : 1;
+      for (int i = 0; i < channels; ++i) plane->cross.push_back(transport(mpi.cross_data_comm(i)));
     }
   }
   DataTransport* bootstrap = nullptr;
   if (config.shm && one_machine) {
     bootstrap = plane->transports[0].get();
-  } else if (hierarchical_allreduce) {
+  } else if (config.shm && machines) {
     // Machines of different sizes: only the first ranks cross.
-    plane->view.leader_based = !t.uniform;
+    plane->view.leader_based = hierarchical_allreduce && !t.uniform;
     bootstrap = plane->local.get();
   }
   if (bootstrap != nullptr) {
     Status s = ShmPeerMemory::Create(bootstrap, config.shm_area_bytes, &plane->peers);
     if (!s.ok()) {
       SO_LOG(kWarning, who << "shared memory unavailable (" << s.message()
-                           << "); allreduces go through MPI");
+                           << "); collectives go through MPI");
     }
     // The machines decided apart (each over its own ranks): all must use the same algorithm.
     int32_t everywhere = plane->peers != nullptr ? 1 : 0;
@@ -121,12 +120,11 @@ Status OwnedDataPlane::Create(const MpiContext& mpi, const Config& config,
     }
   }
   plane->view.peers = plane->peers.get();
-  if (plane->peers != nullptr && hierarchical_allreduce) {
+  plane->view.hierarchical_allreduce = plane->peers != nullptr && hierarchical_allreduce;
+  if (plane->view.hierarchical_allreduce) {
     for (auto& c : plane->cross) plane->view.cross.push_back(c.get());
   }
-  if (!plane->cross.empty() && t.local_rank == 0 && t.machines > 1) {
-    plane->view.leaders = plane->cross[0].get();
-  }
+  if (!plane->cross.empty() && t.local_rank == 0) plane->view.leaders = plane->cross[0].get();
   plane->view.machine_of = t.machine_of;
   plane->view.local_rank_of = t.local_rank_of;
   plane->view.local = plane->local.get();

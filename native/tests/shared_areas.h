@@ -73,7 +73,8 @@ class SharedAreas {
 };
 
 // The cross transports of one local rank on `machines` fake machines (threads): a barrier, and
-// each member's buffer read by the others in between (what the staged algorithms use).
+// each member's buffer read by the others in between (what the staged algorithms use). Also
+// any group of threads, each a "machine" here, e.g. every rank of a communicator.
 class CrossGroup {
  public:
   explicit CrossGroup(int machines) : machines_(machines), posted_(machines) {}
@@ -126,15 +127,43 @@ class CrossGroup {
       group_->Barrier();
       return Status::OK();
     }
-    Status Alltoallv(const void*, const std::vector<size_t>&, void*,
-                     const std::vector<size_t>&) override {
-      return Status::Internal("not used");
+    Status Alltoallv(const void* in, const std::vector<size_t>& send_bytes,
+                     const std::vector<size_t>& send_at, void* out,
+                     const std::vector<size_t>& recv_bytes,
+                     const std::vector<size_t>& recv_at) override {
+      const Sends mine{static_cast<const uint8_t*>(in), &send_bytes, &send_at};
+      group_->Post(machine_, &mine);
+      Status s;
+      for (int m = 0; m < size(); ++m) {
+        const Sends* from = static_cast<const Sends*>(group_->posted_[m]);
+        const size_t bytes = (*from->bytes)[machine_];
+        if (bytes != recv_bytes[m]) {
+          s = Status::Internal("member " + std::to_string(machine_) + " expects " +
+                               std::to_string(recv_bytes[m]) + " bytes from " +
+                               std::to_string(m) + ", which sends " + std::to_string(bytes));
+          continue;
+        }
+        std::memcpy(static_cast<uint8_t*>(out) + recv_at[m], from->in + (*from->at)[machine_],
+                    bytes);
+        std::lock_guard<std::mutex> lock(group_->mu_);
+        group_->moved_[static_cast<size_t>(m) * size() + machine_] += bytes;
+      }
+      group_->Barrier();
+      return s;
     }
 
    private:
+    struct Sends {
+      const uint8_t* in;
+      const std::vector<size_t>* bytes;
+      const std::vector<size_t>* at;
+    };
     CrossGroup* group_;
     int machine_;
   };
+
+  // Bytes member `from` has sent member `to` through Alltoallv so far.
+  size_t Moved(int from, int to) const { return moved_[static_cast<size_t>(from) * machines_ + to]; }
 
  private:
   // Publishes this member's buffer and waits until every member has.
@@ -156,6 +185,7 @@ class CrossGroup {
 
   const int machines_;
   std::vector<const void*> posted_;
+  std::vector<size_t> moved_ = std::vector<size_t>(static_cast<size_t>(machines_) * machines_, 0);
   std::mutex mu_;
   std::condition_variable cv_;
   int arrived_ = 0;

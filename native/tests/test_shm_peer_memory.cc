@@ -41,7 +41,8 @@ class PipeTransport : public DataTransport {
     return s;
   }
   Status Allgatherv(const void*, size_t, void*, const std::vector<size_t>&) override { return Status::Internal("unused"); }
-  Status Alltoallv(const void*, const std::vector<size_t>&, void*, const std::vector<size_t>&) override {
+  Status Alltoallv(const void*, const std::vector<size_t>&, const std::vector<size_t>&, void*,
+                   const std::vector<size_t>&, const std::vector<size_t>&) override {
     return Status::Internal("unused");
   }
   Status ReduceScatter(const void*, void*, const std::vector<size_t>&, DataType, ReduceOp) override {

@@ -1,8 +1,10 @@
 // StagedAlltoall (Note [Staged alltoall]) over an in-process PeerMemory whose "ranks" are
 // threads (tests/shared_areas.h): uneven and empty sends, many rounds, back-to-back runs mixed
 // with staged allreduces on the same areas, and a failed Sync.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -16,6 +18,7 @@
 namespace scaleout {
 namespace {
 
+using test::CrossGroup;
 using test::SharedAreas;
 
 // Rows rank j sends rank k in repetition `rep`: uneven, some pairs none.
@@ -32,13 +35,38 @@ struct Run {
   std::vector<std::vector<int32_t>> results;
   std::vector<std::vector<int64_t>> received;
   std::vector<Status> status;
+  std::vector<std::vector<size_t>> moved;  // bytes rank j sent rank k over the fake MPI
 };
 
-// Each rank thread runs `repeats` alltoalls (with a staged allreduce between them when
-// `mix_allreduce`), checking nothing itself; the last repetition's results are returned.
-Run RunRanks(int size, size_t area_bytes, int64_t scale, int repeats, bool mix_allreduce,
-             uint64_t fail_at = 0) {
-  SharedAreas shared(size, area_bytes, fail_at);
+// Where the ranks are: machine_of[r] is rank r's machine. One machine: the areas alone carry
+// everything. Several: the areas inside each machine, a fake MPI over every rank across; with
+// `shared` false, no areas at all (every pair over the fake MPI).
+struct Layout {
+  std::vector<int> machine_of;
+  bool shared = true;
+
+  static Layout OneMachine(int size) { return Layout{std::vector<int>(size, 0)}; }
+  int size() const { return static_cast<int>(machine_of.size()); }
+  bool across() const {
+    return !shared || std::any_of(machine_of.begin(), machine_of.end(), [](int m) { return m != 0; });
+  }
+};
+
+// Each rank thread runs `repeats` alltoalls (with a staged allreduce over its machine between
+// them when `mix_allreduce`), checking nothing itself; the last repetition's results are
+// returned.
+Run RunRanks(const Layout& layout, size_t area_bytes, int64_t scale, int repeats,
+             bool mix_allreduce, uint64_t fail_at = 0) {
+  const int size = layout.size();
+  int machines = 0;
+  for (int m : layout.machine_of) machines = std::max(machines, m + 1);
+  std::vector<int> local_rank_of(size), local_size(machines, 0);
+  for (int q = 0; q < size; ++q) local_rank_of[q] = local_size[layout.machine_of[q]]++;
+  std::vector<std::unique_ptr<SharedAreas>> shared;
+  for (int m = 0; m < machines; ++m) {
+    shared.push_back(std::make_unique<SharedAreas>(local_size[m], area_bytes, fail_at));
+  }
+  CrossGroup all(size);
   Run out;
   out.results.resize(size);
   out.received.resize(size);
@@ -46,8 +74,13 @@ Run RunRanks(int size, size_t area_bytes, int64_t scale, int repeats, bool mix_a
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
-      SharedAreas::View view(&shared, r);
-      StagedAlltoall alltoall(&view);
+      const int machine = layout.machine_of[r];
+      SharedAreas::View view(shared[machine].get(), local_rank_of[r]);
+      CrossGroup::Member member(&all, r);
+      PeerMemory* memory = layout.shared ? &view : nullptr;
+      StagedAlltoall alltoall = layout.across()
+                                    ? StagedAlltoall(memory, &member, layout.machine_of, local_rank_of)
+                                    : StagedAlltoall(&view);
       StagedAllreduce allreduce(&view);
       std::mt19937 jitter(r);
       for (int rep = 0; rep < repeats && out.status[r].ok(); ++rep) {
@@ -81,7 +114,8 @@ Run RunRanks(int size, size_t area_bytes, int64_t scale, int repeats, bool mix_a
               [&](size_t first, size_t count, const uint8_t* src) {
                 std::memcpy(values.data() + first, src, count * sizeof(int64_t));
               });
-          const int64_t want = static_cast<int64_t>(size) * (size - 1) / 2 + size * rep;
+          int64_t want = 0;
+          for (int q = 0; q < size; ++q) want += layout.machine_of[q] == machine ? q + rep : 0;
           for (int64_t v : values) {
             if (v != want) {
               out.status[r] = Status::Internal("allreduce between alltoalls: got " +
@@ -94,6 +128,10 @@ Run RunRanks(int size, size_t area_bytes, int64_t scale, int repeats, bool mix_a
     });
   }
   for (std::thread& t : threads) t.join();
+  out.moved.assign(size, std::vector<size_t>(size));
+  for (int j = 0; j < size; ++j) {
+    for (int k = 0; k < size; ++k) out.moved[j][k] = all.Moved(j, k);
+  }
   return out;
 }
 
@@ -129,7 +167,7 @@ SO_TEST(StagedAlltoallDeliversUnevenSendsInOneOrManyRounds) {
   for (int size : {1, 2, 3, 4, 5}) {
     for (size_t area : {size_t(4096), size_t(1) << 20}) {
       for (int64_t scale : {0, 1, 37, 500}) {
-        Run out = RunRanks(size, area, scale, 1, false);
+        Run out = RunRanks(Layout::OneMachine(size), area, scale, 1, false);
         ExpectDelivered(out, size, scale, 0, "area " + std::to_string(area) + " scale " +
                                                  std::to_string(scale));
       }
@@ -141,19 +179,58 @@ SO_TEST(StagedAlltoallBackToBackAndBetweenAllreducesReusesTheAreasSafely) {
   // The parity alternates across both algorithms (PeerMemory::NextParity): jittered ranks must
   // never read an area that a faster rank is already rewriting.
   for (int size : {2, 3, 4}) {
-    Run out = RunRanks(size, 4096, 50, 40, true);
+    Run out = RunRanks(Layout::OneMachine(size), 4096, 50, 40, true);
     ExpectDelivered(out, size, 50, 39, "mixed with allreduces");
   }
 }
 
 SO_TEST(StagedAlltoallTooSmallAreaAndFailedSyncReturnAnError) {
-  Run small = RunRanks(4, 128, 1, 1, false);
+  Run small = RunRanks(Layout::OneMachine(4), 128, 1, 1, false);
   for (const Status& s : small.status) {
     EXPECT_EQ(s.code(), SO_ERR_INVALID_ARGUMENT);
     EXPECT_TRUE(s.message().find("too small") != std::string::npos);
   }
-  Run failed = RunRanks(3, 4096, 100, 1, false, /*fail_at=*/2);
+  Run failed = RunRanks(Layout::OneMachine(3), 4096, 100, 1, false, /*fail_at=*/2);
   for (const Status& s : failed.status) EXPECT_EQ(s.code(), SO_ERR_TRANSPORT);
+}
+
+SO_TEST(AlltoallAcrossMachinesKeepsEachMachinesPairsOffMpi) {
+  // 2-8 ranks on 1-3 machines, machines' ranks interleaved and of different sizes: every row
+  // arrives, and over MPI each pair on one machine moves only its 8-byte count per alltoall.
+  for (const std::vector<int>& machine_of :
+       {std::vector<int>{0, 1}, std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 1, 0, 1},
+        std::vector<int>{0, 0, 1}, std::vector<int>{1, 0, 0, 0}, std::vector<int>{0, 0, 0, 1, 1, 1},
+        std::vector<int>{0, 0, 0, 1, 1, 1, 2, 2}, std::vector<int>{2, 0, 1, 0, 2, 1, 0, 1}}) {
+    const Layout layout{machine_of};
+    const int size = layout.size();
+    for (size_t area : {size_t(4096), size_t(1) << 20}) {
+      const int repeats = 5;
+      Run out = RunRanks(layout, area, 37, repeats, true);
+      const std::string what = std::to_string(size) + " ranks, area " + std::to_string(area);
+      ExpectDelivered(out, size, 37, repeats - 1, what);
+      for (int j = 0; j < size; ++j) {
+        for (int k = 0; k < size; ++k) {
+          size_t data = 0;  // the rows j sent k over every repetition
+          for (int rep = 0; rep < repeats; ++rep) data += Rows(j, k, rep, 37) * 3 * sizeof(int32_t);
+          const size_t want = repeats * sizeof(int64_t) + (machine_of[j] == machine_of[k] ? 0 : data);
+          if (!EXPECT_EQ(out.moved[j][k], want)) {
+            ADD_FAILURE(what + ": over MPI from " + std::to_string(j) + " to " + std::to_string(k));
+          }
+        }
+      }
+    }
+  }
+}
+
+SO_TEST(AlltoallWithoutSharedMemorySendsEveryPairOverMpi) {
+  for (int size : {1, 2, 3, 5}) {
+    Layout layout = Layout::OneMachine(size);
+    layout.shared = false;
+    Run out = RunRanks(layout, 4096, 37, 3, false);
+    ExpectDelivered(out, size, 37, 2, "without shared memory");
+    const size_t data = Rows(1 % size, 0, 0, 37) + Rows(1 % size, 0, 1, 37) + Rows(1 % size, 0, 2, 37);
+    EXPECT_EQ(out.moved[1 % size][0], 3 * sizeof(int64_t) + data * 3 * sizeof(int32_t));
+  }
 }
 
 }  // namespace

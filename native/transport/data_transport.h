@@ -26,9 +26,12 @@ class DataTransport {
   virtual Status Allgatherv(const void* in, size_t in_bytes, void* out,
                             const std::vector<size_t>& recv_bytes) = 0;
   virtual Status Broadcast(void* buf, size_t bytes, int root) = 0;
-  // Sends send_bytes[r] bytes (packed in rank order in `in`) to rank r; receives likewise.
-  virtual Status Alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
-                           const std::vector<size_t>& recv_bytes) = 0;
+  // Sends the send_bytes[r] bytes at in + send_at[r] to rank r; rank r's recv_bytes[r] bytes
+  // land at out + recv_at[r]. Pairs with no bytes exchange nothing.
+  virtual Status Alltoallv(const void* in, const std::vector<size_t>& send_bytes,
+                           const std::vector<size_t>& send_at, void* out,
+                           const std::vector<size_t>& recv_bytes,
+                           const std::vector<size_t>& recv_at) = 0;
   // Reduces `in` (sum(counts) elements) over ranks; rank r receives block r (counts[r]) in out.
   virtual Status ReduceScatter(const void* in, void* out, const std::vector<size_t>& counts,
                                DataType dtype, ReduceOp op) = 0;

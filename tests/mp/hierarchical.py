@@ -94,6 +94,30 @@ def allgathers():
         failures.append("allgather_object")
 
 
+def alltoalls():
+    """Rows of different counts for every pair (some none), one and many staging rounds, the
+    equal split, and a reducescatter: ranks of one machine exchange through shared memory, the
+    others over MPI (Note [Staged alltoall])."""
+    for scale in (1, 3000):
+        splits = [(r * 7 + k * 3) % 4 * scale for k in range(n)]
+        rows = np.concatenate([np.full((splits[k], 2), r * 100 + k, np.int64)
+                               for k in range(n)])
+        got, received = so.alltoall(rows, splits=splits, name=f"a2a.{scale}")
+        want_received = [(q * 7 + r * 3) % 4 * scale for q in range(n)]
+        want = np.concatenate([np.full((want_received[q], 2), q * 100 + r, np.int64)
+                               for q in range(n)])
+        if list(received) != want_received or not np.array_equal(got, want):
+            failures.append(f"alltoall of {scale}-row blocks")
+    got = so.alltoall(np.arange(n * 5, dtype=np.float32) + 1000 * r, name="a2a.even")
+    want = np.concatenate([np.arange(5, dtype=np.float32) + 5 * r + 1000 * q for q in range(n)])
+    if not np.array_equal(got, want):
+        failures.append("alltoall split evenly")
+    got = so.reducescatter(np.arange(n * 3, dtype=np.float64) * (r + 1), op=so.Sum, name="rs")
+    want = np.arange(n * 3, dtype=np.float64)[3 * r:3 * r + 3] * (n * (n + 1) // 2)
+    if not np.array_equal(got, want):
+        failures.append("reducescatter")
+
+
 def big():
     """Only 4 allreduces of 16 MiB: the test counts the bytes crossing the link for the job."""
     for _ in range(4):
@@ -126,6 +150,7 @@ else:
     every_op_and_dtype()
     broadcasts()
     allgathers()
+    alltoalls()
 if n == 6 and "--big" not in sys.argv:
     on_a_process_set()
 set_digests = so.allgather_object(digest_set.hexdigest())
@@ -135,6 +160,7 @@ digests = so.allgather_object(digest.hexdigest())
 print("RESULT " + json.dumps({
     "rank": r, "algorithm": so.config()["allreduce_algorithm"],
     "broadcast": so.config()["broadcast_algorithm"],
-    "allgather": so.config()["allgather_algorithm"], "failures": failures,
+    "allgather": so.config()["allgather_algorithm"],
+    "alltoall": so.config()["alltoall_algorithm"], "failures": failures,
     "same_bits": len(set(digests)) == 1}), flush=True)
 so.shutdown()

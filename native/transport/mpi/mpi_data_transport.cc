@@ -42,11 +42,14 @@ MPI_Op MpiOp(DataType t, ReduceOp op) {
 // MPI counts are int: large buffers travel in chunks of at most kMaxCount elements.
 constexpr size_t kMaxCount = size_t(1) << 30;
 
-Status FitsInt(const std::vector<size_t>& v, const char* what, std::vector<int>* out) {
+// `kind`: what the values are ("a block": sizes of messages, "an offset": displacements).
+Status FitsInt(const std::vector<size_t>& v, const char* what, std::vector<int>* out,
+               const char* kind = "a block") {
   out->resize(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
     if (v[i] > static_cast<size_t>(INT_MAX)) {
-      return Status::InvalidArgument(std::string(what) + ": a block of " + std::to_string(v[i]) +
+      return Status::InvalidArgument(std::string(what) + ": " + kind + " of " +
+                                     std::to_string(v[i]) +
                                      " bytes is larger than MPI's 2 GiB limit for one message");
     }
     (*out)[i] = static_cast<int>(v[i]);
@@ -144,13 +147,16 @@ Status MpiDataTransport::Broadcast(void* buf, size_t bytes, int root) {
 }
 
 Status MpiDataTransport::Alltoallv(const void* in, const std::vector<size_t>& send_bytes,
-                                   void* out, const std::vector<size_t>& recv_bytes) {
+                                   const std::vector<size_t>& send_at, void* out,
+                                   const std::vector<size_t>& recv_bytes,
+                                   const std::vector<size_t>& recv_at) {
   if (!broken_.ok()) return broken_;
-  std::vector<int> scounts, rcounts;
+  std::vector<int> scounts, rcounts, sdispls, rdispls;
   Status s = FitsInt(send_bytes, "alltoall", &scounts);
   if (s.ok()) s = FitsInt(recv_bytes, "alltoall", &rcounts);
+  if (s.ok()) s = FitsInt(send_at, "alltoall", &sdispls, "an offset");
+  if (s.ok()) s = FitsInt(recv_at, "alltoall", &rdispls, "an offset");
   if (!s.ok()) return s;
-  std::vector<int> sdispls = Displacements(scounts), rdispls = Displacements(rcounts);
   MPI_Request request;
   int rc = MPI_Ialltoallv(in, scounts.data(), sdispls.data(), MPI_BYTE, out, rcounts.data(),
                           rdispls.data(), MPI_BYTE, comm_, &request);

@@ -28,8 +28,10 @@ class MpiDataTransport : public DataTransport {
   Status Allgatherv(const void* in, size_t in_bytes, void* out,
                     const std::vector<size_t>& recv_bytes) override;
   Status Broadcast(void* buf, size_t bytes, int root) override;
-  Status Alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
-                   const std::vector<size_t>& recv_bytes) override;
+  Status Alltoallv(const void* in, const std::vector<size_t>& send_bytes,
+                   const std::vector<size_t>& send_at, void* out,
+                   const std::vector<size_t>& recv_bytes,
+                   const std::vector<size_t>& recv_at) override;
   Status ReduceScatter(const void* in, void* out, const std::vector<size_t>& counts,
                        DataType dtype, ReduceOp op) override;
 
