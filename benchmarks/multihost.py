@@ -22,8 +22,10 @@ host (scaleoutrun --mpi-yield on: the ranks share this machine's cores):
   SCALEOUT_HIERARCHICAL_ALLREDUCE=1: the same mpi4py baseline beside scaleout hierarchical.
 Each job times float32 Sum at 1 MiB .. --max-mb; the 200 x 16 KiB case (200 so.allreduce_async_
 back to back, then synchronize; beside one pre-packed 3.2 MB mpi4py Allreduce and 200 back-to-back
-16 KiB ones); and benchmarks/torch_step.py's MLP step (its model and steppers: no communication,
-and scaleout's DistributedOptimizer).
+16 KiB ones); allgather (1 and 8 MiB per rank, beside mpi4py's Allgather; the jobs also set
+SCALEOUT_HIERARCHICAL_ALLGATHER to the mode) and alltoall (1 and 8 MiB sent per rank, beside
+mpi4py's Alltoall); and benchmarks/torch_step.py's MLP step (its model and steppers: no
+communication, and scaleout's DistributedOptimizer).
 
 Method (benchmarks/allreduce.py's): warm-up first; methods in alternating blocks (A B B A ...);
 a barrier before every timed iteration; an iteration's time is the maximum over ranks; medians.
@@ -272,6 +274,8 @@ def worker(args) -> int:
     bench = Bench(comm)
     want = n * (n + 1) / 2.0   # rank r gives r + 1
     result = {"algorithm": so.config()["allreduce_algorithm"], "ranks": n,
+              "others_algorithms": {c: so.config()[f"{c}_algorithm"]
+                                    for c in ("allgather", "alltoall")},
               "affinity": comm.allgather(sorted(os.sched_getaffinity(0))), "sizes": []}
 
     # The timing's own traffic: an iteration with nothing in it.
@@ -280,6 +284,9 @@ def worker(args) -> int:
     for nbytes in [s for s in SIZES if s <= args.max_mb * MiB]:
         result["sizes"].append(size_case(args, comm, bench, meter, nbytes, want))
     result["small"] = small_case(args, comm, bench, meter, want)
+    result["others"] = [case(args, comm, bench, meter, nbytes)
+                        for case in (allgather_case, alltoall_case)
+                        for nbytes in (MiB, 8 * MiB) if nbytes <= args.max_mb * MiB]
     if not args.no_torch:
         result["torch"] = torch_case(args, meter)
     if rank == 0:
@@ -344,6 +351,46 @@ def small_case(args, comm, bench: Bench, meter: LinkMeter, want: float) -> dict:
             a[...] = 0.0
     got = measured(bench, meter, [so_async, mpi_packed, mpi_each], args.small_iters, warmup=3)
     return dict(zip(["so", "mpi_packed", "mpi_each"], got))
+
+
+def allgather_case(args, comm, bench: Bench, meter: LinkMeter, nbytes: int) -> dict:
+    """Every rank gives `nbytes` (float32): mpi4py's Allgather beside scaleout's allgather
+    (hierarchical in the HIER=1 job: SCALEOUT_HIERARCHICAL_ALLGATHER follows the mode)."""
+    import scaleout as so
+    n, count = comm.size, nbytes // 4
+    mine = np.full(count, comm.rank, dtype=np.float32)
+    gathered = np.empty(n * count, dtype=np.float32)
+    want = np.repeat(np.arange(n, dtype=np.float32), count)
+    name = f"bench.multihost.allgather.{nbytes}"
+    if not np.array_equal(so.allgather(mine, name=name), want):
+        raise CheckFailed(f"scaleout allgather {fmt_size(nbytes)}: wrong result")
+    comm.Allgather(mine, gathered)
+    if not np.array_equal(gathered, want):
+        raise CheckFailed(f"mpi4py Allgather {fmt_size(nbytes)}: wrong result")
+    mpi_r, so_r = measured(bench, meter, [lambda: comm.Allgather(mine, gathered),
+                                          lambda: so.allgather(mine, name=name)],
+                           iterations(n * nbytes, args), warmup=2)
+    return {"what": "allgather", "bytes": nbytes, "mpi": mpi_r, "so": so_r}
+
+
+def alltoall_case(args, comm, bench: Bench, meter: LinkMeter, nbytes: int) -> dict:
+    """Every rank sends nbytes / size (float32) to each rank: mpi4py's Alltoall beside
+    scaleout's alltoall (the same algorithm in both jobs: Note [Staged alltoall])."""
+    import scaleout as so
+    n, count = comm.size, nbytes // 4 // comm.size
+    mine = np.repeat(np.arange(n, dtype=np.float32) + 100 * comm.rank, count)
+    received = np.empty(n * count, dtype=np.float32)
+    want = np.repeat(100 * np.arange(n, dtype=np.float32) + comm.rank, count)
+    name = f"bench.multihost.alltoall.{nbytes}"
+    if not np.array_equal(so.alltoall(mine, name=name), want):
+        raise CheckFailed(f"scaleout alltoall {fmt_size(nbytes)}: wrong result")
+    comm.Alltoall(mine, received)
+    if not np.array_equal(received, want):
+        raise CheckFailed(f"mpi4py Alltoall {fmt_size(nbytes)}: wrong result")
+    mpi_r, so_r = measured(bench, meter, [lambda: comm.Alltoall(mine, received),
+                                          lambda: so.alltoall(mine, name=name)],
+                           iterations(nbytes, args), warmup=2)
+    return {"what": "alltoall", "bytes": nbytes, "mpi": mpi_r, "so": so_r}
 
 
 def torch_case(args, meter: LinkMeter) -> dict:
@@ -430,7 +477,8 @@ def run_job(hosts, args, mode: str) -> tuple[Optional[dict], str]:
     command = [sys.executable, "-m", "scaleout.launcher.main", "-H", spec, "--ssh-port",
                str(SSH_PORT), "--network-interface", INTERFACE, "--mpi-yield", "on",
                sys.executable, str(Path(__file__).resolve()), *worker_args]
-    env = {**NETWORK_ENV, "SCALEOUT_HIERARCHICAL_ALLREDUCE": mode}
+    env = {**NETWORK_ENV, "SCALEOUT_HIERARCHICAL_ALLREDUCE": mode,
+           "SCALEOUT_HIERARCHICAL_ALLGATHER": mode}
     drops = hosts.qdisc_drops()
     started = perf()
     try:
@@ -505,6 +553,39 @@ def small_table(jobs: dict, out) -> None:
         "iteration; packed/this = speed-up over the pre-packed mpi4py Allreduce in the same job")
     for line in table(rows, ["HIER", "case", "iters", "time", "packed/this", "link MiB",
                              "per rank MiB max (min)"], ["r", "l", "r", "r", "r", "r", "r"]):
+        out(line)
+
+
+def algorithm_label(algorithm: str) -> str:
+    """config()'s <collective>_algorithm, in a few words."""
+    if algorithm.startswith("hierarchical"):
+        return "hierarchical"
+    if algorithm.startswith("shared memory between"):
+        return "(shared memory inside hosts, mpi across)"
+    return f"flat ({algorithm})"
+
+
+def others_table(jobs: dict, out) -> None:
+    rows = []
+    for mode, job in jobs.items():
+        for got in (job or {}).get("others", []):
+            nbytes = got["bytes"]
+            for key in ("mpi", "so"):
+                s = got[key]
+                label = (f"mpi4py {got['what'].capitalize()}" if key == "mpi" else
+                         "scaleout " + algorithm_label(job["others_algorithms"][got["what"]]))
+                rows.append([got["what"], fmt_size(nbytes), mode, label, s["iters"],
+                             fmt_time(s["median"]),
+                             f"{got['mpi']['median'] / s['median']:.2f}" if key == "so" else "1",
+                             fmt_mib(s["link"]), per_rank_cell(s)])
+    if not rows:
+        return
+    out("## allgather (size: each rank's block) and alltoall (size: what each rank sends in "
+        "all), float32; HIER = the job's SCALEOUT_HIERARCHICAL_ALLREDUCE and _ALLGATHER; "
+        "MPI/this = speed-up over mpi4py in the same job; bytes per iteration")
+    for line in table(rows, ["collective", "size", "HIER", "method", "iters", "time",
+                             "MPI/this", "link MiB", "per rank MiB max (min)"],
+                      ["l", "r", "r", "l", "r", "r", "r", "r", "r"]):
         out(line)
 
 
@@ -604,6 +685,8 @@ def main(args) -> int:
                     goal_lines(jobs, args.ranks_per_host, limit, out)
                     out()
                     small_table(jobs, out)
+                    out()
+                    others_table(jobs, out)
                     if not args.no_torch:
                         out()
                         torch_table(jobs, out)

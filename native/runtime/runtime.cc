@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/logging.h"
+#include "runtime/result_memory.h"
 
 namespace scaleout {
 
@@ -159,6 +160,7 @@ void Runtime::Shutdown() {
   }
   if (coordinator) coordinator->Stop();
   handles_.FailAll(Status::ShutDown("scaleout was shut down on this rank"));
+  result_memory::Trim();  // Note [Result memory]: nothing more to reuse it for
   if (liveness_) {
     liveness_->Stop();
     // Note [Liveness]: with a dead peer, what MPI still holds can never complete.

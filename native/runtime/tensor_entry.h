@@ -10,11 +10,13 @@
 
 #include "common/status.h"
 #include "coordinator/message.h"
+#include "runtime/result_memory.h"
 
 namespace scaleout {
 
 // An allocator whose resize leaves new elements uninitialized: a result is written whole before
-// anyone reads it, so zero-filling it first would only cost a pass over the memory.
+// anyone reads it, so zero-filling it first would only cost a pass over the memory. Its memory
+// comes from result_memory (Note [Result memory]).
 template <typename T>
 struct UninitializedAllocator : std::allocator<T> {
   template <typename U>
@@ -24,6 +26,8 @@ struct UninitializedAllocator : std::allocator<T> {
   UninitializedAllocator() = default;
   template <typename U>
   UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  T* allocate(size_t n) { return static_cast<T*>(result_memory::Allocate(n * sizeof(T))); }
+  void deallocate(T* p, size_t n) noexcept { result_memory::Release(p, n * sizeof(T)); }
   template <typename U>
   void construct(U* p) noexcept {
     ::new (static_cast<void*>(p)) U;
