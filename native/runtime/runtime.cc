@@ -18,7 +18,9 @@ Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, int64_t epoch
   // Settings that change how ranks take part in collectives must be the same on every rank.
   s = MpiContext::Create(has_comm, comm_fortran_handle, rt->config_.ep_servers,
                          {{"SCALEOUT_SHM", rt->config_.shm ? 1 : 0},
-                          {"SCALEOUT_SHM_AREA", static_cast<int64_t>(rt->config_.shm_area_bytes)}},
+                          {"SCALEOUT_SHM_AREA", static_cast<int64_t>(rt->config_.shm_area_bytes)},
+                          {"SCALEOUT_HIERARCHICAL_ALLREDUCE", rt->config_.hierarchical_allreduce},
+                          {"SCALEOUT_HIERARCHICAL_ALLGATHER", rt->config_.hierarchical_allgather}},
                          &rt->mpi_);
   if (!s.ok()) return s;
   const Topology& topo = rt->mpi_->topology();

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <map>
 #include <string>
 
 namespace scaleout {
@@ -75,11 +76,26 @@ Status MpiContext::Create(bool has_comm, int64_t comm_fortran_handle, int data_c
                      ctx->control_);
   if (rc != MPI_SUCCESS) return MpiError("MPI_Allreduce", rc);
   for (size_t i = 0; i < settings.size(); ++i) {
-    if (-range[2 * i] != range[2 * i + 1]) {
-      return Status::InvalidArgument(settings[i].first + " differs across ranks (from " +
-                                     std::to_string(-range[2 * i]) + " to " + std::to_string(range[2 * i + 1]) +
-                                     "); every rank must use the same value");
+    if (-range[2 * i] == range[2 * i + 1]) continue;
+    // Every rank sees the same range, so all come here together to learn who has what.
+    int size = 0;
+    MPI_Comm_size(ctx->control_, &size);
+    std::vector<int64_t> values(size);
+    rc = MPI_Allgather(&settings[i].second, 1, MPI_INT64_T, values.data(), 1, MPI_INT64_T,
+                       ctx->control_);
+    if (rc != MPI_SUCCESS) return MpiError("MPI_Allgather", rc);
+    std::map<int64_t, std::vector<int>> ranks_of;
+    for (int r = 0; r < size; ++r) ranks_of[values[r]].push_back(r);
+    std::string who;
+    for (const auto& [value, ranks] : ranks_of) {
+      // -1 is how the auto/1/0 settings say auto (the others are never negative).
+      who += (who.empty() ? "" : "; ") + (value == -1 ? std::string("auto") : std::to_string(value)) +
+             " on rank" +
+             (ranks.size() > 1 ? "s " : " ");
+      for (size_t k = 0; k < ranks.size(); ++k) who += (k ? ", " : "") + std::to_string(ranks[k]);
     }
+    return Status::InvalidArgument(settings[i].first + " differs across ranks (" + who +
+                                   "); every rank must use the same value");
   }
   rc = MPI_Comm_dup(user, &ctx->admin_);
   if (rc != MPI_SUCCESS) return MpiError("MPI_Comm_dup", rc);
