@@ -14,6 +14,10 @@ core reduces a single tensor with MPI_Allreduce(MPI_IN_PLACE, ...), so IP is the
 figure, while MPICH's out-of-place call pays an extra send-to-receive buffer copy.
 One extra row times scaleout's Average op at one large size.
 
+Table 1b (unless --no-halves): N elements in float32, float16 and bfloat16 (Average, in place)
+from 64 KiB of float32 up: half precision travels and is staged as 2-byte elements (Note
+[Halves on the wire]), so it should take about half the time.
+
 Table 2: 200 float32 tensors of 16 KiB submitted with `so.allreduce_async_` back to back
 (distinct names, the same every iteration) and then synchronized, timed end to end, beside one
 pre-packed 3.2 MB mpi4py Allreduce and 200 back-to-back 16 KiB mpi4py Allreduces.
@@ -89,6 +93,8 @@ def parse_args() -> argparse.Namespace:
                    help="leave out the comm.Allreduce(MPI.IN_PLACE, x) column (scaleout's core "
                         "calls MPI_Allreduce in place, so that column is the like-for-like one)")
     p.add_argument("--no-small", action="store_true", help="skip the 200 x 16 KiB tables")
+    p.add_argument("--no-halves", action="store_true",
+                   help="skip the half-precision table (table 1b)")
     p.add_argument("--no-frameworks", action="store_true",
                    help="leave torch and TensorFlow out of the front-end table (table 2b)")
     p.add_argument("--quick", action="store_true",
@@ -298,6 +304,9 @@ def main() -> int:
 
     if not args.ep_only:
         sizes_table(args, comm, bench, n, out)
+        if not args.no_halves:
+            out()
+            halves_table(args, comm, bench, n, out)
         if not args.no_small:
             out()
             small_table(args, comm, bench, rank, n, out)
@@ -476,6 +485,44 @@ def sizes_table(args, comm, bench, n, out) -> None:
             shdr += ["IP p10", "IP p90"]
         for line in table(spread_rows, shdr, ["l"] + ["r"] * (len(shdr) - 1)):
             out(line)
+
+
+def halves_table(args, comm, bench, n, out) -> None:
+    """Table 1b: N elements in float32, float16 (numpy) and bfloat16 (torch), Average, in
+    place, interleaved: what half precision saves (Note [Halves on the wire])."""
+    try:
+        import torch
+
+        import scaleout.torch as so_torch
+    except ImportError:
+        torch = None
+    rows = []
+    for nbytes in [s for s in SIZES if 64 * KiB <= s <= args.max_mb * MiB]:
+        count = nbytes // 4
+        f32 = np.ones(count, np.float32)
+        f16 = np.ones(count, np.float16)
+        fns = [lambda: so.allreduce_(f32, op=so.Average, name=f"bench.half.f32.{nbytes}"),
+               lambda: so.allreduce_(f16, op=so.Average, name=f"bench.half.f16.{nbytes}")]
+        if torch is not None:
+            bf16 = torch.ones(count, dtype=torch.bfloat16)
+            fns.append(lambda: so_torch.allreduce_(bf16, op=so_torch.Average,
+                                                    name=f"bench.half.bf16.{nbytes}"))
+        for fn in fns:
+            fn()
+        check_close(f"float16 Average {fmt_size(nbytes)}", f16.astype(np.float32), 1.0)
+        if torch is not None:
+            check_close(f"bfloat16 Average {fmt_size(nbytes)}", bf16.float().numpy(), 1.0)
+        times = bench.interleaved(fns, iterations(nbytes, args),
+                                  warmup=2 if nbytes >= 16 * MiB else 10)
+        m = [float(np.median(t)) for t in times]
+        row = [fmt_size(nbytes), f"{count:,}", fmt_time(m[0]), fmt_time(m[1]), f"{m[1] / m[0]:.2f}"]
+        row += [fmt_time(m[2]), f"{m[2] / m[0]:.2f}"] if torch is not None else ["-", "-"]
+        rows.append(row)
+    out("## half precision: N elements, op Average, in place; size = N float32s; ratio = this "
+        "/ float32 (float16 through numpy, bfloat16 through scaleout.torch)")
+    hdr = ["size", "N", "float32", "float16", "ratio", "bfloat16", "ratio"]
+    for line in table(rows, hdr, ["l"] + ["r"] * (len(hdr) - 1)):
+        out(line)
 
 
 def reinit_with_servers(k: int) -> None:

@@ -58,10 +58,16 @@ Status CollectiveExecutor::Execute(const Response& r, const std::vector<TensorEn
 
 // The tensors of an allreduce response laid end to end (the fused element space), and how to
 // move this rank's part of any range of it into and out of a buffer in the wire dtype.
+// float16/bfloat16 travel as float32 (widened with the prescale, narrowed with the post factor)
+// unless `halves_travel`: then they are copied as they are, and the algorithm that reduces them
+// applies both factors (Note [Halves on the wire]).
 class CollectiveExecutor::FusedTensors {
  public:
-  FusedTensors(const Response& r, const std::vector<TensorEntry*>& entries, double post)
-      : r_(r), entries_(entries), post_(post), half_(IsHalf(r.dtype)), esize_(DataTypeSize(r.dtype)),
+  FusedTensors(const Response& r, const std::vector<TensorEntry*>& entries, double post,
+               bool halves_travel)
+      : r_(r), entries_(entries), post_(halves_travel && IsHalf(r.dtype) ? 1.0 : post),
+        pre_(halves_travel && IsHalf(r.dtype) ? 1.0 : r.prescale),
+        half_(IsHalf(r.dtype) && !halves_travel), esize_(DataTypeSize(r.dtype)),
         wsize_(half_ ? sizeof(float) : esize_) {
     starts_.reserve(entries.size() + 1);
     starts_.push_back(0);
@@ -80,9 +86,9 @@ class CollectiveExecutor::FusedTensors {
         std::memset(out, 0, n * wsize_);  // a joined rank contributes zeros
       } else if (half_) {
         WidenToFloat(reinterpret_cast<float*>(out), static_cast<const uint8_t*>(e->input) + at * esize_, n,
-                     r_.dtype, r_.prescale);
+                     r_.dtype, pre_);
       } else {
-        CopyScaled(out, static_cast<const uint8_t*>(e->input) + at * esize_, n, r_.prescale);
+        CopyScaled(out, static_cast<const uint8_t*>(e->input) + at * esize_, n, pre_);
       }
     });
   }
@@ -129,8 +135,8 @@ class CollectiveExecutor::FusedTensors {
 
   const Response& r_;
   const std::vector<TensorEntry*>& entries_;
-  const double post_;
-  const bool half_;
+  const double post_, pre_;
+  const bool half_;  // widened to float32 on the wire
   const size_t esize_, wsize_;
   const size_t scale_block_ = (size_t(32) << 10) / esize_;  // elements copied then scaled at once
   std::vector<size_t> starts_;  // tensor i holds fused elements [starts_[i], starts_[i + 1])
@@ -139,12 +145,13 @@ class CollectiveExecutor::FusedTensors {
 Status CollectiveExecutor::Allreduce(const Response& r, const std::vector<TensorEntry*>& entries) {
   const double post = PostFactor(r, transports_[0]->size());
   const ReduceOp op = WireOp(r.reduce_op);
-  const FusedTensors fused(r, entries, post);
+  const FusedTensors fused(r, entries, post, staged_ != nullptr);
   if (staged_ != nullptr) {
     return staged_->Run(
         fused.total(), fused.wire(), op,
         [&](size_t first, size_t count, uint8_t* dst) { fused.Pack(first, count, dst); },
-        [&](size_t first, size_t count, const uint8_t* src) { fused.Unpack(first, count, src); });
+        [&](size_t first, size_t count, const uint8_t* src) { fused.Unpack(first, count, src); },
+        HalfFactors{r.prescale, post});
   }
   // One whole-precision tensor of this rank's own: reduce straight from input into output.
   if (entries.size() == 1 && entries[0] != nullptr && !IsHalf(r.dtype) && r.prescale == 1.0) {

@@ -25,17 +25,25 @@ class MachineReduce {
   MachineReduce(std::vector<DataTransport*> cross, EndpointPool* endpoints);
 
   int machines() const { return cross_[0]->size(); }
-  // Every rank of the cross transports calls it with the same count, dtype and op.
-  Status Run(uint8_t* slice, size_t count, DataType dtype, ReduceOp op);
+  // Every rank of the cross transports calls it with the same count, dtype, op and factor.
+  // float16/bfloat16 cross as they are; every rank adds the machines' halves in float32 and
+  // rounds once with `half_post` (Note [Halves on the wire]). Other dtypes: half_post unused.
+  Status Run(uint8_t* slice, size_t count, DataType dtype, ReduceOp op, double half_post = 1.0);
 
  private:
   // One transport's share: Allreduce across two machines (a + b and b + a are the same bits);
-  // across more, ReduceScatter then Allgatherv, each part reduced by one machine.
-  Status RunOn(int server, uint8_t* data, size_t count, DataType dtype, ReduceOp op);
+  // across more, ReduceScatter then Allgatherv, each part reduced by one machine. Halves:
+  // Allgatherv, then each rank reduces in machine order.
+  Status RunOn(int server, uint8_t* data, size_t count, DataType dtype, ReduceOp op,
+               double half_post);
 
+  struct Scratch {
+    std::vector<uint8_t> gathered;  // 3+ machines: this one's part; halves: every machine's
+    std::vector<float> acc;         // halves: a float32 block
+  };
   std::vector<DataTransport*> cross_;
   EndpointPool* endpoints_;
-  std::vector<std::vector<uint8_t>> gathered_;  // per server, RunOn's staging (3+ machines)
+  std::vector<Scratch> scratch_;  // per server
 };
 
 }  // namespace scaleout

@@ -96,7 +96,7 @@ inline uint16_t NarrowBFloat16(float f) {
   const uint32_t bits = FloatBits(f);
   const uint32_t rounded = (bits + 0x7fff + ((bits >> 16) & 1)) >> 16;
   const uint32_t nan = (bits >> 16) | 0x40;
-  return static_cast<uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+  return static_cast<uint16_t>(Select((bits & 0x7fffffffu) > 0x7f800000u, nan, rounded));
 }
 
 struct HalfCodec {
@@ -225,6 +225,16 @@ void NarrowLoop(uint16_t* __restrict__ dst, const float* __restrict__ src, size_
   }
 }
 
+template <typename Codec, typename Op>
+void AccumulateLoop(float* __restrict__ acc, const uint16_t* __restrict__ src, size_t count,
+                    float factor, Op op) {
+  if (factor == 1.0f) {
+    for (size_t i = 0; i < count; ++i) acc[i] = op(acc[i], Codec::Widen(src[i]));
+  } else {
+    for (size_t i = 0; i < count; ++i) acc[i] = op(acc[i], Codec::Widen(src[i]) * factor);
+  }
+}
+
 // ---- float16 on x86 with F16C ----
 //
 // Each function does whole groups of 8 elements with the conversion instructions and leaves
@@ -292,6 +302,58 @@ SO_F16C void NarrowHalfF16C(uint16_t* dst, const float* src, size_t count, float
   }
   NarrowLoop<HalfCodec>(dst + i, src + i, count - i, factor);
 }
+// bfloat16 needs no conversion instruction, but narrowing 32-bit lanes to 16 bits does not
+// vectorise for SSE2; with AVX2 it does, 8 lanes at a time.
+bool CpuHasAVX2() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2");
+  }();
+  return has;
+}
+
+__attribute__((target("avx2"))) void NarrowBFloat16AVX2(uint16_t* dst, const float* src,
+                                                        size_t count, float factor) {
+  const __m256 scale = _mm256_set1_ps(factor);
+  const __m256i one = _mm256_set1_epi32(1), round = _mm256_set1_epi32(0x7fff);
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i quiet = _mm256_set1_epi32(0x40);
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    __m256 v = _mm256_loadu_ps(src + i);
+    if (factor != 1.0f) v = _mm256_mul_ps(v, scale);
+    const __m256i bits = _mm256_castps_si256(v);
+    const __m256i high = _mm256_srli_epi32(bits, 16);
+    const __m256i rounded = _mm256_srli_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(bits, round), _mm256_and_si256(high, one)), 16);
+    const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(bits, abs_mask), inf);
+    const __m256i result =
+        _mm256_blendv_epi8(rounded, _mm256_or_si256(high, quiet), is_nan);
+    // Lanes hold values below 0x10000: pack them to 16 bits, then put the two halves together.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(result, result), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_castsi256_si128(packed));
+  }
+  NarrowLoop<BFloat16Codec>(dst + i, src + i, count - i, factor);
+}
+
+template <typename Op>
+SO_F16C void AccumulateHalfF16C(float* __restrict__ acc, const uint16_t* __restrict__ src,
+                                size_t count, float factor, Op op) {
+  const __m256 scale = _mm256_set1_ps(factor);
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    alignas(32) float b[8];
+    __m256 wide = LoadHalf8(src + i);
+    if (factor != 1.0f) wide = _mm256_mul_ps(wide, scale);
+    if constexpr (std::is_same_v<Op, AddOp>) {
+      _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), wide));
+    } else {
+      _mm256_store_ps(b, wide);
+      for (int j = 0; j < 8; ++j) acc[i + j] = op(acc[i + j], b[j]);
+    }
+  }
+  AccumulateLoop<HalfCodec>(acc + i, src + i, count - i, factor, op);
+}
 #undef SO_F16C
 #endif  // SCALEOUT_HAVE_F16C_PATH
 
@@ -332,9 +394,34 @@ void NarrowHalfBuffer(uint16_t* dst, const float* src, size_t count, float facto
 #ifdef SCALEOUT_HAVE_F16C_PATH
   if constexpr (std::is_same_v<Codec, HalfCodec>) {
     if (CpuHasF16C()) return NarrowHalfF16C(dst, src, count, factor);
+  } else {
+    if (CpuHasAVX2()) return NarrowBFloat16AVX2(dst, src, count, factor);
   }
 #endif
   NarrowLoop<Codec>(dst, src, count, factor);
+}
+
+template <typename Codec, typename Op>
+void AccumulateWith(float* acc, const uint16_t* src, size_t count, float factor, Op op) {
+#ifdef SCALEOUT_HAVE_F16C_PATH
+  if constexpr (std::is_same_v<Codec, HalfCodec>) {
+    if (CpuHasF16C()) return AccumulateHalfF16C(acc, src, count, factor, op);
+  }
+#endif
+  AccumulateLoop<Codec>(acc, src, count, factor, op);
+}
+
+template <typename Codec>
+void Accumulate(float* acc, const uint16_t* src, size_t count, float factor, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kAverage:
+    case ReduceOp::kSum: return AccumulateWith<Codec>(acc, src, count, factor, AddOp());
+    case ReduceOp::kMin: return AccumulateWith<Codec>(acc, src, count, factor, MinOp());
+    case ReduceOp::kMax: return AccumulateWith<Codec>(acc, src, count, factor, MaxOp());
+    case ReduceOp::kProduct: return AccumulateWith<Codec>(acc, src, count, factor, MultiplyOp());
+  }
+  CheckFailed(__FILE__, __LINE__, "IsValidReduceOp(op)",
+              "invalid reduce op " + std::to_string(static_cast<int>(op)));
 }
 
 template <typename Codec>
@@ -489,6 +576,15 @@ void WidenToFloat(float* dst, const void* src, size_t count, DataType dtype, dou
   if (dtype == DataType::kFloat16) return WidenHalfBuffer<HalfCodec>(dst, halves, count, f);
   if (dtype == DataType::kBFloat16) return WidenHalfBuffer<BFloat16Codec>(dst, halves, count, f);
   InvalidDataType(dtype, "WidenToFloat (float16 or bfloat16 only)");
+}
+
+void AccumulateHalves(float* acc, const void* src, size_t count, DataType dtype, ReduceOp op,
+                      double factor) {
+  const uint16_t* halves = static_cast<const uint16_t*>(src);
+  const float f = static_cast<float>(factor);
+  if (dtype == DataType::kFloat16) return Accumulate<HalfCodec>(acc, halves, count, f, op);
+  if (dtype == DataType::kBFloat16) return Accumulate<BFloat16Codec>(acc, halves, count, f, op);
+  InvalidDataType(dtype, "AccumulateHalves (float16 or bfloat16 only)");
 }
 
 void NarrowFromFloat(void* dst, const float* src, size_t count, DataType dtype, double factor) {

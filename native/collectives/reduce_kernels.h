@@ -31,6 +31,10 @@ void CopyBytes(void* dst, const void* src, size_t bytes);
 
 // dst[i] = float(src[i]) * factor for a float16 or bfloat16 source (dtype says which).
 void WidenToFloat(float* dst, const void* src, size_t count, DataType dtype, double factor);
+// acc[i] = op(acc[i], float(src[i]) * factor) for a float16 or bfloat16 source: the same bits as
+// WidenToFloat into a buffer and ReduceInto acc (float32), in one pass.
+void AccumulateHalves(float* acc, const void* src, size_t count, DataType dtype, ReduceOp op,
+                      double factor);
 // dst[i] = half(src[i] * factor), round to nearest even.
 void NarrowFromFloat(void* dst, const float* src, size_t count, DataType dtype, double factor);
 

@@ -49,9 +49,33 @@ namespace scaleout {
 // other machines' first ranks, and after a third Sync every rank copies the result from the
 // first rank's area. One copy of the data crosses per machine, through one rank.
 
+//
+// Note [Halves on the wire]
+// float16 and bfloat16 are staged as 2-byte elements: packing copies them as they are, the
+// rank that owns a slice widens every rank's block to float32 (times the prescale), reduces in
+// float32 (its own block first, then the others in rank order) and rounds once to the half
+// type (times the post factor); unpacking copies. That is the arithmetic of widening at
+// packing and narrowing at unpacking, so each element is rounded exactly once, as before, while
+// the areas, the copies and the reads move half the bytes. Across machines the rank's slice is
+// rounded to the half type once more before it crosses (factor 1, so a machine's sum is
+// rounded once), the machines' sums are exchanged as halves, and every rank adds them in
+// float32 in machine order and rounds with the post factor (collectives/machine_reduce.h):
+// two roundings in all, half the bytes on the link, and still the same bits on every rank.
+
 namespace {
 constexpr size_t kBlockBytes = size_t(64) << 10;
 }  // namespace
+
+void StagedAllreduce::ReduceHalves(uint8_t* at, size_t offset, size_t n, int parity,
+                                   DataType dtype, ReduceOp op, double pre, double post) {
+  acc_.resize(n);
+  const int self = memory_->rank();
+  WidenToFloat(acc_.data(), at, n, dtype, pre);
+  for (int k = 0; k < memory_->size(); ++k) {
+    if (k != self) AccumulateHalves(acc_.data(), memory_->Area(k, parity) + offset, n, dtype, op, pre);
+  }
+  NarrowFromFloat(at, acc_.data(), n, dtype, post);
+}
 
 void StagedAllreduce::Slice(size_t count, size_t esize, int rank, int size, size_t* lo,
                             size_t* hi) {
@@ -67,8 +91,11 @@ void StagedAllreduce::Slice(size_t count, size_t esize, int rank, int size, size
 }
 
 Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const PackFn& pack,
-                            const UnpackFn& unpack) {
+                            const UnpackFn& unpack, const HalfFactors& half) {
   const size_t esize = DataTypeSize(dtype);
+  const bool halves = IsHalf(dtype);
+  // With machines to cross, the post factor is applied after the crossing.
+  const bool crossing = machines_ != nullptr || leader_based_;
   const size_t per_round = memory_->area_bytes() / esize;
   const int self = memory_->rank();
   const int size = memory_->size();
@@ -92,13 +119,17 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
       const size_t n = std::min(block, hi - begin);
       uint8_t* at = mine + begin * esize;
       pack(first + begin, n, at);
-      for (int k = 0; k < size; ++k) {
-        if (k != self) ReduceInto(at, memory_->Area(k, parity) + begin * esize, n, dtype, op);
+      if (halves) {
+        ReduceHalves(at, begin * esize, n, parity, dtype, op, half.pre, crossing ? 1.0 : half.post);
+      } else {
+        for (int k = 0; k < size; ++k) {
+          if (k != self) ReduceInto(at, memory_->Area(k, parity) + begin * esize, n, dtype, op);
+        }
       }
       if (machines_ == nullptr && !leader_based_) unpack(first + begin, n, at);
     }
     if (machines_ != nullptr && !leader_based_) {
-      s = machines_->Run(mine + lo * esize, hi - lo, dtype, op);
+      s = machines_->Run(mine + lo * esize, hi - lo, dtype, op, half.post);
       if (!s.ok()) return s;
       if (hi > lo) unpack(first + lo, hi - lo, mine + lo * esize);
     }
@@ -113,10 +144,9 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
           Slice(count, esize, k, size, &lo, &hi);
           if (hi > lo) std::memcpy(mine + lo * esize, memory_->Area(k, parity) + lo * esize, (hi - lo) * esize);
         }
-        if (machines_ != nullptr) {
-          s = machines_->Run(mine, count, dtype, op);
-          if (!s.ok()) return s;
-        }
+        SO_CHECK(machines_ != nullptr, "a leader-based allreduce without machines to cross");
+        s = machines_->Run(mine, count, dtype, op, half.post);
+        if (!s.ok()) return s;
       }
       s = memory_->Sync();
       if (!s.ok()) return s;

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "collectives/machine_reduce.h"
 #include "common/dtype.h"
@@ -16,6 +17,13 @@
 #include "transport/peer_memory.h"
 
 namespace scaleout {
+
+// float16/bfloat16 are staged as they are and reduced in float32 by the rank that owns the
+// slice, which applies `pre` to every input and `post` to the result, rounding once (Note
+// [Halves on the wire]); pack and unpack then copy them unscaled. Unused for other dtypes.
+struct HalfFactors {
+  double pre = 1.0, post = 1.0;
+};
 
 class StagedAllreduce {
  public:
@@ -33,18 +41,25 @@ class StagedAllreduce {
   // Takes the reduced elements [first, first + count) from src.
   using UnpackFn = std::function<void(size_t first, size_t count, const uint8_t* src)>;
 
-  // Reduces `total` elements of `dtype` (not float16/bfloat16: widen first) with `op` (Average
-  // reduces as Sum). Every rank calls it with the same total, dtype and op.
-  Status Run(size_t total, DataType dtype, ReduceOp op, const PackFn& pack, const UnpackFn& unpack);
+  // Reduces `total` elements of `dtype` with `op` (Average reduces as Sum). Every rank calls it
+  // with the same total, dtype, op and factors.
+  Status Run(size_t total, DataType dtype, ReduceOp op, const PackFn& pack, const UnpackFn& unpack,
+             const HalfFactors& half = HalfFactors());
 
   // The elements [*lo, *hi) of a count-element round that `rank` of `size` reduces: whole
   // 64-byte lines, as evenly spread as they go (exposed for tests).
   static void Slice(size_t count, size_t esize, int rank, int size, size_t* lo, size_t* hi);
 
  private:
+  // Reduces n halves at `at` (this rank's area) with the same elements of the other ranks'
+  // areas in float32, in rank order after this rank's own, and narrows the result into `at`.
+  void ReduceHalves(uint8_t* at, size_t offset, size_t n, int parity, DataType dtype, ReduceOp op,
+                    double pre, double post);
+
   PeerMemory* memory_;
   MachineReduce* machines_;
   bool leader_based_;
+  std::vector<float> acc_;  // ReduceHalves' float32 block
 };
 
 }  // namespace scaleout

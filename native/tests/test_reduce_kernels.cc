@@ -548,6 +548,38 @@ SO_TEST(WidenToFloatMatchesScalarOnEveryBitPattern) {
   for (uint32_t i = 0; i < 0x7c00; i += 97) EXPECT_EQ(out[i], HalfToFloat(all[i]) * 0.125f);
 }
 
+SO_TEST(AccumulateHalvesEqualsWideningThenReducing) {
+  // Every bit pattern (NaNs, infinities, subnormals) against float accumulators of mixed signs
+  // and magnitudes, with and without a factor, odd counts for the 8-wide path's tail.
+  std::vector<uint16_t> halves(65536 + 5);
+  for (size_t i = 0; i < halves.size(); ++i) halves[i] = static_cast<uint16_t>(i * 40503u);
+  std::vector<float> start(halves.size());
+  for (size_t i = 0; i < start.size(); ++i) start[i] = (static_cast<int>(i % 97) - 48) * 0.37f;
+  int bad = 0;
+  for (DataType dtype : {DataType::kFloat16, DataType::kBFloat16}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+      for (double factor : {1.0, 0.37}) {
+        for (size_t count : {halves.size(), size_t(1), size_t(13)}) {
+          std::vector<float> fused(start.begin(), start.begin() + count), wide(count);
+          std::vector<float> want(start.begin(), start.begin() + count);
+          AccumulateHalves(fused.data(), halves.data(), count, dtype, op, factor);
+          WidenToFloat(wide.data(), halves.data(), count, dtype, factor);
+          ReduceInto(want.data(), wide.data(), count, DataType::kFloat32, op);
+          for (size_t i = 0; i < count; ++i) {
+            if (Bits(fused[i]) != Bits(want[i]) && ++bad <= 3) {
+              EXPECT_EQ(Bits(fused[i]), Bits(want[i]));
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  std::vector<float> acc(4);
+  EXPECT_THROW(AccumulateHalves(acc.data(), halves.data(), 4, DataType::kFloat32, ReduceOp::kSum, 1.0),
+               InternalError);
+}
+
 // Floats that exercise every rounding decision: a stride through all 2^32 patterns, every
 // midpoint between neighbouring halves and bfloat16s with its neighbours, and special values.
 std::vector<float> ConversionProbes() {

@@ -79,6 +79,20 @@ def test_half_precision_accumulates_in_float32(r, n):
     got = so.allreduce(x, op=so.Sum, name="f16prec")
     want = np.float16(np.float32(1.0) + np.float32(np.float16(1e-3)) * (n - 1))
     check_close(got, np.full(4, want), "float16 sum rounded once", rtol=0, atol=0)
+    # Many elements (several staging rounds), Average with a prescale: on every path each
+    # element is prescaled, summed in float32 and rounded once with the post factor (Note
+    # [Halves on the wire]); multiples of 1/64 keep the float32 sums exact, so the result is
+    # fixed to the bit.
+    count = 1_000_003
+    def values(q):
+        return ((np.arange(count) * 37 + q * 101) % 1025 - 512).astype(np.float32) / 64
+    got = so.allreduce(values(r).astype(np.float16), op=so.Average, prescale_factor=0.5,
+                       name="f16avg")
+    total = sum(values(q).astype(np.float16).astype(np.float32) * np.float32(0.5)
+                for q in range(n))
+    want = (total * np.float32(1.0 / n)).astype(np.float16)
+    check(got.dtype == np.float16 and np.array_equal(got.view(np.uint16), want.view(np.uint16)),
+          f"float16 Average rounded once ({np.count_nonzero(got != want)} elements differ)")
     bf = bfloat16()
     if bf is not None:
         y = (np.arange(6) + r).astype(bf)
