@@ -22,7 +22,8 @@ host (scaleoutrun --mpi-yield on: the ranks share this machine's cores):
   SCALEOUT_HIERARCHICAL_ALLREDUCE=1: the same mpi4py baseline beside scaleout hierarchical.
 Each job times float32 Sum at 1 MiB .. --max-mb; the 200 x 16 KiB case (200 so.allreduce_async_
 back to back, then synchronize; beside one pre-packed 3.2 MB mpi4py Allreduce and 200 back-to-back
-16 KiB ones); allgather (1 and 8 MiB per rank, beside mpi4py's Allgather; the jobs also set
+16 KiB ones); float16 beside float32 allreduces of the same number of elements (4 and 16 MiB
+of float32); allgather (1 and 8 MiB per rank, beside mpi4py's Allgather; the jobs also set
 SCALEOUT_HIERARCHICAL_ALLGATHER to the mode) and alltoall (1 and 8 MiB sent per rank, beside
 mpi4py's Alltoall); and benchmarks/torch_step.py's MLP step (its model and steppers: no
 communication, and scaleout's DistributedOptimizer).
@@ -284,6 +285,8 @@ def worker(args) -> int:
     for nbytes in [s for s in SIZES if s <= args.max_mb * MiB]:
         result["sizes"].append(size_case(args, comm, bench, meter, nbytes, want))
     result["small"] = small_case(args, comm, bench, meter, want)
+    result["halves"] = [half_case(args, comm, bench, meter, nbytes)
+                        for nbytes in (4 * MiB, 16 * MiB) if nbytes <= args.max_mb * MiB]
     result["others"] = [case(args, comm, bench, meter, nbytes)
                         for case in (allgather_case, alltoall_case)
                         for nbytes in (MiB, 8 * MiB) if nbytes <= args.max_mb * MiB]
@@ -351,6 +354,22 @@ def small_case(args, comm, bench: Bench, meter: LinkMeter, want: float) -> dict:
             a[...] = 0.0
     got = measured(bench, meter, [so_async, mpi_packed, mpi_each], args.small_iters, warmup=3)
     return dict(zip(["so", "mpi_packed", "mpi_each"], got))
+
+
+def half_case(args, comm, bench: Bench, meter: LinkMeter, nbytes: int) -> dict:
+    """N = nbytes / 4 elements: scaleout's allreduce_ (Average) in float32 beside float16 (Note
+    [Halves on the wire]: half the bytes should cross)."""
+    import scaleout as so
+    count = nbytes // 4
+    f32 = np.ones(count, np.float32)
+    f16 = np.ones(count, np.float16)
+    fns = [lambda: so.allreduce_(f32, op=so.Average, name=f"bench.multihost.f32.{nbytes}"),
+           lambda: so.allreduce_(f16, op=so.Average, name=f"bench.multihost.f16.{nbytes}")]
+    for fn in fns:
+        fn()
+    check_close(f"float16 Average {fmt_size(nbytes)}", f16.astype(np.float32), 1.0)
+    f32_r, f16_r = measured(bench, meter, fns, iterations(nbytes, args), warmup=1)
+    return {"bytes": nbytes, "float32": f32_r, "float16": f16_r}
 
 
 def allgather_case(args, comm, bench: Bench, meter: LinkMeter, nbytes: int) -> dict:
@@ -556,6 +575,24 @@ def small_table(jobs: dict, out) -> None:
         out(line)
 
 
+def halves_table(jobs: dict, out) -> None:
+    rows = []
+    for mode, job in jobs.items():
+        for got in (job or {}).get("halves", []):
+            for key in ("float32", "float16"):
+                s = got[key]
+                rows.append([fmt_size(got["bytes"]), mode, key, s["iters"], fmt_time(s["median"]),
+                             f"{s['median'] / got['float32']['median']:.2f}",
+                             fmt_mib(s["link"]), per_rank_cell(s)])
+    if not rows:
+        return
+    out("## scaleout allreduce_ of N elements (size = N float32s), Average, float32 and float16; "
+        "this/f32 = time over float32's in the same job; bytes per allreduce")
+    for line in table(rows, ["size", "HIER", "dtype", "iters", "time", "this/f32", "link MiB",
+                             "per rank MiB max (min)"], ["l", "r", "l", "r", "r", "r", "r", "r"]):
+        out(line)
+
+
 def algorithm_label(algorithm: str) -> str:
     """config()'s <collective>_algorithm, in a few words."""
     if algorithm.startswith("hierarchical"):
@@ -685,6 +722,8 @@ def main(args) -> int:
                     goal_lines(jobs, args.ranks_per_host, limit, out)
                     out()
                     small_table(jobs, out)
+                    out()
+                    halves_table(jobs, out)
                     out()
                     others_table(jobs, out)
                     if not args.no_torch:

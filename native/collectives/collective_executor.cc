@@ -57,60 +57,50 @@ Status CollectiveExecutor::Execute(const Response& r, const std::vector<TensorEn
 }
 
 // The tensors of an allreduce response laid end to end (the fused element space), and how to
-// move this rank's part of any range of it into and out of a buffer in the wire dtype.
-// float16/bfloat16 travel as float32 (widened with the prescale, narrowed with the post factor)
-// unless `halves_travel`: then they are copied as they are, and the algorithm that reduces them
-// applies both factors (Note [Halves on the wire]).
+// move this rank's part of any range of it into and out of a buffer, prescaled and postscaled.
+// Every dtype travels as itself. With `reducer_scales_halves` (the staged algorithms),
+// float16/bfloat16 are copied unscaled and the rank reducing them applies both factors in
+// float32 (Note [Halves on the wire]).
 class CollectiveExecutor::FusedTensors {
  public:
   FusedTensors(const Response& r, const std::vector<TensorEntry*>& entries, double post,
-               bool halves_travel)
-      : r_(r), entries_(entries), post_(halves_travel && IsHalf(r.dtype) ? 1.0 : post),
-        pre_(halves_travel && IsHalf(r.dtype) ? 1.0 : r.prescale),
-        half_(IsHalf(r.dtype) && !halves_travel), esize_(DataTypeSize(r.dtype)),
-        wsize_(half_ ? sizeof(float) : esize_) {
+               bool reducer_scales_halves)
+      : r_(r), entries_(entries),
+        post_(reducer_scales_halves && IsHalf(r.dtype) ? 1.0 : post),
+        pre_(reducer_scales_halves && IsHalf(r.dtype) ? 1.0 : r.prescale),
+        esize_(DataTypeSize(r.dtype)) {
     starts_.reserve(entries.size() + 1);
     starts_.push_back(0);
     for (size_t i = 0; i < entries.size(); ++i) starts_.push_back(starts_.back() + Elements(ShapeOf(r, entries, i)));
   }
   size_t total() const { return starts_.back(); }
-  DataType wire() const { return half_ ? DataType::kFloat32 : r_.dtype; }
 
-  // Elements [first, first + count) of this rank's input (zeros where it joined), prescaled and
-  // widened, into dst.
+  // Elements [first, first + count) of this rank's input (zeros where it joined), prescaled,
+  // into dst.
   void Pack(size_t first, size_t count, uint8_t* dst) const {
     ForEachPiece(first, count, [&](size_t i, size_t at, size_t n, size_t into) {
-      uint8_t* out = dst + into * wsize_;
+      uint8_t* out = dst + into * esize_;
       const TensorEntry* e = entries_[i];
       if (e == nullptr) {
-        std::memset(out, 0, n * wsize_);  // a joined rank contributes zeros
-      } else if (half_) {
-        WidenToFloat(reinterpret_cast<float*>(out), static_cast<const uint8_t*>(e->input) + at * esize_, n,
-                     r_.dtype, pre_);
+        std::memset(out, 0, n * esize_);  // a joined rank contributes zeros
       } else {
         CopyScaled(out, static_cast<const uint8_t*>(e->input) + at * esize_, n, pre_);
       }
     });
   }
 
-  // The reduced elements [first, first + count) from src into the outputs, postscaled and
-  // narrowed.
+  // The reduced elements [first, first + count) from src into the outputs, postscaled.
   void Unpack(size_t first, size_t count, const uint8_t* src) const {
     ForEachPiece(first, count, [&](size_t i, size_t at, size_t n, size_t from) {
       TensorEntry* e = entries_[i];
       if (e == nullptr) return;
-      uint8_t* out = static_cast<uint8_t*>(e->output) + at * esize_;
-      if (half_) {
-        NarrowFromFloat(out, reinterpret_cast<const float*>(src + from * wsize_), n, r_.dtype, post_);
-      } else {
-        CopyScaled(out, src + from * wsize_, n, post_);
-      }
+      CopyScaled(static_cast<uint8_t*>(e->output) + at * esize_, src + from * esize_, n, post_);
     });
   }
 
  private:
-  // n elements of the (whole-precision) dtype from src to dst, times factor: scaled a block at a
-  // time, while the block just copied is still in the cache.
+  // n elements from src to dst, times factor: scaled a block at a time, while the block just
+  // copied is still in the cache.
   void CopyScaled(uint8_t* dst, const uint8_t* src, size_t n, double factor) const {
     if (factor == 1.0) return CopyBytes(dst, src, n * esize_);
     for (size_t done = 0; done < n; done += scale_block_) {
@@ -136,8 +126,7 @@ class CollectiveExecutor::FusedTensors {
   const Response& r_;
   const std::vector<TensorEntry*>& entries_;
   const double post_, pre_;
-  const bool half_;  // widened to float32 on the wire
-  const size_t esize_, wsize_;
+  const size_t esize_;
   const size_t scale_block_ = (size_t(32) << 10) / esize_;  // elements copied then scaled at once
   std::vector<size_t> starts_;  // tensor i holds fused elements [starts_[i], starts_[i + 1])
 };
@@ -148,13 +137,13 @@ Status CollectiveExecutor::Allreduce(const Response& r, const std::vector<Tensor
   const FusedTensors fused(r, entries, post, staged_ != nullptr);
   if (staged_ != nullptr) {
     return staged_->Run(
-        fused.total(), fused.wire(), op,
+        fused.total(), r.dtype, op,
         [&](size_t first, size_t count, uint8_t* dst) { fused.Pack(first, count, dst); },
         [&](size_t first, size_t count, const uint8_t* src) { fused.Unpack(first, count, src); },
         HalfFactors{r.prescale, post});
   }
-  // One whole-precision tensor of this rank's own: reduce straight from input into output.
-  if (entries.size() == 1 && entries[0] != nullptr && !IsHalf(r.dtype) && r.prescale == 1.0) {
+  // One tensor of this rank's own: reduce straight from input into output.
+  if (entries.size() == 1 && entries[0] != nullptr && r.prescale == 1.0) {
     TensorEntry* e = entries[0];
     Status s = ReduceSplit(e->input, e->output, fused.total(), r.dtype, op);
     if (s.ok() && post != 1.0) ScaleBuffer(e->output, fused.total(), r.dtype, post);
@@ -163,10 +152,10 @@ Status CollectiveExecutor::Allreduce(const Response& r, const std::vector<Tensor
   const bool timed = LogEnabled(LogLevel::kDebug);
   using Clock = std::chrono::steady_clock;
   const auto t0 = timed ? Clock::now() : Clock::time_point();
-  uint8_t* buf = fusion_.Get(fused.total() * DataTypeSize(fused.wire()));
+  uint8_t* buf = fusion_.Get(fused.total() * DataTypeSize(r.dtype));
   fused.Pack(0, fused.total(), buf);
   const auto t1 = timed ? Clock::now() : t0;
-  Status s = ReduceSplit(buf, buf, fused.total(), fused.wire(), op);
+  Status s = ReduceSplit(buf, buf, fused.total(), r.dtype, op);
   if (!s.ok()) return s;
   const auto t2 = timed ? Clock::now() : t0;
   fused.Unpack(0, fused.total(), buf);
@@ -297,14 +286,6 @@ Status CollectiveExecutor::ReduceScatter(const Response& r, TensorEntry* e) {
   e->result_shape[0] = static_cast<int64_t>(mine / (row ? row : 1));
   if (row == 0) e->result_shape[0] = d0 / size + (self < d0 % size ? 1 : 0);
   e->result.resize(mine * DataTypeSize(r.dtype));
-  if (IsHalf(r.dtype)) {
-    float* wide = reinterpret_cast<float*>(fusion_.Get(total * sizeof(float), 0));
-    float* out = reinterpret_cast<float*>(fusion_.Get(mine * sizeof(float), 1));
-    WidenToFloat(wide, e->input, total, r.dtype, r.prescale);
-    Status s = transports_[0]->ReduceScatter(wide, out, counts, DataType::kFloat32, op);
-    if (s.ok()) NarrowFromFloat(e->result.data(), out, mine, r.dtype, post);
-    return s;
-  }
   const void* src = e->input;
   if (r.prescale != 1.0) {
     uint8_t* scaled = fusion_.Get(total * DataTypeSize(r.dtype), 0);

@@ -3,7 +3,8 @@
 //
 // Contract: every rank calls the same operations in the same order (the coordinator guarantees
 // it). Called from the coordinator thread only. Counts are elements of `dtype`; byte vectors are
-// per rank. float16/bfloat16 never reach Allreduce/ReduceScatter (they are widened first).
+// per rank. float16/bfloat16 are reduced pairwise in float32, each combine rounded once to the
+// half type.
 #ifndef SCALEOUT_TRANSPORT_DATA_TRANSPORT_H_
 #define SCALEOUT_TRANSPORT_DATA_TRANSPORT_H_
 

@@ -1,12 +1,14 @@
 #include "transport/mpi/mpi_data_transport.h"
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <string>
 
 #include <sched.h>
 #include <time.h>
 
+#include "collectives/reduce_kernels.h"
 #include "transport/mpi/mpi_context.h"
 
 namespace scaleout {
@@ -23,11 +25,42 @@ MPI_Datatype MpiType(DataType t) {
     case DataType::kFloat32: return MPI_FLOAT;
     case DataType::kFloat64: return MPI_DOUBLE;
     case DataType::kBool: return MPI_C_BOOL;
-    default: return MPI_DATATYPE_NULL;  // half types are widened before they get here
+    case DataType::kFloat16:
+    case DataType::kBFloat16: return MPI_UINT16_T;  // reduced by the ops of HalfOp
+    default: return MPI_DATATYPE_NULL;
+  }
+}
+
+// float16 and bfloat16 have no MPI type: they travel as 16-bit words and are combined by user
+// ops that add (or min, max, multiply) two of them in float32 and round once (ReduceInto),
+// so each pairwise combine MPI's algorithm makes rounds once (Note [Halves on the wire]).
+template <DataType kType, ReduceOp kOp>
+void CombineHalves(void* in, void* inout, int* len, MPI_Datatype*) {
+  ReduceInto(inout, in, static_cast<size_t>(*len), kType, kOp);
+}
+
+template <DataType kType>
+MPI_Op HalfOp(ReduceOp op) {
+  // Made once, on first use (MPI is initialized by then) and kept until MPI_Finalize.
+  static const std::array<MPI_Op, 4> ops = [] {
+    std::array<MPI_Op, 4> made;
+    MPI_Op_create(&CombineHalves<kType, ReduceOp::kSum>, 1, &made[0]);
+    MPI_Op_create(&CombineHalves<kType, ReduceOp::kMin>, 1, &made[1]);
+    MPI_Op_create(&CombineHalves<kType, ReduceOp::kMax>, 1, &made[2]);
+    MPI_Op_create(&CombineHalves<kType, ReduceOp::kProduct>, 1, &made[3]);
+    return made;
+  }();
+  switch (op) {
+    case ReduceOp::kMin: return ops[1];
+    case ReduceOp::kMax: return ops[2];
+    case ReduceOp::kProduct: return ops[3];
+    default: return ops[0];
   }
 }
 
 MPI_Op MpiOp(DataType t, ReduceOp op) {
+  if (t == DataType::kFloat16) return HalfOp<DataType::kFloat16>(op);
+  if (t == DataType::kBFloat16) return HalfOp<DataType::kBFloat16>(op);
   if (t == DataType::kBool) {
     return (op == ReduceOp::kProduct || op == ReduceOp::kMin) ? MPI_LAND : MPI_LOR;
   }
@@ -100,12 +133,21 @@ Status MpiDataTransport::Allreduce(const void* in, void* out, size_t count, Data
                                    ReduceOp op) {
   if (!broken_.ok()) return broken_;
   MPI_Datatype type = MpiType(dtype);
-  SO_CHECK(type != MPI_DATATYPE_NULL, "half-precision data reached the MPI transport");
+  SO_CHECK(type != MPI_DATATYPE_NULL, "a dtype without an MPI type reached the MPI transport");
   const size_t esize = DataTypeSize(dtype);
   for (size_t done = 0; done < count;) {
     const size_t n = std::min(count - done, kMaxCount);
     const char* src = static_cast<const char*>(in) + done * esize;
     char* dst = static_cast<char*>(out) + done * esize;
+    if (IsHalf(dtype) && n >= static_cast<size_t>(size_) && size_ > 1) {
+      // MPICH allreduces with a user op by recursive doubling, every rank sending the whole
+      // buffer at every step; a reduce-scatter then an allgather sends 2 (size - 1) / size of
+      // it, as MPICH's own large allreduces do (and each element is reduced in one place).
+      Status s = ReduceScatterAllgather(src, dst, n, dtype, op);
+      if (!s.ok()) return s;
+      done += n;
+      continue;
+    }
     MPI_Request request;
     int rc = MPI_Iallreduce(in == out ? MPI_IN_PLACE : src, dst, static_cast<int>(n), type,
                             MpiOp(dtype, op), comm_, &request);
@@ -115,6 +157,20 @@ Status MpiDataTransport::Allreduce(const void* in, void* out, size_t count, Data
     done += n;
   }
   return Status::OK();
+}
+
+Status MpiDataTransport::ReduceScatterAllgather(const void* in, void* out, size_t count,
+                                                DataType dtype, ReduceOp op) {
+  const size_t esize = DataTypeSize(dtype);
+  std::vector<size_t> counts(size_), bytes(size_);
+  for (int k = 0; k < size_; ++k) {
+    counts[k] = count / size_ + (static_cast<size_t>(k) < count % size_ ? 1 : 0);
+    bytes[k] = counts[k] * esize;
+  }
+  part_.resize(bytes[rank_]);
+  Status s = ReduceScatter(in, part_.data(), counts, dtype, op);
+  if (!s.ok()) return s;
+  return Allgatherv(part_.data(), part_.size(), out, bytes);
 }
 
 Status MpiDataTransport::Allgatherv(const void* in, size_t in_bytes, void* out,
@@ -168,7 +224,7 @@ Status MpiDataTransport::ReduceScatter(const void* in, void* out, const std::vec
                                        DataType dtype, ReduceOp op) {
   if (!broken_.ok()) return broken_;
   MPI_Datatype type = MpiType(dtype);
-  SO_CHECK(type != MPI_DATATYPE_NULL, "half-precision data reached the MPI transport");
+  SO_CHECK(type != MPI_DATATYPE_NULL, "a dtype without an MPI type reached the MPI transport");
   std::vector<int> icounts;
   Status s = FitsInt(counts, "reducescatter", &icounts);
   if (!s.ok()) return s;

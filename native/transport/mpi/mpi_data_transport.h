@@ -37,6 +37,9 @@ class MpiDataTransport : public DataTransport {
 
  private:
   Status Wait(MPI_Request* request, const char* what);
+  // Allreduce as ReduceScatter then Allgatherv (halves: Note [Halves on the wire]).
+  Status ReduceScatterAllgather(const void* in, void* out, size_t count, DataType dtype,
+                                ReduceOp op);
 
   MPI_Comm comm_;
   Interrupted interrupted_;
@@ -44,6 +47,7 @@ class MpiDataTransport : public DataTransport {
   Status broken_;
   int rank_ = 0;
   int size_ = 1;
+  std::vector<uint8_t> part_;  // ReduceScatterAllgather's reduced block
 };
 
 }  // namespace scaleout
