@@ -265,6 +265,10 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--timeline-mark-cycles",), "timeline_mark_cycles", "SCALEOUT_TIMELINE_MARK_CYCLES",
            "mark the core's cycles in the timeline (only with --timeline-filename)",
            off_flags=("--no-timeline-mark-cycles",), config_key="timeline.mark_cycles"),
+    Option(("--stats",), "stats", "SCALEOUT_STATS",
+           "at shutdown each rank prints one line: per collective kind, calls, bytes submitted, "
+           "written to shared memory and handed to MPI, time reducing and waiting",
+           off_flags=("--no-stats",)),
     Option(("--log-level",), "log_level", "SCALEOUT_LOG_LEVEL",
            f"the core's log level: {', '.join(LOG_LEVELS)} (any case)",
            _log_level, env_parse=_log_level_variable, metavar="LEVEL",
@@ -380,6 +384,7 @@ class LaunchConfig:
     hierarchical_allgather: Optional[bool] = None
     timeline: Optional[str] = None
     timeline_mark_cycles: Optional[bool] = None
+    stats: Optional[bool] = None
     log_level: Optional[str] = None
     bind_to: str = "auto"
     map_by: str = "socket"
@@ -585,6 +590,7 @@ def tuning_environment(config: LaunchConfig) -> dict[str, str]:
         "SCALEOUT_TIMELINE": config.timeline,
         # As horovodrun: cycle marks only mean something in a timeline.
         "SCALEOUT_TIMELINE_MARK_CYCLES": config.timeline_mark_cycles if config.timeline else None,
+        "SCALEOUT_STATS": config.stats,
         "SCALEOUT_LOG_LEVEL": config.log_level,
     }
     return {name: _format(value) for name, value in values.items() if value is not None}

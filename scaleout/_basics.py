@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import atexit
+import os
+import sys
 import threading
 from typing import Any, Optional
 
@@ -63,8 +65,26 @@ def shutdown() -> None:
     init() may be called again afterwards."""
     global _topology
     with _state_lock:
+        if _topology is not None and os.environ.get("SCALEOUT_STATS", "0") not in ("", "0"):
+            print(stats_line(), file=sys.stderr, flush=True)
         _binding.shutdown()
         _topology = None
+
+
+def stats_line() -> str:
+    """One line of this rank's traffic (what SCALEOUT_STATS=1, scaleoutrun --stats, prints at
+    shutdown): per collective kind that ran, calls, bytes submitted, written to shared memory,
+    handed to MPI, and the time reducing and waiting."""
+    def size(n: float) -> str:
+        for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+            if n >= scale:
+                return f"{n / scale:.1f} {unit}"
+        return f"{int(n)} B"
+    parts = [f"{kind} {c['calls']} calls, {size(c['bytes'])} submitted, {size(c['shm_bytes'])} "
+             f"to shared memory, {size(c['mpi_bytes'])} to MPI, reduce {c['reduce_seconds']:.3f} "
+             f"s, wait {c['wait_seconds']:.3f} s"
+             for kind, c in traffic().items() if c["calls"]]
+    return f"scaleout stats, rank {rank()}: " + ("; ".join(parts) or "no collectives")
 
 
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
@@ -89,12 +109,34 @@ def stop_timeline() -> None:
 
 
 def stats() -> dict:
-    """This rank's bookkeeping, for leak checks: ``handles`` (issued by the core and not yet
-    released: a handle is released when its result is taken) and ``names_in_flight``
-    (collectives submitted and not complete). Both are 0 when nothing is pending."""
+    """This rank's bookkeeping: ``handles`` (issued by the core and not yet released: a handle
+    is released when its result is taken) and ``names_in_flight`` (collectives submitted and
+    not complete), both 0 when nothing is pending; and ``collectives``: per kind
+    (``"allreduce"``, ...), since init, ``calls``, ``bytes`` (of the tensors this rank
+    submitted), ``shm_bytes`` (written into its shared-memory staging areas for the other
+    ranks), ``mpi_bytes`` (handed to MPI to send), ``reduce_seconds`` (in scaleout's own
+    reduction kernels) and ``wait_seconds`` (waiting for other ranks)."""
     _topo()
     handles, names = _binding.stats()
-    return {"handles": handles, "names_in_flight": names}
+    return {"handles": handles, "names_in_flight": names, "collectives": traffic()}
+
+
+def traffic() -> dict:
+    """stats()["collectives"] (Note [Traffic] in the core)."""
+    rows = _binding.traffic()
+    out = {}
+    for collective, code in _binding.COLLECTIVES:
+        if collective in ("barrier", "join"):
+            continue
+        counters = {}
+        for field, index in _binding.TRAFFIC:
+            value = rows[code][index]
+            if field.endswith("_ns"):
+                counters[field[:-3] + "_seconds"] = value / 1e9
+            else:
+                counters[field] = value
+        out[collective] = counters
+    return out
 
 
 def is_initialized() -> bool:

@@ -8,6 +8,7 @@
 
 #include "c_api/scaleout.h"
 #include "common/dtype.h"
+#include "common/traffic.h"
 #include "runtime/runtime.h"
 
 #define SO_EXPORT extern "C" __attribute__((visibility("default")))
@@ -157,6 +158,13 @@ SO_EXPORT const char* so_config_string(void) {
 SO_EXPORT int so_stats(int64_t* out) {
   return WithRuntime([&](Runtime& rt) -> int {
     rt.handles().Counts(&out[0], &out[1]);
+    return SO_OK;
+  });
+}
+
+SO_EXPORT int so_traffic(int64_t* out) {
+  return WithRuntime([&](Runtime&) -> int {
+    scaleout::traffic::Read(out);
     return SO_OK;
   });
 }

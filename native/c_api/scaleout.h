@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define SCALEOUT_ABI_VERSION 7
+#define SCALEOUT_ABI_VERSION 8
 
 /*
  * The tables: every code the ABI uses, with its name, written once here. The core takes its names
@@ -29,6 +29,7 @@ extern "C" {
  * SO_DTYPE_TABLE(X): X(ENUM, name, code, bytes per element).
  * SO_REDUCE_OP_TABLE(X): X(ENUM, name, code).
  * SO_COLLECTIVE_TABLE(X): X(ENUM, name, code).
+ * SO_TRAFFIC_TABLE(X): X(ENUM, name, code): the counters so_traffic gives per collective kind.
  */
 #define SO_ERROR_TABLE(X)                                                                        \
   X(INVALID_ARGUMENT, 1) /* bad input on this rank (dtype, shape, op, root, ...) */             \
@@ -56,6 +57,14 @@ extern "C" {
   X(ALLTOALL, alltoall, 3) X(REDUCESCATTER, reducescatter, 4) X(BARRIER, barrier, 5)            \
   X(JOIN, join, 6)
 
+#define SO_TRAFFIC_TABLE(X)                                                                      \
+  X(CALLS, calls, 0)         /* collectives run */                                               \
+  X(BYTES, bytes, 1)         /* bytes of the tensors this rank submitted */                      \
+  X(SHM_BYTES, shm_bytes, 2) /* bytes this rank wrote into its staging areas for the others */    \
+  X(MPI_BYTES, mpi_bytes, 3) /* bytes this rank handed MPI to send */                             \
+  X(REDUCE_NS, reduce_ns, 4) /* nanoseconds in scaleout's own reduction kernels */               \
+  X(WAIT_NS, wait_ns, 5)     /* nanoseconds waiting for other ranks (MPI requests, shm syncs) */
+
 /* Status codes (so_status_name() gives the name of one). */
 #define SO_ENUM_ERROR_(NAME, code) SO_ERR_##NAME = code,
 enum { SO_OK = 0, SO_ERROR_TABLE(SO_ENUM_ERROR_) SO_STATUS_COUNT };
@@ -68,6 +77,9 @@ enum { SO_DTYPE_TABLE(SO_ENUM_DTYPE_) SO_DTYPE_COUNT };
 #define SO_ENUM_CODE_(ENUM, name, code) SO_##ENUM = code,
 enum { SO_REDUCE_OP_TABLE(SO_ENUM_CODE_) SO_REDUCE_OP_COUNT };
 enum { SO_COLLECTIVE_TABLE(SO_ENUM_CODE_) SO_COLLECTIVE_COUNT };
+#define SO_ENUM_TRAFFIC_(ENUM, name, code) SO_TRAFFIC_##ENUM = code,
+enum { SO_TRAFFIC_TABLE(SO_ENUM_TRAFFIC_) SO_TRAFFIC_COUNT };
+#undef SO_ENUM_TRAFFIC_
 #undef SO_ENUM_CODE_
 
 /* Handle ids: the runtime's epoch (counting so_init calls in this process) in the bits from
@@ -102,6 +114,9 @@ const char* so_config_string(void);
 int so_timeline(const char* path, int mark_cycles);
 /* out[2] = handles registered (issued, not yet released), names in flight: for leak checks. */
 int so_stats(int64_t* out);
+/* out[SO_COLLECTIVE_COUNT * SO_TRAFFIC_COUNT]: out[collective * SO_TRAFFIC_COUNT + counter],
+ * this process's counts since so_init (Note [Traffic]). */
+int so_traffic(int64_t* out);
 /* 1 once this process has seen a peer rank die (Note [Liveness]), under any runtime, else 0: MPI
  * cannot be finalized then (MPI_Finalize waits for the dead peer forever). */
 int so_peer_died(void);

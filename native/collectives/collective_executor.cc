@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/logging.h"
+#include "common/traffic.h"
 
 #include "collectives/reduce_kernels.h"
 
@@ -46,6 +47,20 @@ Status CollectiveExecutor::ReduceSplit(const void* in, void* out, size_t count, 
 }
 
 Status CollectiveExecutor::Execute(const Response& r, const std::vector<TensorEntry*>& entries) {
+  // Note [Traffic]: what this rank submitted; the layers below add what they move.
+  traffic::SetKind(r.collective);
+  traffic::Add(traffic::kCALLS, 1);
+  int64_t submitted = 0;
+  for (const TensorEntry* e : entries) {
+    if (e != nullptr) submitted += static_cast<int64_t>(Elements(e->request.shape) * DataTypeSize(r.dtype));
+  }
+  traffic::Add(traffic::kBYTES, submitted);
+  const Status s = Run(r, entries);
+  traffic::SetKind(-1);
+  return s;
+}
+
+Status CollectiveExecutor::Run(const Response& r, const std::vector<TensorEntry*>& entries) {
   switch (r.collective) {
     case SO_ALLREDUCE: return Allreduce(r, entries);
     case SO_ALLGATHER: return Allgather(r, entries);

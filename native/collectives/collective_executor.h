@@ -57,6 +57,7 @@ class CollectiveExecutor {
 
  private:
   class FusedTensors;
+  Status Run(const Response& r, const std::vector<TensorEntry*>& entries);  // by collective
   Status Allreduce(const Response& r, const std::vector<TensorEntry*>& entries);
   Status Allgather(const Response& r, const std::vector<TensorEntry*>& entries);
   Status Broadcast(const Response& r, TensorEntry* entry);

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "common/logging.h"
+#include "common/traffic.h"
 
 namespace scaleout {
 
@@ -47,7 +48,9 @@ Status EndpointPool::RunSplit(size_t count, size_t esize,
   const size_t per_line = 64 / esize > 0 ? 64 / esize : 1;
   const size_t share = (count / k + per_line - 1) / per_line * per_line;
   std::vector<Status> results(k);
+  const int kind = traffic::Kind();  // Note [Traffic]: the servers work for the caller's kind
   Run([&](int i) {
+    traffic::SetKind(kind);
     const size_t begin = std::min(count, share * i);
     const size_t end = i + 1 == k_ ? count : std::min(count, share * (i + 1));
     results[i] = part(i, begin, end);

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "collectives/reduce_kernels.h"
+#include "common/traffic.h"
 
 namespace scaleout {
 namespace {
@@ -39,6 +40,7 @@ Status MachineReduce::RunOn(int server, uint8_t* data, size_t count, DataType dt
                                                  std::vector<size_t>(machines, count * esize));
     if (!s.ok()) return s;
     if (machines == 1) std::copy(data, data + count * esize, all.data());
+    const traffic::Timed reducing(traffic::kREDUCE_NS);
     for (size_t begin = 0; begin < count; begin += kHalfBlock) {
       const size_t n = std::min(kHalfBlock, count - begin);
       scratch.acc.resize(n);

@@ -6,6 +6,7 @@
 
 #include "collectives/reduce_kernels.h"
 #include "common/logging.h"
+#include "common/traffic.h"
 
 namespace scaleout {
 
@@ -111,6 +112,7 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
     Slice(count, esize, self, size, &lo, &hi);
     pack(first, lo, mine);
     pack(first + hi, count - hi, mine + hi * esize);
+    traffic::Add(traffic::kSHM_BYTES, static_cast<int64_t>(count * esize));  // this round's
     const auto t1 = timed ? Clock::now() : t0;
     Status s = memory_->Sync();
     if (!s.ok()) return s;
@@ -119,6 +121,7 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
       const size_t n = std::min(block, hi - begin);
       uint8_t* at = mine + begin * esize;
       pack(first + begin, n, at);
+      const traffic::Timed reducing(traffic::kREDUCE_NS);
       if (halves) {
         ReduceHalves(at, begin * esize, n, parity, dtype, op, half.pre, crossing ? 1.0 : half.post);
       } else {
@@ -143,6 +146,7 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
         for (int k = 1; k < size; ++k) {
           Slice(count, esize, k, size, &lo, &hi);
           if (hi > lo) std::memcpy(mine + lo * esize, memory_->Area(k, parity) + lo * esize, (hi - lo) * esize);
+          traffic::Add(traffic::kSHM_BYTES, static_cast<int64_t>((hi - lo) * esize));
         }
         SO_CHECK(machines_ != nullptr, "a leader-based allreduce without machines to cross");
         s = machines_->Run(mine, count, dtype, op, half.post);

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <utility>
 
+#include "common/traffic.h"
+
 namespace scaleout {
 
 // Note [Staged alltoall]
@@ -76,6 +78,7 @@ Status StagedAlltoall::Exchange(const uint8_t* input, const std::vector<int64_t>
       if (k == self || from >= bytes) continue;
       std::memcpy(mine + header + k * slot, input + send_at[k] + from,
                   std::min(slot, bytes - from));
+      traffic::Add(traffic::kSHM_BYTES, static_cast<int64_t>(std::min(slot, bytes - from)));
     }
     Status s = memory_->Sync();
     if (!s.ok()) return s;

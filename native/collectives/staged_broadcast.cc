@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/traffic.h"
+
 namespace scaleout {
 
 // Note [Staged broadcast]
@@ -29,7 +31,10 @@ Status StagedBroadcast::Run(void* buf, size_t bytes, int root) {
   for (size_t first = 0; first < bytes; first += area) {
     const size_t n = std::min(area, bytes - first);
     const int parity = memory_->NextParity();
-    if (rank_ == root) std::memcpy(memory_->Area(self, parity), data + first, n);
+    if (rank_ == root) {
+      std::memcpy(memory_->Area(self, parity), data + first, n);
+      traffic::Add(traffic::kSHM_BYTES, static_cast<int64_t>(n));
+    }
     Status s = memory_->Sync();
     if (!s.ok()) return s;
     if (leaders_ != nullptr) {

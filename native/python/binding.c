@@ -35,7 +35,7 @@
   X(so_abi_version) X(so_version) X(so_build_info) X(so_last_error) X(so_init) X(so_shutdown)   \
   X(so_is_initialized) X(so_topology) X(so_config_string) X(so_enqueue) X(so_poll) X(so_wait)   \
   X(so_result_shape) X(so_result_take) X(so_buffer_free) X(so_result_splits)                   \
-  X(so_result_join_rank) X(so_release) X(so_timeline) X(so_stats) X(so_peer_died) X(so_add_process_set) X(so_remove_process_set)   \
+  X(so_result_join_rank) X(so_release) X(so_timeline) X(so_stats) X(so_traffic) X(so_peer_died) X(so_add_process_set) X(so_remove_process_set)   \
   X(so_process_set) X(so_process_set_ids)
 
 #define SO_POINTER_(fn) __typeof__(&fn) fn;
@@ -205,6 +205,35 @@ static PyObject* stats(PyObject* self, PyObject* unused) {
   int rc = api.so_stats(out);
   if (rc != 0) return raise_status(rc);
   return Py_BuildValue("(LL)", (long long)out[0], (long long)out[1]);
+}
+
+/* traffic() -> one tuple of SO_TRAFFIC_COUNT counters per collective kind, in code order
+ * (Note [Traffic]). */
+static PyObject* traffic(PyObject* self, PyObject* unused) {
+  if (!require_loaded()) return NULL;
+  int64_t out[SO_COLLECTIVE_COUNT * SO_TRAFFIC_COUNT];
+  int rc = api.so_traffic(out);
+  if (rc != 0) return raise_status(rc);
+  PyObject* kinds = PyTuple_New(SO_COLLECTIVE_COUNT);
+  if (kinds == NULL) return NULL;
+  for (int c = 0; c < SO_COLLECTIVE_COUNT; ++c) {
+    PyObject* row = PyTuple_New(SO_TRAFFIC_COUNT);
+    if (row == NULL) {
+      Py_DECREF(kinds);
+      return NULL;
+    }
+    for (int f = 0; f < SO_TRAFFIC_COUNT; ++f) {
+      PyObject* v = PyLong_FromLongLong((long long)out[c * SO_TRAFFIC_COUNT + f]);
+      if (v == NULL) {
+        Py_DECREF(row);
+        Py_DECREF(kinds);
+        return NULL;
+      }
+      PyTuple_SET_ITEM(row, f, v);
+    }
+    PyTuple_SET_ITEM(kinds, c, row);
+  }
+  return kinds;
 }
 
 /* add_process_set(ranks: sequence of int) -> id; collective over every rank (blocks). */
@@ -1029,6 +1058,7 @@ static PyMethodDef methods[] = {
     {"topology", topology, METH_NOARGS,
      "topology() -> (rank, size, local_rank, local_size, cross_rank, cross_size)"},
     {"stats", stats, METH_NOARGS, "stats() -> (handles registered, names in flight)"},
+    {"traffic", traffic, METH_NOARGS, "traffic() -> per collective kind, its counters"},
     {"peer_died", peer_died, METH_NOARGS, "whether this process has seen a peer rank die"},
     {"add_process_set", add_process_set, METH_O, "add_process_set(ranks) -> id (collective)"},
     {"remove_process_set", remove_process_set, METH_O, "remove_process_set(id) (collective)"},
@@ -1105,6 +1135,7 @@ PyMODINIT_FUNC PyInit__binding(void) {
       add(m, "REDUCE_OPS", SO_CODE_ROWS_(SO_REDUCE_OP_TABLE)) < 0 ||
       add(m, "COLLECTIVES", SO_CODE_ROWS_(SO_COLLECTIVE_TABLE)) < 0 ||
       add(m, "STATUSES", status_rows()) < 0 ||
+      add(m, "TRAFFIC", SO_CODE_ROWS_(SO_TRAFFIC_TABLE)) < 0 ||
       PyModule_AddIntConstant(m, "MAX_NDIM", SO_MAX_NDIM) < 0 ||
       PyModule_AddIntConstant(m, "ABI_VERSION", SCALEOUT_ABI_VERSION) < 0) {
     Py_DECREF(m);

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/logging.h"
+#include "common/traffic.h"
 #include "runtime/result_memory.h"
 
 namespace scaleout {
@@ -13,6 +14,7 @@ Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, int64_t epoch
                        std::shared_ptr<Runtime>* out) {
   std::shared_ptr<Runtime> rt(new Runtime());
   rt->handles_.SetEpoch(epoch);
+  traffic::Reset();  // Note [Traffic]: counts since init
   Status s = Config::FromEnvironment(&rt->config_);
   if (!s.ok()) return s;
   // Settings that change how ranks take part in collectives must be the same on every rank.

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "collectives/reduce_kernels.h"
+#include "common/traffic.h"
 #include "transport/mpi/mpi_context.h"
 
 namespace scaleout {
@@ -107,6 +108,7 @@ MpiDataTransport::MpiDataTransport(MPI_Comm comm, Interrupted interrupted, bool 
 }
 
 Status MpiDataTransport::Wait(MPI_Request* request, const char* what) {
+  const traffic::Timed waiting(traffic::kWAIT_NS);
   for (unsigned polls = 1;; ++polls) {
     int done = 0;
     int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
@@ -148,6 +150,7 @@ Status MpiDataTransport::Allreduce(const void* in, void* out, size_t count, Data
       done += n;
       continue;
     }
+    traffic::Add(traffic::kMPI_BYTES, static_cast<int64_t>(n * esize));
     MPI_Request request;
     int rc = MPI_Iallreduce(in == out ? MPI_IN_PLACE : src, dst, static_cast<int>(n), type,
                             MpiOp(dtype, op), comm_, &request);
@@ -181,6 +184,7 @@ Status MpiDataTransport::Allgatherv(const void* in, size_t in_bytes, void* out,
   if (!s.ok()) return s;
   std::vector<int> displs = Displacements(counts);
   MPI_Request request;
+  traffic::Add(traffic::kMPI_BYTES, static_cast<int64_t>(in_bytes));
   int rc = MPI_Iallgatherv(in, static_cast<int>(in_bytes), MPI_BYTE, out, counts.data(),
                            displs.data(), MPI_BYTE, comm_, &request);
   if (rc != MPI_SUCCESS) return MpiError("MPI_Iallgatherv", rc);
@@ -192,6 +196,7 @@ Status MpiDataTransport::Broadcast(void* buf, size_t bytes, int root) {
   for (size_t done = 0; done < bytes;) {
     const size_t n = std::min(bytes - done, kMaxCount);
     MPI_Request request;
+    if (rank_ == root) traffic::Add(traffic::kMPI_BYTES, static_cast<int64_t>(n));
     int rc = MPI_Ibcast(static_cast<char*>(buf) + done, static_cast<int>(n), MPI_BYTE, root, comm_,
                         &request);
     if (rc != MPI_SUCCESS) return MpiError("MPI_Ibcast", rc);
@@ -214,6 +219,9 @@ Status MpiDataTransport::Alltoallv(const void* in, const std::vector<size_t>& se
   if (s.ok()) s = FitsInt(recv_at, "alltoall", &rdispls, "an offset");
   if (!s.ok()) return s;
   MPI_Request request;
+  int64_t sent = 0;
+  for (int k = 0; k < size_; ++k) sent += k == rank_ ? 0 : scounts[k];
+  traffic::Add(traffic::kMPI_BYTES, sent);
   int rc = MPI_Ialltoallv(in, scounts.data(), sdispls.data(), MPI_BYTE, out, rcounts.data(),
                           rdispls.data(), MPI_BYTE, comm_, &request);
   if (rc != MPI_SUCCESS) return MpiError("MPI_Ialltoallv", rc);
@@ -229,6 +237,9 @@ Status MpiDataTransport::ReduceScatter(const void* in, void* out, const std::vec
   Status s = FitsInt(counts, "reducescatter", &icounts);
   if (!s.ok()) return s;
   MPI_Request request;
+  int64_t elements = 0;
+  for (size_t c : counts) elements += static_cast<int64_t>(c);
+  traffic::Add(traffic::kMPI_BYTES, elements * static_cast<int64_t>(DataTypeSize(dtype)));
   int rc = MPI_Ireduce_scatter(in, out, icounts.data(), type, MpiOp(dtype, op), comm_, &request);
   if (rc != MPI_SUCCESS) return MpiError("MPI_Ireduce_scatter", rc);
   return Wait(&request, "MPI_Ireduce_scatter");

@@ -1,6 +1,7 @@
 #include "transport/shm/shm_peer_memory.h"
 
 #include "common/process.h"
+#include "common/traffic.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -245,6 +246,7 @@ uint8_t* ShmPeerMemory::Area(int rank, int parity) const {
 }
 
 Status ShmPeerMemory::Sync() {
+  const traffic::Timed waiting(traffic::kWAIT_NS);  // Note [Traffic]
   const uint64_t count = ++syncs_;
   RankLine* line = Line(rank_);
   line->syncs.store(count, std::memory_order_release);
