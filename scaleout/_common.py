@@ -11,8 +11,8 @@ from scaleout._errors import (DeadlockError, DuplicateNameError, HorovodInternal
                               NotInitializedError, PeerFailedError, ScaleoutError,
                               ScaleoutTimeoutError, ShutDownError, TransportError)
 from scaleout._objects import allgather_object, broadcast_object
-from scaleout._core import Average, Handle, Max, Min, Product, Sum
-from scaleout._not_yet import Adasum, NotYetImplementedError
+from scaleout._core import Adasum, Average, Handle, Max, Min, Product, Sum
+from scaleout._errors import NotYetImplementedError
 from scaleout._process_sets import (ProcessSet, add_process_set, global_process_set,
                                     remove_process_set)
 

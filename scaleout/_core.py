@@ -22,6 +22,7 @@ from scaleout import _binding, _errors
 from scaleout._errors import InvalidArgumentError, MPINotFoundError, ScaleoutError
 
 __all__ = ["DTYPE_CODES", "OP_NAMES", "COLLECTIVE_CODES", "Average", "Sum", "Min", "Max", "Product",
+           "Adasum",
            "ALLREDUCE", "ALLGATHER", "BROADCAST", "ALLTOALL", "REDUCESCATTER", "BARRIER", "JOIN",
            "Handle", "submit", "synchronize", "poll", "wait_all", "group", "auto_name",
            "resolve_op", "register_tensor_type", "ensure_loaded", "library_path", "build_info"]
@@ -31,7 +32,8 @@ __all__ = ["DTYPE_CODES", "OP_NAMES", "COLLECTIVE_CODES", "Average", "Sum", "Min
 DTYPE_CODES = {name: code for name, code, _ in _binding.DTYPES}   # "float32" -> 7
 _OPS = dict(_binding.REDUCE_OPS)                                    # "Average" -> 0
 OP_NAMES = {code: name for name, code in _OPS.items()}
-Average, Sum, Min, Max, Product = (_OPS[k] for k in ("Average", "Sum", "Min", "Max", "Product"))
+Average, Sum, Min, Max, Product, Adasum = (
+    _OPS[k] for k in ("Average", "Sum", "Min", "Max", "Product", "Adasum"))
 COLLECTIVE_CODES = dict(_binding.COLLECTIVES)                       # "allreduce" -> 0
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN = (
     COLLECTIVE_CODES[k] for k in ("allreduce", "allgather", "broadcast", "alltoall", "reducescatter",
@@ -142,10 +144,6 @@ def resolve_op(op: Optional[int], average: Optional[bool] = None) -> int:
     if op is None:
         return Average
     if op not in OP_NAMES:
-        from scaleout._not_yet import Adasum, NotYetImplementedError
-        if op == Adasum:
-            raise NotYetImplementedError("op=Adasum is not implemented in scaleout yet; use "
-                                         "Average or Sum")
         raise InvalidArgumentError(f"unknown reduce op {op!r}; use scaleout.Average, Sum, Min, "
-                                   "Max or Product")
+                                   "Max, Product or Adasum")
     return int(op)

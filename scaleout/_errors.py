@@ -23,6 +23,11 @@ class NoGradientError(InvalidArgumentError, NotImplementedError):
     """A collective's gradient is not defined for the arguments it ran with (e.g. op=Max)."""
 
 
+class NotYetImplementedError(ScaleoutError, NotImplementedError):
+    """A Horovod feature scaleout does not have yet (or not for these arguments), raised where
+    Horovod raises NotImplementedError or where the feature is used."""
+
+
 class NotInitializedError(ScaleoutError, ValueError):
     """A collective or query was used before scaleout.init() or after shutdown() (a ValueError,
     as Horovod's "Horovod has not been initialized")."""
@@ -82,4 +87,5 @@ BY_STATUS_NAME = {
     "INTERNAL": InternalError,
     "UNKNOWN_HANDLE": InvalidArgumentError,
     "DEADLOCK": DeadlockError,
+    "NOT_SUPPORTED": NotYetImplementedError,
 }

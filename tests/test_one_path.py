@@ -61,7 +61,7 @@ def test_tables_come_from_the_header():
     assert [(name, int(code), int(size)) for _, name, code, size in dtype_rows] == \
         list(_binding.DTYPES)
     assert DTYPE_CODES["float32"] == 7 and DTYPE_CODES["bfloat16"] == 6
-    assert OP_NAMES == {0: "Average", 1: "Sum", 2: "Min", 3: "Max", 4: "Product"}
+    assert OP_NAMES == {0: "Average", 1: "Sum", 2: "Min", 3: "Max", 4: "Product", 5: "Adasum"}
     assert list(COLLECTIVE_CODES) == ["allreduce", "allgather", "broadcast", "alltoall",
                                       "reducescatter", "barrier", "join"]
     statuses = dict(_binding.STATUSES)
@@ -72,8 +72,9 @@ def test_tables_come_from_the_header():
 def test_every_front_end_exports_the_same_ops():
     import scaleout
     from scaleout import _core
-    assert (scaleout.Average, scaleout.Sum, scaleout.Min, scaleout.Max, scaleout.Product) == \
-        (_core.Average, _core.Sum, _core.Min, _core.Max, _core.Product)
+    assert (scaleout.Average, scaleout.Sum, scaleout.Min, scaleout.Max, scaleout.Product,
+            scaleout.Adasum) == \
+        (_core.Average, _core.Sum, _core.Min, _core.Max, _core.Product, _core.Adasum)
 
 
 def test_the_semantics_table_covers_every_differentiable_collective():

@@ -41,7 +41,8 @@ extern "C" {
   X(TIMEOUT, 7)          /* a bounded wait ran out */                                           \
   X(INTERNAL, 8)         /* a broken invariant inside the core (a bug) */                       \
   X(UNKNOWN_HANDLE, 9)   /* the handle was never issued or was already released */        \
-  X(DEADLOCK, 10)        /* every rank waits for collectives no rank can complete */
+  X(DEADLOCK, 10)        /* every rank waits for collectives no rank can complete */           \
+  X(NOT_SUPPORTED, 11)   /* a Horovod feature scaleout does not have (yet) for these arguments */
 
 #define SO_DTYPE_TABLE(X)                                                                        \
   X(UINT8, uint8, 0, 1) X(INT8, int8, 1, 1) X(INT16, int16, 2, 2) X(INT32, int32, 3, 4)          \
@@ -50,7 +51,8 @@ extern "C" {
   X(UINT16, uint16, 10, 2)
 
 #define SO_REDUCE_OP_TABLE(X) \
-  X(AVERAGE, Average, 0) X(SUM, Sum, 1) X(MIN, Min, 2) X(MAX, Max, 3) X(PRODUCT, Product, 4)
+  X(AVERAGE, Average, 0) X(SUM, Sum, 1) X(MIN, Min, 2) X(MAX, Max, 3) X(PRODUCT, Product, 4) \
+  X(ADASUM, Adasum, 5) /* allreduce of floating-point tensors only (Note [Adasum]) */
 
 #define SO_COLLECTIVE_TABLE(X)                                                                   \
   X(ALLREDUCE, allreduce, 0) X(ALLGATHER, allgather, 1) X(BROADCAST, broadcast, 2)              \

@@ -89,6 +89,12 @@ class CollectiveExecutor::FusedTensors {
     for (size_t i = 0; i < entries.size(); ++i) starts_.push_back(starts_.back() + Elements(ShapeOf(r, entries, i)));
   }
   size_t total() const { return starts_.back(); }
+  // Each tensor's elements, in order.
+  std::vector<size_t> Counts() const {
+    std::vector<size_t> counts;
+    for (size_t i = 0; i + 1 < starts_.size(); ++i) counts.push_back(starts_[i + 1] - starts_[i]);
+    return counts;
+  }
 
   // Elements [first, first + count) of this rank's input (zeros where it joined), prescaled,
   // into dst.
@@ -148,6 +154,14 @@ class CollectiveExecutor::FusedTensors {
 
 Status CollectiveExecutor::Allreduce(const Response& r, const std::vector<TensorEntry*>& entries) {
   const double post = PostFactor(r, transports_[0]->size());
+  if (r.reduce_op == ReduceOp::kAdasum) {  // Note [Adasum]: per tensor, over MPI
+    const FusedTensors fused(r, entries, post, false);
+    uint8_t* buf = fusion_.Get(fused.total() * DataTypeSize(r.dtype));
+    fused.Pack(0, fused.total(), buf);
+    Status s = adasum_.Run(buf, fused.Counts(), r.dtype);
+    if (s.ok()) fused.Unpack(0, fused.total(), buf);
+    return s;
+  }
   const ReduceOp op = WireOp(r.reduce_op);
   const FusedTensors fused(r, entries, post, staged_ != nullptr);
   if (staged_ != nullptr) {

@@ -10,6 +10,7 @@
 
 #include <memory>
 
+#include "collectives/adasum.h"
 #include "collectives/data_plane.h"
 #include "collectives/endpoint_pool.h"
 #include "collectives/hierarchical_allgather.h"
@@ -28,7 +29,7 @@ class CollectiveExecutor {
  public:
   // plane.transports[i] belongs to endpoint server i of `endpoints` (at least one).
   CollectiveExecutor(const DataPlane& plane, EndpointPool* endpoints)
-      : transports_(plane.transports), endpoints_(endpoints),
+      : transports_(plane.transports), endpoints_(endpoints), adasum_(plane.transports[0]),
         machines_(plane.cross.empty() ? nullptr
                                       : std::make_unique<MachineReduce>(plane.cross, endpoints)),
         staged_(plane.peers != nullptr && (plane.machines == 1 || plane.hierarchical_allreduce)
@@ -70,6 +71,7 @@ class CollectiveExecutor {
   // transports_[0] (endpoint server 0's) carries every collective that is not split.
   std::vector<DataTransport*> transports_;
   EndpointPool* endpoints_;
+  Adasum adasum_;
   std::unique_ptr<MachineReduce> machines_;  // before staged_, which uses it
   std::unique_ptr<StagedAllreduce> staged_;
   std::unique_ptr<StagedAlltoall> alltoall_;

@@ -17,6 +17,7 @@ enum class DataType : int32_t {
 
 enum class ReduceOp : int32_t {
   kAverage = SO_AVERAGE, kSum = SO_SUM, kMin = SO_MIN, kMax = SO_MAX, kProduct = SO_PRODUCT,
+  kAdasum = SO_ADASUM,
 };
 
 bool IsValidDataType(int value);

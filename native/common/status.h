@@ -24,6 +24,7 @@ class Status {
   static Status Transport(std::string m) { return {SO_ERR_TRANSPORT, std::move(m)}; }
   static Status Timeout(std::string m) { return {SO_ERR_TIMEOUT, std::move(m)}; }
   static Status Internal(std::string m) { return {SO_ERR_INTERNAL, std::move(m)}; }
+  static Status NotSupported(std::string m) { return {SO_ERR_NOT_SUPPORTED, std::move(m)}; }
 
   bool ok() const { return code_ == SO_OK; }
   int code() const { return code_; }

@@ -19,7 +19,7 @@ bool IsBFloat16NaN(uint16_t b) { return (b & 0x7f80) == 0x7f80 && (b & 0x7f) != 
 SO_TEST(StatusNameCoversEveryCode) {
   const char* expected[] = {"OK", "INVALID_ARGUMENT", "NOT_INITIALIZED", "SHUT_DOWN",
                             "MISMATCH", "DUPLICATE_NAME", "TRANSPORT", "TIMEOUT", "INTERNAL",
-                            "UNKNOWN_HANDLE", "DEADLOCK"};
+                            "UNKNOWN_HANDLE", "DEADLOCK", "NOT_SUPPORTED"};
   static_assert(sizeof(expected) / sizeof(expected[0]) == SO_STATUS_COUNT);
   for (int code = 0; code < SO_STATUS_COUNT; ++code) {
     EXPECT_EQ(std::string(StatusName(code)), expected[code]);
@@ -101,7 +101,7 @@ SO_TEST(DataTypeMetadata) {
 }
 
 SO_TEST(ReduceOpMetadata) {
-  const char* names[] = {"Average", "Sum", "Min", "Max", "Product"};
+  const char* names[] = {"Average", "Sum", "Min", "Max", "Product", "Adasum"};
   static_assert(sizeof(names) / sizeof(names[0]) == SO_REDUCE_OP_COUNT);
   for (int op = 0; op < SO_REDUCE_OP_COUNT; ++op) {
     EXPECT_TRUE(IsValidReduceOp(op));

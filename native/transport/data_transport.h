@@ -33,6 +33,9 @@ class DataTransport {
                            const std::vector<size_t>& send_at, void* out,
                            const std::vector<size_t>& recv_bytes,
                            const std::vector<size_t>& recv_at) = 0;
+  // Sends `bytes` bytes to rank `peer` and receives as many from it into `recv` (a pairwise
+  // exchange: the peer calls it with this rank).
+  virtual Status Sendrecv(const void* send, size_t bytes, int peer, void* recv) = 0;
   // Reduces `in` (sum(counts) elements) over ranks; rank r receives block r (counts[r]) in out.
   virtual Status ReduceScatter(const void* in, void* out, const std::vector<size_t>& counts,
                                DataType dtype, ReduceOp op) = 0;

@@ -14,9 +14,8 @@ from typing import Optional
 import keras
 import tensorflow as tf
 
-from scaleout._core import Average, Sum
-from scaleout._errors import InvalidArgumentError
-from scaleout._not_yet import Adasum
+from scaleout._core import Adasum, Average, Sum
+from scaleout._errors import InvalidArgumentError, NotYetImplementedError
 from scaleout._process_sets import global_process_set
 from scaleout.tensorflow._compression import Compression
 from scaleout.tensorflow._errors import tf_errors
@@ -235,6 +234,11 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None, use_locking: boo
                          f"optimizer, not {type(optimizer).__name__}")
     _configure("DistributedOptimizer", device_dense, device_sparse, op,
                gradient_predivide_factor, num_groups, groups, process_set)
+    if op == Adasum:
+        raise NotYetImplementedError(
+            "DistributedOptimizer(op=Adasum) (Horovod's optimizer that applies the wrapped "
+            "optimizer locally and combines the variable changes with Adasum) is not implemented "
+            "in scaleout yet; allreduce(..., op=Adasum) is")
     if op not in (Average, Sum):
         raise InvalidArgumentError("DistributedOptimizer: op must be Average or Sum")
     if int(backward_passes_per_step) <= 0:

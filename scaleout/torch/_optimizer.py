@@ -19,8 +19,8 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 
-from scaleout._core import Average, Handle, Sum, resolve_op, synchronize, wait_all
-from scaleout._errors import InvalidArgumentError, ScaleoutError
+from scaleout._core import Adasum, Average, Handle, Sum, resolve_op, synchronize, wait_all
+from scaleout._errors import InvalidArgumentError, NotYetImplementedError, ScaleoutError
 from scaleout._process_sets import global_process_set, process_set_id, set_rank, set_size
 from scaleout._semantics import predivided
 from scaleout.torch._collectives import _allreduce_async, check_device, sparse_allreduce_async
@@ -41,6 +41,11 @@ class _DistributedMixin:
         self._so_ps = process_set_id(process_set, "DistributedOptimizer")
         # As Horovod's: on a rank outside the set, step() is the wrapped optimizer's alone.
         self._so_included = set_rank(self._so_ps) >= 0
+        if resolve_op(op) == Adasum:
+            raise NotYetImplementedError(
+                "DistributedOptimizer(op=Adasum) (Horovod's optimizer that steps the wrapped "
+                "optimizer locally and combines the parameter changes with Adasum) is not "
+                "implemented in scaleout yet; allreduce(..., op=Adasum) is")
         if resolve_op(op) not in (Average, Sum):
             raise InvalidArgumentError("DistributedOptimizer reduces gradients with op=Average "
                                        "or op=Sum")

@@ -228,6 +228,25 @@ Status MpiDataTransport::Alltoallv(const void* in, const std::vector<size_t>& se
   return Wait(&request, "MPI_Ialltoallv");
 }
 
+Status MpiDataTransport::Sendrecv(const void* send, size_t bytes, int peer, void* recv) {
+  if (!broken_.ok()) return broken_;
+  traffic::Add(traffic::kMPI_BYTES, static_cast<int64_t>(bytes));
+  for (size_t done = 0; done < bytes;) {
+    const int n = static_cast<int>(std::min(bytes - done, static_cast<size_t>(INT_MAX)));
+    MPI_Request requests[2];
+    int rc = MPI_Irecv(static_cast<char*>(recv) + done, n, MPI_BYTE, peer, 0, comm_, &requests[0]);
+    if (rc != MPI_SUCCESS) return MpiError("MPI_Irecv", rc);
+    rc = MPI_Isend(static_cast<const char*>(send) + done, n, MPI_BYTE, peer, 0, comm_, &requests[1]);
+    if (rc != MPI_SUCCESS) return MpiError("MPI_Isend", rc);
+    for (MPI_Request& request : requests) {
+      Status s = Wait(&request, "MPI_Isend/MPI_Irecv");
+      if (!s.ok()) return s;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return Status::OK();
+}
+
 Status MpiDataTransport::ReduceScatter(const void* in, void* out, const std::vector<size_t>& counts,
                                        DataType dtype, ReduceOp op) {
   if (!broken_.ok()) return broken_;

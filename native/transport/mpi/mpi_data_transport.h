@@ -34,6 +34,7 @@ class MpiDataTransport : public DataTransport {
                    const std::vector<size_t>& recv_at) override;
   Status ReduceScatter(const void* in, void* out, const std::vector<size_t>& counts,
                        DataType dtype, ReduceOp op) override;
+  Status Sendrecv(const void* send, size_t bytes, int peer, void* recv) override;
 
  private:
   Status Wait(MPI_Request* request, const char* what);

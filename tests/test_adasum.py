@@ -1,0 +1,14 @@
+"""op=Adasum (Note [Adasum]): Horovod's rule against numpy at 2 and 4 ranks through every front
+end, the same bits everywhere, and Horovod's errors (3 ranks, process sets, integer tensors,
+the delta-based optimizer not there yet)."""
+import pytest
+
+from conftest import run_mpi
+
+
+@pytest.mark.parametrize("np_", [2, 3, 4], ids=lambda n: f"np{n}")
+@pytest.mark.parametrize("path", ["shm", "mpi"])
+def test_adasum_matches_horovods_rule(np_, path):
+    env = {} if path == "shm" else {"SCALEOUT_SHM": "0"}
+    proc = run_mpi("adasum.py", np_, env=env, timeout=180)
+    assert proc.stdout.count("all checks passed") == np_, proc.stdout + proc.stderr
