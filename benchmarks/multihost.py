@@ -379,17 +379,11 @@ def allgather_case(args, comm, bench: Bench, meter: LinkMeter, nbytes: int) -> d
     n, count = comm.size, nbytes // 4
     mine = np.full(count, comm.rank, dtype=np.float32)
     gathered = np.empty(n * count, dtype=np.float32)
-    want = np.repeat(np.arange(n, dtype=np.float32), count)
-    name = f"bench.multihost.allgather.{nbytes}"
-    if not np.array_equal(so.allgather(mine, name=name), want):
-        raise CheckFailed(f"scaleout allgather {fmt_size(nbytes)}: wrong result")
-    comm.Allgather(mine, gathered)
-    if not np.array_equal(gathered, want):
-        raise CheckFailed(f"mpi4py Allgather {fmt_size(nbytes)}: wrong result")
-    mpi_r, so_r = measured(bench, meter, [lambda: comm.Allgather(mine, gathered),
-                                          lambda: so.allgather(mine, name=name)],
-                           iterations(n * nbytes, args), warmup=2)
-    return {"what": "allgather", "bytes": nbytes, "mpi": mpi_r, "so": so_r}
+    return compared_case(
+        "allgather", nbytes, bench, meter, iterations(n * nbytes, args),
+        lambda: so.allgather(mine, name=f"bench.multihost.allgather.{nbytes}"),
+        lambda: comm.Allgather(mine, gathered), gathered,
+        np.repeat(np.arange(n, dtype=np.float32), count))
 
 
 def alltoall_case(args, comm, bench: Bench, meter: LinkMeter, nbytes: int) -> dict:
@@ -399,17 +393,24 @@ def alltoall_case(args, comm, bench: Bench, meter: LinkMeter, nbytes: int) -> di
     n, count = comm.size, nbytes // 4 // comm.size
     mine = np.repeat(np.arange(n, dtype=np.float32) + 100 * comm.rank, count)
     received = np.empty(n * count, dtype=np.float32)
-    want = np.repeat(100 * np.arange(n, dtype=np.float32) + comm.rank, count)
-    name = f"bench.multihost.alltoall.{nbytes}"
-    if not np.array_equal(so.alltoall(mine, name=name), want):
-        raise CheckFailed(f"scaleout alltoall {fmt_size(nbytes)}: wrong result")
-    comm.Alltoall(mine, received)
-    if not np.array_equal(received, want):
-        raise CheckFailed(f"mpi4py Alltoall {fmt_size(nbytes)}: wrong result")
-    mpi_r, so_r = measured(bench, meter, [lambda: comm.Alltoall(mine, received),
-                                          lambda: so.alltoall(mine, name=name)],
-                           iterations(nbytes, args), warmup=2)
-    return {"what": "alltoall", "bytes": nbytes, "mpi": mpi_r, "so": so_r}
+    return compared_case(
+        "alltoall", nbytes, bench, meter, iterations(nbytes, args),
+        lambda: so.alltoall(mine, name=f"bench.multihost.alltoall.{nbytes}"),
+        lambda: comm.Alltoall(mine, received), received,
+        np.repeat(100 * np.arange(n, dtype=np.float32) + comm.rank, count))
+
+
+def compared_case(what: str, nbytes: int, bench: Bench, meter: LinkMeter, iters: int,
+                  so_call, mpi_call, mpi_out: np.ndarray, want: np.ndarray) -> dict:
+    """scaleout's so_call() (returning its result) beside mpi4py's mpi_call() (filling
+    mpi_out), each checked against `want` once, then timed interleaved."""
+    if not np.array_equal(so_call(), want):
+        raise CheckFailed(f"scaleout {what} {fmt_size(nbytes)}: wrong result")
+    mpi_call()
+    if not np.array_equal(mpi_out, want):
+        raise CheckFailed(f"mpi4py {what} {fmt_size(nbytes)}: wrong result")
+    mpi_r, so_r = measured(bench, meter, [mpi_call, so_call], iters, warmup=2)
+    return {"what": what, "bytes": nbytes, "mpi": mpi_r, "so": so_r}
 
 
 def torch_case(args, meter: LinkMeter) -> dict:

@@ -49,7 +49,6 @@ namespace scaleout {
 // owner's area into its own, so that its area holds the machine's sum, reduces that with the
 // other machines' first ranks, and after a third Sync every rank copies the result from the
 // first rank's area. One copy of the data crosses per machine, through one rank.
-
 //
 // Note [Halves on the wire]
 // float16 and bfloat16 are staged as 2-byte elements: packing copies them as they are, the
@@ -62,6 +61,10 @@ namespace scaleout {
 // rounded once), the machines' sums are exchanged as halves, and every rank adds them in
 // float32 in machine order and rounds with the post factor (collectives/machine_reduce.h):
 // two roundings in all, half the bytes on the link, and still the same bits on every rank.
+// Without shared memory (flat MPI) halves travel as 16-bit words too: prescaled where they are
+// packed, combined by MPI user ops that add two halves in float32 and round (each combine of
+// MPI's algorithm rounds once; large ones go as a reduce-scatter then an allgather, so each
+// element is reduced in one place), and postscaled after (transport/mpi/mpi_data_transport.cc).
 
 namespace {
 constexpr size_t kBlockBytes = size_t(64) << 10;
