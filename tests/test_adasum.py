@@ -1,6 +1,7 @@
 """op=Adasum (Note [Adasum]): Horovod's rule against numpy at 2 and 4 ranks through every front
-end, the same bits everywhere, and Horovod's errors (3 ranks, process sets, integer tensors,
-the delta-based optimizer not there yet)."""
+end, the same bits everywhere, and Horovod's errors (3 ranks, process sets, integer tensors);
+torch's DistributedOptimizer(op=Adasum) combining parameter changes (Note [Adasum
+optimizer])."""
 import pytest
 
 from conftest import run_mpi
@@ -11,4 +12,11 @@ from conftest import run_mpi
 def test_adasum_matches_horovods_rule(np_, path):
     env = {} if path == "shm" else {"SCALEOUT_SHM": "0"}
     proc = run_mpi("adasum.py", np_, env=env, timeout=180)
+    assert proc.stdout.count("all checks passed") == np_, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("np_", [2, 3, 4], ids=lambda n: f"np{n}")
+def test_torch_distributed_optimizer_combines_parameter_changes(np_):
+    pytest.importorskip("torch")
+    proc = run_mpi("torch_adasum.py", np_, timeout=180)
     assert proc.stdout.count("all checks passed") == np_, proc.stdout + proc.stderr

@@ -31,7 +31,17 @@ __all__ = ["DistributedOptimizer"]
 
 class _DistributedMixin:
     """Methods layered over a torch.optim.Optimizer subclass. Attributes are prefixed `_so_` so
-    they cannot collide with the optimizer's own."""
+    they cannot collide with the optimizer's own.
+
+    Note [Adasum optimizer]
+    With op=Adasum, as Horovod's optimizer for it: when backward has produced a parameter's
+    gradient (backward_passes_per_step times), the hook keeps the parameter's value, runs the
+    wrapped optimizer's step for that parameter alone, and starts an in-place Adasum allreduce
+    of the change (the parameter minus the kept value). step() starts those backward did not
+    reach, waits, and sets each parameter to its kept value plus the combined change; the
+    wrapped optimizer is not stepped again. synchronize() does nothing; skip_synchronize()
+    raises. Adasum adapts to how aligned the ranks' updates are, so the learning rate is not
+    scaled with the number of ranks."""
 
     # ---- set-up ----
 
@@ -41,14 +51,20 @@ class _DistributedMixin:
         self._so_ps = process_set_id(process_set, "DistributedOptimizer")
         # As Horovod's: on a rank outside the set, step() is the wrapped optimizer's alone.
         self._so_included = set_rank(self._so_ps) >= 0
+        # Note [Adasum optimizer]: with op=Adasum (and more than one rank) the wrapped
+        # optimizer steps each parameter locally as soon as its gradient is ready, and the
+        # parameter's change is what the ranks combine.
+        self._so_adasum = resolve_op(op) == Adasum and set_size(self._so_ps) > 1
         if resolve_op(op) == Adasum:
-            raise NotYetImplementedError(
-                "DistributedOptimizer(op=Adasum) (Horovod's optimizer that steps the wrapped "
-                "optimizer locally and combines the parameter changes with Adasum) is not "
-                "implemented in scaleout yet; allreduce(..., op=Adasum) is")
-        if resolve_op(op) not in (Average, Sum):
-            raise InvalidArgumentError("DistributedOptimizer reduces gradients with op=Average "
-                                       "or op=Sum")
+            if self._so_ps != 0:  # as Horovod
+                raise NotYetImplementedError("Adasum does not support non-global process sets "
+                                             "yet")
+            if gradient_predivide_factor != 1.0:
+                raise InvalidArgumentError("gradient_predivide_factor not supported with "
+                                           "op=Adasum")
+        elif resolve_op(op) not in (Average, Sum):
+            raise InvalidArgumentError("DistributedOptimizer reduces gradients with op=Average, "
+                                       "op=Sum or op=Adasum")
         # Horovod's public attributes.
         self.op = op
         self.process_set = process_set
@@ -56,6 +72,7 @@ class _DistributedMixin:
             op, gradient_predivide_factor, set_size(self._so_ps))
         self._so_compression = compression or Compression.none
         self._so_sparse_as_dense = sparse_as_dense
+        self._so_starts: Dict[torch.Tensor, torch.Tensor] = {}  # Adasum: parameters before
         self._so_names: Dict[torch.Tensor, str] = {}
         self._so_named = None if named_parameters is None else _check_names(named_parameters)
         self._so_passes = 1
@@ -181,6 +198,8 @@ class _DistributedMixin:
                 self._so_start(member)
 
     def _so_start(self, p: torch.Tensor) -> None:
+        if self._so_adasum:
+            return self._so_start_delta(p)
         if p.grad is None:
             # Not used on this rank this step: contribute zeros so other ranks don't wait.
             p.grad = torch.zeros_like(p)
@@ -196,10 +215,59 @@ class _DistributedMixin:
                                   self._so_prescale, self._so_postscale, True, self._so_ps)
         self._so_handles[p] = (handle, ctx)
 
+    def _so_start_delta(self, p: torch.Tensor) -> None:
+        """Note [Adasum optimizer]: the wrapped optimizer's step for p alone, then the Adasum
+        allreduce of p's change, in place in p (the start is kept to add the result to)."""
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        elif p.grad.layout != torch.strided:
+            if not self._so_sparse_as_dense:
+                raise InvalidArgumentError(f"op=Adasum steps with dense gradients only; "
+                                           f"'{self._so_names[p]}' has a sparse one (pass "
+                                           "sparse_as_dense=True)")
+            p.grad = p.grad.to_dense()
+        start = self._so_starts.get(p)
+        if start is None:
+            start = self._so_starts[p] = torch.empty_like(p, memory_format=torch.contiguous_format)
+        with torch.no_grad():
+            start.copy_(p)
+            groups = [group["params"] for group in self.param_groups]
+            try:
+                for group, params in zip(self.param_groups, groups):
+                    group["params"] = [p] if any(q is p for q in params) else []
+                super().step()
+            finally:
+                for group, params in zip(self.param_groups, groups):
+                    group["params"] = params
+            p.sub_(start)
+        wire, ctx = self._so_compression.compress(p.data)
+        handle = _allreduce_async(wire, f"delta.{self._so_names[p]}", Adasum, 1.0, 1.0, True,
+                                  self._so_ps)
+        self._so_handles[p] = (handle, ctx)
+
+    def _so_step_deltas(self) -> None:
+        """Note [Adasum optimizer]: every parameter's combined change added to its start."""
+        for p in self._so_passes_left:
+            if p not in self._so_handles:
+                self._so_start_delta(p)
+        pending, self._so_handles = self._so_handles, {}
+        try:
+            wait_all([handle for handle, ctx in pending.values()])
+        finally:
+            self._so_reset_counts()
+        with torch.no_grad():
+            for p, (handle, ctx) in pending.items():
+                start = self._so_starts[p]
+                start.add_(self._so_compression.decompress(synchronize(handle), ctx))
+                p.copy_(start)
+
     def synchronize(self) -> None:
         """Waits for every gradient's reduction (starting those backward did not produce) and
         leaves the reduced gradients in p.grad. Follow with `with
-        optimizer.skip_synchronize(): optimizer.step()` to modify gradients in between."""
+        optimizer.skip_synchronize(): optimizer.step()` to modify gradients in between.
+        With op=Adasum it does nothing (as Horovod's): step() does the work."""
+        if self._so_adasum:
+            return
         for p in self._so_passes_left:
             if p not in self._so_handles:
                 self._so_start(p)
@@ -219,6 +287,9 @@ class _DistributedMixin:
     @contextlib.contextmanager
     def skip_synchronize(self) -> Iterator[None]:
         """step() inside this block does not reduce: use after an explicit synchronize()."""
+        if self._so_adasum:
+            raise AssertionError("skip_synchronize() cannot be used with op=Adasum (as in "
+                                 "Horovod): step() steps locally and combines the changes")
         self._so_skip = True
         try:
             yield
@@ -232,6 +303,9 @@ class _DistributedMixin:
             # the wrapped step uses them.
             with torch.enable_grad():
                 loss = closure()
+        if self._so_adasum:
+            self._so_step_deltas()
+            return loss
         if self._so_skip:
             if self._so_handles:
                 raise ScaleoutError("step() inside skip_synchronize() while gradient reductions "
@@ -319,7 +393,9 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
     - backward_passes_per_step: k backward passes accumulate (sum) locally in p.grad before the
       reduction, as in plain PyTorch gradient accumulation; scale the loss by 1/k for a mean.
     - op: Average (default) or Sum over ranks. gradient_predivide_factor f (with Average):
-      gradients are divided by f before the sum and multiplied by f/size after it.
+      gradients are divided by f before the sum and multiplied by f/size after it. Adasum:
+      Horovod's Adasum optimizer (each parameter stepped locally, the changes combined with
+      Adasum; Note [Adasum optimizer]); global process set only, no predivide factor.
     - num_groups: split the parameters (in parameter-group order) into this many groups;
       groups: a list of lists of parameters (an int means num_groups, as in Horovod). A group's
       reductions start together once backward has produced all of its gradients, so they are

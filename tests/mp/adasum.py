@@ -70,13 +70,6 @@ if power_of_two:
                                 name="ada.torch")
         check_close(t.numpy(), tree([contribution(q, 64, 11) for q in range(n)]),
                     "torch Adasum", rtol=1e-12, atol=1e-12)
-        # Horovod's delta-based Adasum optimizer is not there yet: said, not approximated.
-        model = torch.nn.Linear(2, 1)
-        expect_error(NotImplementedError,
-                     lambda: hvd_torch.DistributedOptimizer(
-                         torch.optim.SGD(model.parameters(), lr=0.1),
-                         named_parameters=model.named_parameters(), op=hvd_torch.Adasum),
-                     "DistributedOptimizer(op=Adasum)")
     except ImportError:
         pass
     try:

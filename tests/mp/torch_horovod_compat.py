@@ -164,9 +164,10 @@ def test_distributed_optimizer_attributes_and_groups(r, n):
                       ("groups=int", {"groups": lambda m: 3})):
         _, got = train(**kw)
         check(all(torch.allclose(a, b) for a, b in zip(plain, got)), f"{label}: same training")
-    expect_error(NotImplementedError, lambda: hvd.DistributedOptimizer(
-        torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=0.1), op=hvd.Adasum), "Adasum",
-        what="Adasum")
+    # op=Adasum: tests/mp/torch_adasum.py; as Horovod, no predivide factor with it.
+    expect_error(ValueError, lambda: hvd.DistributedOptimizer(
+        torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=0.1), op=hvd.Adasum,
+        gradient_predivide_factor=2.0), "gradient_predivide_factor", what="Adasum predivide")
 
 
 def test_sparse_gradients_are_allgathered_by_default(r, n):

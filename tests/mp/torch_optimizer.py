@@ -68,7 +68,7 @@ def test_construction_errors():
                  lambda: hvd.DistributedOptimizer(sgd(), named_parameters=[p for _, p in named]),
                  "(name, parameter) pairs", what="parameters without names")
     expect_error(hvd.InvalidArgumentError, lambda: hvd.DistributedOptimizer(sgd(), op=hvd.Max),
-                 "Average or op=Sum", what="op=Max")
+                 "op=Average, op=Sum or op=Adasum", what="op=Max")
     expect_error(hvd.InvalidArgumentError,
                  lambda: hvd.DistributedOptimizer(sgd(), op=hvd.Sum, gradient_predivide_factor=2),
                  "needs op=Average", what="predivide with Sum")
