@@ -18,6 +18,9 @@ Table 1b (unless --no-halves): N elements in float32, float16 and bfloat16 (Aver
 from 64 KiB of float32 up: half precision travels and is staged as 2-byte elements (Note
 [Halves on the wire]), so it should take about half the time.
 
+Table 1c (unless --no-allgather): allgather of a float32 block per rank, 64 KiB to 64 MiB,
+scaleout's so.allgather (a new array each call) beside mpi4py's Allgather.
+
 Table 2: 200 float32 tensors of 16 KiB submitted with `so.allreduce_async_` back to back
 (distinct names, the same every iteration) and then synchronized, timed end to end, beside one
 pre-packed 3.2 MB mpi4py Allreduce and 200 back-to-back 16 KiB mpi4py Allreduces.
@@ -95,6 +98,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--no-small", action="store_true", help="skip the 200 x 16 KiB tables")
     p.add_argument("--no-halves", action="store_true",
                    help="skip the half-precision table (table 1b)")
+    p.add_argument("--no-allgather", action="store_true",
+                   help="skip the allgather table (table 1c)")
     p.add_argument("--no-frameworks", action="store_true",
                    help="leave torch and TensorFlow out of the front-end table (table 2b)")
     p.add_argument("--quick", action="store_true",
@@ -307,6 +312,9 @@ def main() -> int:
         if not args.no_halves:
             out()
             halves_table(args, comm, bench, n, out)
+        if not args.no_allgather:
+            out()
+            allgather_table(args, comm, bench, n, out)
         if not args.no_small:
             out()
             small_table(args, comm, bench, rank, n, out)
@@ -522,6 +530,32 @@ def halves_table(args, comm, bench, n, out) -> None:
         "/ float32 (float16 through numpy, bfloat16 through scaleout.torch)")
     hdr = ["size", "N", "float32", "float16", "ratio", "bfloat16", "ratio"]
     for line in table(rows, hdr, ["l"] + ["r"] * (len(hdr) - 1)):
+        out(line)
+
+
+def allgather_table(args, comm, bench, n, out) -> None:
+    """Table 1c: every rank gives a float32 block; scaleout's allgather (a new array, as
+    Horovod's) beside mpi4py's Allgather into a preallocated one, interleaved."""
+    rows = []
+    for nbytes in [s for s in SIZES if 64 * KiB <= s <= min(args.max_mb, 64) * MiB]:
+        count = nbytes // 4
+        mine = np.full(count, comm.rank, np.float32)
+        gathered = np.empty(n * count, np.float32)
+        want = np.repeat(np.arange(n, dtype=np.float32), count)
+        name = f"bench.allgather.{nbytes}"
+        if not np.array_equal(so.allgather(mine, name=name), want):
+            raise CheckFailed(f"scaleout allgather {fmt_size(nbytes)}: wrong result")
+        comm.Allgather(mine, gathered)
+        if not np.array_equal(gathered, want):
+            raise CheckFailed(f"mpi4py Allgather {fmt_size(nbytes)}: wrong result")
+        times = bench.interleaved([lambda: so.allgather(mine, name=name),
+                                   lambda: comm.Allgather(mine, gathered)],
+                                  iterations(n * nbytes, args), warmup=3)
+        m = [float(np.median(t)) for t in times]
+        rows.append([fmt_size(nbytes), fmt_time(m[0]), fmt_time(m[1]), f"{m[0] / m[1]:.2f}"])
+    out(f"## allgather, float32, size = each rank's block; scaleout = so.allgather (algorithm: "
+        f"{so.config()['allgather_algorithm']}); mpi4py = Allgather into a preallocated array")
+    for line in table(rows, ["size", "scaleout", "mpi4py", "ratio"], ["l", "r", "r", "r"]):
         out(line)
 
 

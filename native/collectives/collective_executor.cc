@@ -262,6 +262,7 @@ Status CollectiveExecutor::Allgatherv(const void* in, size_t in_bytes, void* out
   if (hierarchical_allgather_ != nullptr) {
     return hierarchical_allgather_->Run(in, in_bytes, out, recv_bytes);
   }
+  if (staged_allgather_ != nullptr) return staged_allgather_->Run(in, in_bytes, out, recv_bytes);
   return transports_[0]->Allgatherv(in, in_bytes, out, recv_bytes);
 }
 

@@ -15,6 +15,7 @@
 #include "collectives/endpoint_pool.h"
 #include "collectives/hierarchical_allgather.h"
 #include "collectives/machine_reduce.h"
+#include "collectives/staged_allgather.h"
 #include "collectives/staged_allreduce.h"
 #include "collectives/staged_alltoall.h"
 #include "collectives/staged_broadcast.h"
@@ -44,6 +45,9 @@ class CollectiveExecutor {
                               ? std::make_unique<StagedBroadcast>(
                                     plane.peers, plane.leaders, plane.transports[0]->rank(),
                                     plane.machine_of, plane.local_rank_of)
+                              : nullptr),
+        staged_allgather_(plane.peers != nullptr && plane.machines == 1
+                              ? std::make_unique<StagedAllgather>(plane.peers)
                               : nullptr),
         hierarchical_allgather_(plane.hierarchical_allgather
                                     ? std::make_unique<HierarchicalAllgather>(
@@ -76,6 +80,7 @@ class CollectiveExecutor {
   std::unique_ptr<StagedAllreduce> staged_;
   std::unique_ptr<StagedAlltoall> alltoall_;
   std::unique_ptr<StagedBroadcast> staged_broadcast_;
+  std::unique_ptr<StagedAllgather> staged_allgather_;
   std::unique_ptr<HierarchicalAllgather> hierarchical_allgather_;
 
   // Allgatherv over the whole communicator, hierarchical across machines when it can be.

@@ -18,8 +18,9 @@ struct DataPlane {
   // every collective that is not split.
   std::vector<DataTransport*> transports;
   // The ranks of this machine, or null. On one machine they are every rank. Alltoalls and
-  // broadcasts go through them (Note [Staged alltoall], Note [Staged broadcast]), and
-  // allreduces on one machine or when hierarchical (Note [Staged allreduce]).
+  // broadcasts go through them (Note [Staged alltoall], Note [Staged broadcast]), allgathers
+  // on one machine (Note [Staged allgather]), and allreduces on one machine or when
+  // hierarchical (Note [Staged allreduce]).
   PeerMemory* peers = nullptr;
   // With `peers`, across machines: allreduces reduce inside each machine first (Note
   // [Hierarchical allreduce]).
@@ -63,7 +64,8 @@ struct DataPlane {
                  ? "hierarchical: gathered inside each of " + std::to_string(machines) +
                        " machines, each machine's part sent once to each other machine's "
                        "first rank over mpi"
-                 : "mpi"},
+             : staged && machines == 1 ? "shared memory"
+                                       : "mpi"},
             {"reducescatter", "mpi"}};
   }
 
