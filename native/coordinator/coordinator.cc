@@ -3,6 +3,7 @@
 #include <cctype>
 #include <chrono>
 #include <future>
+#include <thread>
 #include <sched.h>
 #include <time.h>
 
@@ -297,6 +298,15 @@ void Coordinator::Execute(const Response& r) {
     }
     status = executor_.Execute(r, entries);
     if (set_.id == 0) liveness_->execution().End();
+    if (status.code() == SO_ERR_TRANSPORT) {
+      // Note [Liveness]: the data plane can see a peer's death first (a shared-memory sync
+      // checks the pid it waits for); the monitor, which checks pids twice a second, names the
+      // rank in the words every other path uses. Give it a moment, on this failure path only.
+      for (int i = 0; i < 20 && !liveness_->AnyDead(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      if (liveness_->AnyDead()) status = liveness_->Interruption();
+    }
     const double done = timed ? Now() : 0;
     SO_LOG(kDebug, "executed " << CollectiveName(r.collective) << " of " << entries.size()
                                << " tensors in " << (done - agreed) * 1e6 << " us");
