@@ -248,8 +248,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--hierarchical-allreduce",), "hierarchical_allreduce",
            "SCALEOUT_HIERARCHICAL_ALLREDUCE",
            "across machines, reduce inside each machine through shared memory and between "
-           "machines over MPI (the default where every machine has the same number of ranks; "
-           "--no-hierarchical-allreduce: flat MPI)",
+           "machines over MPI (the default whenever a machine has more than one rank: every "
+           "rank crosses with its slice where machines have the same number of ranks, each "
+           "machine's first rank otherwise; --no-hierarchical-allreduce: flat MPI)",
            off_flags=("--no-hierarchical-allreduce",), env_parse=_auto_or_boolean,
            config_key="params.hierarchical_allreduce"),
     Option(("--hierarchical-allgather",), "hierarchical_allgather",

@@ -303,18 +303,15 @@ Status CollectiveExecutor::ReduceScatter(const Response& r, TensorEntry* e) {
   const int self = transports_[0]->rank();
   const std::vector<int64_t>& shape = e->request.shape;
   const size_t row = Elements(shape, 1);
-  const int64_t d0 = shape[0];
+  const std::vector<size_t> rows = EvenSplit(static_cast<size_t>(shape[0]), size);
   std::vector<size_t> counts(size);
-  for (int k = 0; k < size; ++k) {
-    counts[k] = static_cast<size_t>(d0 / size + (k < d0 % size ? 1 : 0)) * row;
-  }
+  for (int k = 0; k < size; ++k) counts[k] = rows[k] * row;
   const size_t total = Elements(shape);
   const size_t mine = counts[self];
   const double post = PostFactor(r, size);
   const ReduceOp op = WireOp(r.reduce_op);
   e->result_shape = shape;
-  e->result_shape[0] = static_cast<int64_t>(mine / (row ? row : 1));
-  if (row == 0) e->result_shape[0] = d0 / size + (self < d0 % size ? 1 : 0);
+  e->result_shape[0] = static_cast<int64_t>(rows[self]);
   e->result.resize(mine * DataTypeSize(r.dtype));
   const void* src = e->input;
   if (r.prescale != 1.0) {

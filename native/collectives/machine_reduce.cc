@@ -7,10 +7,6 @@
 #include "common/traffic.h"
 
 namespace scaleout {
-namespace {
-constexpr size_t kHalfBlock = size_t(16) << 10;  // elements widened at once
-}  // namespace
-
 MachineReduce::MachineReduce(std::vector<DataTransport*> cross, EndpointPool* endpoints)
     : cross_(std::move(cross)), endpoints_(endpoints), scratch_(cross_.size()) {}
 
@@ -41,25 +37,16 @@ Status MachineReduce::RunOn(int server, uint8_t* data, size_t count, DataType dt
     if (!s.ok()) return s;
     if (machines == 1) std::copy(data, data + count * esize, all.data());
     const traffic::Timed reducing(traffic::kREDUCE_NS);
-    for (size_t begin = 0; begin < count; begin += kHalfBlock) {
-      const size_t n = std::min(kHalfBlock, count - begin);
-      scratch.acc.resize(n);
-      WidenToFloat(scratch.acc.data(), all.data() + begin * esize, n, dtype, 1.0);
-      for (int m = 1; m < machines; ++m) {
-        AccumulateHalves(scratch.acc.data(), all.data() + (m * count + begin) * esize, n, dtype,
-                         op, 1.0);
-      }
-      NarrowFromFloat(data + begin * esize, scratch.acc.data(), n, dtype, half_post);
-    }
+    std::vector<const uint8_t*> sources;
+    for (int m = 0; m < machines; ++m) sources.push_back(all.data() + m * count * esize);
+    ReduceHalvesOnce(data, sources, count, dtype, op, 1.0, half_post, &scratch.acc);
     return Status::OK();
   }
   if (machines == 1) return Status::OK();
   if (machines == 2) return cross->Allreduce(data, data, count, dtype, op);
-  std::vector<size_t> counts(machines), bytes(machines);
-  for (int m = 0; m < machines; ++m) {
-    counts[m] = count / machines + (static_cast<size_t>(m) < count % machines ? 1 : 0);
-    bytes[m] = counts[m] * esize;
-  }
+  const std::vector<size_t> counts = EvenSplit(count, machines);
+  std::vector<size_t> bytes(machines);
+  for (int m = 0; m < machines; ++m) bytes[m] = counts[m] * esize;
   std::vector<uint8_t>& gathered = scratch.gathered;
   gathered.resize(bytes[cross->rank()]);
   Status s = cross->ReduceScatter(data, gathered.data(), counts, dtype, op);

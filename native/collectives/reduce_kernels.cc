@@ -1,5 +1,6 @@
 #include "collectives/reduce_kernels.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -585,6 +586,22 @@ void AccumulateHalves(float* acc, const void* src, size_t count, DataType dtype,
   if (dtype == DataType::kFloat16) return Accumulate<HalfCodec>(acc, halves, count, f, op);
   if (dtype == DataType::kBFloat16) return Accumulate<BFloat16Codec>(acc, halves, count, f, op);
   InvalidDataType(dtype, "AccumulateHalves (float16 or bfloat16 only)");
+}
+
+void ReduceHalvesOnce(void* out, const std::vector<const uint8_t*>& sources, size_t count,
+                      DataType dtype, ReduceOp op, double pre, double post,
+                      std::vector<float>* scratch) {
+  constexpr size_t kBlock = size_t(16) << 10;  // elements widened at once (64 KiB of float)
+  uint8_t* dst = static_cast<uint8_t*>(out);
+  for (size_t begin = 0; begin < count; begin += kBlock) {
+    const size_t n = std::min(kBlock, count - begin);
+    scratch->resize(n);
+    WidenToFloat(scratch->data(), sources[0] + begin * 2, n, dtype, pre);
+    for (size_t s = 1; s < sources.size(); ++s) {
+      AccumulateHalves(scratch->data(), sources[s] + begin * 2, n, dtype, op, pre);
+    }
+    NarrowFromFloat(dst + begin * 2, scratch->data(), n, dtype, post);
+  }
 }
 
 void NarrowFromFloat(void* dst, const float* src, size_t count, DataType dtype, double factor) {

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "common/dtype.h"
 
@@ -35,6 +36,12 @@ void WidenToFloat(float* dst, const void* src, size_t count, DataType dtype, dou
 // WidenToFloat into a buffer and ReduceInto acc (float32), in one pass.
 void AccumulateHalves(float* acc, const void* src, size_t count, DataType dtype, ReduceOp op,
                       double factor);
+// out[i] = half(post * op over the sources, in order, of float(source[i]) * pre) for float16
+// or bfloat16: halves reduced in float32 and rounded once (Note [Halves on the wire]). out may
+// be sources[0]; `scratch` is a float32 block it reuses.
+void ReduceHalvesOnce(void* out, const std::vector<const uint8_t*>& sources, size_t count,
+                      DataType dtype, ReduceOp op, double pre, double post,
+                      std::vector<float>* scratch);
 // dst[i] = half(src[i] * factor), round to nearest even.
 void NarrowFromFloat(void* dst, const float* src, size_t count, DataType dtype, double factor);
 

@@ -72,13 +72,11 @@ constexpr size_t kBlockBytes = size_t(64) << 10;
 
 void StagedAllreduce::ReduceHalves(uint8_t* at, size_t offset, size_t n, int parity,
                                    DataType dtype, ReduceOp op, double pre, double post) {
-  acc_.resize(n);
-  const int self = memory_->rank();
-  WidenToFloat(acc_.data(), at, n, dtype, pre);
+  sources_.assign(1, at);  // this rank's own block first, then the others in rank order
   for (int k = 0; k < memory_->size(); ++k) {
-    if (k != self) AccumulateHalves(acc_.data(), memory_->Area(k, parity) + offset, n, dtype, op, pre);
+    if (k != memory_->rank()) sources_.push_back(memory_->Area(k, parity) + offset);
   }
-  NarrowFromFloat(at, acc_.data(), n, dtype, post);
+  ReduceHalvesOnce(at, sources_, n, dtype, op, pre, post, &acc_);
 }
 
 void StagedAllreduce::Slice(size_t count, size_t esize, int rank, int size, size_t* lo,

@@ -35,14 +35,13 @@ namespace scaleout {
 
 
 StagedAlltoall::StagedAlltoall(PeerMemory* memory, DataTransport* all, std::vector<int> machine_of,
-                               std::vector<int> local_rank_of)
-    : memory_(memory), all_(all), machine_of_(std::move(machine_of)),
-      local_rank_of_(std::move(local_rank_of)) {
+                               const std::vector<int>& local_rank_of)
+    : memory_(memory), all_(all), machine_of_(std::move(machine_of)) {
   if (memory_ == nullptr) return;
   machine_ranks_.assign(memory_->size(), -1);
   const int machine = machine_of_[all_->rank()];
   for (size_t q = 0; q < machine_of_.size(); ++q) {
-    if (machine_of_[q] == machine) machine_ranks_[local_rank_of_[q]] = static_cast<int>(q);
+    if (machine_of_[q] == machine) machine_ranks_[local_rank_of[q]] = static_cast<int>(q);
   }
 }
 

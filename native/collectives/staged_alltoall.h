@@ -28,7 +28,7 @@ class StagedAlltoall {
   // machine and its local rank. Without `memory` (no shared memory), every pair goes over
   // `all` (the layout may then be empty).
   StagedAlltoall(PeerMemory* memory, DataTransport* all, std::vector<int> machine_of,
-                 std::vector<int> local_rank_of);
+                 const std::vector<int>& local_rank_of);
 
   // Gives the result's memory once the rows received from every rank are known (received[k]
   // rows from rank k, in rank order); it must hold their sum times row_bytes.
@@ -59,7 +59,7 @@ class StagedAlltoall {
 
   PeerMemory* memory_;        // null: no shared memory
   DataTransport* all_ = nullptr;  // null: every rank is on this machine, all in `memory_`
-  std::vector<int> machine_of_, local_rank_of_;
+  std::vector<int> machine_of_;
   std::vector<int> machine_ranks_;  // this machine's ranks, by local rank
 };
 

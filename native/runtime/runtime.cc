@@ -221,22 +221,24 @@ Status Runtime::Validate(const EnqueueArgs& a, int size, TensorEntry* e) const {
     if (r.dtype == DataType::kBool && (r.reduce_op == ReduceOp::kAverage || a.prescale != 1.0 || a.postscale != 1.0)) {
       return bad("bool tensors support Sum, Min, Max and Product without scale factors, not Average");
     }
-    if (r.reduce_op == ReduceOp::kAdasum && a.collective != SO_ALLREDUCE) {
-      return bad("Adasum is an allreduce op (reducescatter takes Sum, Average, Min, Max, Product)");
-    }
-    if (r.reduce_op == ReduceOp::kAdasum && !IsFloatingPoint(r.dtype)) {
-      return bad(std::string("Adasum reduces float16, bfloat16, float32 and float64 tensors, not ") +
-                 DataTypeName(r.dtype));
-    }
-    // As Horovod's (a NotImplementedError there too).
-    if (r.reduce_op == ReduceOp::kAdasum && a.process_set != 0) {
-      return Status::NotSupported("allreduce '" + name + "': Adasum does not support non-global "
-                                  "process sets yet");
-    }
-    if (r.reduce_op == ReduceOp::kAdasum && (size & (size - 1)) != 0) {
-      return Status::NotSupported("allreduce '" + name + "': running Adasum with non-power of 2 "
-                                  "ranks is not supported yet (this job has " +
-                                  std::to_string(size) + ")");
+    if (r.reduce_op == ReduceOp::kAdasum) {
+      if (a.collective != SO_ALLREDUCE) {
+        return bad("Adasum is an allreduce op (reducescatter takes Sum, Average, Min, Max, Product)");
+      }
+      if (!IsFloatingPoint(r.dtype)) {
+        return bad(std::string("Adasum reduces float16, bfloat16, float32 and float64 tensors, not ") +
+                   DataTypeName(r.dtype));
+      }
+      // As Horovod's (a NotImplementedError there too).
+      if (a.process_set != 0) {
+        return Status::NotSupported("allreduce '" + name + "': Adasum does not support non-global "
+                                    "process sets yet");
+      }
+      if ((size & (size - 1)) != 0) {
+        return Status::NotSupported("allreduce '" + name + "': running Adasum with non-power of 2 "
+                                    "ranks is not supported yet (this job has " +
+                                    std::to_string(size) + ")");
+      }
     }
   }
   if (a.collective != SO_BROADCAST) r.root = 0;

@@ -16,6 +16,16 @@
 
 namespace scaleout {
 
+// `count` split into `parts` blocks as evenly as they go, the first count % parts one larger:
+// the blocks of a ReduceScatter (block k to rank k).
+inline std::vector<size_t> EvenSplit(size_t count, int parts) {
+  std::vector<size_t> blocks(parts);
+  for (int k = 0; k < parts; ++k) {
+    blocks[k] = count / parts + (static_cast<size_t>(k) < count % parts ? 1 : 0);
+  }
+  return blocks;
+}
+
 class DataTransport {
  public:
   virtual ~DataTransport() = default;

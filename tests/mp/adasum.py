@@ -2,6 +2,8 @@
 the ranks, (0, 1), (2, 3), ... first, each pair (a, b) per tensor into
 (1 - a.b / 2|a|^2) a + (1 - a.b / 2|b|^2) b. numpy, torch and TensorFlow front ends; the same
 bits on every rank; the errors Horovod gives (3 ranks, process sets, integer tensors)."""
+import importlib
+
 import numpy as np
 
 import scaleout as so
@@ -62,26 +64,16 @@ if power_of_two:
     check_close(got, 0.25 * tree([2.0 * contribution(q, 50, 9) for q in range(n)]),
                 "Adasum with scale factors", rtol=1e-12, atol=1e-12)
     # torch and TensorFlow reach the same core.
-    try:
-        import torch
-
-        import scaleout.torch as hvd_torch
-        t = hvd_torch.allreduce(torch.tensor(contribution(r, 64, 11)), op=hvd_torch.Adasum,
-                                name="ada.torch")
-        check_close(t.numpy(), tree([contribution(q, 64, 11) for q in range(n)]),
-                    "torch Adasum", rtol=1e-12, atol=1e-12)
-    except ImportError:
-        pass
-    try:
-        import tensorflow as tf
-
-        import scaleout.tensorflow as hvd_tf
-        t = hvd_tf.allreduce(tf.constant(contribution(r, 64, 12)), op=hvd_tf.Adasum,
-                             name="ada.tf")
-        check_close(t.numpy(), tree([contribution(q, 64, 12) for q in range(n)]),
-                    "TensorFlow Adasum", rtol=1e-12, atol=1e-12)
-    except ImportError:
-        pass
+    for framework, tensor_of, seed in (("torch", "tensor", 11), ("tensorflow", "constant", 12)):
+        try:
+            lib = importlib.import_module(framework)
+            hvd = importlib.import_module(f"scaleout.{framework}")
+        except ImportError:
+            continue
+        t = hvd.allreduce(getattr(lib, tensor_of)(contribution(r, 64, seed)), op=hvd.Adasum,
+                          name=f"ada.{framework}")
+        check_close(t.numpy(), tree([contribution(q, 64, seed) for q in range(n)]),
+                    f"{framework} Adasum", rtol=1e-12, atol=1e-12)
     # Errors: integer tensors; reducescatter; a process set.
     expect_error(so.InvalidArgumentError, lambda: so.allreduce(np.ones(4, np.int32),
                                                                op=so.Adasum, name="ada.int"),

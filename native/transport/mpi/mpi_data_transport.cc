@@ -165,11 +165,9 @@ Status MpiDataTransport::Allreduce(const void* in, void* out, size_t count, Data
 Status MpiDataTransport::ReduceScatterAllgather(const void* in, void* out, size_t count,
                                                 DataType dtype, ReduceOp op) {
   const size_t esize = DataTypeSize(dtype);
-  std::vector<size_t> counts(size_), bytes(size_);
-  for (int k = 0; k < size_; ++k) {
-    counts[k] = count / size_ + (static_cast<size_t>(k) < count % size_ ? 1 : 0);
-    bytes[k] = counts[k] * esize;
-  }
+  const std::vector<size_t> counts = EvenSplit(count, size_);
+  std::vector<size_t> bytes(size_);
+  for (int k = 0; k < size_; ++k) bytes[k] = counts[k] * esize;
   part_.resize(bytes[rank_]);
   Status s = ReduceScatter(in, part_.data(), counts, dtype, op);
   if (!s.ok()) return s;
