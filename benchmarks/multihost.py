@@ -26,7 +26,9 @@ back to back, then synchronize; beside one pre-packed 3.2 MB mpi4py Allreduce an
 of float32); allgather (1 and 8 MiB per rank, beside mpi4py's Allgather; the jobs also set
 SCALEOUT_HIERARCHICAL_ALLGATHER to the mode) and alltoall (1 and 8 MiB sent per rank, beside
 mpi4py's Alltoall); and benchmarks/torch_step.py's MLP step (its model and steppers: no
-communication, and scaleout's DistributedOptimizer).
+communication, scaleout's DistributedOptimizer, and the same with Compression.topk(0.01): the
+top 1% of each gradient exchanged, the rest kept as residual; `--torch-only` runs only this).
+The step's communication part is its time minus the no-communication step's.
 
 Method (benchmarks/allreduce.py's): warm-up first; methods in alternating blocks (A B B A ...);
 a barrier before every timed iteration; an iteration's time is the maximum over ranks; medians.
@@ -91,6 +93,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--hosts", type=int, default=2, help="namespace hosts (default 2)")
     p.add_argument("--ranks-per-host", type=int, default=2, help="ranks on each host (default 2)")
     p.add_argument("--no-torch", action="store_true", help="leave out the torch MLP step")
+    p.add_argument("--torch-only", action="store_true",
+                   help="only the torch MLP step (dense and top-k 1%%)")
     # What the parent hands its jobs (not for users).
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--min-iters", type=int, default=None, help=argparse.SUPPRESS)
@@ -108,6 +112,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         if getattr(a, name) is None:
             setattr(a, name, short if quick else normal)
     a.min_iters = max(1, min(a.min_iters, a.iters))
+    if a.torch_only and a.no_torch:
+        p.error("--torch-only and --no-torch leave nothing to run")
     a.rates = [r.strip() for r in a.rates.split(",") if r.strip()]
     if not a.worker:
         from _hosts import LinkLimit
@@ -282,14 +288,15 @@ def worker(args) -> int:
     # The timing's own traffic: an iteration with nothing in it.
     result["empty"] = measured(bench, meter, [lambda: None], 20, 0)[0]
 
-    for nbytes in [s for s in SIZES if s <= args.max_mb * MiB]:
-        result["sizes"].append(size_case(args, comm, bench, meter, nbytes, want))
-    result["small"] = small_case(args, comm, bench, meter, want)
-    result["halves"] = [half_case(args, comm, bench, meter, nbytes)
-                        for nbytes in (4 * MiB, 16 * MiB) if nbytes <= args.max_mb * MiB]
-    result["others"] = [case(args, comm, bench, meter, nbytes)
-                        for case in (allgather_case, alltoall_case)
-                        for nbytes in (MiB, 8 * MiB) if nbytes <= args.max_mb * MiB]
+    if not args.torch_only:
+        for nbytes in [s for s in SIZES if s <= args.max_mb * MiB]:
+            result["sizes"].append(size_case(args, comm, bench, meter, nbytes, want))
+        result["small"] = small_case(args, comm, bench, meter, want)
+        result["halves"] = [half_case(args, comm, bench, meter, nbytes)
+                            for nbytes in (4 * MiB, 16 * MiB) if nbytes <= args.max_mb * MiB]
+        result["others"] = [case(args, comm, bench, meter, nbytes)
+                            for case in (allgather_case, alltoall_case)
+                            for nbytes in (MiB, 8 * MiB) if nbytes <= args.max_mb * MiB]
     if not args.no_torch:
         result["torch"] = torch_case(args, meter)
     if rank == 0:
@@ -423,7 +430,7 @@ def torch_case(args, meter: LinkMeter) -> dict:
         return {"error": f"torch is not available ({exc})"}
     torch.set_num_threads(1)
     label, model_cls, batch = torch_step.MODELS["mlp"]
-    modes = ["no comm", "scaleout"]
+    modes = ["no comm", "scaleout", torch_step.TOPK]
     steppers, grad_bytes = torch_step.make_steppers(model_cls, batch, modes=modes)
     for mode in modes:
         for _ in range(3):
@@ -493,7 +500,8 @@ def run_job(hosts, args, mode: str) -> tuple[Optional[dict], str]:
     worker_args = ["--worker", "--interface", INTERFACE, "--max-mb", str(args.max_mb),
                    "--iters", str(args.iters), "--min-iters", str(args.min_iters),
                    "--small-iters", str(args.small_iters), "--steps", str(args.steps),
-                   "--rounds", str(args.rounds)] + (["--no-torch"] if args.no_torch else [])
+                   "--rounds", str(args.rounds)] + (["--no-torch"] if args.no_torch else []) \
+        + (["--torch-only"] if args.torch_only else [])
     command = [sys.executable, "-m", "scaleout.launcher.main", "-H", spec, "--ssh-port",
                str(SSH_PORT), "--network-interface", INTERFACE, "--mpi-yield", "on",
                sys.executable, str(Path(__file__).resolve()), *worker_args]
@@ -638,19 +646,25 @@ def torch_table(jobs: dict, out) -> None:
             return
         about = t
         base = t["no comm"]["median"]
-        for key in ("no comm", "scaleout"):
+        dense = t["scaleout"]["median"] - base
+        for key in [k for k in t if isinstance(t[k], dict)]:
             s = t[key]
-            label = "no communication" if key == "no comm" else f"scaleout {MODES[mode]}"
+            label = {"no comm": "no communication", "scaleout": f"scaleout {MODES[mode]}"}.get(
+                key, key)
+            comm = s["median"] - base
             rows.append([mode, label, s["iters"], fmt_time(s["median"]),
-                         "-" if key == "no comm" else "+" + fmt_time(s["median"] - base),
+                         "-" if key == "no comm" else "+" + fmt_time(comm),
+                         "-" if key in ("no comm", "scaleout") or comm <= 0
+                         else f"{dense / comm:.2f}x",
                          fmt_mib(s["link"]), per_rank_cell(s)])
     if not rows:
         return
     out(f"## torch_step.py's {about['model']}, batch {about['batch']} per rank, "
         f"{about['grad_bytes'] / MiB:.1f} MiB of gradients, 1 thread per rank; step = the "
         "slowest rank's; bytes per step; modes alternated in rounds")
-    for line in table(rows, ["HIER", "mode", "steps", "step", "communication", "link MiB",
-                             "per rank MiB max (min)"], ["r", "l", "r", "r", "r", "r", "r"]):
+    for line in table(rows, ["HIER", "mode", "steps", "step", "communication",
+                             "dense comm / this", "link MiB", "per rank MiB max (min)"],
+                      ["r", "l", "r", "r", "r", "r", "r", "r"]):
         out(line)
 
 
@@ -718,15 +732,16 @@ def main(args) -> int:
                     if not any(jobs.values()):
                         continue
                     out(empty_line(jobs))
-                    out()
-                    sizes_table(jobs, out)
-                    goal_lines(jobs, args.ranks_per_host, limit, out)
-                    out()
-                    small_table(jobs, out)
-                    out()
-                    halves_table(jobs, out)
-                    out()
-                    others_table(jobs, out)
+                    if not args.torch_only:
+                        out()
+                        sizes_table(jobs, out)
+                        goal_lines(jobs, args.ranks_per_host, limit, out)
+                        out()
+                        small_table(jobs, out)
+                        out()
+                        halves_table(jobs, out)
+                        out()
+                        others_table(jobs, out)
                     if not args.no_torch:
                         out()
                         torch_table(jobs, out)

@@ -72,6 +72,7 @@ class CNN(nn.Module):
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
 
+TOPK = "scaleout top-k 1%"
 MODELS = {"mlp": ("MLP 784-1024-1024-10", MLP, 64), "cnn": ("CNN (MNIST example net)", CNN, 32)}
 MODES = ["no comm", "scaleout", "DDP gloo"]
 
@@ -115,6 +116,12 @@ def make_steppers(model_cls, batch, modes=tuple(MODES)):
         opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9),
                                        named_parameters=m.named_parameters())
         steppers["scaleout"] = stepper(m, opt)
+    if TOPK in modes:  # benchmarks/multihost.py's: 1% of each gradient, error feedback
+        m = copy()
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9),
+                                       named_parameters=m.named_parameters(),
+                                       compression=hvd.Compression.topk(0.01))
+        steppers[TOPK] = stepper(m, opt)
     if "DDP gloo" in modes:
         ddp = nn.parallel.DistributedDataParallel(copy())
         steppers["DDP gloo"] = stepper(ddp, torch.optim.SGD(ddp.parameters(), lr=0.01,

@@ -28,6 +28,11 @@ parser.add_argument("--lr", type=float, default=0.05)
 parser.add_argument("--momentum", type=float, default=0.9)
 parser.add_argument("--seed", type=int, default=42)
 parser.add_argument("--fp16-allreduce", action="store_true", help="compress gradients")
+parser.add_argument("--topk", type=float, default=0.0, metavar="DENSITY",
+                    help="send only this fraction of each gradient (top-k with error feedback)")
+parser.add_argument("--momentum-correction", action="store_true",
+                    help="with --topk: move SGD's momentum into the compression (DGC)")
+parser.add_argument("--warmup-steps", type=int, default=0, help="with --topk: dense steps first")
 parser.add_argument("--threads", type=int, default=1, help="torch threads per rank")
 args = parser.parse_args()
 
@@ -65,6 +70,9 @@ optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.moment
 hvd.broadcast_parameters(model.state_dict(), root_rank=0)
 hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
+if args.topk:
+    compression = hvd.Compression.topk(args.topk, momentum_correction=args.momentum_correction,
+                                       warmup_steps=args.warmup_steps)
 optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                      compression=compression)
 scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs)
@@ -99,13 +107,16 @@ for epoch in range(args.epochs):
         global_batch = order[start:start + args.batch_size]
         mine = my_part(global_batch)
         optimizer.zero_grad()
-        # This rank's share of the global batch's mean loss, so the average over ranks
-        # (DistributedOptimizer) is the gradient of the global batch.
-        share = len(mine) * hvd.size() / len(global_batch)
-        loss = F.cross_entropy(model(train_x[mine]), train_y[mine]) * share
+        # This rank's share of the global batch's mean loss (its samples' sum over the global
+        # batch's size, times size() since DistributedOptimizer averages over ranks), so the
+        # average is the gradient of the global batch. A rank may get no sample of the last,
+        # short batch: it contributes zeros, and still takes part in the step.
+        out = model(train_x[mine])
+        loss = F.cross_entropy(out, train_y[mine], reduction="sum") * (
+            hvd.size() / len(global_batch))
         loss.backward()
         optimizer.step()
-        losses.append(loss.item() / share)
+        losses.append(loss.item())  # averaged over ranks below: the global batch's mean loss
     scheduler.step()
     train_loss = metric_average(float(np.mean(losses)), "train_loss")
     if hvd.rank() == 0 and (epoch + 1) % 10 == 0:

@@ -211,8 +211,11 @@ def _cast_compressor(name: str, wire_dtype: Any, is_floating: Callable[[Any], bo
 
 def make_compression(module: str, float16: Any, bfloat16: Any,
                      is_floating: Callable[[Any], bool], cast: Callable[[Any, Any], Any]):
-    """The `Compression` namespace of a framework (none, fp16, bf16) and its two compressor
-    classes, from the framework's two 16-bit dtypes and its is-floating and cast operations."""
+    """The `Compression` namespace of a framework (none, fp16, bf16, topk) and its two
+    compressor classes, from the framework's two 16-bit dtypes and its is-floating and cast
+    operations. `topk(density, ...)` makes a TopK (scaleout/_topk.py), for the distributed
+    optimizers and gradient tape only."""
+    from scaleout._topk import TopK
     fp16 = _cast_compressor("FP16Compressor", float16, is_floating, cast,
                             "Sends floating-point tensors as float16 (half the bytes of float32; "
                             "range up to 65504).")
@@ -223,6 +226,8 @@ def make_compression(module: str, float16: Any, bfloat16: Any,
         cls.__module__ = module
     compression = type("Compression", (), {
         "__doc__": "The compression choices: Compression.none, Compression.fp16, "
-                   "Compression.bf16.",
-        "__module__": module, "none": NoneCompressor, "fp16": fp16, "bf16": bf16})
+                   "Compression.bf16, and Compression.topk(density=0.01, "
+                   "momentum_correction=False, warmup_steps=0) for gradients.",
+        "__module__": module, "none": NoneCompressor, "fp16": fp16, "bf16": bf16,
+        "topk": TopK})
     return compression, fp16, bf16

@@ -16,10 +16,12 @@ from scaleout._core import Average, Sum, resolve_op
 from scaleout._errors import InvalidArgumentError
 from scaleout._process_sets import global_process_set, set_size
 from scaleout._semantics import predivided
+from scaleout._topk import TopK, given_momentum
 from scaleout.tensorflow._collectives import (_not_converted, _variable_label, as_tensor,
                                               check_device, request, run_batch, set_id)
 from scaleout.tensorflow._compression import Compression
 from scaleout.tensorflow._errors import UnsupportedError, tf_errors
+from scaleout.tensorflow._topk import TopKVariables
 
 __all__ = ["DistributedGradientTape", "PartialDistributedGradientTape", "reduce_gradients",
            "check_groups", "LocalSources"]
@@ -43,6 +45,7 @@ def reduce_gradients(grads: Sequence[Any], sources: Sequence[Any], prefix: str,
     wire_op, prescale, postscale = predivided(op, float(gradient_predivide_factor), size)
 
     requests, inputs, plan = [], [], []
+    topk = isinstance(compression, TopKVariables)
     for i, (grad, source) in enumerate(zip(grads, sources)):
         if grad is None:
             plan.append(None)
@@ -52,9 +55,13 @@ def reduce_gradients(grads: Sequence[Any], sources: Sequence[Any], prefix: str,
                      else _variable_label(source))
         if var_label:
             label = f"{label}.{var_label}"
-        if isinstance(grad, tf.IndexedSlices) and sparse_as_dense:
+        if isinstance(grad, tf.IndexedSlices) and (sparse_as_dense or topk):
             grad = tf.convert_to_tensor(grad)
-        if isinstance(grad, tf.IndexedSlices):
+        if topk:  # Note [Top-k sparsification]: all of them in one op, below
+            inputs.append(as_tensor(grad, "gradient"))
+            requests.append(label)
+            plan.append(("dense", None, None))
+        elif isinstance(grad, tf.IndexedSlices):
             if op not in (Sum, Average):
                 raise UnsupportedError(
                     f"sparse gradient of {label}: tf.IndexedSlices are reduced with Sum or "
@@ -70,7 +77,12 @@ def reduce_gradients(grads: Sequence[Any], sources: Sequence[Any], prefix: str,
             inputs.append(wire)
             plan.append(("dense", ctx, None))
 
-    outs = iter(run_batch(requests, inputs, "scaleout_reduce_gradients"))
+    if topk:
+        outs = iter(compression.reduce(inputs, requests, wire_op, prescale, postscale, ps)
+                    if inputs else [])
+        compression = Compression.none
+    else:
+        outs = iter(run_batch(requests, inputs, "scaleout_reduce_gradients"))
     sparse_scale = 1.0 / size if op == Average else 1.0
     reduced = []
     for step in plan:
@@ -87,6 +99,19 @@ def reduce_gradients(grads: Sequence[Any], sources: Sequence[Any], prefix: str,
             values = values * tf.cast(sparse_scale, values.dtype)
         reduced.append(tf.IndexedSlices(values, indices, dense_shape))
     return reduced
+
+
+def tape_topk_state(compression):
+    """The compression reduce_gradients takes from a tape's (or TF1 optimizer's) `compression`: a
+    TopK becomes its TensorFlow state (TopKVariables), kept in the TopK object itself since a
+    tape is made anew at every step; momentum correction needs the momentum as a number."""
+    if not isinstance(compression, TopK):
+        return compression
+    if compression.tf_state is None:
+        compression.tf_state = TopKVariables(
+            compression, given_momentum(compression, "DistributedGradientTape"),
+            "DistributedGradientTape")
+    return compression.tf_state
 
 
 def check_groups(num_groups: int, groups):
@@ -191,7 +216,7 @@ class DistributedGradientTape(tf.GradientTape):
         # the tape: it can be used instead of it, also as a context manager.
         self.__dict__.update(gradtape.__dict__)
         self._scaleout_op = resolve_op(op, None)
-        self._scaleout_compression = compression
+        self._scaleout_compression = tape_topk_state(compression)
         self._scaleout_sparse_as_dense = bool(sparse_as_dense)
         self._scaleout_predivide = float(gradient_predivide_factor)
         self._scaleout_prefix = name or "DistributedGradientTape"

@@ -19,7 +19,7 @@ from scaleout._errors import InvalidArgumentError, NotYetImplementedError
 from scaleout._process_sets import global_process_set
 from scaleout.tensorflow._compression import Compression
 from scaleout.tensorflow._errors import tf_errors
-from scaleout.tensorflow._gradients import LocalSources, _configure
+from scaleout.tensorflow._gradients import LocalSources, _configure, tape_topk_state
 
 __all__ = ["DistributedOptimizer"]
 
@@ -34,7 +34,7 @@ class _LegacyDistributedOptimizer(tf.compat.v1.train.Optimizer):
         super().__init__(name=name or f"Distributed{type(optimizer).__name__}",
                          use_locking=use_locking)
         self._optimizer = optimizer
-        self._scaleout_options = dict(op=op, compression=compression,
+        self._scaleout_options = dict(op=op, compression=tape_topk_state(compression),
                                       sparse_as_dense=bool(sparse_as_dense),
                                       gradient_predivide_factor=float(gradient_predivide_factor),
                                       process_set=process_set)

@@ -23,6 +23,9 @@ from scaleout._core import Adasum, Average, Handle, Sum, resolve_op, synchronize
 from scaleout._errors import InvalidArgumentError, NotYetImplementedError, ScaleoutError
 from scaleout._process_sets import global_process_set, process_set_id, set_rank, set_size
 from scaleout._semantics import predivided
+from scaleout._topk import Momentum, TopK, TopKExchange, check_optimizer_momentum
+from torch.autograd.graph import increment_version
+
 from scaleout.torch._collectives import _allreduce_async, check_device, sparse_allreduce_async
 from scaleout.torch._compression import Compression
 
@@ -72,6 +75,7 @@ class _DistributedMixin:
             op, gradient_predivide_factor, set_size(self._so_ps))
         self._so_compression = compression or Compression.none
         self._so_sparse_as_dense = sparse_as_dense
+        self._so_topk = self._so_topk_setup(compression)
         self._so_starts: Dict[torch.Tensor, torch.Tensor] = {}  # Adasum: parameters before
         self._so_names: Dict[torch.Tensor, str] = {}
         self._so_named = None if named_parameters is None else _check_names(named_parameters)
@@ -90,6 +94,33 @@ class _DistributedMixin:
         for group_index, group in enumerate(self.param_groups):
             self._so_register(group_index, group["params"])
         self._so_set_groups(num_groups, groups)
+
+    def _so_topk_setup(self, compression) -> Optional["_TopKState"]:
+        """Note [Top-k sparsification] (scaleout/_topk.py): the exchange and its state."""
+        if not isinstance(compression, TopK):
+            return None
+        if self._so_adasum or resolve_op(self.op) == Adasum:
+            raise InvalidArgumentError("Compression.topk cannot be combined with op=Adasum")
+        if check_optimizer_momentum(compression, "DistributedOptimizer"):
+            self._so_check_sgd()
+        return _TopKState(TopKExchange(compression, self._so_op, self._so_prescale,
+                                       self._so_postscale, self._so_ps),
+                          compression.momentum_correction is True)
+
+    def _so_check_sgd(self) -> None:
+        """Momentum correction moves SGD's momentum (and weight decay) into the compression;
+        the wrapped SGD then steps without them (_so_momentum_moved)."""
+        if not isinstance(self, torch.optim.SGD):
+            raise InvalidArgumentError(
+                "Compression.topk(momentum_correction=True) moves the optimizer's momentum into "
+                "the compression (Deep Gradient Compression): it needs torch.optim.SGD with "
+                f"momentum > 0, not {type(self).__name__}")
+        for group in self.param_groups:
+            if not group["momentum"] > 0 or group["dampening"] != 0:
+                raise InvalidArgumentError(
+                    "Compression.topk(momentum_correction=True) needs SGD with momentum > 0 and "
+                    f"dampening 0 in every parameter group; got momentum={group['momentum']}, "
+                    f"dampening={group['dampening']}")
 
     @property
     def _parameter_names(self) -> Dict[torch.Tensor, str]:
@@ -203,6 +234,8 @@ class _DistributedMixin:
         if p.grad is None:
             # Not used on this rank this step: contribute zeros so other ranks don't wait.
             p.grad = torch.zeros_like(p)
+        elif p.grad.layout != torch.strided and self._so_topk is not None:
+            p.grad = p.grad.to_dense()  # top-k is its own sparsification
         elif p.grad.layout != torch.strided:
             if not self._so_sparse_as_dense:
                 # Horovod's default: indices and values allgathered (no compression).
@@ -210,10 +243,97 @@ class _DistributedMixin:
                     p.grad, f"grad.{self._so_names[p]}", self._so_op, self.process_set), _SPARSE)
                 return
             p.grad = p.grad.to_dense()
+        if self._so_topk is not None:
+            self._so_handles[p] = (self._so_start_topk(p), _TOPK)
+            return
         wire, ctx = self._so_compression.compress(p.grad)
         handle = _allreduce_async(wire, f"grad.{self._so_names[p]}", self._so_op,
                                   self._so_prescale, self._so_postscale, True, self._so_ps)
         self._so_handles[p] = (handle, ctx)
+
+    def _so_start_topk(self, p: torch.Tensor):
+        """Note [Top-k sparsification]: p's gradient plus its residual, sparsified and sent.
+        The result is written into p.grad at synchronize()."""
+        state, name = self._so_topk, self._so_names[p]
+        grad = p.grad
+        slots = state.slots.get(name)
+        if slots is None:
+            # 16-bit gradients accumulate in float32 (small entries must still add up).
+            dtype = torch.float64 if grad.dtype == torch.float64 else torch.float32
+            slots = state.slots[name] = {"residual": torch.zeros(p.numel(), dtype=dtype)}
+            if state.momentum:
+                slots["velocity"] = torch.zeros(p.numel(), dtype=dtype)
+        residual = slots["residual"]
+        momentum = None
+        flat = grad.detach().reshape(-1)
+        if flat.dtype != residual.dtype:
+            flat = flat.to(residual.dtype)
+        if state.momentum:
+            group = self._so_group_dict(p)
+            momentum = Momentum(group["momentum"], group["nesterov"])
+            if group["weight_decay"]:  # folded into the gradient before the momentum, as SGD
+                flat = flat + group["weight_decay"] * p.detach().reshape(-1).to(flat.dtype)
+        out = grad.view(-1) if grad.dtype == residual.dtype and grad.is_contiguous() else \
+            torch.empty(p.numel(), dtype=residual.dtype)
+        pending = state.exchange.start(
+            f"grad.{name}", flat.numpy(), residual.numpy(), state.steps,
+            slots["velocity"].numpy() if state.momentum else None, momentum, out.numpy())
+        return pending, out
+
+    def _so_group_dict(self, p: torch.Tensor) -> dict:
+        for group in self.param_groups:
+            if any(q is p for q in group["params"]):
+                return group
+        raise InvalidArgumentError("the parameter is in none of the optimizer's groups")
+
+    def _so_finish_topk(self, pending: dict) -> None:
+        state = self._so_topk
+        try:
+            wait_all([started[0].handle for started, ctx in pending.values()])
+        finally:
+            state.steps += 1
+        for p, ((started, out), ctx) in pending.items():
+            state.exchange.finish(started, out.numpy())
+            if out.data_ptr() != p.grad.data_ptr():
+                p.grad.copy_(out.view_as(p.grad))
+            increment_version(p.grad)
+
+    @contextlib.contextmanager
+    def _so_momentum_moved(self) -> Iterator[None]:
+        """With momentum correction the compression applied the momentum and weight decay:
+        the wrapped SGD steps without them."""
+        if self._so_topk is None or not self._so_topk.momentum:
+            yield
+            return
+        saved = [(g["momentum"], g["weight_decay"]) for g in self.param_groups]
+        for g in self.param_groups:
+            g["momentum"], g["weight_decay"] = 0.0, 0.0
+        try:
+            yield
+        finally:
+            for g, (m, wd) in zip(self.param_groups, saved):
+                g["momentum"], g["weight_decay"] = m, wd
+
+    def state_dict(self):
+        """The wrapped optimizer's state_dict; with Compression.topk also the residuals (and
+        velocities) by parameter name and the step count, under 'scaleout_topk'."""
+        out = super().state_dict()
+        if self._so_topk is not None:
+            out["scaleout_topk"] = {"steps": self._so_topk.steps,
+                                    "slots": {name: dict(slots) for name, slots
+                                              in self._so_topk.slots.items()}}
+        return out
+
+    def load_state_dict(self, state_dict) -> None:
+        state_dict = dict(state_dict)
+        saved = state_dict.pop("scaleout_topk", None)
+        super().load_state_dict(state_dict)
+        if self._so_topk is not None and saved is not None:
+            self._so_topk.steps = int(saved["steps"])
+            self._so_topk.slots = {
+                name: {key: t.detach().to("cpu", copy=True).reshape(-1)
+                       for key, t in slots.items()}
+                for name, slots in saved["slots"].items()}
 
     def _so_start_delta(self, p: torch.Tensor) -> None:
         """Note [Adasum optimizer]: the wrapped optimizer's step for p alone, then the Adasum
@@ -272,6 +392,13 @@ class _DistributedMixin:
             if p not in self._so_handles:
                 self._so_start(p)
         pending, self._so_handles = self._so_handles, {}
+        if self._so_topk is not None:
+            try:
+                self._so_finish_topk(pending)
+            finally:
+                self._so_reset_counts()
+            self._so_synchronized = True
+            return
         try:  # waits for all, even after a failure, so no buffer is left in use
             wait_all([handle for handle, ctx in pending.values() if ctx is not _SPARSE])
             for p, (handle, ctx) in pending.items():
@@ -321,7 +448,8 @@ class _DistributedMixin:
                               stacklevel=2)
             self.synchronize()
         self._so_synchronized = False
-        super().step()
+        with self._so_momentum_moved():
+            super().step()
         return loss
 
     # The wrapped class's step() already runs the optimizer's step hooks; this flag keeps
@@ -349,6 +477,18 @@ class _DistributedMixin:
 
 
 _SPARSE = object()  # marks a sparse gradient's pending reduction (a callable, not a Handle)
+_TOPK = object()    # marks a top-k exchange: ((pending, out tensor), _TOPK)
+
+
+class _TopKState:
+    """A DistributedOptimizer's top-k exchange, its state by parameter name (flat 'residual'
+    and, with momentum correction, 'velocity' tensors) and its count of finished steps."""
+
+    def __init__(self, exchange: TopKExchange, momentum: bool) -> None:
+        self.exchange = exchange
+        self.momentum = momentum
+        self.slots: Dict[str, Dict[str, torch.Tensor]] = {}
+        self.steps = 0
 
 
 def _grad_ready(optimizer_ref, param: torch.Tensor) -> None:

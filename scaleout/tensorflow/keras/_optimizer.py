@@ -16,11 +16,14 @@ LocalGradientAggregationHelperEager: see Note [Local aggregation] below.
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import types
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from scaleout._core import Average, Min, Sum
@@ -28,7 +31,9 @@ from scaleout._process_sets import global_process_set
 from scaleout._semantics import predivided
 from scaleout.tensorflow._collectives import _not_converted, allreduce, check_device, set_id
 from scaleout.tensorflow._compression import Compression
+from scaleout._topk import Momentum, TopK, check_optimizer_momentum
 from scaleout.tensorflow._gradients import LocalSources, check_groups
+from scaleout.tensorflow._topk import TopKVariables
 
 __all__ = ["DistributedOptimizer", "PartialDistributedOptimizer", "load_model", "is_distributed"]
 
@@ -142,7 +147,8 @@ def _aggregated_apply(optimizer, state: _State, grads: List[Any], variables: Lis
         final[i] = g
 
     def update():
-        type(optimizer).apply(optimizer, final, trainable_variables)
+        with _momentum_in_compression(optimizer, state):
+            type(optimizer).apply(optimizer, final, trainable_variables)
         return tf.constant(True)
 
     def count_only():
@@ -165,13 +171,33 @@ def _distributed_apply(self, grads, trainable_variables=None):
         return type(self).apply(self, grads, trainable_variables)
     if not grads:
         return type(self).apply(self, grads, trainable_variables)
+    if not self.built:  # built as configured (outside _momentum_in_compression), and before a
+        with keras.name_scope(self.name, caller=self):  # conditional update, not inside it
+            self.build(trainable_variables)
+        self.built = True
     if state.settings.backward_passes_per_step > 1:
-        if not self.built:  # build before the conditional update, not inside it
-            with keras.name_scope(self.name, caller=self):
-                self.build(trainable_variables)
-            self.built = True
         return _aggregated_apply(self, state, grads, variables, trainable_variables)
-    return type(self).apply(self, _reduce(state, grads, variables), trainable_variables)
+    reduced = _reduce(state, grads, variables)
+    with _momentum_in_compression(self, state):
+        return type(self).apply(self, reduced, trainable_variables)
+
+
+@contextlib.contextmanager
+def _momentum_in_compression(optimizer, state: _State):
+    """With Compression.topk(momentum_correction=True) the compression applies SGD's momentum
+    (Note [Top-k sparsification]): the update is traced with momentum 0. The optimizer keeps
+    its configured momentum otherwise (its config, its momentum variables: what is saved and
+    loaded stays an ordinary SGD's)."""
+    topk = state.settings.compression
+    if not isinstance(topk, TopKVariables) or topk.momentum is None:
+        yield
+        return
+    saved = optimizer.momentum, optimizer.nesterov
+    optimizer.momentum, optimizer.nesterov = 0.0, False
+    try:
+        yield
+    finally:
+        optimizer.momentum, optimizer.nesterov = saved
 
 
 def _register_local_var(self, var) -> None:
@@ -320,7 +346,32 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None, device_dense: st
                          average_aggregated_gradients, num_groups, groups, process_set,
                          scale_local_gradients)
     copy = type(optimizer).from_config(optimizer.get_config())
-    return _make_distributed(copy, settings)
+    return _make_distributed(copy, _with_topk(copy, settings))
+
+
+def _with_topk(optimizer, settings: _Settings) -> _Settings:
+    """With Compression.topk, the settings carry the optimizer's top-k state (its variables are
+    the optimizer's: saved and broadcast with it). With momentum correction the momentum moves
+    from the SGD optimizer into the compression (Note [Top-k sparsification]): the optimizer
+    then steps without it."""
+    compression = settings.compression
+    if not isinstance(compression, TopK):
+        return settings
+    momentum = None
+    if check_optimizer_momentum(compression, "DistributedOptimizer"):
+        if not isinstance(optimizer, keras.optimizers.SGD) or not optimizer.momentum > 0:
+            raise ValueError(
+                "Compression.topk(momentum_correction=True) moves the optimizer's momentum into "
+                "the compression (Deep Gradient Compression): it needs keras.optimizers.SGD with "
+                f"momentum > 0, not {type(optimizer).__name__}")
+        momentum = Momentum(float(optimizer.momentum), bool(optimizer.nesterov))
+    state = TopKVariables(compression, momentum, settings.prefix)
+    # Values load_model read for it (_keeping_extra_state), restored as the variables are made.
+    state.restore = list(getattr(optimizer, "_scaleout_extra_state", ()))
+    # Keras has no public way to add state after build(); its tracker is what save and
+    # broadcast (optimizer.variables) read.
+    state.on_create = optimizer._track_variable
+    return dataclasses.replace(settings, compression=state)
 
 
 def PartialDistributedOptimizer(optimizer, name: Optional[str] = None, device_dense: str = "",
@@ -370,8 +421,35 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None,
     for cls in custom_optimizers or ():
         objects[cls.__name__] = cls
     objects.update(custom_objects or {})
-    model = keras.models.load_model(filepath, custom_objects=objects or None)
+    with _keeping_extra_state():
+        model = keras.models.load_model(filepath, custom_objects=objects or None)
     optimizer = getattr(model, "optimizer", None)
     if optimizer is not None and not is_distributed(optimizer):
-        _make_distributed(optimizer, _settings(optimizer, compression=compression))
+        settings = _settings(optimizer, compression=compression)
+        _make_distributed(optimizer, _with_topk(optimizer, settings))
     return model
+
+
+@contextlib.contextmanager
+def _keeping_extra_state():
+    """A model saved with Compression.topk has the top-k variables after the optimizer's own
+    (they are made at its first step, after build). Keras skips the whole optimizer state when
+    the counts differ; while load_model runs, an optimizer loads its own variables and keeps the
+    rest, for the top-k state to start from (TopKVariables.restore)."""
+    from keras.src.optimizers.base_optimizer import BaseOptimizer
+    original = BaseOptimizer.load_own_variables
+
+    def load_own_variables(self, store):
+        own = len(self.variables)
+        if not own or len(store.keys()) <= own:
+            return original(self, store)
+        for i, variable in enumerate(self.variables):
+            variable.assign(store[str(i)])
+        object.__setattr__(self, "_scaleout_extra_state",
+                           [np.asarray(store[str(i)]) for i in range(own, len(store.keys()))])
+
+    BaseOptimizer.load_own_variables = load_own_variables
+    try:
+        yield
+    finally:
+        BaseOptimizer.load_own_variables = original
