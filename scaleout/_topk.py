@@ -25,21 +25,23 @@ magnitudes, keeps the entries at or above it in one pass, and partitions only th
 to take exactly the top k; a sample that overshoots falls back to a full partition. Small
 tensors are partitioned directly.
 
-Who owns the state: a `TopK` object (what Compression.topk returns) holds its settings only.
-The residuals and momenta are arrays the caller owns and passes in (torch keeps them in the
+Who owns the state: a `TopK` object (what Compression.topk returns) holds its settings (and a
+DistributedGradientTape's TensorFlow state, since the tape is made anew at every step). The
+residuals and velocities are arrays the caller owns and passes in (torch keeps them in the
 DistributedOptimizer's state_dict; TensorFlow in variables), and the step count comes from the
 caller too; `TopKExchange` is the arithmetic and the communication.
 """
 from __future__ import annotations
 
 import math
+import re
 import zlib
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from scaleout._core import ALLGATHER, Average, Sum, synchronize
+from scaleout._core import ALLGATHER, Average, Sum, synchronize, wait_all
 from scaleout._errors import InvalidArgumentError
 from scaleout._ops import _allreduce_async, _submit_owned
 from scaleout._process_sets import set_size
@@ -98,8 +100,11 @@ class TopK:
       With a DistributedOptimizer pass True: the momentum is taken from the wrapped SGD
       optimizer, which then steps without momentum. With DistributedGradientTape (no optimizer
       to take it from) pass the momentum itself (e.g. 0.9) and apply the gradients with an
-      optimizer without momentum.
+      optimizer without momentum (nesterov=True: Nesterov's variant).
     - warmup_steps: the first steps are reduced densely.
+    - hierarchical: None (default) exchanges as Note [Hierarchical top-k] says (dense inside a
+      machine, sparse between machines) where the job's allreduces are hierarchical; False
+      always exchanges every rank's own top k.
 
     Only for DistributedOptimizer and DistributedGradientTape, which keep the residuals (a
     single allreduce has nowhere to keep them). Create it once: with DistributedGradientTape,
@@ -107,7 +112,8 @@ class TopK:
     """
 
     def __init__(self, density: float = 0.01, momentum_correction: Union[bool, float] = False,
-                 warmup_steps: int = 0, nesterov: bool = False) -> None:
+                 warmup_steps: int = 0, hierarchical: Optional[bool] = None,
+                 nesterov: bool = False) -> None:
         if isinstance(density, bool) or not isinstance(density, (int, float)) or not (
                 0.0 < density <= 1.0):
             raise InvalidArgumentError(f"Compression.topk: density must be in (0, 1], not "
@@ -120,16 +126,21 @@ class TopK:
             raise InvalidArgumentError(
                 "Compression.topk: momentum_correction is True (take the momentum from the "
                 f"wrapped optimizer), False, or a momentum in (0, 1); not {momentum_correction!r}")
+        if hierarchical not in (None, False):
+            raise InvalidArgumentError(f"Compression.topk: hierarchical is None (where the "
+                                       f"allreduces are) or False, not {hierarchical!r}")
         self.density = float(density)
         self.momentum_correction = momentum_correction
         self.warmup_steps = warmup_steps
+        self.hierarchical = hierarchical
         self.nesterov = bool(nesterov)
         # TensorFlow keeps a DistributedGradientTape's state here (the tape is made per step).
         self.tf_state: Any = None
 
     def __repr__(self) -> str:
         return (f"Compression.topk(density={self.density}, momentum_correction="
-                f"{self.momentum_correction}, warmup_steps={self.warmup_steps})")
+                f"{self.momentum_correction}, warmup_steps={self.warmup_steps}, "
+                f"hierarchical={self.hierarchical})")
 
     # A plain collective's `compression=` has no residual to keep.
     def compress(self, tensor):
@@ -172,16 +183,87 @@ def check_optimizer_momentum(config: TopK, what: str) -> bool:
 
 
 class _Pending:
-    __slots__ = ("handle", "sparse", "k", "index_dtype", "value_dtype", "scale")
+    """One gradient's exchange in flight: the handle of its current stage and what the next
+    stages need."""
+    __slots__ = ("handle", "stage", "name", "residual", "velocity", "momentum", "step", "k",
+                 "parts", "value_dtype")
 
-    def __init__(self, handle, sparse, k=0, index_dtype=None, value_dtype=None, scale=1.0):
-        self.handle, self.sparse, self.k = handle, sparse, k
-        self.index_dtype, self.value_dtype, self.scale = index_dtype, value_dtype, scale
+    def __init__(self, handle, stage: str, name: str = "", residual=None, velocity=None,
+                 momentum=None, step: int = 0, k: int = 0, value_dtype=None) -> None:
+        self.handle, self.stage, self.name = handle, stage, name
+        self.residual, self.velocity, self.momentum, self.step = residual, velocity, momentum, step
+        self.k, self.parts, self.value_dtype = k, None, value_dtype
+
+
+def _index_dtype(n: int) -> np.dtype:
+    return np.dtype(np.int32 if n < 2 ** 31 else np.int64)
+
+
+def _pack(indices: np.ndarray, values: np.ndarray, index_dtype: np.dtype) -> np.ndarray:
+    """(index, value) pairs as one byte array: the indices, then the values."""
+    payload = np.empty(indices.size * (index_dtype.itemsize + values.itemsize), np.uint8)
+    split = indices.size * index_dtype.itemsize
+    payload[:split].view(index_dtype)[...] = indices
+    payload[split:].view(values.dtype)[...] = values
+    return payload
+
+
+def _blocks(payload: np.ndarray, counts, index_dtype: np.dtype, value_dtype: np.dtype):
+    """The (indices, values) of consecutive packed blocks of `counts` pairs each."""
+    offset = 0
+    for count in counts:
+        split = offset + count * index_dtype.itemsize
+        end = split + count * value_dtype.itemsize
+        yield payload[offset:split].view(index_dtype), payload[split:end].view(value_dtype)
+        offset = end
+
+
+def _accumulate(acc: np.ndarray, grad: np.ndarray, velocity: Optional[np.ndarray],
+                momentum: Optional[Momentum]) -> None:
+    """acc += grad, or with momentum correction u = m*u + g, acc += u (Nesterov: g + m*u)."""
+    if momentum is None:
+        acc += grad
+        return
+    velocity *= momentum.momentum
+    velocity += grad
+    if momentum.nesterov:
+        acc += grad
+        acc += momentum.momentum * velocity
+    else:
+        acc += velocity
+
+
+def _take(acc: np.ndarray, velocity: Optional[np.ndarray], k: int, seed: int):
+    """The top k of acc as (sorted indices, values), cleared in acc (and in the velocity:
+    momentum factor masking)."""
+    chosen = np.sort(select_topk(acc, k, seed=seed))
+    values = acc[chosen]
+    acc[chosen] = 0
+    if velocity is not None:
+        velocity[chosen] = 0
+    return chosen, values
 
 
 class TopKExchange:
     """The exchange of one optimizer's (or tape's) gradients over the set `ps` (the core's id):
-    start() per gradient, then finish() per gradient in any order."""
+    start() per gradient, then finish_all() for the started ones.
+
+    Note [Hierarchical top-k]
+    When the set is the job's and its allreduces are hierarchical (several machines with the
+    same number of ranks each, SCALEOUT_HIERARCHICAL_ALLREDUCE auto or 1), bandwidth is cheap
+    inside a machine and dear between machines, so: the ranks of a machine sum their gradients
+    densely (an allreduce over a process set of the machine's ranks: shared memory); every rank
+    of the machine adds the machine's sum to the machine's residual (the same bits on each);
+    local rank j selects the top `density` of the j-th of local_size slices of it (each slice
+    by the same density: top-k per slice, so the selection work is split, not repeated) and
+    sends those pairs to the ranks with local rank j on the other machines (an allgather over a
+    process set of those); the machine's ranks then allgather what they received (shared
+    memory again), so every rank adds every machine's pairs, and clears in its copy of the
+    residual (and velocity) what its machine sent, keeping the copies alike. Between machines
+    each machine sends its pairs once, whatever its number of ranks; the residual is kept per
+    machine, as if each machine were one worker. The two kinds of process sets are made once
+    per job (every rank makes them, in the same order, when the first such exchange is made).
+    """
 
     def __init__(self, config: TopK, op: int, prescale: float, postscale: float,
                  ps: int = 0) -> None:
@@ -193,60 +275,187 @@ class TopKExchange:
         self.size = set_size(ps)
         self.dense_op, self.prescale, self.postscale = op, prescale, postscale
         self.scale = prescale * postscale / (self.size if op == Average else 1)
+        self.hosts = _host_sets() if ps == 0 and config.hierarchical is None else None
+
+    @property
+    def hierarchical(self) -> bool:
+        return self.hosts is not None
 
     def start(self, name: str, grad: np.ndarray, residual: np.ndarray, step: int,
               velocity: Optional[np.ndarray] = None, momentum: Optional[Momentum] = None,
               out: Optional[np.ndarray] = None) -> _Pending:
         """Starts the exchange of this rank's flat gradient `grad` (read only). `residual` (and
-        `velocity` with momentum correction) are this gradient's flat state arrays, updated here;
-        `step` counts the finished exchanges (the first warmup_steps are dense). `out` (flat,
-        grad's size) receives the result at finish(); in the dense case the allreduce writes
-        into it."""
-        acc = residual
-        if momentum is not None:
-            velocity *= momentum.momentum
-            velocity += grad
-            if momentum.nesterov:
-                acc += grad
-                acc += momentum.momentum * velocity
-            else:
-                acc += velocity
-        else:
-            acc += grad
+        `velocity` with momentum correction) are this gradient's flat state arrays, updated
+        (hierarchically: at finish_all); `step` counts the finished exchanges (the first
+        warmup_steps are dense). `out` (flat, grad's size) receives the result at finish_all();
+        in the dense case the allreduce writes into it."""
+        velocity = velocity if momentum is not None else None
         if step < self.config.warmup_steps:
-            out[...] = acc
-            acc[...] = 0  # velocity keeps its value: dense momentum SGD
+            if self.hierarchical:  # the machine sum's state, kept alike on its ranks
+                out[...] = grad
+                handle = _allreduce_async(out, f"{name}.host", Sum, 1.0, 1.0, True,
+                                          self.hosts.local)
+                return _Pending(handle, "host dense", name, residual, velocity, momentum, step)
+            _accumulate(residual, grad, velocity, momentum)
+            out[...] = residual
+            residual[...] = 0  # the velocity keeps its value: dense momentum SGD
             return _Pending(_allreduce_async(out, f"{name}.dense", self.dense_op, self.prescale,
-                                             self.postscale, True, self.ps), sparse=False)
-        k = topk_count(acc.size, self.config.density)
-        chosen = select_topk(acc, k, seed=zlib.crc32(name.encode()) ^ step)
-        index_dtype = np.dtype(np.int32 if acc.size < 2 ** 31 else np.int64)
-        payload = np.empty(k * (index_dtype.itemsize + acc.itemsize), np.uint8)
-        split = k * index_dtype.itemsize
-        payload[:split].view(index_dtype)[...] = chosen
-        payload[split:].view(acc.dtype)[...] = acc[chosen]
-        acc[chosen] = 0
-        if velocity is not None and momentum is not None:
-            velocity[chosen] = 0
-        handle = _submit_owned(ALLGATHER, f"{name}.topk", payload, ps=self.ps)
-        return _Pending(handle, True, k, index_dtype, acc.dtype, self.scale)
+                                             self.postscale, True, self.ps), "done")
+        k = topk_count(residual.size, self.config.density)
+        if self.hierarchical:
+            summed = np.array(grad, residual.dtype)
+            handle = _allreduce_async(summed, f"{name}.host", Sum, 1.0, 1.0, True,
+                                      self.hosts.local)
+            return _Pending(handle, "host", name, residual, velocity, momentum, step, k,
+                            residual.dtype)
+        _accumulate(residual, grad, velocity, momentum)
+        chosen, values = _take(residual, velocity, k, _seed(name, step))
+        handle = _submit_owned(ALLGATHER, f"{name}.topk",
+                               _pack(chosen, values, _index_dtype(residual.size)), ps=self.ps)
+        return _Pending(handle, "pairs", name, k=k, value_dtype=residual.dtype)
 
-    def finish(self, pending: _Pending, out: np.ndarray) -> np.ndarray:
-        """Waits for one exchange and writes the dense reduced gradient into the flat `out`."""
-        result = synchronize(pending.handle)
-        if not pending.sparse:
-            return out
-        blocks = np.asarray(result).reshape(self.size, -1)
-        split = pending.k * pending.index_dtype.itemsize
-        total = out if out.dtype == pending.value_dtype else np.zeros(out.size,
-                                                                      pending.value_dtype)
-        total[...] = 0
-        for block in blocks:  # each rank's indices are distinct, so += adds every pair
-            total[block[:split].view(pending.index_dtype)] += block[split:].view(
-                pending.value_dtype)
-        if pending.scale != 1.0:
-            total *= pending.scale
-        if total is not out:
-            out[...] = total
-        return out
+    def finish_all(self, started: Sequence[Tuple[_Pending, np.ndarray]]) -> None:
+        """Waits for the exchanges and writes each dense reduced gradient into its flat `out`
+        (every exchange advancing a stage together, so they are fused together)."""
+        started = list(started)
+        self._wait(started)
+        if self.hierarchical:
+            self._across_hosts(started)
+        for pending, out in started:
+            if pending.stage != "pairs":
+                continue
+            total = out if out.dtype == pending.value_dtype else np.empty(out.size,
+                                                                          pending.value_dtype)
+            total[...] = 0
+            payload = np.asarray(synchronize(pending.handle)).reshape(-1)
+            counts = pending.parts or [pending.k] * self.size
+            blocks = _blocks(payload, counts, _index_dtype(total.size), total.dtype)
+            for b, (indices, values) in enumerate(blocks):
+                total[indices] += values  # a block's indices are distinct: += adds every pair
+                if pending.residual is not None and self.hosts.sent_here(b):
+                    # what this machine sent: cleared (and its momentum masked)
+                    pending.residual[indices] = 0
+                    if pending.velocity is not None:
+                        pending.velocity[indices] = 0
+            if self.scale != 1.0:
+                total *= self.scale
+            if total is not out:
+                out[...] = total
 
+    @staticmethod
+    def _wait(started) -> None:
+        wait_all([pending.handle for pending, _ in started])
+
+    def _across_hosts(self, started) -> None:
+        """Note [Hierarchical top-k]: from the machine sums to every machine's pairs."""
+        hosts = self.hosts
+        for pending, out in started:
+            if pending.stage != "host dense":
+                continue
+            # Dense warmup: the machine's sum and state, then the machines' sums added.
+            summed = np.array(out, pending.residual.dtype)
+            _accumulate(pending.residual, summed, pending.velocity, pending.momentum)
+            out[...] = pending.residual
+            pending.residual[...] = 0
+            pending.handle = _allreduce_async(out, f"{pending.name}.hosts", Sum, 1.0,
+                                              self.scale, True, hosts.cross)
+            pending.stage = "done"
+        sparse = [(p, out) for p, out in started if p.stage == "host"]
+        j, parts = hosts.local_rank, hosts.local_size
+        for pending, out in sparse:
+            residual = pending.residual
+            _accumulate(residual, np.asarray(synchronize(pending.handle)), pending.velocity,
+                        pending.momentum)
+            # This rank's slice of the machine's sum: its top entries, by the same density.
+            lo, hi = residual.size * j // parts, residual.size * (j + 1) // parts
+            counts = [topk_count(residual.size * (q + 1) // parts - residual.size * q // parts,
+                                 self.config.density) for q in range(parts)]
+            chosen = lo + np.sort(select_topk(residual[lo:hi], counts[j],
+                                              _seed(pending.name, pending.step)))
+            pending.handle = _submit_owned(
+                ALLGATHER, f"{pending.name}.hosts",
+                _pack(chosen, residual[chosen], _index_dtype(residual.size)), ps=hosts.cross)
+            # after the machine's ranks gather: each one's slice from every machine
+            pending.parts = [counts[q] for q in hosts.slices for _ in range(hosts.count)]
+            pending.stage = "cross"
+        self._wait(started)
+        for pending, out in sparse:
+            received = np.asarray(synchronize(pending.handle)).reshape(-1)
+            pending.handle = _submit_owned(ALLGATHER, f"{pending.name}.gathered", received,
+                                           ps=hosts.local)
+            pending.stage = "pairs"
+        self._wait(started)
+
+
+def _seed(name: str, step: int) -> int:
+    """The selection's sample seed: the same on every rank for a gradient and step."""
+    return zlib.crc32(name.encode()) ^ step
+
+
+class _Hosts:
+    """This rank's two process sets of Note [Hierarchical top-k]."""
+
+    def __init__(self, local: int, cross: int, local_rank: int, local_size: int, count: int,
+                 slices: list, mine: list) -> None:
+        self.local, self.cross = local, cross
+        self.local_rank, self.local_size, self.count = local_rank, local_size, count
+        self.slices = slices  # the local rank (slice) of each rank of the machine, in set order
+        self.mine = mine      # per local rank q: this machine's place in local rank q's set
+
+    def sent_here(self, block: int) -> bool:
+        """Whether block `block` of the gathered pairs (the machine's ranks in set order, each
+        with one block per machine in its cross set's order) is this machine's."""
+        return block % self.count == self.mine[self.slices[block // self.count]]
+
+
+_hosts_cache: dict = {}
+
+
+def _host_sets() -> Optional[_Hosts]:
+    """The sets of Note [Hierarchical top-k] when the job's allreduces are hierarchical over
+    machines of equal size, else None. Collective the first time (every rank adds them)."""
+    from scaleout import _basics
+    if not _basics.config().get("allreduce_algorithm", "").startswith("hierarchical:"):
+        return None
+    local_size, count = _basics.local_size(), _basics.cross_size()
+    if local_size < 2 or count < 2 or local_size * count != _basics.size():
+        return None
+    from scaleout._objects import allgather_object
+    key = (_basics.size(), _basics.rank())
+    known = _hosts_cache.get(key)
+    if known is not None and _registered(known):
+        return known
+    places = allgather_object((_basics.cross_rank(), _basics.local_rank()),
+                              name="scaleout.topk.places")
+    machines = [[r for r, (c, _) in enumerate(places) if c == h] for h in range(count)]
+    columns = [[r for r, (_, l) in enumerate(places) if l == j] for j in range(local_size)]
+    ids = {tuple(ranks): _added(ranks) for ranks in machines + columns}
+    here = machines[_basics.cross_rank()]
+    hosts = _Hosts(local=ids[tuple(here)], cross=ids[tuple(columns[_basics.local_rank()])],
+                   local_rank=_basics.local_rank(), local_size=local_size, count=count,
+                   slices=[places[q][1] for q in here], mine=[next(i for i, q in enumerate(column) if q in here)
+                         for column in columns])
+    hosts.ranks = (machines[_basics.cross_rank()], columns[_basics.local_rank()])
+    _hosts_cache[key] = hosts
+    return hosts
+
+
+def _added(ranks) -> int:
+    """The id of a process set with these ranks: added (collectively), or the existing one."""
+    from scaleout import _binding
+    try:
+        return _binding.add_process_set(list(ranks))
+    except InvalidArgumentError as e:
+        found = re.search(r"process set (\d+) has these ranks already", str(e))
+        if found is None:
+            raise
+        return int(found.group(1))
+
+
+def _registered(hosts: _Hosts) -> bool:
+    from scaleout import _binding
+    try:
+        return [list(_binding.process_set(i)[1]) for i in (hosts.local, hosts.cross)] == \
+            [list(r) for r in hosts.ranks]
+    except Exception:  # noqa: BLE001  (a removed set, a new job)
+        return False

@@ -14,12 +14,13 @@ from test_multihost import JOB_ENV, MP, hosts, received_bytes  # noqa: F401 (hos
 PROGRAM = MP / "hierarchical.py"
 
 
-def run(hosts, slots: dict, *args: str, env: dict = None) -> dict:
-    """Runs tests/mp/hierarchical.py with scaleoutrun from hostA; every rank's RESULT."""
+def run(hosts, slots: dict, *args: str, env: dict = None, program=PROGRAM) -> dict:
+    """Runs tests/mp/hierarchical.py (or `program`) with scaleoutrun from hostA; every rank's
+    RESULT."""
     spec = ",".join(f"{h}:{k}" for h, k in slots.items())
     command = [sys.executable, "-m", "scaleout.launcher.main", "-H", spec, "--ssh-port",
                str(SSH_PORT), "--network-interface", INTERFACE, "--mpi-yield", "on",
-               sys.executable, str(PROGRAM), *args]
+               sys.executable, str(program), *args]
     result = hosts.run_on("hostA", command, env={**JOB_ENV, **(env or {})})
     assert result.returncode == 0, result.stdout + result.stderr
     found = {}
@@ -70,3 +71,17 @@ def test_hierarchical_moves_no_more_bytes_across_the_link_than_flat_mpi(hosts):
     # 4 allreduces of 16 MiB: hostB must receive hostA's contribution to each.
     assert crossed["auto"] > 4 * (16 << 20) * 0.95, crossed
     assert crossed["auto"] < 1.05 * crossed["0"], crossed
+
+
+@pytest.mark.parametrize("slots, hierarchical", [
+    ({"hostA": 2, "hostB": 2}, True), ({"hostA": 3, "hostB": 3}, True),
+    ({"hostA": 2, "hostB": 1}, False)], ids=["2x2", "2x3", "2+1"])
+def test_topk_sums_machines_densely_and_sparsifies_between_them(hosts, slots, hierarchical):
+    """Note [Hierarchical top-k]: against numpy with a residual per machine (uneven machines:
+    per rank, flat), the machine's ranks holding the same residual, nothing lost; a torch
+    DistributedOptimizer with momentum correction ends with the same model on every rank."""
+    found = run(hosts, slots, program=MP / "topk_hosts.py")
+    for rank, got in found.items():
+        assert got["hierarchical"] is hierarchical, (rank, got)
+        assert got["failures"] == [], (rank, got)
+        assert got["torch_same"] in (True, None), (rank, got)

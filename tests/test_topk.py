@@ -41,7 +41,7 @@ def test_count_is_at_least_one_and_at_most_n():
 @pytest.mark.parametrize("bad", [dict(density=0), dict(density=1.5), dict(density="0.1"),
                                  dict(density=True), dict(warmup_steps=-1),
                                  dict(warmup_steps=2.0), dict(momentum_correction=1.0),
-                                 dict(momentum_correction="yes")])
+                                 dict(momentum_correction="yes"), dict(hierarchical=True)])
 def test_bad_arguments_are_named(bad):
     with pytest.raises(InvalidArgumentError) as info:
         TopK(**{"density": 0.01, **bad})

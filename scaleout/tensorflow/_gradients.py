@@ -188,7 +188,8 @@ class DistributedGradientTape(tf.GradientTape):
         grads = tape.gradient(loss, model.trainable_variables)
 
     Arguments as Horovod 0.28.1's: `op`: Average (default) or Sum. `compression`:
-    Compression.none / fp16 / bf16. `sparse_as_dense`: reduce tf.IndexedSlices gradients as
+    Compression.none / fp16 / bf16, or scaleout's Compression.topk(...) (made once, outside
+    the loop: it keeps the residuals). `sparse_as_dense`: reduce tf.IndexedSlices gradients as
     dense tensors instead of gathering them. `gradient_predivide_factor`: divide by f before the
     sum and by size / f after it. `groups` (a number, or lists of variables) and the deprecated
     `num_groups` are checked as Horovod checks them; all gradients of a call go to the core in

@@ -13,7 +13,6 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from scaleout._core import wait_all
 from scaleout._topk import Momentum, TopK, TopKExchange, residual_dtype
 from scaleout.tensorflow._collectives import call
 
@@ -97,9 +96,9 @@ class TopKVariables:
                 started.append(exchange.start(label, flat, new_rs[i], step,
                                               new_vs[i] if momentum else None, momentum, out))
                 outs.append(out)
-            wait_all([s.handle for s in started])
-            reduced = [exchange.finish(s, out).reshape(np.shape(g)).astype(dtype, copy=False)
-                       for s, out, g, dtype in zip(started, outs, gs, out_dtypes)]
+            exchange.finish_all(list(zip(started, outs)))
+            reduced = [out.reshape(np.shape(g)).astype(dtype, copy=False)
+                       for out, g, dtype in zip(outs, gs, out_dtypes)]
             return reduced + new_rs + new_vs
 
         inputs = grads + [r.read_value() for r in residuals] + \

@@ -289,11 +289,11 @@ class _DistributedMixin:
     def _so_finish_topk(self, pending: dict) -> None:
         state = self._so_topk
         try:
-            wait_all([started[0].handle for started, ctx in pending.values()])
+            state.exchange.finish_all([(started, out.numpy())
+                                       for (started, out), _ in pending.values()])
         finally:
             state.steps += 1
-        for p, ((started, out), ctx) in pending.items():
-            state.exchange.finish(started, out.numpy())
+        for p, ((started, out), _) in pending.items():
             if out.data_ptr() != p.grad.data_ptr():
                 p.grad.copy_(out.view_as(p.grad))
             increment_version(p.grad)
@@ -529,7 +529,10 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
     - named_parameters: model.named_parameters(); the names identify the reductions across
       ranks (every parameter the optimizer updates must be named, names must be unique).
       Without it, parameters are named by their position in the parameter groups.
-    - compression: Compression.none (default), .fp16 or .bf16 for the wire.
+    - compression: Compression.none (default), .fp16 or .bf16 for the wire; or
+      Compression.topk(density, momentum_correction, warmup_steps): each rank sends the top
+      `density` of each gradient plus its residual and keeps the rest (Note [Top-k
+      sparsification]); the residuals are in state_dict() under 'scaleout_topk'.
     - backward_passes_per_step: k backward passes accumulate (sum) locally in p.grad before the
       reduction, as in plain PyTorch gradient accumulation; scale the loss by 1/k for a mean.
     - op: Average (default) or Sum over ranks. gradient_predivide_factor f (with Average):

@@ -25,7 +25,8 @@ def top(x, k):
 def run(exchange, name, grad, residual, step, velocity=None, momentum=None):
     out = np.empty(grad.size, residual.dtype)
     pending = exchange.start(name, grad, residual, step, velocity, momentum, out)
-    return exchange.finish(pending, out)
+    exchange.finish_all([(pending, out)])
+    return out
 
 
 def test_one_step_matches_numpy(r, n):

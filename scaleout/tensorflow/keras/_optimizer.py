@@ -319,7 +319,9 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None, device_dense: st
     model.fit, train_on_batch and custom loops calling apply_gradients. Arguments as Horovod's:
 
     - `op`: Average (default) or Sum; anything else raises ValueError, as in Horovod.
-    - `compression`: Compression.none / fp16 / bf16.
+    - `compression`: Compression.none / fp16 / bf16, or Compression.topk(...) (top-k
+      sparsification with error feedback; its residuals are optimizer variables, saved and
+      broadcast with the others; momentum_correction=True needs SGD with momentum).
     - `sparse_as_dense`: reduce tf.IndexedSlices densely (else they are allgathered).
     - `gradient_predivide_factor`: gradients are divided by it before the sum and multiplied by
       factor / size after it (Average only).
