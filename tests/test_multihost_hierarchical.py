@@ -50,6 +50,7 @@ def test_every_op_and_dtype_across_machines(hosts, slots, algorithm, area):
         assert got["broadcast"].startswith("hierarchical: shared memory inside each of 2"), got
         assert got["allgather"].startswith("hierarchical: gathered inside each of 2"), got
         assert got["alltoall"].startswith("shared memory between the ranks of each of 2"), got
+        assert got["adasum"].startswith("hierarchical: summed inside each of 2"), got
         assert got["failures"] == [], (rank, got)
         assert got["same_bits"], (rank, got)
 

@@ -156,6 +156,7 @@ Status CollectiveExecutor::Allreduce(const Response& r, const std::vector<Tensor
   const double post = PostFactor(r, transports_[0]->size());
   if (r.reduce_op == ReduceOp::kAdasum) {  // Note [Adasum]: per tensor, over MPI
     const FusedTensors fused(r, entries, post, false);
+    if (machine_sum_ != nullptr) return MachinesAdasum(r, fused);
     uint8_t* buf = fusion_.Get(fused.total() * DataTypeSize(r.dtype));
     fused.Pack(0, fused.total(), buf);
     Status s = adasum_.Run(buf, fused.Counts(), r.dtype);
@@ -193,6 +194,43 @@ Status CollectiveExecutor::Allreduce(const Response& r, const std::vector<Tensor
          << " us, reduce " << std::chrono::duration<double, std::micro>(t2 - t1).count()
          << " us, unpack " << std::chrono::duration<double, std::micro>(t3 - t2).count() << " us");
   return Status::OK();
+}
+
+// Note [Hierarchical Adasum]
+// Where allreduces are hierarchical (several machines, a power of two of them), op=Adasum is
+// Horovod's hierarchical form (its GPU one): the ranks of a machine sum their vectors through
+// shared memory (a staged allreduce inside the machine), each machine's first rank combines
+// the machines' sums with the Adasum tree over the first ranks (Note [Adasum]; machines in the
+// order of their first ranks), and the machine's ranks receive its result through a second
+// staged sum to which only the first rank contributes (x + 0 is x: the same bits everywhere).
+// Between machines each machine sends log2(machines) times the vector, once; a machine's
+// ranks count as one worker whose gradient is their sum, so, as Horovod says for its
+// hierarchical Adasum, the learning rate is scaled by the local size.
+Status CollectiveExecutor::MachinesAdasum(const Response& r, const FusedTensors& fused) {
+  const size_t esize = DataTypeSize(r.dtype);
+  uint8_t* buf = fusion_.Get(fused.total() * esize);
+  Status s = machine_sum_->Run(
+      fused.total(), r.dtype, ReduceOp::kSum,
+      [&](size_t first, size_t count, uint8_t* dst) { fused.Pack(first, count, dst); },
+      [&](size_t first, size_t count, const uint8_t* src) {
+        CopyBytes(buf + first * esize, src, count * esize);
+      });
+  if (!s.ok()) return s;
+  const bool first_rank = machine_adasum_ != nullptr;
+  if (first_rank) {
+    s = machine_adasum_->Run(buf, fused.Counts(), r.dtype);
+    if (!s.ok()) return s;
+  }
+  return machine_sum_->Run(
+      fused.total(), r.dtype, ReduceOp::kSum,
+      [&](size_t first, size_t count, uint8_t* dst) {
+        if (first_rank) {
+          CopyBytes(dst, buf + first * esize, count * esize);
+        } else {
+          std::memset(dst, 0, count * esize);
+        }
+      },
+      [&](size_t first, size_t count, const uint8_t* src) { fused.Unpack(first, count, src); });
 }
 
 Status CollectiveExecutor::Allgather(const Response& r, const std::vector<TensorEntry*>& entries) {

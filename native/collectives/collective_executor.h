@@ -54,7 +54,12 @@ class CollectiveExecutor {
                                           plane.local, plane.leaders,
                                           plane.transports[0]->rank(), plane.machine_of,
                                           plane.local_rank_of)
-                                    : nullptr) {}
+                                    : nullptr),
+        machine_sum_(plane.HierarchicalAdasum() ? std::make_unique<StagedAllreduce>(plane.peers)
+                                                : nullptr),
+        machine_adasum_(machine_sum_ != nullptr && plane.leaders != nullptr
+                            ? std::make_unique<Adasum>(plane.leaders)
+                            : nullptr) {}
 
   // entries[i] is this rank's entry for response.tensors[i], or nullptr where this rank joined
   // instead of submitting (it then contributes zeros or no rows). Results go into the entries.
@@ -64,6 +69,7 @@ class CollectiveExecutor {
   class FusedTensors;
   Status Run(const Response& r, const std::vector<TensorEntry*>& entries);  // by collective
   Status Allreduce(const Response& r, const std::vector<TensorEntry*>& entries);
+  Status MachinesAdasum(const Response& r, const FusedTensors& fused);
   Status Allgather(const Response& r, const std::vector<TensorEntry*>& entries);
   Status Broadcast(const Response& r, TensorEntry* entry);
   Status Alltoall(const Response& r, TensorEntry* entry);
@@ -82,6 +88,10 @@ class CollectiveExecutor {
   std::unique_ptr<StagedBroadcast> staged_broadcast_;
   std::unique_ptr<StagedAllgather> staged_allgather_;
   std::unique_ptr<HierarchicalAllgather> hierarchical_allgather_;
+  // Note [Hierarchical Adasum]: sums inside this machine (every rank, with machines_adasum_),
+  // and Adasum over the machines' first ranks (only on a machine's first rank).
+  std::unique_ptr<StagedAllreduce> machine_sum_;
+  std::unique_ptr<Adasum> machine_adasum_;
 
   // Allgatherv over the whole communicator, hierarchical across machines when it can be.
   Status Allgatherv(const void* in, size_t in_bytes, void* out,

@@ -66,7 +66,18 @@ struct DataPlane {
                        "first rank over mpi"
              : staged && machines == 1 ? "shared memory"
                                        : "mpi"},
-            {"reducescatter", "mpi"}};
+            {"reducescatter", "mpi"},
+            {"adasum", HierarchicalAdasum()
+                           ? "hierarchical: summed inside each of " + std::to_string(machines) +
+                                 " machines, Adasum between their first ranks over mpi"
+                           : "mpi: Adasum tree over the ranks"}};
+  }
+
+  // Note [Hierarchical Adasum]: where allreduces are hierarchical over a power of two of
+  // machines.
+  bool HierarchicalAdasum() const {
+    return peers != nullptr && hierarchical_allreduce && machines > 1 &&
+           (machines & (machines - 1)) == 0;
   }
 
   std::string AllreduceAlgorithm() const {

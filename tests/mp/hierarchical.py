@@ -118,6 +118,34 @@ def alltoalls():
         failures.append("reducescatter")
 
 
+def adasum_pair(a, b):
+    dot, na, nb = a @ b, a @ a, b @ b
+    tiny = np.sqrt(np.finfo(np.float64).tiny)
+    return (1 - dot / (2 * na) if na >= tiny else 1.0) * a + \
+        (1 - dot / (2 * nb) if nb >= tiny else 1.0) * b
+
+
+def adasums():
+    """Note [Hierarchical Adasum]: each machine's sum, then the Adasum tree over the machines
+    (in the order of their first ranks), per tensor, fused or not; float64 and float32."""
+    places = so.allgather_object(so.cross_rank())
+    machines = sorted(set(places), key=places.index)
+    for dtype, tol in ((np.float64, 1e-12), (np.float32, 1e-5)):
+        counts = (1000, 300_001, 3)
+        handles = [so.allreduce_async(contribution(r, c, dtype, "sum"), op=so.Adasum,
+                                      name=f"adasum.{c}.{dtype.__name__}") for c in counts]
+        for c, h in zip(counts, handles):
+            got = so.synchronize(h)
+            vectors = [sum(contribution(q, c, dtype, "sum").astype(np.float64)
+                           for q in range(n) if places[q] == m) for m in machines]
+            while len(vectors) > 1:
+                vectors = [adasum_pair(vectors[i], vectors[i + 1])
+                           for i in range(0, len(vectors), 2)]
+            if not np.allclose(got.astype(np.float64), vectors[0], rtol=tol, atol=tol * 10):
+                failures.append(f"adasum of {c} {dtype.__name__}")
+            digest.update(got.tobytes())
+
+
 def big():
     """Only 4 allreduces of 16 MiB: the test counts the bytes crossing the link for the job."""
     for _ in range(4):
@@ -151,6 +179,8 @@ else:
     broadcasts()
     allgathers()
     alltoalls()
+    if n & (n - 1) == 0:  # Adasum needs a power-of-two number of ranks
+        adasums()
 if n == 6 and "--big" not in sys.argv:
     on_a_process_set()
 set_digests = so.allgather_object(digest_set.hexdigest())
@@ -161,6 +191,7 @@ print("RESULT " + json.dumps({
     "rank": r, "algorithm": so.config()["allreduce_algorithm"],
     "broadcast": so.config()["broadcast_algorithm"],
     "allgather": so.config()["allgather_algorithm"],
-    "alltoall": so.config()["alltoall_algorithm"], "failures": failures,
+    "alltoall": so.config()["alltoall_algorithm"],
+    "adasum": so.config()["adasum_algorithm"], "failures": failures,
     "same_bits": len(set(digests)) == 1}), flush=True)
 so.shutdown()
