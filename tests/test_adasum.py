@@ -20,3 +20,10 @@ def test_torch_distributed_optimizer_combines_parameter_changes(np_):
     pytest.importorskip("torch")
     proc = run_mpi("torch_adasum.py", np_, timeout=180)
     assert proc.stdout.count("all checks passed") == np_, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("np_", [2, 3, 4], ids=lambda n: f"np{n}")
+def test_tensorflow_v1_optimizer_combines_variable_changes(np_):
+    pytest.importorskip("tensorflow")
+    proc = run_mpi("tf_adasum.py", np_, timeout=240)
+    assert proc.stdout.count("all checks passed") == np_, proc.stdout + proc.stderr

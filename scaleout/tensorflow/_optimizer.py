@@ -16,7 +16,8 @@ import tensorflow as tf
 
 from scaleout._core import Adasum, Average, Sum
 from scaleout._errors import InvalidArgumentError, NotYetImplementedError
-from scaleout._process_sets import global_process_set
+from scaleout._process_sets import global_process_set, process_set_id
+from scaleout.tensorflow._collectives import _variable_label, request, run_batch
 from scaleout.tensorflow._compression import Compression
 from scaleout.tensorflow._errors import tf_errors
 from scaleout.tensorflow._gradients import LocalSources, _configure, tape_topk_state
@@ -171,6 +172,124 @@ class _LegacyDistributedOptimizer(tf.compat.v1.train.Optimizer):
         return self._optimizer.variables(*args, **kwargs)
 
 
+class _AdasumDistributedOptimizer(tf.compat.v1.train.Optimizer):
+    """DistributedOptimizer(op=Adasum) for a TF1 optimizer (Note [TF1 Adasum optimizer])."""
+
+    def __init__(self, optimizer, name, use_locking, compression, backward_passes_per_step):
+        super().__init__(name=name or f"DistributedDelta{type(optimizer).__name__}",
+                         use_locking=use_locking)
+        self._optimizer = optimizer
+        self._compression = compression
+        self._passes = int(backward_passes_per_step)
+        self._states = weakref.WeakKeyDictionary()  # per graph
+        self._eager_state = _DeltaState()
+
+    def _state(self) -> "_DeltaState":
+        if tf.executing_eagerly():
+            return self._eager_state
+        graph = tf.compat.v1.get_default_graph()
+        if graph not in self._states:
+            self._states[graph] = _DeltaState()
+        return self._states[graph]
+
+    def compute_gradients(self, *args, **kwargs):
+        """The wrapped optimizer's gradients, not reduced (the changes are)."""
+        return self._optimizer.compute_gradients(*args, **kwargs)
+
+    @tf_errors
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        grads_and_vars = [(g, v) for g, v in grads_and_vars]
+        variables = [v for g, v in grads_and_vars if g is not None]
+        state = self._state()
+        with tf.init_scope():
+            if state.count is None:
+                state.count = _kept_variable(tf.constant(0, tf.int64),
+                                             f"{self.get_name()}_delta_count")
+            for v in variables:
+                if v.ref() not in state.starts:
+                    state.starts[v.ref()] = _kept_variable(
+                        tf.zeros(v.shape, v.dtype.base_dtype),
+                        f"{self.get_name()}_delta_start_{len(state.starts)}")
+        starts = [state.starts[v.ref()] for v in variables]
+        first = tf.equal(state.count.read_value(), 0)
+
+        def keep_starts():
+            with tf.control_dependencies([s.assign(v.read_value(), read_value=False)
+                                          for s, v in zip(starts, variables)]):
+                return tf.constant(True)
+
+        kept = tf.cond(first, keep_starts, lambda: tf.constant(False))
+        with tf.control_dependencies([kept]):
+            update = self._optimizer.apply_gradients(grads_and_vars, global_step, name)
+
+        def combine():
+            deltas = [v.read_value() - s.read_value() for v, s in zip(variables, starts)]
+            combined = adasum_changes(deltas, variables, self.get_name(), self._compression)
+            done = []
+            for v, s, d in zip(variables, starts, combined):
+                new_start = s.assign_add(d, read_value=True)
+                done.append(v.assign(new_start, read_value=False))
+            with tf.control_dependencies([d for d in done if d is not None]):
+                return tf.constant(True)
+
+        with tf.control_dependencies([update] if update is not None else []):
+            communicate = tf.equal(state.count.read_value() % self._passes, self._passes - 1)
+            combined = tf.cond(communicate, combine, lambda: tf.constant(False))
+        with tf.control_dependencies([combined]):
+            counted = state.count.assign_add(1, read_value=False)
+        if tf.executing_eagerly():
+            return None
+        with tf.control_dependencies([counted]):
+            return tf.no_op(name=name or "adasum_apply")
+
+    def get_slot(self, *args, **kwargs):
+        return self._optimizer.get_slot(*args, **kwargs)
+
+    def get_slot_names(self, *args, **kwargs):
+        return self._optimizer.get_slot_names(*args, **kwargs)
+
+    def variables(self, *args, **kwargs):
+        return self._optimizer.variables(*args, **kwargs)
+
+
+class _DeltaState:
+    def __init__(self):
+        self.count = None
+        self.starts = {}  # variable ref -> its value at the last combination
+
+
+def _kept_variable(initial, name):
+    """A non-trainable variable of the optimizer's own (in a graph: a local variable, as
+    Horovod's aggregation state, initialized by local_variables_initializer)."""
+    if tf.executing_eagerly():
+        return tf.Variable(initial, trainable=False, name=name)
+    return tf.compat.v1.Variable(initial, trainable=False, name=name,
+                                 collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES])
+
+
+def adasum_changes(deltas, variables, prefix, compression):
+    """Every variable's change combined with Adasum across the ranks, in one op."""
+    wires, contexts, requests = [], [], []
+    for i, (delta, v) in enumerate(zip(deltas, variables)):
+        wire, ctx = compression.compress(delta)
+        wires.append(wire)
+        contexts.append(ctx)
+        requests.append(request("allreduce", f"{prefix}.delta.{i}.{_variable_label(v)}",
+                                Adasum))
+    outs = run_batch(requests, wires, "scaleout_adasum_deltas")
+    return [compression.decompress(o, ctx) for o, ctx in zip(outs, contexts)]
+
+
+# Note [TF1 Adasum optimizer]
+# DistributedOptimizer(tf1_optimizer, op=Adasum), as Horovod documents its delta optimizer: the
+# wrapped optimizer applies each rank's own gradients (compute_gradients reduces nothing); at the
+# first call every variable's value is kept as its start; at every backward_passes_per_step-th
+# call each variable's change since its start (the local updates of those calls) is combined
+# across the ranks with Adasum, and start and variable both become start + the combined change.
+# Horovod 0.28.1's class of that name delegates apply_gradients to the wrapped optimizer, so it
+# never communicates (horovod#1729, open); this one does what its documentation says.
+
+
 class _Aggregation:
     def __init__(self):
         self.counter = None
@@ -235,10 +354,14 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None, use_locking: boo
     _configure("DistributedOptimizer", device_dense, device_sparse, op,
                gradient_predivide_factor, num_groups, groups, process_set)
     if op == Adasum:
-        raise NotYetImplementedError(
-            "DistributedOptimizer(op=Adasum) (Horovod's optimizer that applies the wrapped "
-            "optimizer locally and combines the variable changes with Adasum) is not implemented "
-            "in scaleout yet; allreduce(..., op=Adasum) is")
+        if average_aggregated_gradients:
+            raise ValueError("Adasum does not support average_aggregated_gradients == True")
+        if process_set_id(process_set, "DistributedOptimizer") != 0:
+            raise NotYetImplementedError("Adasum does not support process sets yet")
+        if int(backward_passes_per_step) <= 0:
+            raise ValueError("backward_passes_per_step must be > 0")
+        return _AdasumDistributedOptimizer(optimizer, name, use_locking, compression,
+                                           backward_passes_per_step)
     if op not in (Average, Sum):
         raise InvalidArgumentError("DistributedOptimizer: op must be Average or Sum")
     if int(backward_passes_per_step) <= 0:
