@@ -62,7 +62,8 @@ def topk_count(n: int, density: float) -> int:
 def select_topk(x: np.ndarray, k: int, seed: int = 0,
                 scratch: Optional[np.ndarray] = None) -> np.ndarray:
     """Indices of the k entries of the flat array x with the largest magnitude (in no particular
-    order; ties broken arbitrarily). `scratch`: a float array of x's size to hold |x|."""
+    order; ties broken arbitrarily; NaN counts as the largest). `scratch`: a float array of
+    x's size to hold |x|."""
     n = x.size
     if k >= n:
         return np.arange(n)
@@ -74,7 +75,9 @@ def select_topk(x: np.ndarray, k: int, seed: int = 0,
     # Aim at about 1.5k candidates (a few samples more for very small k).
     keep = min(_SAMPLE, int(math.ceil(_SAMPLE * k / n * 1.5)) + 4)
     threshold = np.partition(sample, _SAMPLE - keep)[_SAMPLE - keep]
-    candidates = np.flatnonzero(magnitudes >= threshold)
+    # not (< threshold): a NaN counts as the largest magnitude (as in the partitions), so it is
+    # sent and shows, rather than sitting in the residual for ever
+    candidates = np.flatnonzero(~(magnitudes < threshold))
     if candidates.size < k:  # the sample overestimated the threshold: rare
         return np.argpartition(magnitudes, n - k)[n - k:]
     if candidates.size > k:
@@ -97,10 +100,10 @@ class TopK:
     sparsification] in scaleout/_topk.py).
 
     - momentum_correction: Deep Gradient Compression's momentum correction and factor masking.
-      With a DistributedOptimizer pass True: the momentum is taken from the wrapped SGD
-      optimizer, which then steps without momentum. With DistributedGradientTape (no optimizer
-      to take it from) pass the momentum itself (e.g. 0.9) and apply the gradients with an
-      optimizer without momentum (nesterov=True: Nesterov's variant).
+      With torch's or Keras's DistributedOptimizer pass True: the momentum is taken from the
+      wrapped SGD optimizer, which then steps without momentum. With DistributedGradientTape or
+      a TF1 DistributedOptimizer (no momentum to take) pass the momentum itself (e.g. 0.9) and
+      apply the gradients without momentum (nesterov=True: Nesterov's variant).
     - warmup_steps: the first steps are reduced densely.
     - hierarchical: None (default) exchanges as Note [Hierarchical top-k] says (dense inside a
       machine, sparse between machines) where the job's allreduces are hierarchical; False

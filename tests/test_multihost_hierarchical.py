@@ -50,7 +50,7 @@ def test_every_op_and_dtype_across_machines(hosts, slots, algorithm, area):
         assert got["broadcast"].startswith("hierarchical: shared memory inside each of 2"), got
         assert got["allgather"].startswith("hierarchical: gathered inside each of 2"), got
         assert got["alltoall"].startswith("shared memory between the ranks of each of 2"), got
-        assert got["adasum"].startswith("hierarchical: summed inside each of 2"), got
+        assert got["adasum"].startswith("mpi: Adasum tree"), got  # auto: flat, as Horovod's
         assert got["failures"] == [], (rank, got)
         assert got["same_bits"], (rank, got)
 
@@ -86,3 +86,14 @@ def test_topk_sums_machines_densely_and_sparsifies_between_them(hosts, slots, hi
         assert got["hierarchical"] is hierarchical, (rank, got)
         assert got["failures"] == [], (rank, got)
         assert got["torch_same"] in (True, None), (rank, got)
+
+
+def test_adasum_asked_hierarchical_sums_machines_first(hosts):
+    """Note [Hierarchical Adasum]: with SCALEOUT_HIERARCHICAL_ALLREDUCE=1, each machine's sum
+    and the Adasum tree over the machines, against numpy, the same bits everywhere."""
+    found = run(hosts, {"hostA": 2, "hostB": 2},
+                env={"SCALEOUT_HIERARCHICAL_ALLREDUCE": "1"})
+    for rank, got in found.items():
+        assert got["adasum"].startswith("hierarchical: summed inside each of 2"), (rank, got)
+        assert got["failures"] == [], (rank, got)
+        assert got["same_bits"], (rank, got)

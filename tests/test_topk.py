@@ -88,3 +88,10 @@ def test_digits_at_one_percent_density_reach_dense_accuracy():
     for np_, extra in ((2, ()), (4, ()), (2, ("--momentum-correction",))):
         sparse = _accuracy(np_, "--topk", "0.01", *extra)
         assert sparse >= dense - 0.01, (np_, extra, dense, sparse)
+
+
+@pytest.mark.parametrize("n", [1000, 200_000])
+def test_a_nan_is_selected_not_kept_for_ever(n):
+    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    x[n // 3] = np.nan
+    assert n // 3 in set(select_topk(x, topk_count(n, 0.01), seed=1).tolist())

@@ -197,15 +197,17 @@ Status CollectiveExecutor::Allreduce(const Response& r, const std::vector<Tensor
 }
 
 // Note [Hierarchical Adasum]
-// Where allreduces are hierarchical (several machines, a power of two of them), op=Adasum is
-// Horovod's hierarchical form (its GPU one): the ranks of a machine sum their vectors through
-// shared memory (a staged allreduce inside the machine), each machine's first rank combines
-// the machines' sums with the Adasum tree over the first ranks (Note [Adasum]; machines in the
-// order of their first ranks), and the machine's ranks receive its result through a second
-// staged sum to which only the first rank contributes (x + 0 is x: the same bits everywhere).
-// Between machines each machine sends log2(machines) times the vector, once; a machine's
-// ranks count as one worker whose gradient is their sum, so, as Horovod says for its
-// hierarchical Adasum, the learning rate is scaled by the local size.
+// With SCALEOUT_HIERARCHICAL_ALLREDUCE=1 (or HOROVOD_HIERARCHICAL_ALLREDUCE=1; not with the
+// default auto, since Horovod's Adasum on CPU tensors is flat), where allreduces are
+// hierarchical over a power of two of machines, op=Adasum is Horovod's hierarchical form (its
+// GPU one): the ranks of a machine sum their vectors through shared memory (a staged allreduce
+// inside the machine), each machine's first rank combines the machines' sums with the Adasum
+// tree over the first ranks (Note [Adasum]; machines in the order of their first ranks), and
+// the machine's ranks receive its result through a second staged sum to which only the first
+// rank contributes (x + 0 is x: the same bits everywhere). Between machines each machine sends
+// log2(machines) times the vector, once; a machine's ranks count as one worker whose gradient
+// is their sum, so, as Horovod says for its hierarchical Adasum, the learning rate is scaled
+// by the local size.
 Status CollectiveExecutor::MachinesAdasum(const Response& r, const FusedTensors& fused) {
   const size_t esize = DataTypeSize(r.dtype);
   uint8_t* buf = fusion_.Get(fused.total() * esize);

@@ -31,6 +31,9 @@ struct DataPlane {
   // Machines of different sizes: each machine's first rank alone crosses (and only it has
   // `cross`, over the first ranks); set on every rank.
   bool leader_based = false;
+  // SCALEOUT_HIERARCHICAL_ALLREDUCE=1 was asked for (not auto): Adasum is then hierarchical
+  // too (Note [Hierarchical Adasum]).
+  bool hierarchical_asked = false;
   int machines = 1;  // that the communicator spans
   // On each machine's first rank: a transport over the machines' first ranks (null elsewhere
   // and on one machine). Per rank of the communicator: its machine (its first rank's rank on
@@ -73,10 +76,10 @@ struct DataPlane {
                            : "mpi: Adasum tree over the ranks"}};
   }
 
-  // Note [Hierarchical Adasum]: where allreduces are hierarchical over a power of two of
-  // machines.
+  // Note [Hierarchical Adasum]: asked for, where allreduces are hierarchical over a power of
+  // two of machines.
   bool HierarchicalAdasum() const {
-    return peers != nullptr && hierarchical_allreduce && machines > 1 &&
+    return hierarchical_asked && peers != nullptr && hierarchical_allreduce && machines > 1 &&
            (machines & (machines - 1)) == 0;
   }
 

@@ -126,6 +126,7 @@ Status OwnedDataPlane::Create(const MpiContext& mpi, const Config& config,
   }
   plane->view.peers = plane->peers.get();
   plane->view.hierarchical_allreduce = plane->peers != nullptr && hierarchical_allreduce;
+  plane->view.hierarchical_asked = config.hierarchical_allreduce == 1;
   if (plane->view.hierarchical_allreduce) {
     for (auto& c : plane->cross) plane->view.cross.push_back(c.get());
   }

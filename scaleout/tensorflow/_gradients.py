@@ -101,7 +101,7 @@ def reduce_gradients(grads: Sequence[Any], sources: Sequence[Any], prefix: str,
     return reduced
 
 
-def tape_topk_state(compression):
+def tape_topk_state(compression, what: str = "DistributedGradientTape"):
     """The compression reduce_gradients takes from a tape's (or TF1 optimizer's) `compression`: a
     TopK becomes its TensorFlow state (TopKVariables), kept in the TopK object itself since a
     tape is made anew at every step; momentum correction needs the momentum as a number."""
@@ -109,7 +109,7 @@ def tape_topk_state(compression):
         return compression
     if compression.tf_state is None:
         compression.tf_state = TopKVariables(
-            compression, given_momentum(compression, "DistributedGradientTape"),
+            compression, given_momentum(compression, what),
             "DistributedGradientTape")
     return compression.tf_state
 

@@ -17,6 +17,7 @@ import tensorflow as tf
 from scaleout._core import Adasum, Average, Sum
 from scaleout._errors import InvalidArgumentError, NotYetImplementedError
 from scaleout._process_sets import global_process_set, process_set_id
+from scaleout._topk import TopK
 from scaleout.tensorflow._collectives import _variable_label, request, run_batch
 from scaleout.tensorflow._compression import Compression
 from scaleout.tensorflow._errors import tf_errors
@@ -25,17 +26,48 @@ from scaleout.tensorflow._gradients import LocalSources, _configure, tape_topk_s
 __all__ = ["DistributedOptimizer"]
 
 
-class _LegacyDistributedOptimizer(tf.compat.v1.train.Optimizer):
+class _WrappingOptimizer(tf.compat.v1.train.Optimizer):
+    """What both TF1 wrappers share: the wrapped optimizer's slots and variables, and state of
+    their own per graph (a TF1 optimizer object may build several, e.g. Estimator's train()
+    calls) and one set eagerly, made by `make_state`."""
+
+    def __init__(self, optimizer, name, use_locking, make_state):
+        super().__init__(name=name, use_locking=use_locking)
+        self._optimizer = optimizer
+        self._make_state = make_state
+        self._graph_states = weakref.WeakKeyDictionary()
+        self._eager_state = make_state()
+
+    def _state(self):
+        if tf.executing_eagerly():
+            return self._eager_state
+        graph = tf.compat.v1.get_default_graph()
+        if graph not in self._graph_states:
+            self._graph_states[graph] = self._make_state()
+        return self._graph_states[graph]
+
+    def get_slot(self, *args, **kwargs):
+        return self._optimizer.get_slot(*args, **kwargs)
+
+    def get_slot_names(self, *args, **kwargs):
+        return self._optimizer.get_slot_names(*args, **kwargs)
+
+    def variables(self, *args, **kwargs):
+        return self._optimizer.variables(*args, **kwargs)
+
+
+class _LegacyDistributedOptimizer(_WrappingOptimizer):
     """A tf.compat.v1.train.Optimizer that reduces gradients across ranks in compute_gradients
     and delegates everything else to the optimizer it wraps (Note [TF1 local aggregation])."""
 
     def __init__(self, optimizer, name, use_locking, compression, sparse_as_dense, op,
                  gradient_predivide_factor, scale_local_gradients, backward_passes_per_step,
                  average_aggregated_gradients, process_set):
-        super().__init__(name=name or f"Distributed{type(optimizer).__name__}",
-                         use_locking=use_locking)
-        self._optimizer = optimizer
-        self._scaleout_options = dict(op=op, compression=tape_topk_state(compression),
+        # the state: the pass counter and, by gradient position, the local sums
+        super().__init__(optimizer, name or f"Distributed{type(optimizer).__name__}",
+                         use_locking, _Aggregation)
+        self._scaleout_options = dict(op=op, compression=tape_topk_state(
+            compression, "a TF1 DistributedOptimizer"),
                                       sparse_as_dense=bool(sparse_as_dense),
                                       gradient_predivide_factor=float(gradient_predivide_factor),
                                       process_set=process_set)
@@ -43,10 +75,6 @@ class _LegacyDistributedOptimizer(tf.compat.v1.train.Optimizer):
         self._scaleout_local = LocalSources(scale_local_gradients)
         self._passes = int(backward_passes_per_step)
         self._average_passes = bool(average_aggregated_gradients)
-        # Per graph (a TF1 optimizer object may build several, e.g. Estimator's train() calls),
-        # and one set eagerly: the pass counter and, by gradient position, the local sums.
-        self._aggregation = weakref.WeakKeyDictionary()
-        self._eager_aggregation = _Aggregation()
 
     def register_local_var(self, var) -> None:
         """Keeps `var`'s gradient local to this rank (divided by the process set's size when
@@ -69,22 +97,6 @@ class _LegacyDistributedOptimizer(tf.compat.v1.train.Optimizer):
             return list(zip(self._reduce(grads, variables), variables))
         return list(zip(self._aggregate(grads, variables), variables))
 
-    def _variable(self, initial, name):
-        if tf.executing_eagerly():
-            return tf.Variable(initial, trainable=False, name=name)
-        # Horovod's collection: initialized by tf.compat.v1.local_variables_initializer() (and
-        # by MonitoredSession), not broadcast with the global variables.
-        return tf.compat.v1.Variable(initial, trainable=False, name=name,
-                                     collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES])
-
-    def _aggregation_state(self) -> "_Aggregation":
-        if tf.executing_eagerly():
-            return self._eager_aggregation
-        graph = tf.compat.v1.get_default_graph()
-        if graph not in self._aggregation:
-            self._aggregation[graph] = _Aggregation()
-        return self._aggregation[graph]
-
     def _aggregate(self, grads, variables):
         present = [i for i, g in enumerate(grads) if g is not None]
         dense = {}
@@ -97,14 +109,14 @@ class _LegacyDistributedOptimizer(tf.compat.v1.train.Optimizer):
                                      "pass sparse_as_dense=True")
                 g = tf.convert_to_tensor(g)
             dense[i] = g
-        state = self._aggregation_state()
+        state = self._state()
         with tf.init_scope():
             if state.counter is None:
-                state.counter = self._variable(tf.constant(0, tf.int64),
+                state.counter = _kept_variable(tf.constant(0, tf.int64),
                                                f"{self.get_name()}_aggregation_counter")
             for i in present:
                 if i not in state.sums:
-                    state.sums[i] = self._variable(
+                    state.sums[i] = _kept_variable(
                         tf.zeros(tuple(variables[i].shape), dense[i].dtype),
                         f"{self.get_name()}_aggregated_{i}")
         updates = [state.sums[i].assign_add(dense[i], read_value=False) for i in present]
@@ -158,39 +170,19 @@ class _LegacyDistributedOptimizer(tf.compat.v1.train.Optimizer):
                 return tf.constant(False)
 
         with tf.control_dependencies(after):
-            counter = self._aggregation_state().counter
+            counter = self._state().counter
             applied = tf.cond(tf.equal(counter.read_value(), 0), apply, skip)
         return applied if tf.executing_eagerly() else applied.op
 
-    def get_slot(self, *args, **kwargs):
-        return self._optimizer.get_slot(*args, **kwargs)
 
-    def get_slot_names(self, *args, **kwargs):
-        return self._optimizer.get_slot_names(*args, **kwargs)
-
-    def variables(self, *args, **kwargs):
-        return self._optimizer.variables(*args, **kwargs)
-
-
-class _AdasumDistributedOptimizer(tf.compat.v1.train.Optimizer):
+class _AdasumDistributedOptimizer(_WrappingOptimizer):
     """DistributedOptimizer(op=Adasum) for a TF1 optimizer (Note [TF1 Adasum optimizer])."""
 
     def __init__(self, optimizer, name, use_locking, compression, backward_passes_per_step):
-        super().__init__(name=name or f"DistributedDelta{type(optimizer).__name__}",
-                         use_locking=use_locking)
-        self._optimizer = optimizer
+        super().__init__(optimizer, name or f"DistributedDelta{type(optimizer).__name__}",
+                         use_locking, _DeltaState)
         self._compression = compression
         self._passes = int(backward_passes_per_step)
-        self._states = weakref.WeakKeyDictionary()  # per graph
-        self._eager_state = _DeltaState()
-
-    def _state(self) -> "_DeltaState":
-        if tf.executing_eagerly():
-            return self._eager_state
-        graph = tf.compat.v1.get_default_graph()
-        if graph not in self._states:
-            self._states[graph] = _DeltaState()
-        return self._states[graph]
 
     def compute_gradients(self, *args, **kwargs):
         """The wrapped optimizer's gradients, not reduced (the changes are)."""
@@ -242,15 +234,6 @@ class _AdasumDistributedOptimizer(tf.compat.v1.train.Optimizer):
         with tf.control_dependencies([counted]):
             return tf.no_op(name=name or "adasum_apply")
 
-    def get_slot(self, *args, **kwargs):
-        return self._optimizer.get_slot(*args, **kwargs)
-
-    def get_slot_names(self, *args, **kwargs):
-        return self._optimizer.get_slot_names(*args, **kwargs)
-
-    def variables(self, *args, **kwargs):
-        return self._optimizer.variables(*args, **kwargs)
-
 
 class _DeltaState:
     def __init__(self):
@@ -259,8 +242,9 @@ class _DeltaState:
 
 
 def _kept_variable(initial, name):
-    """A non-trainable variable of the optimizer's own (in a graph: a local variable, as
-    Horovod's aggregation state, initialized by local_variables_initializer)."""
+    """A non-trainable variable of the optimizer's own. In a graph, in Horovod's collection:
+    initialized by tf.compat.v1.local_variables_initializer() (and by MonitoredSession), not
+    broadcast with the global variables."""
     if tf.executing_eagerly():
         return tf.Variable(initial, trainable=False, name=name)
     return tf.compat.v1.Variable(initial, trainable=False, name=name,
@@ -354,6 +338,8 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None, use_locking: boo
     _configure("DistributedOptimizer", device_dense, device_sparse, op,
                gradient_predivide_factor, num_groups, groups, process_set)
     if op == Adasum:
+        if isinstance(compression, TopK):
+            raise InvalidArgumentError("Compression.topk cannot be combined with op=Adasum")
         if average_aggregated_gradients:
             raise ValueError("Adasum does not support average_aggregated_gradients == True")
         if process_set_id(process_set, "DistributedOptimizer") != 0:

@@ -51,6 +51,8 @@ class TopKVariables:
             else:  # not the state this optimizer makes: start afresh
                 self.restore = []
         variable = tf.Variable(initial, trainable=False, name=name)
+        # Per rank (what this rank has not sent): the broadcast callback leaves it alone.
+        variable._scaleout_per_rank = True
         if self.on_create is not None:
             self.on_create(variable)
         return variable
@@ -111,6 +113,7 @@ class TopKVariables:
         reduced = results[:count]
         updates = [var.assign(value, read_value=False) for var, value in
                    zip(residuals + velocities, results[count:])]
-        updates.append(self.step.assign_add(1, read_value=False))
+        with tf.control_dependencies(results):  # (a TF1 graph has no automatic order)
+            updates.append(self.step.assign_add(1, read_value=False))
         with tf.control_dependencies([u for u in updates if u is not None]):
             return [tf.identity(g) for g in reduced]

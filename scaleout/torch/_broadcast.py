@@ -117,7 +117,8 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int, 
         _initialize_state(optimizer)
     is_root = rank() == root_rank
     tensors: List[torch.Tensor] = []
-    skeleton = _split(optimizer.state_dict(), tensors) if is_root else None
+    # Compression.topk's residuals are per rank (what each has not sent): each keeps its own.
+    skeleton = _split(_without_topk(optimizer.state_dict()), tensors) if is_root else None
     skeleton = broadcast_object(skeleton, root_rank, name=f"{name}.structure",
                                 process_set=process_set)
     if not is_root:
@@ -127,6 +128,10 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int, 
     _wait_all(handles)
     if not is_root:
         optimizer.load_state_dict(_fill(skeleton, tensors))
+
+
+def _without_topk(state_dict: dict) -> dict:
+    return {k: v for k, v in state_dict.items() if k != "scaleout_topk"}
 
 
 def _initialize_state(optimizer: torch.optim.Optimizer) -> None:

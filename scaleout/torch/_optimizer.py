@@ -78,6 +78,7 @@ class _DistributedMixin:
         self._so_topk = self._so_topk_setup(compression)
         self._so_starts: Dict[torch.Tensor, torch.Tensor] = {}  # Adasum: parameters before
         self._so_names: Dict[torch.Tensor, str] = {}
+        self._so_group_index: Dict[torch.Tensor, int] = {}  # parameter -> its group's index
         self._so_named = None if named_parameters is None else _check_names(named_parameters)
         self._so_passes = 1
         self._so_passes_left: Dict[torch.Tensor, int] = {}
@@ -172,6 +173,7 @@ class _DistributedMixin:
                     continue
             check_device(p.device)
             self._so_names[p] = name
+            self._so_group_index[p] = group_index
         if unnamed:
             shapes = ", ".join(str(tuple(p.shape)) for p in unnamed[:5])
             raise InvalidArgumentError(
@@ -255,7 +257,7 @@ class _DistributedMixin:
         """Note [Top-k sparsification]: p's gradient plus its residual, sparsified and sent.
         The result is written into p.grad at synchronize()."""
         state, name = self._so_topk, self._so_names[p]
-        grad = p.grad
+        grad = p.grad.detach()
         slots = state.slots.get(name)
         if slots is None:
             # 16-bit gradients accumulate in float32 (small entries must still add up).
@@ -281,10 +283,7 @@ class _DistributedMixin:
         return pending, out
 
     def _so_group_dict(self, p: torch.Tensor) -> dict:
-        for group in self.param_groups:
-            if any(q is p for q in group["params"]):
-                return group
-        raise InvalidArgumentError("the parameter is in none of the optimizer's groups")
+        return self.param_groups[self._so_group_index[p]]
 
     def _so_finish_topk(self, pending: dict) -> None:
         state = self._so_topk
@@ -295,7 +294,7 @@ class _DistributedMixin:
             state.steps += 1
         for p, ((started, out), _) in pending.items():
             if out.data_ptr() != p.grad.data_ptr():
-                p.grad.copy_(out.view_as(p.grad))
+                p.grad.detach().copy_(out.view_as(p.grad))
             increment_version(p.grad)
 
     @contextlib.contextmanager

@@ -126,9 +126,12 @@ def adasum_pair(a, b):
 
 
 def adasums():
-    """Note [Hierarchical Adasum]: each machine's sum, then the Adasum tree over the machines
-    (in the order of their first ranks), per tensor, fused or not; float64 and float32."""
+    """Note [Hierarchical Adasum] (asked for): each machine's sum, then the Adasum tree over the
+    machines (in the order of their first ranks); else the tree over the ranks. Per tensor,
+    fused or not; float64 and float32."""
     places = so.allgather_object(so.cross_rank())
+    if not so.config()["adasum_algorithm"].startswith("hierarchical"):
+        places = list(range(n))  # flat: every rank is a worker of its own
     machines = sorted(set(places), key=places.index)
     for dtype, tol in ((np.float64, 1e-12), (np.float32, 1e-5)):
         counts = (1000, 300_001, 3)

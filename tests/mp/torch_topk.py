@@ -2,8 +2,8 @@
 gradients handed to the wrapped optimizer are the mean of every rank's top-k of gradient plus
 residual; with momentum correction (and every step a dense warmup step) training is exactly
 momentum SGD with weight decay and Nesterov's variant, the momentum moved out of the optimizer;
-the residuals are in state_dict(), come back with load_state_dict() and are broadcast by
-broadcast_optimizer_state(); bad arguments get errors that say what was wrong."""
+the residuals are in state_dict() and come back with load_state_dict(), and
+broadcast_optimizer_state() leaves each rank its own; bad arguments get errors that say what was wrong."""
 import io
 
 import numpy as np
@@ -122,10 +122,21 @@ check(loaded["steps"] == 6, "the step count comes back")
 for name, s in slots.items():
     for key in ("residual", "velocity"):
         check(torch.equal(loaded["slots"][name][key], s[key]), f"{name} {key} comes back")
+# broadcast_optimizer_state gives root's momentum buffers, but each rank keeps its own residual
+# (what it has not sent; root's copied everywhere would be sent size times).
+mine = {name: s["residual"].clone() for name, s in slots.items()}
+for group in opt.param_groups:
+    for p in group["params"]:
+        opt.state[p]["momentum_buffer"] = torch.full_like(p, float(r))
 hvd.broadcast_optimizer_state(opt, root_rank=0)
+for p in model.parameters():
+    check(bool((opt.state[p]["momentum_buffer"] == 0).all()), "root's momentum buffers")
 for name, s in opt.state_dict()["scaleout_topk"]["slots"].items():
-    rows = everyone(s["residual"])
-    check(all(np.array_equal(rows[0], row) for row in rows), f"{name}: rank 0's residual everywhere")
+    check(torch.equal(s["residual"], mine[name]), f"{name}: the rank's own residual kept")
+    if n > 1:
+        rows = everyone(s["residual"])
+        check(not all(np.array_equal(rows[0], row) for row in rows),
+              f"{name}: residuals differ between ranks")
 train(opt, model, 1, first=6)  # and training goes on from there
 
 # 5. Bad arguments.

@@ -362,10 +362,12 @@ def _with_topk(optimizer, settings: _Settings) -> _Settings:
     momentum = None
     if check_optimizer_momentum(compression, "DistributedOptimizer"):
         if not isinstance(optimizer, keras.optimizers.SGD) or not optimizer.momentum > 0:
+            got = (f"SGD with momentum {optimizer.momentum}"
+                   if isinstance(optimizer, keras.optimizers.SGD) else type(optimizer).__name__)
             raise ValueError(
                 "Compression.topk(momentum_correction=True) moves the optimizer's momentum into "
                 "the compression (Deep Gradient Compression): it needs keras.optimizers.SGD with "
-                f"momentum > 0, not {type(optimizer).__name__}")
+                f"momentum > 0, not {got}")
         momentum = Momentum(float(optimizer.momentum), bool(optimizer.nesterov))
     state = TopKVariables(compression, momentum, settings.prefix)
     # Values load_model read for it (_keeping_extra_state), restored as the variables are made.

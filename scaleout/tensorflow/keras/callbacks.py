@@ -74,8 +74,11 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         broadcast_variables(variables, self.root_rank,
                             name="BroadcastGlobalVariablesCallback.model")
         optimizer = getattr(self.model, "optimizer", None)
-        if optimizer is not None and optimizer.variables:
-            broadcast_variables(optimizer.variables, self.root_rank,
+        # Compression.topk's residuals are per rank (what each has not sent): not broadcast.
+        shared = [v for v in (optimizer.variables if optimizer is not None else [])
+                  if not getattr(v, "_scaleout_per_rank", False)]
+        if shared:
+            broadcast_variables(shared, self.root_rank,
                                 name="BroadcastGlobalVariablesCallback.optimizer")
         self.broadcast_done = True
 
