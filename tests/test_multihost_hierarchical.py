@@ -97,3 +97,13 @@ def test_adasum_asked_hierarchical_sums_machines_first(hosts):
         assert got["adasum"].startswith("hierarchical: summed inside each of 2"), (rank, got)
         assert got["failures"] == [], (rank, got)
         assert got["same_bits"], (rank, got)
+
+
+def test_a_commit_outlives_the_host_that_made_it(hosts, tmp_path):
+    """Note [Commit store]: every host keeps a copy; with hostA's gone, hostB's comes back."""
+    tmp_path.chmod(0o777)
+    found = run(hosts, {"hostA": 2, "hostB": 2}, str(tmp_path),
+                program=MP / "commit_hosts.py")
+    for rank, got in found.items():
+        assert got["failures"] == [], (rank, got)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hostA", "hostB"]

@@ -1,0 +1,103 @@
+#!/usr/bin/env python
+"""What an elastic commit costs (Note [Commit store]; groundwork of issue 14): a 100 MB torch
+model's state serialized and committed to every host's store, beside the checkpoint users write
+today (rank 0's torch.save to a file), in one run.
+
+    scaleoutrun -np 2 python benchmarks/elastic_commit.py [--mb 100] [--iters 10]
+
+Phases, each the slowest rank's time with a barrier before, medians over --iters:
+  serialize   torch.save(model.state_dict()) into memory
+  commit      every host's first rank writes the bytes to its store (/dev/shm), the ranks agree
+              that every host wrote, each host marks it complete
+  restore     the newest complete commit found and sent from a host holding it to every rank
+              (broadcast_object), then torch.load
+  baseline    rank 0 torch.save(model.state_dict(), file) into the temporary directory
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+import scaleout.torch as hvd
+from scaleout._commit_store import CommitStore, commit, default_directory, newest_commit
+
+
+def timed(fn, iters: int) -> float:
+    times = []
+    for _ in range(iters):
+        hvd.barrier()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    worst = hvd.allreduce(torch.tensor(times, dtype=torch.float64), op=hvd.Max,
+                          name=f"elastic_commit.times.{fn.__name__}")
+    return statistics.median(worst.tolist())
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--mb", type=float, default=100.0)
+    p.add_argument("--iters", type=int, default=10)
+    args = p.parse_args()
+    hvd.init()
+    torch.set_num_threads(1)
+    width = 2048
+    layers = max(1, round(args.mb * 2**20 / (4 * (width * width + width))))
+    model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
+    nbytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    job = f"bench-{os.getpid() if hvd.rank() == 0 else 0}"
+    job = hvd.broadcast_object(job, root_rank=0)
+    store = CommitStore(default_directory(job)) if hvd.local_rank() == 0 else None
+    counter = iter(range(10**9))
+    state = {}
+
+    def serialize():
+        buffer = io.BytesIO()
+        torch.save(model.state_dict(), buffer)
+        state["bytes"] = buffer.getbuffer()
+
+    def commit_state():
+        commit(store, next(counter), state["bytes"])
+
+    def restore():
+        _, payload = newest_commit(store)
+        model.load_state_dict(torch.load(io.BytesIO(payload)))
+
+    with tempfile.TemporaryDirectory() as scratch:
+        target = Path(scratch) / "checkpoint.pt"
+
+        def baseline():
+            if hvd.rank() == 0:
+                torch.save(model.state_dict(), target)
+
+        serialize()
+        results = {name: timed(fn, args.iters) for name, fn in
+                   (("serialize", serialize), ("commit", commit_state), ("restore", restore),
+                    ("baseline", baseline))}
+    if store is not None:
+        for entry in store.directory.iterdir():
+            entry.unlink()
+        store.directory.rmdir()
+    if hvd.rank() == 0:
+        print(f"# {nbytes / 2**20:.0f} MiB state ({layers} x Linear({width}, {width})), "
+              f"{hvd.size()} ranks on {hvd.cross_size()} host(s), median of {args.iters}, "
+              "slowest rank")
+        print("| phase | time |")
+        print("|---|---:|")
+        for name, seconds in results.items():
+            print(f"| {name} | {seconds * 1e3:.1f} ms |")
+        total = results["serialize"] + results["commit"]
+        print(f"# commit (serialize + commit) {total * 1e3:.1f} ms = "
+              f"{total / results['baseline']:.2f}x rank 0's torch.save to a file")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,155 @@
+"""A host's copies of an elastic job's commits (groundwork for elastic training, issue 14; not
+yet used by a public API).
+
+Note [Commit store]
+A commit must outlive the host that made it, so every host keeps a copy: one rank per host
+writes the committed state's bytes into the host's store, and only once every host's copy is
+written (an allreduce of the outcome, done by the caller) is the commit marked complete there.
+A restarted job resumes from the newest commit that any surviving host holds complete. The
+store is a directory (by default in /dev/shm: it survives the death of the processes, not of
+the host):
+
+    commit-<id>.bin     the state's bytes, written to a temporary name and renamed (a reader
+                        never sees a partial file, also if the writer is killed mid-write)
+    commit-<id>.done    the mark: every host had written <id>
+
+Only the newest `keep` commits are kept. Ids increase; a commit that is written but never
+marked (the job failed between writing and the mark) is ignored and pruned.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import List, Optional, Tuple, Union
+
+import numpy as np
+
+from scaleout._errors import InvalidArgumentError, ScaleoutError
+
+__all__ = ["CommitStore", "commit", "newest_commit", "default_directory"]
+
+_NAME = re.compile(r"^commit-(\d+)\.(bin|done)$")
+
+
+class CommitStore:
+    """The commits under `directory` (made if missing)."""
+
+    def __init__(self, directory: Union[str, Path], keep: int = 2) -> None:
+        if keep < 1:
+            raise InvalidArgumentError(f"CommitStore keeps at least one commit, not {keep}")
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.keep = keep
+
+    def _path(self, commit_id: int, kind: str) -> Path:
+        return self.directory / f"commit-{commit_id}.{kind}"
+
+    def write(self, commit_id: int, payload: Union[bytes, bytearray, memoryview]) -> Path:
+        """Writes commit `commit_id`'s bytes atomically (not yet marked complete)."""
+        if commit_id < 0:
+            raise InvalidArgumentError(f"commit ids are >= 0, not {commit_id}")
+        target = self._path(commit_id, "bin")
+        fd, temporary = tempfile.mkstemp(prefix=".writing-", dir=self.directory)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(payload)
+            os.replace(temporary, target)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+        return target
+
+    def mark_complete(self, commit_id: int) -> None:
+        """Marks `commit_id` complete (its bytes must be here) and prunes older commits. One
+        writer per store (a host's first rank)."""
+        if not self._path(commit_id, "bin").exists():
+            raise InvalidArgumentError(f"commit {commit_id} was not written here")
+        self._path(commit_id, "done").touch()
+        self.prune()
+
+    def complete(self) -> List[int]:
+        """The complete commits' ids, oldest first."""
+        return sorted(i for i in self._ids("done") if self._path(i, "bin").exists())
+
+    def newest_complete(self) -> Optional[int]:
+        done = self.complete()
+        return done[-1] if done else None
+
+    def read(self, commit_id: int) -> bytes:
+        if commit_id not in self.complete():
+            raise InvalidArgumentError(f"no complete commit {commit_id} in {self.directory}")
+        return self._path(commit_id, "bin").read_bytes()
+
+    def prune(self) -> None:
+        """Keeps the newest `keep` complete commits and any newer one (being written); an
+        unmarked commit older than the newest complete one failed, and goes too."""
+        done = self.complete()
+        if not done:
+            return
+        kept, newest = set(done[-self.keep:]), done[-1]
+        for commit_id in self._ids("bin") | self._ids("done"):
+            if commit_id not in kept and commit_id < newest:
+                for kind in ("bin", "done"):
+                    self._path(commit_id, kind).unlink(missing_ok=True)
+        # What a writer killed mid-write left (one writer per store: none is running now).
+        for entry in self.directory.glob(".writing-*"):
+            entry.unlink(missing_ok=True)
+
+    def _ids(self, kind: str) -> set:
+        found = set()
+        for entry in self.directory.iterdir():
+            match = _NAME.match(entry.name)
+            if match and match.group(2) == kind:
+                found.add(int(match.group(1)))
+        return found
+
+
+# ---- the protocol over the job's ranks (Note [Commit store]) ----
+
+def default_directory(job: str) -> Path:
+    """Where a host keeps job `job`'s commits: /dev/shm when there is one (it outlives the
+    processes, not the host), else the temporary directory."""
+    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+    return base / f"scaleout-commits-{job}"
+
+
+def commit(store: Optional[CommitStore], commit_id: int, payload: bytes) -> None:
+    """Collective: every host's first rank writes `payload` as commit `commit_id` into its
+    `store` (other ranks pass None or their host's store, unused); once every host has written,
+    each marks it complete. Raises on every rank if a host could not write."""
+    from scaleout import _basics
+    from scaleout._core import Min
+    from scaleout._ops import allreduce
+    written, why = 1, ""
+    if _basics.local_rank() == 0:
+        try:
+            store.write(commit_id, payload)
+        except OSError as e:
+            written, why = 0, f"{e}"
+    everywhere = allreduce(np.array([written], np.int32), op=Min,
+                           name=f"scaleout.commit.{commit_id}")
+    if int(everywhere[0]) != 1:
+        raise ScaleoutError(f"commit {commit_id} was not written on every host"
+                            + (f" (here: {why})" if why else ""))
+    if _basics.local_rank() == 0:
+        store.mark_complete(commit_id)
+
+
+def newest_commit(store: Optional[CommitStore]) -> Optional[Tuple[int, bytes]]:
+    """Collective: the newest commit complete on any host, as (id, bytes) on every rank (sent
+    by the lowest rank holding it), or None when no host holds one."""
+    from scaleout import _basics
+    from scaleout._objects import allgather_object, broadcast_object
+    mine = -1
+    if _basics.local_rank() == 0 and store is not None:
+        newest = store.newest_complete()
+        mine = -1 if newest is None else newest
+    held = allgather_object(mine, name="scaleout.commit.newest")
+    best = max(held)
+    if best < 0:
+        return None
+    holder = held.index(best)
+    payload = store.read(best) if _basics.rank() == holder else None
+    return best, broadcast_object(payload, root_rank=holder, name="scaleout.commit.restore")
