@@ -1,0 +1,169 @@
+"""Elastic training's state objects, as Horovod's (groundwork for issue 14; not yet exported:
+`hvd.elastic` still says the feature is missing, until scaleoutrun's elastic driver exists).
+
+Note [Elastic state]
+Horovod's contract, kept: `commit()` is `save()` (an in-memory copy of the state to roll back
+to) then `check_host_updates()` (collective: rank 0's view of host changes, broadcast, raises
+HostsUpdatedInterrupt when there are any); `restore()` rolls back to the last save; `sync()`
+makes every rank's state rank 0's (and saves it); `on_reset()` runs the reset callbacks, after
+a reset and before the state is synchronized. `ObjectState` keeps its keyword arguments as
+attributes; what is saved and synced is the values at the last save, not the live ones.
+
+scaleout's addition: a commit must outlive the process and the host that made it (Note
+[Commit store]). With a durable store attached (`attach_store`: the elastic driver's jobs do
+it), `commit()` also writes the saved state's bytes (`serialized()`) to every host's store, and
+`resume()` loads the newest commit any host holds (`load_serialized`) in a restarted job, which
+may have another number of ranks.
+"""
+from __future__ import annotations
+
+import queue
+from typing import Any, Callable, Dict, List, Optional
+
+import cloudpickle
+
+from scaleout._commit_store import CommitStore, commit, newest_commit
+
+__all__ = ["HostsUpdatedInterrupt", "HostUpdateResult", "State", "ObjectState"]
+
+
+class HostsUpdatedInterrupt(RuntimeError):
+    """Raised by check_host_updates() (so by commit()) on every rank when hosts were added or
+    removed; `skip_sync` is True when hosts were only removed (the survivors' state is alike)."""
+
+    def __init__(self, skip_sync: bool) -> None:
+        self.skip_sync = skip_sync
+
+
+class HostUpdateResult:
+    """Horovod's flags of a host update."""
+    no_update = 0
+    removed = 1
+    added = 2
+    mixed = removed | added
+
+
+class State:
+    """The base class (see Note [Elastic state]). `bcast_object(obj, root_rank)` and
+    `get_rank()` come from the framework."""
+
+    def __init__(self, bcast_object: Callable[..., Any], get_rank: Callable[[], int]) -> None:
+        self._bcast_object = bcast_object
+        self._rank = get_rank
+        self._host_messages: "queue.Queue" = queue.Queue()
+        self._last_updated_timestamp = 0
+        self._reset_callbacks: List[Callable[[], None]] = []
+        self._store: Optional[CommitStore] = None
+        self._attached = False
+        self._commits = 0
+
+    def register_reset_callbacks(self, callbacks: List[Callable[[], None]]) -> None:
+        """Functions called after a reset, before the state is synchronized."""
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self) -> None:
+        self._host_messages = queue.Queue()
+        self.reset()
+        for callback in self._reset_callbacks:
+            callback()
+
+    def on_hosts_updated(self, timestamp: int, update_res: int) -> None:
+        """Called (on rank 0) when the driver reports a change of hosts."""
+        self._host_messages.put((timestamp, update_res))
+
+    def commit(self) -> None:
+        """Saves the state (and, with a store attached, makes it durable on every host), then
+        checks for host updates: may raise HostsUpdatedInterrupt."""
+        self.save()
+        if self._attached:
+            commit(self._store, self._commits, self.serialized())
+            self._commits += 1
+        self.check_host_updates()
+
+    def check_host_updates(self) -> None:
+        """Collective: rank 0's host updates since the last check, on every rank."""
+        previous = self._last_updated_timestamp
+        newest, flags = previous, HostUpdateResult.no_update
+        while not self._host_messages.empty():
+            timestamp, update = self._host_messages.get()
+            if timestamp > newest:
+                newest = timestamp
+            flags |= update
+        previous, newest, flags = self._bcast_object((previous, newest, flags), root_rank=0)
+        self._last_updated_timestamp = newest
+        if newest > previous:
+            raise HostsUpdatedInterrupt(flags == HostUpdateResult.removed)
+
+    # ---- durable commits (scaleout's) ----
+
+    def attach_store(self, store: Optional[CommitStore]) -> None:
+        """Makes commits durable: every host's first rank passes its host's store (the others
+        None); every rank calls it."""
+        self._store, self._attached = store, True
+
+    def resume(self) -> bool:
+        """Collective: loads the newest commit any host holds; False when there is none."""
+        found = newest_commit(self._store)
+        if found is None:
+            return False
+        commit_id, payload = found
+        self.load_serialized(payload)
+        self._commits = commit_id + 1
+        self.save()
+        return True
+
+    # ---- what a subclass provides ----
+
+    def save(self) -> None:
+        raise NotImplementedError()
+
+    def restore(self) -> None:
+        raise NotImplementedError()
+
+    def sync(self) -> None:
+        raise NotImplementedError()
+
+    def reset(self) -> None:
+        """Called on reset, before the callbacks."""
+
+    def serialized(self) -> bytes:
+        """The last saved state as bytes (for the commit store)."""
+        raise NotImplementedError()
+
+    def load_serialized(self, payload: bytes) -> None:
+        """Sets the state from serialized() bytes."""
+        raise NotImplementedError()
+
+
+class ObjectState(State):
+    """State of plain Python values: each keyword argument becomes an attribute; save() keeps
+    their current values (by reference, as Horovod's), restore() puts them back, sync() makes
+    every rank's saved values rank 0's."""
+
+    def __init__(self, bcast_object: Callable[..., Any], get_rank: Callable[[], int],
+                 **kwargs: Any) -> None:
+        self._saved_state: Dict[str, Any] = kwargs
+        self._set_attrs()
+        super().__init__(bcast_object=bcast_object, get_rank=get_rank)
+
+    def save(self) -> None:
+        self._saved_state = {attr: getattr(self, attr) for attr in self._saved_state}
+
+    def restore(self) -> None:
+        self._set_attrs()
+
+    def sync(self) -> None:
+        if self._saved_state:
+            self._saved_state = self._bcast_object(self._saved_state, root_rank=0)
+            self._set_attrs()
+
+    def _set_attrs(self) -> None:
+        for attr, value in self._saved_state.items():
+            setattr(self, attr, value)
+
+    def serialized(self) -> bytes:
+        return cloudpickle.dumps(self._saved_state)
+
+    def load_serialized(self, payload: bytes) -> None:
+        self._saved_state = cloudpickle.loads(payload)
+        self._set_attrs()
