@@ -66,8 +66,10 @@ def run(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def _restart(cause: BaseException) -> None:
     what = type(cause).__name__ + (f": {cause}" if str(cause) else "")
-    print(f"scaleout elastic: rank {_basics.rank()} stops for a restart ({what})",
-          file=sys.stderr, flush=True)
     sys.stdout.flush()
+    sys.stderr.flush()
+    # One write of the whole line: the ranks share the launcher's stderr.
+    os.write(2, f"scaleout elastic: rank {_basics.rank()} stops for a restart ({what})\n"
+             .encode())
     # MPI cannot finish cleanly with a peer gone; the next generation starts afresh.
     os._exit(RESTART_EXIT_CODE)
