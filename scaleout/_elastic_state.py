@@ -109,7 +109,6 @@ class State:
         commit_id, payload = found
         self.load_serialized(payload)
         self._commits = commit_id + 1
-        self.save()
         return True
 
     # ---- what a subclass provides ----
@@ -131,7 +130,8 @@ class State:
         raise NotImplementedError()
 
     def load_serialized(self, payload: bytes) -> None:
-        """Sets the state from serialized() bytes."""
+        """Sets the state, and the saved copy restore() goes back to, from serialized()
+        bytes."""
         raise NotImplementedError()
 
 

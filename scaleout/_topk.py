@@ -188,14 +188,15 @@ def check_optimizer_momentum(config: TopK, what: str) -> bool:
 class _Pending:
     """One gradient's exchange in flight: the handle of its current stage and what the next
     stages need."""
-    __slots__ = ("handle", "stage", "name", "residual", "velocity", "momentum", "step", "k",
-                 "parts", "value_dtype")
+    __slots__ = ("handle", "stage", "name", "residual", "velocity", "momentum", "step", "parts",
+                 "value_dtype")
 
     def __init__(self, handle, stage: str, name: str = "", residual=None, velocity=None,
-                 momentum=None, step: int = 0, k: int = 0, value_dtype=None) -> None:
+                 momentum=None, step: int = 0, parts=None, value_dtype=None) -> None:
         self.handle, self.stage, self.name = handle, stage, name
         self.residual, self.velocity, self.momentum, self.step = residual, velocity, momentum, step
-        self.k, self.parts, self.value_dtype = k, None, value_dtype
+        # the pairs in each block of the gathered bytes, and the values' dtype
+        self.parts, self.value_dtype = parts, value_dtype
 
 
 def _index_dtype(n: int) -> np.dtype:
@@ -304,18 +305,19 @@ class TopKExchange:
             residual[...] = 0  # the velocity keeps its value: dense momentum SGD
             return _Pending(_allreduce_async(out, f"{name}.dense", self.dense_op, self.prescale,
                                              self.postscale, True, self.ps), "done")
-        k = topk_count(residual.size, self.config.density)
         if self.hierarchical:
             summed = np.array(grad, residual.dtype)
             handle = _allreduce_async(summed, f"{name}.host", Sum, 1.0, 1.0, True,
                                       self.hosts.local)
-            return _Pending(handle, "host", name, residual, velocity, momentum, step, k,
-                            residual.dtype)
+            return _Pending(handle, "host", name, residual, velocity, momentum, step,
+                            value_dtype=residual.dtype)
+        k = topk_count(residual.size, self.config.density)
         _accumulate(residual, grad, velocity, momentum)
         chosen, values = _take(residual, velocity, k, _seed(name, step))
         handle = _submit_owned(ALLGATHER, f"{name}.topk",
                                _pack(chosen, values, _index_dtype(residual.size)), ps=self.ps)
-        return _Pending(handle, "pairs", name, k=k, value_dtype=residual.dtype)
+        return _Pending(handle, "pairs", name, parts=[k] * self.size,
+                        value_dtype=residual.dtype)
 
     def finish_all(self, started: Sequence[Tuple[_Pending, np.ndarray]]) -> None:
         """Waits for the exchanges and writes each dense reduced gradient into its flat `out`
@@ -331,8 +333,7 @@ class TopKExchange:
                                                                           pending.value_dtype)
             total[...] = 0
             payload = np.asarray(synchronize(pending.handle)).reshape(-1)
-            counts = pending.parts or [pending.k] * self.size
-            blocks = _blocks(payload, counts, _index_dtype(total.size), total.dtype)
+            blocks = _blocks(payload, pending.parts, _index_dtype(total.size), total.dtype)
             for b, (indices, values) in enumerate(blocks):
                 total[indices] += values  # a block's indices are distinct: += adds every pair
                 if pending.residual is not None and self.hosts.sent_here(b):
@@ -370,11 +371,11 @@ class TopKExchange:
             _accumulate(residual, np.asarray(synchronize(pending.handle)), pending.velocity,
                         pending.momentum)
             # This rank's slice of the machine's sum: its top entries, by the same density.
-            lo, hi = residual.size * j // parts, residual.size * (j + 1) // parts
-            counts = [topk_count(residual.size * (q + 1) // parts - residual.size * q // parts,
-                                 self.config.density) for q in range(parts)]
-            chosen = lo + np.sort(select_topk(residual[lo:hi], counts[j],
-                                              _seed(pending.name, pending.step)))
+            bounds = [residual.size * q // parts for q in range(parts + 1)]
+            counts = [topk_count(hi - lo, self.config.density)
+                      for lo, hi in zip(bounds, bounds[1:])]
+            chosen = bounds[j] + np.sort(select_topk(residual[bounds[j]:bounds[j + 1]],
+                                                     counts[j], _seed(pending.name, pending.step)))
             pending.handle = _submit_owned(
                 ALLGATHER, f"{pending.name}.hosts",
                 _pack(chosen, residual[chosen], _index_dtype(residual.size)), ps=hosts.cross)

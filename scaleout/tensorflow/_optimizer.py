@@ -65,7 +65,7 @@ class _LegacyDistributedOptimizer(_WrappingOptimizer):
                  average_aggregated_gradients, process_set):
         # the state: the pass counter and, by gradient position, the local sums
         super().__init__(optimizer, name or f"Distributed{type(optimizer).__name__}",
-                         use_locking, _Aggregation)
+                         use_locking, _CountedSlots)
         self._scaleout_options = dict(op=op, compression=tape_topk_state(
             compression, "a TF1 DistributedOptimizer"),
                                       sparse_as_dense=bool(sparse_as_dense),
@@ -110,21 +110,15 @@ class _LegacyDistributedOptimizer(_WrappingOptimizer):
                 g = tf.convert_to_tensor(g)
             dense[i] = g
         state = self._state()
-        with tf.init_scope():
-            if state.counter is None:
-                state.counter = _kept_variable(tf.constant(0, tf.int64),
-                                               f"{self.get_name()}_aggregation_counter")
-            for i in present:
-                if i not in state.sums:
-                    state.sums[i] = _kept_variable(
-                        tf.zeros(tuple(variables[i].shape), dense[i].dtype),
-                        f"{self.get_name()}_aggregated_{i}")
-        updates = [state.sums[i].assign_add(dense[i], read_value=False) for i in present]
+        state.ensure(f"{self.get_name()}_aggregation_counter",
+                     {i: (f"{self.get_name()}_aggregated_{i}", tuple(variables[i].shape),
+                          dense[i].dtype) for i in present})
+        updates = [state.slots[i].assign_add(dense[i], read_value=False) for i in present]
         with tf.control_dependencies([u for u in updates if u is not None]):
-            count = state.counter.assign_add(1, read_value=True)
+            count = state.count.assign_add(1, read_value=True)
 
         def reduce_and_clear():
-            summed = [state.sums[i].read_value() for i in present]
+            summed = [state.slots[i].read_value() for i in present]
             full = [None] * len(grads)
             for i, g in zip(present, summed):
                 full[i] = g
@@ -133,14 +127,14 @@ class _LegacyDistributedOptimizer(_WrappingOptimizer):
             if self._average_passes:
                 out = [g / tf.cast(self._passes, g.dtype) for g in out]
             with tf.control_dependencies(out):
-                clears = [state.sums[i].assign(tf.zeros_like(state.sums[i]), read_value=False)
+                clears = [state.slots[i].assign(tf.zeros_like(state.slots[i]), read_value=False)
                           for i in present]
-                clears.append(state.counter.assign(0, read_value=False))
+                clears.append(state.count.assign(0, read_value=False))
             with tf.control_dependencies([c for c in clears if c is not None]):
                 return [tf.identity(g) for g in out]
 
         def local_sums():
-            return [tf.identity(state.sums[i].read_value()) for i in present]
+            return [tf.identity(state.slots[i].read_value()) for i in present]
 
         results = tf.cond(tf.equal(count, self._passes), reduce_and_clear, local_sums)
         if not isinstance(results, (list, tuple)):
@@ -170,7 +164,7 @@ class _LegacyDistributedOptimizer(_WrappingOptimizer):
                 return tf.constant(False)
 
         with tf.control_dependencies(after):
-            counter = self._state().counter
+            counter = self._state().count
             applied = tf.cond(tf.equal(counter.read_value(), 0), apply, skip)
         return applied if tf.executing_eagerly() else applied.op
 
@@ -180,7 +174,7 @@ class _AdasumDistributedOptimizer(_WrappingOptimizer):
 
     def __init__(self, optimizer, name, use_locking, compression, backward_passes_per_step):
         super().__init__(optimizer, name or f"DistributedDelta{type(optimizer).__name__}",
-                         use_locking, _DeltaState)
+                         use_locking, _CountedSlots)
         self._compression = compression
         self._passes = int(backward_passes_per_step)
 
@@ -192,17 +186,11 @@ class _AdasumDistributedOptimizer(_WrappingOptimizer):
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         grads_and_vars = [(g, v) for g, v in grads_and_vars]
         variables = [v for g, v in grads_and_vars if g is not None]
-        state = self._state()
-        with tf.init_scope():
-            if state.count is None:
-                state.count = _kept_variable(tf.constant(0, tf.int64),
-                                             f"{self.get_name()}_delta_count")
-            for v in variables:
-                if v.ref() not in state.starts:
-                    state.starts[v.ref()] = _kept_variable(
-                        tf.zeros(v.shape, v.dtype.base_dtype),
-                        f"{self.get_name()}_delta_start_{len(state.starts)}")
-        starts = [state.starts[v.ref()] for v in variables]
+        state = self._state()  # the calls counted, and each variable's start
+        state.ensure(f"{self.get_name()}_delta_count",
+                     {v.ref(): (f"{self.get_name()}_delta_start_{i}", v.shape,
+                                v.dtype.base_dtype) for i, v in enumerate(variables)})
+        starts = [state.slots[v.ref()] for v in variables]
         first = tf.equal(state.count.read_value(), 0)
 
         def keep_starts():
@@ -233,12 +221,6 @@ class _AdasumDistributedOptimizer(_WrappingOptimizer):
             return None
         with tf.control_dependencies([counted]):
             return tf.no_op(name=name or "adasum_apply")
-
-
-class _DeltaState:
-    def __init__(self):
-        self.count = None
-        self.starts = {}  # variable ref -> its value at the last combination
 
 
 def _kept_variable(initial, name):
@@ -274,10 +256,23 @@ def adasum_changes(deltas, variables, prefix, compression):
 # never communicates (horovod#1729, open); this one does what its documentation says.
 
 
-class _Aggregation:
+class _CountedSlots:
+    """A TF1 wrapper's state (per graph, and once eagerly): a count of calls and a variable per
+    key (the local sums by gradient position; the variables' starts by variable)."""
+
     def __init__(self):
-        self.counter = None
-        self.sums = {}
+        self.count = None
+        self.slots = {}
+
+    def ensure(self, count_name: str, wanted: dict) -> None:
+        """Makes the count and the variables of `wanted` (key -> (name, shape, dtype)) that do
+        not exist yet, outside any function."""
+        with tf.init_scope():
+            if self.count is None:
+                self.count = _kept_variable(tf.constant(0, tf.int64), count_name)
+            for key, (name, shape, dtype) in wanted.items():
+                if key not in self.slots:
+                    self.slots[key] = _kept_variable(tf.zeros(shape, dtype), name)
 
 
 # Note [TF1 local aggregation]

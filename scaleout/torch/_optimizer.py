@@ -18,14 +18,13 @@ import weakref
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
+from torch.autograd.graph import increment_version
 
 from scaleout._core import Adasum, Average, Handle, Sum, resolve_op, synchronize, wait_all
 from scaleout._errors import InvalidArgumentError, NotYetImplementedError, ScaleoutError
 from scaleout._process_sets import global_process_set, process_set_id, set_rank, set_size
 from scaleout._semantics import predivided
 from scaleout._topk import Momentum, TopK, TopKExchange, check_optimizer_momentum
-from torch.autograd.graph import increment_version
-
 from scaleout.torch._collectives import _allreduce_async, check_device, sparse_allreduce_async
 from scaleout.torch._compression import Compression
 
@@ -100,13 +99,12 @@ class _DistributedMixin:
         """Note [Top-k sparsification] (scaleout/_topk.py): the exchange and its state."""
         if not isinstance(compression, TopK):
             return None
-        if self._so_adasum or resolve_op(self.op) == Adasum:
+        if resolve_op(self.op) == Adasum:
             raise InvalidArgumentError("Compression.topk cannot be combined with op=Adasum")
         if check_optimizer_momentum(compression, "DistributedOptimizer"):
             self._so_check_sgd()
         return _TopKState(TopKExchange(compression, self._so_op, self._so_prescale,
-                                       self._so_postscale, self._so_ps),
-                          compression.momentum_correction is True)
+                                       self._so_postscale, self._so_ps))
 
     def _so_check_sgd(self) -> None:
         """Momentum correction moves SGD's momentum (and weight decay) into the compression;
@@ -267,11 +265,11 @@ class _DistributedMixin:
                 slots["velocity"] = torch.zeros(p.numel(), dtype=dtype)
         residual = slots["residual"]
         momentum = None
-        flat = grad.detach().reshape(-1)
+        flat = grad.reshape(-1)
         if flat.dtype != residual.dtype:
             flat = flat.to(residual.dtype)
         if state.momentum:
-            group = self._so_group_dict(p)
+            group = self.param_groups[self._so_group_index[p]]
             momentum = Momentum(group["momentum"], group["nesterov"])
             if group["weight_decay"]:  # folded into the gradient before the momentum, as SGD
                 flat = flat + group["weight_decay"] * p.detach().reshape(-1).to(flat.dtype)
@@ -282,9 +280,6 @@ class _DistributedMixin:
             slots["velocity"].numpy() if state.momentum else None, momentum, out.numpy())
         return pending, out
 
-    def _so_group_dict(self, p: torch.Tensor) -> dict:
-        return self.param_groups[self._so_group_index[p]]
-
     def _so_finish_topk(self, pending: dict) -> None:
         state = self._so_topk
         try:
@@ -292,7 +287,7 @@ class _DistributedMixin:
                                        for (started, out), _ in pending.values()])
         finally:
             state.steps += 1
-        for p, ((started, out), _) in pending.items():
+        for p, ((_, out), _) in pending.items():
             if out.data_ptr() != p.grad.data_ptr():
                 p.grad.detach().copy_(out.view_as(p.grad))
             increment_version(p.grad)
@@ -483,9 +478,10 @@ class _TopKState:
     """A DistributedOptimizer's top-k exchange, its state by parameter name (flat 'residual'
     and, with momentum correction, 'velocity' tensors) and its count of finished steps."""
 
-    def __init__(self, exchange: TopKExchange, momentum: bool) -> None:
+    def __init__(self, exchange: TopKExchange) -> None:
         self.exchange = exchange
-        self.momentum = momentum
+        # momentum correction: SGD's momentum moved into the compression
+        self.momentum = exchange.config.momentum_correction is True
         self.slots: Dict[str, Dict[str, torch.Tensor]] = {}
         self.steps = 0
 

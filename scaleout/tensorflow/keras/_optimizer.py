@@ -251,6 +251,7 @@ def _make_distributed(optimizer, settings: _Settings):
     # Set through object.__setattr__: the state and the methods are not optimizer state for
     # Keras's tracker to record.
     _install_collective_finite_check()
+    settings = _with_topk(optimizer, settings)
     object.__setattr__(optimizer, "_scaleout_state",
                        _State(settings, LocalSources(settings.scale_local_gradients)))
     object.__setattr__(optimizer, "apply", types.MethodType(_distributed_apply, optimizer))
@@ -320,8 +321,9 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None, device_dense: st
 
     - `op`: Average (default) or Sum; anything else raises ValueError, as in Horovod.
     - `compression`: Compression.none / fp16 / bf16, or Compression.topk(...) (top-k
-      sparsification with error feedback; its residuals are optimizer variables, saved and
-      broadcast with the others; momentum_correction=True needs SGD with momentum).
+      sparsification with error feedback; its residuals are optimizer variables, saved with the
+      others and per rank: BroadcastGlobalVariablesCallback leaves them; momentum_correction=True
+      needs SGD with momentum).
     - `sparse_as_dense`: reduce tf.IndexedSlices densely (else they are allgathered).
     - `gradient_predivide_factor`: gradients are divided by it before the sum and multiplied by
       factor / size after it (Average only).
@@ -348,12 +350,12 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None, device_dense: st
                          average_aggregated_gradients, num_groups, groups, process_set,
                          scale_local_gradients)
     copy = type(optimizer).from_config(optimizer.get_config())
-    return _make_distributed(copy, _with_topk(copy, settings))
+    return _make_distributed(copy, settings)
 
 
 def _with_topk(optimizer, settings: _Settings) -> _Settings:
     """With Compression.topk, the settings carry the optimizer's top-k state (its variables are
-    the optimizer's: saved and broadcast with it). With momentum correction the momentum moves
+    the optimizer's: saved with it, per rank). With momentum correction the momentum moves
     from the SGD optimizer into the compression (Note [Top-k sparsification]): the optimizer
     then steps without it."""
     compression = settings.compression
@@ -372,8 +374,8 @@ def _with_topk(optimizer, settings: _Settings) -> _Settings:
     state = TopKVariables(compression, momentum, settings.prefix)
     # Values load_model read for it (_keeping_extra_state), restored as the variables are made.
     state.restore = list(getattr(optimizer, "_scaleout_extra_state", ()))
-    # Keras has no public way to add state after build(); its tracker is what save and
-    # broadcast (optimizer.variables) read.
+    # Keras has no public way to add state after build(); its tracker is what saving
+    # (optimizer.variables) reads.
     state.on_create = optimizer._track_variable
     return dataclasses.replace(settings, compression=state)
 
@@ -429,8 +431,7 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None,
         model = keras.models.load_model(filepath, custom_objects=objects or None)
     optimizer = getattr(model, "optimizer", None)
     if optimizer is not None and not is_distributed(optimizer):
-        settings = _settings(optimizer, compression=compression)
-        _make_distributed(optimizer, _with_topk(optimizer, settings))
+        _make_distributed(optimizer, _settings(optimizer, compression=compression))
     return model
 
 
