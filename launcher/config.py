@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import shlex
 from dataclasses import dataclass
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 from .config_file import ConfigFileError, FILE_ONLY_KEYS, Setter, load_config_file
 
@@ -86,6 +86,14 @@ def _choice(*allowed: str) -> Callable[[str], str]:
     return parse
 
 
+def _int_pair(text: str) -> tuple[int, int]:
+    words = text.split()
+    if len(words) != 2:
+        raise ValueError(f"{text!r} is not two numbers (MIN MAX)")
+    first, second = (_positive_int(word) for word in words)
+    return first, second
+
+
 def _text(text: str) -> str:
     if not text:
         raise ValueError("empty value")
@@ -136,11 +144,12 @@ class Option:
     help: str
     parse: Optional[Callable[[str], object]] = None   # None: a switch taking no value
     env_parse: Optional[Callable[[str], object]] = None
-    metavar: Optional[str] = None
+    metavar: Optional[Union[str, tuple[str, ...]]] = None
     off_flags: tuple[str, ...] = ()     # spellings that turn the switch off (--stall-check)
     repeatable: bool = False            # the flag may be given again; the lists add up
     env_aliases: tuple[str, ...] = ()   # older variable names, read when env is not set
     config_key: Optional[str] = None    # "section.key" in a Horovod --config-file
+    nargs: int = 1                      # words the flag takes (--blacklist-cooldown-range: 2)
 
     @property
     def takes_value(self) -> bool:
@@ -274,6 +283,39 @@ OPTIONS: tuple[Option, ...] = (
            f"the core's log level: {', '.join(LOG_LEVELS)} (any case)",
            _log_level, env_parse=_log_level_variable, metavar="LEVEL",
            config_key="logging.level"),
+    # Elastic training (launcher/elastic.py), with horovodrun's meanings.
+    Option(("--host-discovery-script",), "host_discovery_script",
+           "SCALEOUTRUN_HOST_DISCOVERY_SCRIPT",
+           "run an elastic job: a command (run by the shell, every second) printing the hosts "
+           "that can run ranks now, one per line, as 'host' or 'host:slots'. The job fails at "
+           "once if its first run fails; later failures are retried. Not with -H/--hostfile",
+           _text, metavar="SCRIPT"),
+    Option(("--min-np", "--min-num-proc"), "min_np", "SCALEOUTRUN_MIN_NP",
+           "elastic: the fewest ranks the job runs with; below it, it waits for hosts "
+           "(default: -np). Given with -H/--hostfile instead of a discovery script, those "
+           "hosts (at least two) are the job's",
+           _positive_int, metavar="N"),
+    Option(("--max-np", "--max-num-proc"), "max_np", "SCALEOUTRUN_MAX_NP",
+           "elastic: the most ranks the job runs with (default: every slot discovered)",
+           _positive_int, metavar="N"),
+    Option(("--slots-per-host", "--slots"), "slots_per_host", "SCALEOUTRUN_SLOTS_PER_HOST",
+           "elastic: slots of a discovered host whose line gives none (default 1)",
+           _positive_int, metavar="K"),
+    Option(("--elastic-timeout",), "elastic_timeout", "SCALEOUTRUN_ELASTIC_TIMEOUT",
+           "elastic: seconds to wait for --min-np slots (-np at the start) before the job "
+           "fails (default 600)", _non_negative_float, metavar="S",
+           env_aliases=("HOROVOD_ELASTIC_TIMEOUT",)),
+    Option(("--reset-limit",), "reset_limit", "SCALEOUTRUN_RESET_LIMIT",
+           "elastic: how many times the job may restart at a new size (after a failure or a "
+           "change of hosts) before it fails (default: no limit)",
+           _non_negative_int, metavar="N"),
+    Option(("--blacklist-cooldown-range",), "blacklist_cooldown",
+           "SCALEOUTRUN_BLACKLIST_COOLDOWN_RANGE",
+           "elastic: a host where a rank failed is left out for MIN * 2**(failures - 1) "
+           "seconds plus up to MIN more, at most MAX (1 <= MIN <= MAX <= 3600); without it, for "
+           "good. The variable holds both numbers, e.g. '60 300'",
+           _positive_int, env_parse=_int_pair, metavar=("MIN", "MAX"),
+           nargs=2),
     # Placement (launcher/placement.py).
     Option(("--bind-to",), "bind_to", "SCALEOUTRUN_BIND_TO",
            "bind each rank to: auto (its domain's cores when ranks fit, else none), none, "
@@ -315,8 +357,6 @@ class Refusal:
     why: str
 
 
-_ELASTIC = ("elastic training is not available in scaleout yet: give a fixed -np with "
-            "-H/--hostfile (or run inside a Slurm allocation)")
 _AUTOTUNE = ("autotuning is not available in scaleout yet: set --fusion-threshold-mb and "
              "--cycle-time-ms yourself")
 _NO_GPU = "scaleout has no GPU (NCCL) support yet"
@@ -334,9 +374,6 @@ HOROVOD_ONLY: tuple[Refusal, ...] = (
     Refusal(("--autotune", "--autotune-log-file", "--autotune-warmup-samples",
              "--autotune-steps-per-sample", "--autotune-bayes-opt-max-samples",
              "--autotune-gaussian-process-noise"), _AUTOTUNE),
-    Refusal(("--min-np", "--min-num-proc", "--max-np", "--max-num-proc", "--slots-per-host",
-             "--slots", "--elastic-timeout", "--reset-limit", "--blacklist-cooldown-range",
-             "--host-discovery-script"), _ELASTIC),
     Refusal(("--num-nccl-streams",), _NO_GPU),
     Refusal(("--tcp",), "it makes NCCL and Spectrum MPI use TCP, neither of which scaleout "
                         "uses; to choose the MPI's interfaces use --network-interfaces, or pass "
@@ -393,6 +430,22 @@ class LaunchConfig:
     ep_affinity: Optional[str] = None
     threads_per_rank: Optional[int] = None
     print_placement: bool = False
+    host_discovery_script: Optional[str] = None
+    min_np: Optional[int] = None
+    max_np: Optional[int] = None
+    slots_per_host: Optional[int] = None
+    elastic_timeout: Optional[float] = None
+    reset_limit: Optional[int] = None
+    blacklist_cooldown: Optional[tuple[int, int]] = None
+
+    @property
+    def elastic(self) -> bool:
+        """An elastic job, as horovodrun decides: a discovery script or a minimum size."""
+        return self.host_discovery_script is not None or self.min_np is not None
+
+
+# Flags that only mean something in an elastic job.
+ELASTIC_ONLY = ("max_np", "slots_per_host", "elastic_timeout", "reset_limit", "blacklist_cooldown")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -416,6 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
         if option.takes_value:
             parser.add_argument(*option.flags, dest=dest, metavar=option.metavar,
                                 action="append" if option.repeatable else "store",
+                                nargs=None if option.nargs == 1 else option.nargs,
                                 type=_argparse_type(option), default=None, help=help_text)
         else:
             parser.add_argument(*option.flags, dest=dest, action="store_const",
@@ -454,7 +508,7 @@ def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
             return argv[:index], argv[index:]
         option = _BY_FLAG.get(word.split("=", 1)[0])
         if option is not None and option.takes_value and "=" not in word:
-            index += 1   # the flag's value, whatever it looks like
+            index += option.nargs   # the flag's values, whatever they look like
         index += 1
     return argv, []
 
@@ -474,8 +528,8 @@ def _check_horovod_spellings(ours: Sequence[str]) -> None:
             if meant:
                 raise UsageError(f"{name}: scaleoutrun takes flags only in full (horovodrun "
                                  f"also takes a prefix): did you mean {' or '.join(meant)}?")
-        index += 2 if option is not None and option.takes_value and "=" not in ours[index] \
-            else 1
+        index += 1 + option.nargs if option is not None and option.takes_value \
+            and "=" not in ours[index] else 1
 
 
 def _config_file_setters() -> dict[str, Setter]:
@@ -517,6 +571,8 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str],
         value = getattr(namespace, option.field)
         if value is not None and option.repeatable:
             value = _merged(value)
+        elif value is not None and option.nargs > 1:
+            value = tuple(value)
         if value is not None:
             given[option.field] = value
     from_env: dict[str, object] = {}
@@ -538,6 +594,13 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str],
     values = {**from_env, **from_file, **given}
     config = LaunchConfig(command=tuple(command), **values)  # type: ignore[arg-type]
     _validate(config)
+    if not config.elastic:
+        # A variable such as HOROVOD_ELASTIC_TIMEOUT may be set for every job; a flag is not.
+        stray = [option.flags[0] for option in OPTIONS
+                 if option.field in ELASTIC_ONLY and option.field in given]
+        if stray:
+            raise UsageError(f"{', '.join(stray)} only applies to an elastic job: give "
+                             "--host-discovery-script (or --min-np with -H/--hostfile)")
     return config
 
 
@@ -570,6 +633,20 @@ def _validate(config: LaunchConfig) -> None:
         raise UsageError("no command given: scaleoutrun -np N command [args...]")
     if config.ep_affinity is not None and config.ep_servers == 0:
         raise UsageError("--ep-affinity names endpoint cores but --ep-servers is 0")
+    if config.host_discovery_script is not None and (config.hosts or config.hostfile):
+        raise UsageError("give either --host-discovery-script or -H/--hostfile, not both")
+    if config.elastic:
+        lowest = config.min_np if config.min_np is not None else config.np
+        if config.np is not None and lowest is not None and lowest > config.np:
+            raise UsageError(f"--min-np {lowest} is more than -np {config.np}")
+        if config.max_np is not None and lowest is not None and config.max_np < lowest:
+            raise UsageError(f"--max-np {config.max_np} is less than "
+                             f"{'--min-np' if config.min_np is not None else '-np'} {lowest}")
+        if config.blacklist_cooldown is not None:
+            low, high = config.blacklist_cooldown
+            if not 1 <= low <= high <= 3600:
+                raise UsageError(f"--blacklist-cooldown-range {low} {high}: the range must "
+                                 "have 1 <= MIN <= MAX <= 3600 (seconds)")
     if config.ssh_identity_file is not None and len(config.ssh_identity_file.split()) != 1:
         # Hydra and Open MPI both split their extra ssh arguments on white space.
         raise UsageError(f"--ssh-identity-file {config.ssh_identity_file!r}: the MPI "

@@ -1,5 +1,4 @@
-"""The elastic driver's decisions, as pure functions (groundwork for issue 14: the driver loop
-that runs generations of a job is not written yet; scaleoutrun still refuses the elastic flags).
+"""The elastic driver's decisions (launcher/elastic.py runs the loop), as pure functions.
 
 With Horovod's meanings:
 - the discovery script prints `host` or `host:slots` lines (slots default: --slots-per-host);
@@ -7,25 +6,28 @@ With Horovod's meanings:
 - hosts keep the order they first appeared in, new ones are appended, so ranks stay on the
   hosts they were on and older hosts get the lower ranks; at most --max-np slots are used;
 - a host where a rank failed is blacklisted: for good without --blacklist-cooldown-range,
-  else for min(max, min * 2**failures + uniform(0, 1) * min) seconds, after which it counts as
-  added again;
-- a generation that ends with every rank done ends the job; one where ranks failed blacklists
-  their hosts and starts the next, unless --reset-limit resets were made already
-  ("... number of resets during elastic job exceeded limit: N").
+  else for min(max, min * 2**(failures - 1) + uniform(0, 1) * min) seconds, after which it
+  counts as added again;
+- after a generation: see judge_generation (Horovod's order of checks; the reset limit's
+  message "... number of resets during elastic job exceeded limit: N").
 """
 from __future__ import annotations
 
+import enum
 import random
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from .config import UsageError
 from .hosts import HostSlots, _check_host, _check_slots
 
-__all__ = ["parse_discovery", "Blacklist", "assign_slots", "GenerationEnd", "judge_generation",
-           "RESTART_EXIT_CODE"]
+__all__ = ["parse_discovery", "Blacklist", "assign_slots", "End", "classify_ends",
+           "GenerationEnd", "judge_generation", "host_update", "RESTART_EXIT_CODE",
+           "HOSTS_ADDED", "HOSTS_REMOVED"]
 
 RESTART_EXIT_CODE = 75  # a rank that stops for a restart (scaleout/_elastic_run.py)
+# Horovod's flags of a host update (HostUpdateResult in scaleout/_elastic_state.py).
+HOSTS_REMOVED = 1
+HOSTS_ADDED = 2
 
 
 def parse_discovery(output: str, slots_per_host: int, script: str = "discovery script"
@@ -51,13 +53,6 @@ class Blacklist:
     random_unit: Callable[[], float] = random.random
     until: Dict[str, Optional[float]] = field(default_factory=dict)
     failures: Dict[str, int] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.cooldown is not None:
-            low, high = self.cooldown
-            if low < 1 or high > 3600 or low > high:
-                raise UsageError(f"--blacklist-cooldown-range {low} {high}: the range must have "
-                                 "1 <= min <= max <= 3600 (seconds)")
 
     def add(self, host: str, now: float) -> None:
         count = self.failures.get(host, 0) + 1
@@ -95,31 +90,96 @@ def assign_slots(previous: Sequence[str], discovered: Iterable[HostSlots],
     return chosen
 
 
+def host_update(running: Sequence[HostSlots], next_hosts: Sequence[HostSlots]) -> int:
+    """Horovod's flags for a change from the running generation's hosts to those the next
+    would have: HOSTS_ADDED where a host or slots would be added, HOSTS_REMOVED where some
+    would go; 0 when the next generation would be the same."""
+    now = {h.host: h.slots for h in running}
+    then = {h.host: h.slots for h in next_hosts}
+    flags = 0
+    for host in now.keys() | then.keys():
+        if then.get(host, 0) > now.get(host, 0):
+            flags |= HOSTS_ADDED
+        elif then.get(host, 0) < now.get(host, 0):
+            flags |= HOSTS_REMOVED
+    return flags
+
+
+class End(enum.Enum):
+    """How a rank of a generation ended."""
+    DONE = "finished"                      # its program ended with code 0
+    RESTART = "stopped for a restart"      # with RESTART_EXIT_CODE (scaleout/_elastic_run.py)
+    FAILED = "failed"                      # any other end, or its host was lost
+    STOPPED = "was stopped"                # scaleoutrun ended it, or no word of its end came
+
+
+def classify_ends(rank_hosts: Sequence[str], finished: Iterable[int],
+                  reports: Iterable[Tuple[int, Optional[int], Optional[int]]],
+                  blamed: Iterable[int], unreachable_hosts: Iterable[str]
+                  ) -> Dict[int, Tuple[str, End]]:
+    """Each rank's (host, End) from what the generation's ranks said: `finished` ranks ended
+    with 0; `reports` are (rank, exit code or None, signal or None) of the other ends their
+    wrappers saw; `blamed` ranks are those the others' errors named as failed (a rank whose
+    host vanished reports nothing itself); on an unreachable host every rank failed. A rank
+    that ended by itself for a restart never counts as failed, whoever blamed it."""
+    ends = {rank: (host, End.STOPPED) for rank, host in enumerate(rank_hosts)}
+    lost = set(unreachable_hosts)
+    for rank in set(blamed) | {rank for rank, host in enumerate(rank_hosts) if host in lost}:
+        if rank in ends:
+            ends[rank] = (rank_hosts[rank], End.FAILED)
+    for rank, code, sig in reports:
+        if rank in ends:
+            restart = sig is None and code == RESTART_EXIT_CODE
+            ends[rank] = (rank_hosts[rank], End.RESTART if restart else End.FAILED)
+    for rank in finished:
+        if rank in ends:
+            ends[rank] = (rank_hosts[rank], End.DONE)
+    return ends
+
+
 @dataclass(frozen=True)
 class GenerationEnd:
-    """What the driver does after a generation: stop (with `message` when it failed) or go on
-    without `failed_hosts`."""
+    """What the driver does after a generation: stop (with `message` when it failed; None
+    when it succeeded or the caller has the reason) or go on without `failed_hosts`."""
     done: bool
     failed_hosts: Tuple[str, ...] = ()
     message: Optional[str] = None
 
 
-def judge_generation(ends: Dict[int, Tuple[str, Optional[int], Optional[int]]],
-                     resets: int, reset_limit: Optional[int]) -> GenerationEnd:
-    """`ends`: rank -> (host, exit code or None, signal or None). Every rank ended with 0: the
-    job is done. Otherwise the hosts of ranks that neither finished nor stopped for a restart
-    failed; the job goes on unless the reset limit is reached or no rank stopped for a
-    restart (a failure of the program itself, not of a host)."""
-    if ends and all(code == 0 for _, code, sig in ends.values()):
+def judge_generation(ends: Dict[int, Tuple[str, End]], resets: int,
+                     reset_limit: Optional[int]) -> GenerationEnd:
+    """After a generation, in the order of Horovod's driver: a rank that finished ends the job
+    (a success when every rank did); so does a generation where every rank failed (a failure
+    of the program, not of a host); otherwise the failed ranks' hosts are left out of the next
+    generation, unless that leaves none of this generation's hosts or the reset limit is
+    reached. A generation with no failure and no restart (interrupted, not started) ends the
+    job with the caller's reason."""
+    kinds = [kind for _, kind in ends.values()]
+    failed = tuple(sorted({host for host, kind in ends.values() if kind is End.FAILED}))
+    if End.DONE in kinds:
+        if all(kind is End.DONE for kind in kinds):
+            return GenerationEnd(done=True)
+        finished = [rank for rank, (_, kind) in sorted(ends.items()) if kind is End.DONE]
+        others = [rank for rank, (_, kind) in sorted(ends.items()) if kind is not End.DONE]
+        return GenerationEnd(done=True, failed_hosts=failed, message=(
+            f"{_ranks(finished)} finished while {_ranks(others)} did not: once a rank has "
+            "finished, the job is not restarted"))
+    if kinds and all(kind is End.FAILED for kind in kinds):
+        return GenerationEnd(done=True, failed_hosts=failed, message=(
+            "every rank failed: a failure of the program itself, not of a host, so the job is "
+            "not restarted"))
+    if not failed and End.RESTART not in kinds:
         return GenerationEnd(done=True)
-    failed = sorted({host for host, code, sig in ends.values()
-                     if sig is not None or code not in (0, RESTART_EXIT_CODE)})
-    restarting = any(code == RESTART_EXIT_CODE for _, code, _ in ends.values())
-    if not restarting:
-        return GenerationEnd(done=True, failed_hosts=tuple(failed),
-                             message="no rank stopped for a restart: the program failed")
+    if failed and set(failed) >= {host for host, _ in ends.values()}:
+        return GenerationEnd(done=True, failed_hosts=failed, message=(
+            f"ranks failed on every host of the job ({', '.join(failed)}): no host is left to "
+            "go on with"))
     if reset_limit is not None and resets >= reset_limit:
-        return GenerationEnd(done=True, failed_hosts=tuple(failed),
-                             message="the job was stopped because the number of resets during "
-                                     f"the elastic job exceeded the limit: {reset_limit}")
-    return GenerationEnd(done=False, failed_hosts=tuple(failed))
+        return GenerationEnd(done=True, failed_hosts=failed, message=(
+            "the job was stopped because the number of resets during the elastic job "
+            f"exceeded the limit: {reset_limit}"))
+    return GenerationEnd(done=False, failed_hosts=failed)
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"

@@ -10,6 +10,7 @@ rank, so neither launcher's own clean-up is relied on.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import re
 import selectors
@@ -41,6 +42,8 @@ class JobOutcome:
     exit_status: int
     failure: Optional[RankExit] = None   # the first rank that ended badly
     message: Optional[str] = None        # what scaleoutrun prints last, when not success
+    relay: Optional["StderrRelay"] = None   # what the ranks said of their starts and ends
+    stopped: bool = False                # scaleoutrun had to stop the job (or was interrupted)
 
 
 # A rank's output line, as the wrapper prefixes it: "[3] text", or with
@@ -201,8 +204,11 @@ def _ranks_text(ranks: Sequence[int], rank_hosts: Sequence[str]) -> str:
 
 class _Supervisor:
     def __init__(self, command: Sequence[str], env: Mapping[str, str], rank_hosts: Sequence[str],
-                 start_timeout: float, grace: float, probe: Optional[HostProbe]):
+                 start_timeout: float, grace: float, probe: Optional[HostProbe],
+                 survivor_grace: Optional[float] = None):
         self.command = list(command)
+        self.survivor_grace = survivor_grace
+        self.stop_at: Optional[float] = None   # with survivor_grace: when to stop the rest
         self.probe = probe
         self.env = dict(env)
         self.rank_hosts = list(rank_hosts)
@@ -237,6 +243,11 @@ class _Supervisor:
             _signal(pid, signal.SIGKILL)
 
     def run(self) -> JobOutcome:
+        outcome = self._run()
+        return dataclasses.replace(outcome, relay=self.relay,
+                                   stopped=self.stop_requested_at is not None)
+
+    def _run(self) -> JobOutcome:
         # Its own session: a terminal's Ctrl-C reaches scaleoutrun alone, which relays it once.
         # And should scaleoutrun itself be killed (say, by a test harness's timeout), the
         # launcher gets SIGTERM and takes the job down with it.
@@ -275,6 +286,9 @@ class _Supervisor:
                 elif self.kill_at is not None and now >= self.kill_at:
                     self._kill_everything()
                     self.kill_at = None
+                elif self.stop_at is not None and now >= self.stop_at:
+                    self.stop_at = None
+                    self._stop(signal.SIGTERM)
                 if start_by is not None and running:
                     if len(self.relay.started) >= len(self.rank_hosts):
                         start_by = None
@@ -283,7 +297,7 @@ class _Supervisor:
                         self.start_timed_out = True
                         self._stop(signal.SIGTERM)
                 timeout = 0.1
-                for deadline in (drain_until, self.kill_at, start_by):
+                for deadline in (drain_until, self.kill_at, start_by, self.stop_at):
                     if deadline is not None:
                         timeout = min(timeout, max(0.0, deadline - now))
                 if not selector.get_map():
@@ -297,8 +311,14 @@ class _Supervisor:
                         selector.unregister(key.fd)
                     elif key.fd == err_fd:
                         write_all(2, self.relay.feed(data))
-                        if self.relay.reports or self.relay.unreachable:
+                        if self.relay.unreachable or (self.relay.reports
+                                                      and self.survivor_grace is None):
                             self._stop(signal.SIGTERM)
+                        elif self.relay.reports and self.stop_at is None \
+                                and self.stop_requested_at is None:
+                            # An elastic job: the others get the time to see the failure and
+                            # stop for a restart by themselves.
+                            self.stop_at = time.monotonic() + self.survivor_grace
                     else:
                         write_all(1, banners.feed(data, drop=bool(self.relay.reports)))
             write_all(1, banners.finish(drop=bool(self.relay.reports)))
@@ -405,15 +425,19 @@ def _failure_of(relay: StderrRelay, reports: Sequence[RankExit], stopped: str) -
 
 def run_job(command: Sequence[str], env: Mapping[str, str], rank_hosts: Sequence[str],
             start_timeout: float = 0.0, grace: float = 6.0,
-            probe: Optional[HostProbe] = None) -> JobOutcome:
+            probe: Optional[HostProbe] = None,
+            survivor_grace: Optional[float] = None) -> JobOutcome:
     """Runs the launcher command to its end. stdin is inherited; stdout and stderr are relayed.
 
     rank_hosts: the host each rank is expected on, by rank. start_timeout: seconds for every
     rank's wrapper to start (0: no limit). grace: seconds between asking the launcher to stop
     the job and killing what is left of it. probe: asked, when the launcher fails before some
     ranks start without naming a host it could not reach, which of their hosts cannot be.
+    survivor_grace: None stops the job at the first rank's bad end; an elastic generation gives
+    the other ranks that many seconds to end by themselves (stopping for a restart) first.
     """
-    supervisor = _Supervisor(command, env, rank_hosts, start_timeout, grace, probe)
+    supervisor = _Supervisor(command, env, rank_hosts, start_timeout, grace, probe,
+                             survivor_grace)
     outcome = supervisor.run()
     # The wrappers remove their rank's segments when it ends, but a wrapper the launcher killed
     # could not: what this machine's ranks mapped, no process maps now, goes (shm_cleanup).

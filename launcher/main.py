@@ -15,18 +15,19 @@ import importlib.metadata
 import os
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from .check_build import check_build
 from .config import LaunchConfig, UsageError, parse_config
 from .hosts import HostSlots, is_local_host
-from .job import run_job
+from .job import HostProbe, JobOutcome, run_job
 from .mpi_launcher import (LaunchError, LaunchRequest, MPIExec, MPIFamily, build_command,
                            exported_names, find_mpiexec, interface_environment,
                            launcher_variables, probe_family, yield_environment)
 from .placement_table import format_placement
-from .plan import placement_request, plan_job, plan_placement, resolve_hosts
+from .plan import JobPlan, placement_request, plan_job, plan_placement, resolve_hosts
 from .topology import detect
 from .unreachable import probe_hosts
 
@@ -88,24 +89,41 @@ def _version() -> str:
         return "unknown (scaleout is not installed as a distribution)"
 
 
-def launch(config: LaunchConfig) -> int:
-    environ = dict(os.environ)
-    plan = plan_job(config, len(os.sched_getaffinity(0)), resolve_hosts(config, environ))
-    placement = placement_request(config)
-    topology = detect()
-    placements = plan_placement(plan, placement, topology, include_remote=config.print_placement)
-    if config.print_placement:
-        sys.stdout.write(format_placement(placements, topology, placement))
-        return 0
+@dataclass(frozen=True)
+class PreparedJob:
+    """A job ready to start: the launcher's command line, its environment, and where each
+    rank runs (by rank)."""
+    command: list[str]
+    env: dict[str, str]
+    rank_hosts: list[str]
+    start_timeout: float
+    probe: Optional[HostProbe]
 
+    def run(self, survivor_grace: Optional[float] = None) -> JobOutcome:
+        sys.stdout.flush()
+        return run_job(self.command, self.env, self.rank_hosts, self.start_timeout,
+                       probe=self.probe, survivor_grace=survivor_grace)
+
+
+def prepare_job(config: LaunchConfig, plan: JobPlan, environ: Mapping[str, str],
+                launcher: Optional[MPIExec] = None, rank_env: Mapping[str, str] = {},
+                keep_survivors: bool = False) -> PreparedJob:
+    """The command line and environment for `plan`. rank_env: more variables for every rank.
+    keep_survivors: the launcher lets the other ranks run on when one dies (an elastic
+    generation's survivors must stop for a restart by themselves)."""
+    placement = placement_request(config)
+    plan_placement(plan, placement, detect(), include_remote=False)   # refuses what cannot be
     identity_file = _identity_file(config)
     output_dir = _output_dir(config)
-    launcher = probe_family(find_mpiexec(config.mpiexec, sys.executable, environ))
+    if launcher is None:
+        launcher = probe_family(find_mpiexec(config.mpiexec, sys.executable, environ))
     added = {**plan.environment,
              **yield_environment(launcher.family, config.mpi_yield, plan.oversubscribed, environ),
-             **interface_environment(config.network_interfaces, environ)}
+             **interface_environment(config.network_interfaces, environ), **rank_env}
     env = {**environ, **added}
     hydra = launcher.family is MPIFamily.HYDRA
+    # Hydra ends every rank once one dies, unless told not to; Open MPI is left as it is.
+    survivors = ("-disable-auto-cleanup",) if keep_survivors and hydra else ()
     request = LaunchRequest(
         np=plan.np,
         rank_command=_rank_command(config, launcher, placement.to_args(), plan.np, output_dir),
@@ -116,7 +134,7 @@ def launch(config: LaunchConfig) -> int:
         network_interfaces=config.network_interfaces,
         remote_launch=plan.remote_launch or "ssh",
         environment=tuple(sorted(added.items())) if hydra else (),
-        extra_args=config.mpi_args)
+        extra_args=survivors + config.mpi_args)
     command = build_command(launcher, request)
     launcher_env = launcher_variables(launcher, request, environ)
     env.update(launcher_env)
@@ -131,14 +149,32 @@ def launch(config: LaunchConfig) -> int:
     hosts = plan.hosts or (HostSlots("localhost", plan.np),)
     rank_hosts = [entry.host for entry in hosts for _ in range(entry.slots)]
     start_timeout = DEFAULT_START_TIMEOUT if config.start_timeout is None else config.start_timeout
-    sys.stdout.flush()
     probe = None
     if plan.hosts and request.remote_launch == "ssh":
         # Hydra and mpirun start a host that is this machine without ssh.
         def probe(hosts):
             return probe_hosts([host for host in hosts if not is_local_host(host)],
                                config.ssh_port, identity_file)
-    outcome = run_job(command, env, rank_hosts, start_timeout, probe=probe)
+    return PreparedJob(command, env, rank_hosts, start_timeout, probe)
+
+
+def local_cpus() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def launch(config: LaunchConfig) -> int:
+    if config.elastic:
+        from .elastic import run_elastic
+        return run_elastic(config)
+    environ = dict(os.environ)
+    plan = plan_job(config, local_cpus(), resolve_hosts(config, environ))
+    if config.print_placement:
+        placement = placement_request(config)
+        topology = detect()
+        placements = plan_placement(plan, placement, topology, include_remote=True)
+        sys.stdout.write(format_placement(placements, topology, placement))
+        return 0
+    outcome = prepare_job(config, plan, environ).run()
     if outcome.message:
         print(outcome.message, file=sys.stderr, flush=True)
     return outcome.exit_status

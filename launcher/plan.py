@@ -28,7 +28,7 @@ class JobPlan:
     np: int
     # Ranks per host, in rank order; None when every rank runs on this machine.
     hosts: Optional[tuple[HostSlots, ...]]
-    # The most ranks any host of this machine runs, and whether that is more than its CPUs.
+    # The ranks this machine runs, and whether that is more than its CPUs.
     local_ranks: int
     oversubscribed: bool
     environment: dict[str, str] = field(default_factory=dict)   # added for every rank
@@ -67,7 +67,8 @@ def plan_job(config: LaunchConfig, local_cpus: int,
     if placed is None:
         local_ranks = np
     else:
-        local_ranks = max((entry.slots for entry in placed if is_local(entry.host)), default=0)
+        # Hosts that are all this machine (localhost, 127.0.0.1, its name) share its CPUs.
+        local_ranks = sum(entry.slots for entry in placed if is_local(entry.host))
     return JobPlan(np=np, hosts=placed, local_ranks=local_ranks,
                    oversubscribed=local_ranks > local_cpus,
                    environment=tuning_environment(config),

@@ -60,6 +60,10 @@ PR_SET_PDEATHSIG = 1
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
              signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT)
 STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+# Hydra run with -disable-auto-cleanup (an elastic generation) tells the processes left of a job
+# that one has ended with SIGUSR1 (MPICH's library handles it); once its rank has ended, the
+# wrapper ignores such notices rather than die of them.
+NOTICES = (signal.SIGUSR1, signal.SIGUSR2)
 DEFAULT_KILL_GRACE = 3.0
 # How often the child's MPI segments are looked for: often while MPI is likely starting.
 SEGMENT_LOOKS = ((10.0, 0.25), (float("inf"), 2.0))   # (until this long after start, every)
@@ -134,7 +138,7 @@ class RankRunner:
             returncode = self.child.wait()
         finally:
             for number, handler in previous.items():
-                signal.signal(number, handler)
+                signal.signal(number, signal.SIG_IGN if number in NOTICES else handler)
         shm_cleanup.remove_unmapped(self.segments)
         if returncode != 0 and self.stopping is None:
             write_all(2, RankExit.from_returncode(self.rank, returncode).report_line().encode())

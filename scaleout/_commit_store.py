@@ -1,5 +1,4 @@
-"""A host's copies of an elastic job's commits (groundwork for elastic training, issue 14; not
-yet used by a public API).
+"""A host's copies of an elastic job's commits (Note [Elastic restarts] uses them).
 
 Note [Commit store]
 A commit must outlive the host that made it, so every host keeps a copy: one rank per host
@@ -96,6 +95,16 @@ class CommitStore:
         # What a writer killed mid-write left (one writer per store: none is running now).
         for entry in self.directory.glob(".writing-*"):
             entry.unlink(missing_ok=True)
+
+    def clear(self) -> None:
+        """Removes every commit (and the directory, when nothing else is in it)."""
+        for entry in self.directory.iterdir():
+            if _NAME.match(entry.name) or entry.name.startswith(".writing-"):
+                entry.unlink(missing_ok=True)
+        try:
+            self.directory.rmdir()
+        except OSError:
+            pass   # something of someone else's is there too
 
     def _ids(self, kind: str) -> set:
         found = set()

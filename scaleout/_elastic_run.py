@@ -1,29 +1,38 @@
-"""The worker's side of elastic training: `run(func)` (groundwork for issue 14; not yet exported:
-the driver that restarts jobs is not written yet).
+"""The worker's side of elastic training: `run(func)`, Horovod's `hvd.elastic.run`.
 
 Note [Elastic restarts]
 MPICH cannot start MPI again in a process, and a job that lost a rank cannot go on, so
-scaleout's elastic training restarts the job: the elastic driver (scaleoutrun, to come) runs
-generation after generation of the job on the hosts there are, and tells the ranks through the
-environment (SCALEOUT_ELASTIC_JOB: the job's id; SCALEOUT_ELASTIC_DIR: where each host keeps
-its commits, default /dev/shm/scaleout-commits-<job>). Under it, `run(func)(state)`:
+scaleout's elastic training restarts the job: the elastic driver (scaleoutrun, Note [Elastic
+driver] in launcher/elastic.py) runs generation after generation of the job on the hosts there
+are, and tells the ranks through the environment: SCALEOUT_ELASTIC_JOB (the job's id),
+SCALEOUT_ELASTIC_GENERATION (0, 1, ...), SCALEOUT_ELASTIC_DRIVER and SCALEOUT_ELASTIC_TOKEN
+(where rank 0 hears of host changes) and, if the user set it, SCALEOUT_ELASTIC_DIR (where each
+host keeps its commits; default /dev/shm/scaleout-commits-<job>). Under it,
+`run(func)(state)`:
   - attaches the host's commit store to `state` (Note [Commit store]), so every commit is
-    durable on every host;
+    durable on every host, and on rank 0 listens for the driver's host updates
+    (state.on_hosts_updated, which the next commit() or check_host_updates() turns into
+    HostsUpdatedInterrupt on every rank);
   - resumes from the newest commit any host holds, if there is one (a restarted generation,
-    perhaps with another number of ranks), and then runs the reset callbacks (the user rescales
-    the learning rate there, as with Horovod);
+    perhaps with another number of ranks); in a restarted generation it then runs the reset
+    callbacks (the user rescales the learning rate there, as with Horovod);
   - syncs the state from rank 0 and calls func(state);
-  - when a peer fails (HorovodInternalError) or hosts change (HostsUpdatedInterrupt, raised by a
-    commit after its save), the rank exits at once with code RESTART_EXIT_CODE, for the driver
-    to start the next generation, which resumes from the last commit: what Horovod's restore +
-    reset + sync does in place.
+  - when a peer fails (HorovodInternalError) or hosts change (HostsUpdatedInterrupt), the rank
+    exits at once with code RESTART_EXIT_CODE, for the driver to start the next generation,
+    which resumes from the last commit: what Horovod's restore + reset + sync does in place.
+    (So what was done since the last commit is done again, also after an interrupt raised by
+    a check_host_updates() of the user's own, where Horovod would go on from the live model.)
+  - when func returns on every rank, the job's commits are removed: they were only there to
+    survive a failure.
 Without SCALEOUT_ELASTIC_JOB, run(func)(state) syncs and calls func once; errors propagate.
 """
 from __future__ import annotations
 
 import functools
 import os
+import socket
 import sys
+import threading
 from typing import Any, Callable, Optional
 
 from scaleout import _basics
@@ -45,23 +54,69 @@ def _store() -> Optional[CommitStore]:
     return CommitStore(directory)
 
 
+def _generation() -> int:
+    return int(os.environ.get("SCALEOUT_ELASTIC_GENERATION", "0") or 0)
+
+
+def _listen_for_host_updates(state: State) -> None:
+    """On rank 0 under the driver: a thread passing the driver's host updates to `state`."""
+    where = os.environ.get("SCALEOUT_ELASTIC_DRIVER")
+    if not where or _basics.rank() != 0:
+        return
+    hello = f"{os.environ.get('SCALEOUT_ELASTIC_TOKEN', '')} {_generation()}\n".encode()
+    failures = []
+    for address in where.split(","):
+        host, _, port = address.rpartition(":")
+        try:
+            connection = socket.create_connection((host, int(port)), timeout=5)
+            connection.sendall(hello)
+            connection.settimeout(None)
+            break
+        except (OSError, ValueError) as exc:
+            failures.append(f"{address}: {exc}")
+    else:
+        os.write(2, ("scaleout elastic: rank 0 cannot reach scaleoutrun's driver ("
+                     + "; ".join(failures) + "): added hosts will not grow this job\n").encode())
+        return
+
+    def listen() -> None:
+        with connection, connection.makefile("r") as lines:
+            for line in lines:
+                timestamp, _, flags = line.strip().partition(" ")
+                if timestamp.isdigit() and flags.isdigit():
+                    state.on_hosts_updated(int(timestamp), int(flags))
+    threading.Thread(target=listen, name="scaleout-host-updates", daemon=True).start()
+
+
 def run(func: Callable[..., Any]) -> Callable[..., Any]:
     """Decorates a training function whose first argument is a State (Note [Elastic
-    restarts])."""
+    restarts]): `@hvd.elastic.run def train(state): ...`, then `train(state)`."""
     @functools.wraps(func)
     def wrapper(state: State, *args: Any, **kwargs: Any) -> Any:
         if os.environ.get("SCALEOUT_ELASTIC_JOB") is None:
             state.sync()
             return func(state, *args, **kwargs)
-        state.attach_store(_store())
-        if state.resume():
-            state.on_reset()
-        state.sync()
         try:
-            return func(state, *args, **kwargs)
+            store = _store()
+            state.attach_store(store)
+            _listen_for_host_updates(state)
+            if state.resume() or _generation() > 0:
+                state.on_reset()
+            state.sync()
+            result = func(state, *args, **kwargs)
+            _remove_commits(store)
+            return result
         except (PeerFailedError, HostsUpdatedInterrupt) as cause:
             _restart(cause)
     return wrapper
+
+
+def _remove_commits(store: Optional[CommitStore]) -> None:
+    """Once func has returned on every rank (a barrier), each host's commits go."""
+    from scaleout._ops import barrier
+    barrier(name="scaleout.elastic.done")
+    if store is not None:
+        store.clear()
 
 
 def _restart(cause: BaseException) -> None:

@@ -1,5 +1,5 @@
-"""Elastic training's state objects, as Horovod's (groundwork for issue 14; not yet exported:
-`hvd.elastic` still says the feature is missing, until scaleoutrun's elastic driver exists).
+"""Elastic training's state objects, as Horovod's (exported by scaleout.elastic and each
+framework's `hvd.elastic`).
 
 Note [Elastic state]
 Horovod's contract, kept: `commit()` is `save()` (an in-memory copy of the state to roll back
@@ -43,13 +43,24 @@ class HostUpdateResult:
     mixed = removed | added
 
 
+def _default_bcast_object(obj: Any, root_rank: int = 0) -> Any:
+    from scaleout._objects import broadcast_object
+    return broadcast_object(obj, root_rank=root_rank)
+
+
+def _default_rank() -> int:
+    from scaleout._basics import rank
+    return rank()
+
+
 class State:
     """The base class (see Note [Elastic state]). `bcast_object(obj, root_rank)` and
-    `get_rank()` come from the framework."""
+    `get_rank()` are Horovod's arguments; scaleout's broadcast_object and rank by default."""
 
-    def __init__(self, bcast_object: Callable[..., Any], get_rank: Callable[[], int]) -> None:
-        self._bcast_object = bcast_object
-        self._rank = get_rank
+    def __init__(self, bcast_object: Optional[Callable[..., Any]] = None,
+                 get_rank: Optional[Callable[[], int]] = None) -> None:
+        self._bcast_object = bcast_object or _default_bcast_object
+        self._rank = get_rank or _default_rank
         self._host_messages: "queue.Queue" = queue.Queue()
         self._last_updated_timestamp = 0
         self._reset_callbacks: List[Callable[[], None]] = []
@@ -140,8 +151,8 @@ class ObjectState(State):
     their current values (by reference, as Horovod's), restore() puts them back, sync() makes
     every rank's saved values rank 0's."""
 
-    def __init__(self, bcast_object: Callable[..., Any], get_rank: Callable[[], int],
-                 **kwargs: Any) -> None:
+    def __init__(self, bcast_object: Optional[Callable[..., Any]] = None,
+                 get_rank: Optional[Callable[[], int]] = None, **kwargs: Any) -> None:
         self._saved_state: Dict[str, Any] = kwargs
         self._set_attrs()
         super().__init__(bcast_object=bcast_object, get_rank=get_rank)

@@ -18,7 +18,7 @@ FRONT_ENDS = [("torch.txt", "scaleout.torch"), ("tensorflow.txt", "scaleout.tens
 KNOWN_MISSING = {}
 
 # Names whose feature is not implemented: looking them up raises NotImplementedError.
-NOT_YET = {"elastic"}
+NOT_YET: set = set()
 
 
 def horovod_names(list_file: str):

@@ -165,6 +165,10 @@ def test_plan():
     plan = plan_job(config, local_cpus=2, source=resolve_hosts(config, {}))
     assert plan.np == 4 and plan.local_ranks == 2 and not plan.oversubscribed
     assert plan.remote_launch == "ssh"
+    # two names of this machine: one machine's CPUs
+    config = parse("-H", "localhost:2,127.0.0.1:1", "python")
+    both = plan_job(config, local_cpus=2, source=resolve_hosts(config, {}))
+    assert both.local_ranks == 3 and both.oversubscribed
     with pytest.raises(UsageError, match="-np"):
         plan_job(parse("python"), local_cpus=2)
 

@@ -1,13 +1,14 @@
-"""The elastic driver's decisions (launcher/elastic_plan.py, groundwork of issue 14), as pure
-functions: the discovery script's output, host order and the max-np cap, the blacklist and its
-cooldown, and what follows a generation."""
+"""The elastic driver's decisions (launcher/elastic_plan.py), as pure functions: the discovery
+script's output, host order and the max-np cap, the blacklist and its cooldown, how each rank of
+a generation ended, what follows a generation, and which host changes interrupt one."""
 from __future__ import annotations
 
 import pytest
 
 from scaleout.launcher.config import UsageError
-from scaleout.launcher.elastic_plan import (RESTART_EXIT_CODE, Blacklist, assign_slots,
-                                            judge_generation, parse_discovery)
+from scaleout.launcher.elastic_plan import (HOSTS_ADDED, HOSTS_REMOVED, RESTART_EXIT_CODE,
+                                            Blacklist, End, assign_slots, classify_ends,
+                                            host_update, judge_generation, parse_discovery)
 from scaleout.launcher.hosts import HostSlots
 
 
@@ -45,20 +46,71 @@ def test_the_cooldown_doubles_and_is_capped():
     for _ in range(5):
         blacklist.add("a", now=1000)     # capped at 100 s
     assert blacklist.blocks("a", 1099.9) and not blacklist.blocks("a", 1100.0)
-    with pytest.raises(UsageError, match="1 <= min <= max <= 3600"):
-        Blacklist(cooldown=(0, 10))
+
+
+HOSTS = ["a", "a", "b"]   # ranks 0 and 1 on a, rank 2 on b
+
+
+def test_how_each_rank_ended():
+    # rank 2 killed; its peers blamed it and stopped for a restart
+    ends = classify_ends(HOSTS, finished=[], reports=[(2, None, 9), (0, RESTART_EXIT_CODE, None),
+                                                      (1, RESTART_EXIT_CODE, None)],
+                         blamed=[2, 2], unreachable_hosts=[])
+    assert ends == {0: ("a", End.RESTART), 1: ("a", End.RESTART), 2: ("b", End.FAILED)}
+    # host b vanished (no word from its rank); the others named it
+    ends = classify_ends(HOSTS, [], [(0, RESTART_EXIT_CODE, None), (1, RESTART_EXIT_CODE, None)],
+                         blamed=[2], unreachable_hosts=[])
+    assert ends[2] == ("b", End.FAILED)
+    # a rank that stopped for a restart is never a failure, whoever blamed it; one stopped by
+    # scaleoutrun (no word) is not either
+    ends = classify_ends(HOSTS, [], [(0, RESTART_EXIT_CODE, None), (2, 1, None)],
+                         blamed=[0], unreachable_hosts=[])
+    assert ends == {0: ("a", End.RESTART), 1: ("a", End.STOPPED), 2: ("b", End.FAILED)}
+    # an unreachable host: all its ranks failed
+    assert classify_ends(HOSTS, [], [], [], ["b"])[2] == ("b", End.FAILED)
+    assert classify_ends(HOSTS, [0, 1, 2], [], [], [])[1] == ("a", End.DONE)
+
+
+def ends_of(*kinds):
+    return {rank: (HOSTS[rank], kind) for rank, kind in enumerate(kinds)}
 
 
 def test_after_a_generation():
-    done = judge_generation({0: ("a", 0, None), 1: ("b", 0, None)}, resets=0, reset_limit=None)
+    assert judge_generation(ends_of(End.DONE, End.DONE, End.DONE), 0, None) == \
+        judge_generation(ends_of(End.DONE, End.DONE, End.DONE), 5, 1)   # done, no message
+    done = judge_generation(ends_of(End.DONE, End.DONE, End.DONE), 0, None)
     assert done.done and done.message is None
-    # rank 1 killed on b; the others stop for a restart: go on without b
-    ends = {0: ("a", RESTART_EXIT_CODE, None), 1: ("b", None, 9),
-            2: ("a", RESTART_EXIT_CODE, None)}
-    going = judge_generation(ends, resets=0, reset_limit=None)
-    assert not going.done and going.failed_hosts == ("b",)
+    # rank 2 killed on b; the others stop for a restart (or were stopped): go on without b
+    for survivors in (End.RESTART, End.STOPPED):
+        going = judge_generation(ends_of(survivors, End.RESTART, End.FAILED), 0, None)
+        assert not going.done and going.failed_hosts == ("b",)
+    # a host update: every rank stops for a restart, no host failed
+    update = judge_generation(ends_of(End.RESTART, End.RESTART, End.RESTART), 0, None)
+    assert not update.done and update.failed_hosts == ()
+    ends = ends_of(End.RESTART, End.RESTART, End.FAILED)
+    assert judge_generation(ends, resets=1, reset_limit=2).done is False
     stopped = judge_generation(ends, resets=2, reset_limit=2)
     assert stopped.done and "exceeded the limit: 2" in stopped.message
+    assert judge_generation(ends, resets=0, reset_limit=0).done   # no reset at all
     # a program error everywhere is not a host failure to restart from
-    broken = judge_generation({0: ("a", 1, None), 1: ("b", 1, None)}, resets=0, reset_limit=None)
-    assert broken.done and "program failed" in broken.message
+    broken = judge_generation(ends_of(End.FAILED, End.FAILED, End.FAILED), 0, None)
+    assert broken.done and "failure of the program" in broken.message
+    # failures on every host leave none to go on with
+    everywhere = judge_generation(ends_of(End.FAILED, End.RESTART, End.FAILED), 0, None)
+    assert everywhere.done and "every host" in everywhere.message
+    # once a rank finished, the job ends (as Horovod's driver), and says so
+    late = judge_generation(ends_of(End.DONE, End.DONE, End.FAILED), 0, None)
+    assert late.done and "ranks 0, 1 finished while rank 2 did not" in late.message
+    # nothing failed, nothing restarts (interrupted): the job ends, the caller says why
+    assert judge_generation(ends_of(End.STOPPED, End.STOPPED, End.STOPPED), 0, None) == \
+        judge_generation({}, 0, None)
+
+
+def test_which_host_changes_interrupt_a_generation():
+    running = [HostSlots("a", 2), HostSlots("b", 1)]
+    assert host_update(running, running) == 0
+    assert host_update(running, running + [HostSlots("c", 1)]) == HOSTS_ADDED
+    assert host_update(running, [HostSlots("a", 3), HostSlots("b", 1)]) == HOSTS_ADDED
+    assert host_update(running, [HostSlots("a", 2)]) == HOSTS_REMOVED
+    assert host_update(running, [HostSlots("a", 1), HostSlots("c", 2)]) == \
+        HOSTS_ADDED | HOSTS_REMOVED

@@ -84,9 +84,56 @@ def test_accepted_horovodrun_flags_parse(flag, tmp_path):
     if flag == "--config-file":
         value = str(tmp_path / "empty.yaml")
         (tmp_path / "empty.yaml").write_text("")
-    args = [flag] + ([value] if value is not None else [])
+    # one word per value: --blacklist-cooldown-range takes two
+    words = value.split() if flag == "--blacklist-cooldown-range" else [value]
+    args = [flag] + (words if value is not None else [])
+    if flag in ELASTIC_FLAGS and flag != "--host-discovery-script":
+        args += ["--host-discovery-script", "./discover.sh"]
     config = parse(*args, "python", "train.py")
     assert config.command == ("python", "train.py")
+
+
+ELASTIC_FLAGS = ("--min-np", "--min-num-proc", "--max-np", "--max-num-proc", "--slots-per-host",
+                 "--slots", "--elastic-timeout", "--reset-limit", "--blacklist-cooldown-range",
+                 "--host-discovery-script")
+
+
+def test_elastic_flags_take_horovodruns_values():
+    config = parse("-np", "3", "--min-np", "2", "--max-np", "5", "--slots-per-host", "2",
+                   "--elastic-timeout", "30", "--reset-limit", "4",
+                   "--blacklist-cooldown-range", "10", "100",
+                   "--host-discovery-script", "./discover.sh", "python", "train.py")
+    assert config.elastic and config.command == ("python", "train.py")
+    assert (config.min_np, config.max_np, config.slots_per_host, config.elastic_timeout,
+            config.reset_limit, config.blacklist_cooldown) == (2, 5, 2, 30, 4, (10, 100))
+    assert parse("-np", "2", "-H", "a:1,b:1", "--min-np", "1", "python").elastic
+    assert not parse("-np", "2", "python").elastic
+    # Horovod's variable for the timeout, and scaleoutrun's pair variable
+    env = parse("--host-discovery-script", "d.sh", "-np", "2", "python",
+                HOROVOD_ELASTIC_TIMEOUT="7", SCALEOUTRUN_BLACKLIST_COOLDOWN_RANGE="5 9")
+    assert env.elastic_timeout == 7 and env.blacklist_cooldown == (5, 9)
+    # ... which a job that is not elastic ignores, while a flag is an error
+    assert parse("-np", "2", "python", HOROVOD_ELASTIC_TIMEOUT="7").elastic_timeout == 7
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("--max-np", "4"), "--max-np only applies to an elastic job"),
+    (("--reset-limit", "1"), "--reset-limit only applies to an elastic job"),
+    (("--host-discovery-script", "d.sh", "-H", "a:2"), "either --host-discovery-script or -H"),
+    (("--host-discovery-script", "d.sh", "--min-np", "3"), "--min-np 3 is more than -np 2"),
+    (("--host-discovery-script", "d.sh", "--max-np", "1"), "--max-np 1 is less than -np 2"),
+    (("--host-discovery-script", "d.sh", "--blacklist-cooldown-range", "0", "5"),
+     "0 is not a positive integer"),
+    (("--host-discovery-script", "d.sh", "--blacklist-cooldown-range", "5", "3601"),
+     "1 <= MIN <= MAX <= 3600"),
+    (("--host-discovery-script", "d.sh", "--blacklist-cooldown-range", "9", "5"),
+     "1 <= MIN <= MAX <= 3600"),
+    (("--host-discovery-script", "d.sh", "--blacklist-cooldown-range", "9"),
+     "--blacklist-cooldown-range: 'python' is not an integer"),
+])
+def test_elastic_flags_that_cannot_be_carried_out(argv, message):
+    with pytest.raises(UsageError, match=re.escape(message)):
+        parse("-np", "2", *argv, "python", "train.py")
 
 
 @pytest.mark.parametrize("flag", sorted(REFUSED))
@@ -103,8 +150,8 @@ def test_refused_flags_are_named_with_what_to_do(flag):
 
 @pytest.mark.parametrize("flag, expected", [
     ("--gloo", "Gloo"),
-    ("--autotune", "--fusion-threshold-mb"), ("--min-np", "elastic"),
-    ("--slots", "elastic"), ("--num-nccl-streams", "GPU"), ("--binding-args", "--bind-to"),
+    ("--autotune", "--fusion-threshold-mb"), ("--num-nccl-streams", "GPU"),
+    ("--binding-args", "--bind-to"),
     ("--thread-affinity", "--ep-affinity"), ("--mpi-threads-disable", "MPI_THREAD_MULTIPLE"),
     ("--log-with-timestamp", "--prefix-output-with-timestamp"), ("--tcp", "--mpi-args"),
 ])

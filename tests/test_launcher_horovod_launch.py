@@ -183,6 +183,6 @@ def test_version(flag):
 
 
 def test_refused_flag_exits_2_naming_it():
-    result = scaleoutrun("-np", "2", "--min-np", "1", "python", "-c", "pass")
+    result = scaleoutrun("-np", "2", "--autotune", "python", "-c", "pass")
     assert result.returncode == 2
-    assert "--min-np (horovodrun) is not supported: elastic training" in result.stderr
+    assert "--autotune (horovodrun) is not supported: autotuning" in result.stderr

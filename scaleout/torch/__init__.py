@@ -34,6 +34,7 @@ from scaleout.torch._collectives import (allgather, allgather_async, allreduce, 
                                          grouped_reducescatter_async, join, poll, reducescatter,
                                          reducescatter_async, sparse_allreduce_async,
                                          synchronize)
+from scaleout.torch import elastic
 from scaleout.torch._compression import Compression
 from scaleout.torch._optimizer import DistributedOptimizer
 from scaleout.torch._sync_batch_norm import SyncBatchNorm
@@ -47,13 +48,6 @@ __all__ = _common.__all__ + [
     "grouped_allgather", "grouped_allgather_async", "grouped_reducescatter",
     "grouped_reducescatter_async", "sparse_allreduce_async",
     "broadcast_parameters", "broadcast_optimizer_state",
-    "DistributedOptimizer", "Compression", "SyncBatchNorm",
+    "DistributedOptimizer", "Compression", "SyncBatchNorm", "elastic",
 ]
 
-
-def __getattr__(name: str):
-    # `hvd.elastic` names a feature scaleout does not have yet: say so, not AttributeError.
-    if name == "elastic":
-        from scaleout._not_yet import elastic_missing
-        raise elastic_missing("scaleout.torch")
-    raise AttributeError(f"module 'scaleout.torch' has no attribute {name!r}")

@@ -1,5 +1,4 @@
-"""ElasticSampler, as Horovod's (groundwork for elastic training, issue 14; not yet exported:
-`hvd.elastic` still says the feature is missing).
+"""ElasticSampler, as Horovod's (scaleout.torch.elastic).
 
 A sampler that can resume an epoch part-way through, at another number of ranks: it counts the
 samples processed in the epoch by all ranks together (`record_batch`), and `reset()` shards what

@@ -1,5 +1,5 @@
-"""TorchState, as Horovod's (groundwork for issue 14; not yet exported). See Note [Elastic
-state] in scaleout/_elastic_state.py.
+"""TorchState, as Horovod's (scaleout.torch.elastic). See Note [Elastic state] in
+scaleout/_elastic_state.py.
 
 The model, the optimizer and ElasticSamplers among the keyword arguments get handlers: save()
 keeps a deep copy of their state_dict(), restore() loads it back, sync() broadcasts rank 0's

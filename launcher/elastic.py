@@ -1,0 +1,448 @@
+"""scaleoutrun's elastic driver: runs an elastic job generation after generation.
+
+Note [Elastic driver]
+An MPI job cannot lose a rank and go on, nor take in new ones, so an elastic job is a series
+of generations, each an ordinary job of the hosts there are at its start (Note [Elastic
+restarts] in scaleout/_elastic_run.py is the ranks' side):
+  - the hosts come from the discovery script, run every second (or, with --min-np and no
+    script, from -H/--hostfile, at least two hosts), less the blacklisted ones, in the order
+    they first appeared, capped at --max-np slots (elastic_plan.py);
+  - a generation starts once there are -np slots (the first) or --min-np (later ones), waiting
+    up to --elastic-timeout; it runs with every slot there is then, with the ranks' variables
+    SCALEOUT_ELASTIC_JOB (the job's id: where its commits are kept), _GENERATION, and _DRIVER
+    and _TOKEN, where rank 0 connects to hear of host changes;
+  - when a rank fails, the others stop by themselves with RESTART_EXIT_CODE once they see it
+    (the launcher is told to leave them running, and they get SURVIVOR_GRACE seconds before
+    they are stopped);
+  - when the hosts change while a generation runs (slots added, removed, or a blacklisted
+    host's cooldown over) so that the next generation would differ, rank 0 is told, and the
+    ranks' next commit() or check_host_updates() raises HostsUpdatedInterrupt on every rank,
+    and they stop for a restart;
+  - after a generation, elastic_plan.judge_generation decides, in Horovod's order: done, or
+    blacklist the failed ranks' hosts and go on (a reset, counted against --reset-limit).
+A job that cannot go on says why, and where its last commit is kept, so that it can be resumed
+by running the same command with SCALEOUT_ELASTIC_JOB set to the job's id.
+"""
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import os
+import secrets
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable, Optional, Sequence
+
+from .config import LaunchConfig, UsageError
+from .elastic_plan import (Blacklist, End, assign_slots, classify_ends, host_update,
+                           judge_generation, parse_discovery)
+from .exit_report import signal_name
+from .hosts import HostSlots, format_host_list, parse_host_list, read_hostfile
+from .job import JobOutcome
+from .main import local_cpus, prepare_job
+from .mpi_launcher import find_mpiexec, probe_family
+from .plan import HostSource, plan_job
+from .unreachable import planned_host
+
+__all__ = ["run_elastic", "Discovery", "HostWatch", "Notifier", "DEFAULT_ELASTIC_TIMEOUT",
+           "SURVIVOR_GRACE"]
+
+DEFAULT_ELASTIC_TIMEOUT = 600.0   # seconds, as Horovod's
+DISCOVERY_INTERVAL = 1.0          # seconds between runs of the discovery script, as Horovod's
+DISCOVERY_TIME_LIMIT = 60.0       # the longest one run of the script may take
+# After a rank fails, how long the others get to see it and stop for a restart by themselves.
+SURVIVOR_GRACE = 10.0
+
+
+def _say(message: str) -> None:
+    print(f"scaleoutrun: elastic: {message}", file=sys.stderr, flush=True)
+
+
+class DiscoveryError(Exception):
+    """The discovery script failed or printed what is not a host list."""
+
+
+class Discovery:
+    """Where the hosts come from: the discovery script (run by the shell), or fixed hosts."""
+
+    def __init__(self, script: Optional[str], slots_per_host: int,
+                 fixed: Optional[Sequence[HostSlots]] = None):
+        self.script = script
+        self.slots_per_host = slots_per_host
+        self.fixed = list(fixed) if fixed is not None else None
+
+    @classmethod
+    def from_config(cls, config: LaunchConfig) -> "Discovery":
+        slots = config.slots_per_host or 1
+        if config.host_discovery_script is not None:
+            return cls(config.host_discovery_script, slots)
+        if config.hosts is not None:
+            fixed = parse_host_list(config.hosts)
+        elif config.hostfile is not None:
+            fixed = read_hostfile(config.hostfile)
+        else:
+            fixed = []
+        if len(fixed) < 2:
+            raise UsageError("an elastic job needs --host-discovery-script, or at least two "
+                             "hosts in -H/--hostfile (with fewer it cannot lose one and go on)")
+        return cls(None, slots, fixed)
+
+    def find(self) -> list[HostSlots]:
+        if self.fixed is not None:
+            return list(self.fixed)
+        try:
+            done = subprocess.run(self.script, shell=True, stdin=subprocess.DEVNULL,
+                                  capture_output=True, text=True, timeout=DISCOVERY_TIME_LIMIT)
+        except subprocess.TimeoutExpired:
+            raise DiscoveryError(f"the host discovery script {self.script!r} did not finish "
+                                 f"within {DISCOVERY_TIME_LIMIT:g} s") from None
+        if done.returncode != 0:
+            how = (f"was killed by {signal_name(-done.returncode)}" if done.returncode < 0
+                   else f"exited with code {done.returncode}")
+            said = done.stderr.strip().splitlines()[-1:] or ["nothing on stderr"]
+            raise DiscoveryError(f"the host discovery script {self.script!r} {how}: {said[0]}")
+        try:
+            return parse_discovery(done.stdout, self.slots_per_host, self.script or "")
+        except UsageError as exc:
+            raise DiscoveryError(str(exc)) from None
+
+
+class HostWatch:
+    """Runs discovery every DISCOVERY_INTERVAL seconds in a thread: the newest hosts found,
+    and a callback on each run (with the hosts) while a generation runs."""
+
+    def __init__(self, discovery: Discovery, first: Sequence[HostSlots]):
+        self.discovery = discovery
+        self._hosts = list(first)
+        self._lock = threading.Condition()
+        self._stop = threading.Event()
+        self._failing: Optional[str] = None
+        self.on_run: Optional[Callable[[list[HostSlots]], None]] = None
+        self._thread = threading.Thread(target=self._loop, name="scaleout-discovery",
+                                        daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            self._lock.notify_all()
+
+    def hosts(self) -> list[HostSlots]:
+        with self._lock:
+            return list(self._hosts)
+
+    def wait(self, seconds: float) -> None:
+        """Until the next run of discovery, or `seconds`."""
+        with self._lock:
+            self._lock.wait(seconds)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(DISCOVERY_INTERVAL):
+            try:
+                found = self.discovery.find()
+            except DiscoveryError as exc:
+                # As Horovod: after a first success, a failing script is retried, its last
+                # hosts kept; said once until it works again.
+                if str(exc) != self._failing:
+                    _say(f"{exc}; using the hosts it printed last")
+                self._failing = str(exc)
+                continue
+            self._failing = None
+            with self._lock:
+                self._hosts = found
+                self._lock.notify_all()
+            callback = self.on_run
+            if callback is not None:
+                callback(found)
+
+
+class Notifier:
+    """The driver's end of the host-update channel: each generation's rank 0 connects and says
+    "<token> <generation>"; the driver writes "<timestamp> <flags>" lines (Horovod's
+    HostUpdateResult flags), which rank 0's State turns into HostsUpdatedInterrupt."""
+
+    def __init__(self, addresses: Sequence[str]):
+        self.token = secrets.token_hex(16)
+        self._server = socket.create_server(("0.0.0.0", 0), backlog=16)
+        self.port = self._server.getsockname()[1]
+        self.addresses = list(addresses)
+        self._lock = threading.Lock()
+        self._generation = -1
+        self._connection: Optional[socket.socket] = None
+        self._pending: Optional[str] = None
+        self._last_timestamp = 0
+        threading.Thread(target=self._accept, name="scaleout-notifier", daemon=True).start()
+
+    def rank_environment(self, generation: int) -> dict[str, str]:
+        return {"SCALEOUT_ELASTIC_DRIVER": ",".join(f"{a}:{self.port}" for a in self.addresses),
+                "SCALEOUT_ELASTIC_TOKEN": self.token,
+                "SCALEOUT_ELASTIC_GENERATION": str(generation)}
+
+    def start_generation(self, generation: int) -> None:
+        with self._lock:
+            self._drop()
+            self._generation, self._pending = generation, None
+
+    def notify(self, flags: int) -> None:
+        """Tells this generation's rank 0 (now, or once it connects) that hosts changed."""
+        with self._lock:
+            self._last_timestamp = max(int(time.time()), self._last_timestamp + 1)
+            line = f"{self._last_timestamp} {flags}\n"
+            if self._connection is None or not self._send(line):
+                self._pending = line
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+        self._server.close()
+
+    def _send(self, line: str) -> bool:
+        try:
+            self._connection.sendall(line.encode())
+            return True
+        except OSError:
+            self._drop()
+            return False
+
+    def _drop(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self._server.accept()
+            except OSError:
+                return   # closed
+            try:
+                connection.settimeout(10)
+                hello = b""
+                while not hello.endswith(b"\n") and len(hello) < 256:
+                    part = connection.recv(256)
+                    if not part:
+                        break
+                    hello += part
+                token, _, generation = hello.decode(errors="replace").strip().partition(" ")
+            except OSError:
+                connection.close()
+                continue
+            with self._lock:
+                if token != self.token or generation != str(self._generation):
+                    connection.close()   # a stranger, or a generation that has ended
+                    continue
+                self._drop()
+                self._connection = connection
+                if self._pending is not None and self._send(self._pending):
+                    self._pending = None
+
+
+def _interface_address(name: str) -> Optional[str]:
+    """The IPv4 address of network interface `name` (SIOCGIFADDR), or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            packed = fcntl.ioctl(probe.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))
+        except OSError:
+            return None
+    return socket.inet_ntoa(packed[20:24])
+
+
+def driver_addresses(interfaces: Sequence[str]) -> list[str]:
+    """Where the ranks can reach this machine: the addresses of --network-interfaces, else
+    those its host name resolves to; 127.0.0.1 last, for ranks on this machine."""
+    if interfaces:
+        found = [address for address in map(_interface_address, interfaces) if address]
+    else:
+        try:
+            found = socket.gethostbyname_ex(socket.gethostname())[2]
+        except OSError:
+            found = []
+    outside = [address for address in found if not address.startswith("127.")]
+    return list(dict.fromkeys(outside)) + ["127.0.0.1"]
+
+
+def _new_job_id() -> str:
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclasses.dataclass
+class _Run:
+    """The driver's state across generations."""
+    config: LaunchConfig
+    environ: dict[str, str]
+    job: str
+    blacklist: Blacklist
+    hosts_used: dict[str, None] = dataclasses.field(default_factory=dict)   # ordered set
+
+    def commit_note(self) -> str:
+        """Where the job's commits are, for a message when it cannot go on."""
+        from scaleout._commit_store import CommitStore, default_directory
+        directory = self.environ.get("SCALEOUT_ELASTIC_DIR") or str(default_directory(self.job))
+        newest = CommitStore(directory).newest_complete() if os.path.isdir(directory) else None
+        what = "its last commit" if newest is None else f"its last commit (commit {newest})"
+        where = ", ".join(self.hosts_used) or "no host"
+        return (f"{what} is kept in {directory} on each host that ran its ranks ({where}); run "
+                f"the same command with SCALEOUT_ELASTIC_JOB={self.job} to resume from it")
+
+
+def _wait_for_slots(watch: HostWatch, run: _Run, previous: Sequence[str], needed: int,
+                    timeout: float) -> Optional[list[HostSlots]]:
+    """The next generation's hosts, once they have `needed` slots; None after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    said = False
+    while True:
+        hosts = assign_slots(previous, watch.hosts(), run.blacklist, time.time(),
+                             run.config.max_np)
+        have = sum(h.slots for h in hosts)
+        if have >= needed:
+            return hosts
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        if not said:
+            _say(f"waiting up to {left:.0f} s for {needed} slots (there are {have})")
+            said = True
+        watch.wait(min(left, DISCOVERY_INTERVAL))
+
+
+def _describe(ends: dict, outcome: JobOutcome) -> str:
+    """One line on how a generation's ranks ended."""
+    by_kind: dict[End, list[int]] = {}
+    for rank, (_, kind) in sorted(ends.items()):
+        by_kind.setdefault(kind, []).append(rank)
+    parts = []
+    reports = {int(r.rank): r for r in (outcome.relay.reports if outcome.relay else ())
+               if r.rank.isdigit()}
+    for kind, ranks in by_kind.items():
+        listed = ", ".join(f"{rank} (on {ends[rank][0]}"
+                           + (f", {reports[rank].describe().split(' ', 2)[2]}"
+                              if kind is End.FAILED and rank in reports else "") + ")"
+                           for rank in ranks)
+        parts.append(f"rank{'s' if len(ranks) > 1 else ''} {listed} {kind.value}")
+    return "; ".join(parts)
+
+
+def run_elastic(config: LaunchConfig) -> int:
+    """Runs an elastic job (Note [Elastic driver]); returns scaleoutrun's exit status."""
+    environ = dict(os.environ)
+    start_np = config.np if config.np is not None else config.min_np
+    if start_np is None:
+        raise UsageError("an elastic job needs -np N (the ranks to start with) or --min-np N")
+    min_np = config.min_np if config.min_np is not None else start_np
+    timeout = DEFAULT_ELASTIC_TIMEOUT if config.elastic_timeout is None else config.elastic_timeout
+    discovery = Discovery.from_config(config)
+    try:
+        first = discovery.find()
+    except DiscoveryError as exc:   # as Horovod: a script failing on its first run is fatal
+        print(f"scaleoutrun: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    launcher = probe_family(find_mpiexec(config.mpiexec, sys.executable, environ))
+    run = _Run(config, environ, environ.get("SCALEOUT_ELASTIC_JOB") or _new_job_id(),
+               Blacklist(config.blacklist_cooldown))
+    watch = HostWatch(discovery, first)
+    notifier = Notifier(driver_addresses(config.network_interfaces))
+    watch.start()
+    _say(f"job {run.job}")
+    try:
+        return _generations(run, watch, notifier, launcher, start_np, min_np, timeout)
+    finally:
+        watch.on_run = None
+        watch.stop()
+        notifier.close()
+
+
+def _generations(run: _Run, watch: HostWatch, notifier: Notifier, launcher, start_np: int,
+                 min_np: int, timeout: float) -> int:
+    config, previous, resets, generation = run.config, [], 0, 0
+    shared_store = bool(run.environ.get("SCALEOUT_ELASTIC_DIR"))
+    while True:
+        needed = start_np if generation == 0 else min_np
+        hosts = _wait_for_slots(watch, run, previous, needed, timeout)
+        if hosts is None:
+            _say(f"timed out waiting for the minimum number of slots to become available: "
+                 f"fewer than {needed} for {timeout:g} s (--elastic-timeout); the job was "
+                 f"stopped; {run.commit_note()}")
+            return 1
+        names = [h.host for h in hosts]
+        if previous and not set(previous) & set(names) and not shared_store:
+            _say(f"none of the hosts of the last generation ({', '.join(previous)}) is left, "
+                 "and their stores held the job's commits: the job was stopped (set "
+                 "SCALEOUT_ELASTIC_DIR to a directory every host shares to go on with new "
+                 f"hosts); {run.commit_note()}")
+            return 1
+        world = sum(h.slots for h in hosts)
+        source = HostSource(tuple(hosts), "the elastic job's hosts", "ssh")
+        shape = dataclasses.replace(config, np=world, hosts=None, hostfile=None, slurm="off")
+        plan = plan_job(shape, local_cpus(), source)
+        rank_env = {"SCALEOUT_ELASTIC_JOB": run.job, **notifier.rank_environment(generation)}
+        job = prepare_job(config, plan, run.environ, launcher, rank_env, keep_survivors=True)
+        run.hosts_used.update(dict.fromkeys(names))
+        _say(f"generation {generation}: {world} rank{'s' if world > 1 else ''} on "
+             f"{format_host_list(hosts)}")
+        notifier.start_generation(generation)
+        watch.on_run = _change_watcher(run, notifier, hosts)
+        outcome = job.run(survivor_grace=SURVIVOR_GRACE)
+        watch.on_run = None
+
+        relay = outcome.relay
+        unreachable = ([planned_host(u.host, job.rank_hosts) for u in relay.unreachable]
+                       if relay else [])
+        ends = classify_ends(
+            job.rank_hosts, relay.finished if relay else (),
+            [(int(r.rank), r.code, r.signal) for r in (relay.reports if relay else ())
+             if r.rank.isdigit()],
+            [int(b) for b in (relay.blamed.values() if relay else ()) if b.isdigit()],
+            unreachable)
+        verdict = judge_generation(ends, resets, config.reset_limit)
+        now = time.time()
+        for host in verdict.failed_hosts:
+            run.blacklist.add(host, now)
+        summary = _describe(ends, outcome)
+        if verdict.failed_hosts:
+            how_long = ("for good" if config.blacklist_cooldown is None else
+                        "until " + ", ".join(f"{h} in {run.blacklist.until[h] - now:.0f} s"
+                                             for h in verdict.failed_hosts))
+            summary += f"; blacklisted {', '.join(verdict.failed_hosts)} {how_long}"
+        _say(f"generation {generation} ended: {summary}")
+        if verdict.done:
+            kinds = [kind for _, kind in ends.values()]
+            if verdict.message is None and all(kind is End.DONE for kind in kinds):
+                return 0
+            if outcome.message:
+                print(outcome.message, file=sys.stderr, flush=True)
+            _say(f"{verdict.message or 'the job cannot go on'}; {run.commit_note()}")
+            # The program's own failure (or an interruption) keeps its status, as a job that
+            # is not elastic; the driver's decisions to stop are 1.
+            program = verdict.message is None or all(kind is End.FAILED for kind in kinds)
+            return (outcome.exit_status or 1) if program else 1
+        resets += 1
+        generation += 1
+        previous = names
+        limit = "" if config.reset_limit is None else f" of at most {config.reset_limit}"
+        _say(f"restarting (reset {resets}{limit}) from the last commit")
+
+
+def _change_watcher(run: _Run, notifier: Notifier,
+                    running: Sequence[HostSlots]) -> Callable[[list[HostSlots]], None]:
+    """While a generation runs: after each discovery, tell rank 0 when the next generation
+    would have other hosts than this one (once per change)."""
+    considered = [list(running)]
+
+    def check(found: list[HostSlots]) -> None:
+        order = [h.host for h in running]
+        upcoming = assign_slots(order, found, run.blacklist, time.time(), run.config.max_np)
+        if upcoming == considered[0]:
+            return
+        considered[0] = upcoming
+        flags = host_update(running, upcoming)
+        if flags:
+            _say(f"hosts changed ({format_host_list(upcoming) or 'none left'}): asking the ranks "
+                 "to stop for a restart at their next commit")
+            notifier.notify(flags)
+    return check
