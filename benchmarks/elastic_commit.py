@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 import scaleout.torch as hvd
-from scaleout._commit_store import CommitStore, commit, default_directory, newest_commit
+from scaleout._commit_store import CommitStore, commit, job_directory, newest_commit
 
 
 def timed(fn, iters: int) -> float:
@@ -54,7 +54,7 @@ def main() -> int:
     nbytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
     job = f"bench-{os.getpid() if hvd.rank() == 0 else 0}"
     job = hvd.broadcast_object(job, root_rank=0)
-    store = CommitStore(default_directory(job)) if hvd.local_rank() == 0 else None
+    store = CommitStore(job_directory(job, {})) if hvd.local_rank() == 0 else None
     counter = iter(range(10**9))
     state = {}
 

@@ -282,13 +282,17 @@ class _Run:
 
     def commit_note(self) -> str:
         """Where the job's commits are, for a message when it cannot go on."""
-        from scaleout._commit_store import CommitStore, default_directory
-        directory = self.environ.get("SCALEOUT_ELASTIC_DIR") or str(default_directory(self.job))
-        newest = CommitStore(directory).newest_complete() if os.path.isdir(directory) else None
+        from scaleout._commit_store import CommitStore, job_directory
+        directory = job_directory(self.job, self.environ)
+        # The copies on this machine: those of its hosts (remote ones are not looked at).
+        found = [CommitStore(directory / host).newest_complete() for host in self.hosts_used
+                 if (directory / host).is_dir()]
+        newest = max((n for n in found if n is not None), default=None)
         what = "its last commit" if newest is None else f"its last commit (commit {newest})"
         where = ", ".join(self.hosts_used) or "no host"
-        return (f"{what} is kept in {directory} on each host that ran its ranks ({where}); run "
-                f"the same command with SCALEOUT_ELASTIC_JOB={self.job} to resume from it")
+        return (f"{what} is kept in {directory}/<host> on each host that ran its ranks "
+                f"({where}); run the same command with SCALEOUT_ELASTIC_JOB={self.job} to resume "
+                "from it")
 
 
 def _wait_for_slots(watch: HostWatch, run: _Run, previous: Sequence[str], needed: int,
@@ -360,7 +364,6 @@ def run_elastic(config: LaunchConfig) -> int:
 def _generations(run: _Run, watch: HostWatch, notifier: Notifier, launcher, start_np: int,
                  min_np: int, timeout: float) -> int:
     config, previous, resets, generation = run.config, [], 0, 0
-    shared_store = bool(run.environ.get("SCALEOUT_ELASTIC_DIR"))
     while True:
         needed = start_np if generation == 0 else min_np
         hosts = _wait_for_slots(watch, run, previous, needed, timeout)
@@ -370,17 +373,17 @@ def _generations(run: _Run, watch: HostWatch, notifier: Notifier, launcher, star
                  f"stopped; {run.commit_note()}")
             return 1
         names = [h.host for h in hosts]
-        if previous and not set(previous) & set(names) and not shared_store:
-            _say(f"none of the hosts of the last generation ({', '.join(previous)}) is left, "
-                 "and their stores held the job's commits: the job was stopped (set "
-                 "SCALEOUT_ELASTIC_DIR to a directory every host shares to go on with new "
-                 f"hosts); {run.commit_note()}")
+        if previous and not set(previous) & set(names):
+            # As Horovod's driver: the job's state lives on the hosts that ran it.
+            _say(f"none of the hosts of the last generation ({', '.join(previous)}) is left to "
+                 f"hand the job's state on: the job was stopped; {run.commit_note()}")
             return 1
         world = sum(h.slots for h in hosts)
         source = HostSource(tuple(hosts), "the elastic job's hosts", "ssh")
         shape = dataclasses.replace(config, np=world, hosts=None, hostfile=None, slurm="off")
         plan = plan_job(shape, local_cpus(), source)
-        rank_env = {"SCALEOUT_ELASTIC_JOB": run.job, **notifier.rank_environment(generation)}
+        rank_env = {"SCALEOUT_ELASTIC_JOB": run.job, "SCALEOUT_ELASTIC_HOSTS":
+                    format_host_list(hosts), **notifier.rank_environment(generation)}
         job = prepare_job(config, plan, run.environ, launcher, rank_env, keep_survivors=True)
         run.hosts_used.update(dict.fromkeys(names))
         _say(f"generation {generation}: {world} rank{'s' if world > 1 else ''} on "

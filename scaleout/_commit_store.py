@@ -21,13 +21,13 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import List, Optional, Tuple, Union
+from typing import List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
 from scaleout._errors import InvalidArgumentError, ScaleoutError
 
-__all__ = ["CommitStore", "commit", "newest_commit", "default_directory"]
+__all__ = ["CommitStore", "commit", "newest_commit", "job_directory"]
 
 _NAME = re.compile(r"^commit-(\d+)\.(bin|done)$")
 
@@ -117,9 +117,12 @@ class CommitStore:
 
 # ---- the protocol over the job's ranks (Note [Commit store]) ----
 
-def default_directory(job: str) -> Path:
-    """Where a host keeps job `job`'s commits: /dev/shm when there is one (it outlives the
-    processes, not the host), else the temporary directory."""
+def job_directory(job: str, environ: Mapping[str, str]) -> Path:
+    """Where job `job`'s commits are kept on a host (each host's store is a directory in it
+    named after the host): SCALEOUT_ELASTIC_DIR when set, else in /dev/shm when there is one
+    (it outlives the processes, not the host), else in the temporary directory."""
+    if environ.get("SCALEOUT_ELASTIC_DIR"):
+        return Path(environ["SCALEOUT_ELASTIC_DIR"])
     base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
     return base / f"scaleout-commits-{job}"
 

@@ -5,9 +5,11 @@ MPICH cannot start MPI again in a process, and a job that lost a rank cannot go 
 scaleout's elastic training restarts the job: the elastic driver (scaleoutrun, Note [Elastic
 driver] in launcher/elastic.py) runs generation after generation of the job on the hosts there
 are, and tells the ranks through the environment: SCALEOUT_ELASTIC_JOB (the job's id),
-SCALEOUT_ELASTIC_GENERATION (0, 1, ...), SCALEOUT_ELASTIC_DRIVER and SCALEOUT_ELASTIC_TOKEN
-(where rank 0 hears of host changes) and, if the user set it, SCALEOUT_ELASTIC_DIR (where each
-host keeps its commits; default /dev/shm/scaleout-commits-<job>). Under it,
+SCALEOUT_ELASTIC_GENERATION (0, 1, ...), SCALEOUT_ELASTIC_HOSTS (the generation's hosts and
+slots, in rank order), SCALEOUT_ELASTIC_DRIVER and SCALEOUT_ELASTIC_TOKEN (where rank 0 hears
+of host changes) and, if the user set it, SCALEOUT_ELASTIC_DIR (where each
+host keeps its commits, in a directory named after it; default /dev/shm/scaleout-commits-<job>).
+Under it,
 `run(func)(state)`:
   - attaches the host's commit store to `state` (Note [Commit store]), so every commit is
     durable on every host, and on rank 0 listens for the driver's host updates
@@ -36,7 +38,7 @@ import threading
 from typing import Any, Callable, Optional
 
 from scaleout import _basics
-from scaleout._commit_store import CommitStore, default_directory
+from scaleout._commit_store import CommitStore, job_directory
 from scaleout._elastic_state import HostsUpdatedInterrupt, State
 from scaleout._errors import PeerFailedError
 
@@ -46,12 +48,26 @@ RESTART_EXIT_CODE = 75  # EX_TEMPFAIL: run this job again
 
 
 def _store() -> Optional[CommitStore]:
-    """This host's store (on its first rank; None elsewhere), under the elastic driver."""
+    """This host's store (on its first rank; None elsewhere), under the elastic driver: a
+    directory of its own under the job's, named after the host (so that hosts sharing a file
+    system, or one machine's /dev/shm as the test hosts localhost and 127.0.0.1 do, keep
+    apart copies, each written by one rank)."""
     job = os.environ.get("SCALEOUT_ELASTIC_JOB")
     if job is None or _basics.local_rank() != 0:
         return None
-    directory = os.environ.get("SCALEOUT_ELASTIC_DIR") or default_directory(job)
-    return CommitStore(directory)
+    return CommitStore(job_directory(job, os.environ) / _host_name())
+
+
+def _host_name() -> str:
+    """The name the driver knows this rank's host by (SCALEOUT_ELASTIC_HOSTS lists the
+    generation's hosts as 'host:slots,...' in rank order), else the machine's name."""
+    rank = _basics.rank()
+    for entry in filter(None, os.environ.get("SCALEOUT_ELASTIC_HOSTS", "").split(",")):
+        host, _, slots = entry.rpartition(":")
+        if rank < int(slots):
+            return host
+        rank -= int(slots)
+    return socket.gethostname()
 
 
 def _generation() -> int:
@@ -120,7 +136,10 @@ def _remove_commits(store: Optional[CommitStore]) -> None:
 
 
 def _restart(cause: BaseException) -> None:
-    what = type(cause).__name__ + (f": {cause}" if str(cause) else "")
+    if isinstance(cause, HostsUpdatedInterrupt):
+        what = "HostsUpdatedInterrupt: the job's hosts changed"
+    else:
+        what = type(cause).__name__ + (f": {cause}" if str(cause) else "")
     sys.stdout.flush()
     sys.stderr.flush()
     # One write of the whole line: the ranks share the launcher's stderr.
