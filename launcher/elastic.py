@@ -328,7 +328,8 @@ def _describe(ends: dict, outcome: JobOutcome) -> str:
                            + (f", {reports[rank].describe().split(' ', 2)[2]}"
                               if kind is End.FAILED and rank in reports else "") + ")"
                            for rank in ranks)
-        parts.append(f"rank{'s' if len(ranks) > 1 else ''} {listed} {kind.value}")
+        verb = kind.value if len(ranks) == 1 else kind.value.replace("was ", "were ")
+        parts.append(f"rank{'s' if len(ranks) > 1 else ''} {listed} {verb}")
     return "; ".join(parts)
 
 
@@ -393,15 +394,11 @@ def _generations(run: _Run, watch: HostWatch, notifier: Notifier, launcher, star
         outcome = job.run(survivor_grace=SURVIVOR_GRACE)
         watch.on_run = None
 
-        relay = outcome.relay
-        unreachable = ([planned_host(u.host, job.rank_hosts) for u in relay.unreachable]
-                       if relay else [])
-        ends = classify_ends(
-            job.rank_hosts, relay.finished if relay else (),
-            [(int(r.rank), r.code, r.signal) for r in (relay.reports if relay else ())
-             if r.rank.isdigit()],
-            [int(b) for b in (relay.blamed.values() if relay else ()) if b.isdigit()],
-            unreachable)
+        if outcome.interrupted:
+            print(outcome.message, file=sys.stderr, flush=True)
+            _say(f"the job was interrupted; {run.commit_note()}")
+            return outcome.exit_status
+        ends = _ends(outcome, job)
         verdict = judge_generation(ends, resets, config.reset_limit)
         now = time.time()
         for host in verdict.failed_hosts:
@@ -429,6 +426,22 @@ def _generations(run: _Run, watch: HostWatch, notifier: Notifier, launcher, star
         previous = names
         limit = "" if config.reset_limit is None else f" of at most {config.reset_limit}"
         _say(f"restarting (reset {resets}{limit}) from the last commit")
+
+
+def _ends(outcome: JobOutcome, job) -> dict:
+    """Each rank's (host, End). Where no rank's end says what happened (the launcher itself
+    failed, taking every rank down before they could say why: Hydra does when a host's daemon
+    is lost), the generation's remote hosts that ssh cannot reach now are the ones lost."""
+    relay = outcome.relay
+    reports = [(int(r.rank), r.code, r.signal) for r in relay.reports if r.rank.isdigit()]
+    blamed = [int(b) for b in relay.blamed.values() if b.isdigit()]
+    unreachable = [planned_host(u.host, job.rank_hosts) for u in relay.unreachable]
+    ends = classify_ends(job.rank_hosts, relay.finished, reports, blamed, unreachable)
+    if job.probe is not None and all(kind is End.STOPPED for _, kind in ends.values()):
+        lost = [planned_host(failure.host, job.rank_hosts)
+                for failure in job.probe(list(dict.fromkeys(job.rank_hosts)))]
+        ends = classify_ends(job.rank_hosts, relay.finished, reports, blamed, lost)
+    return ends
 
 
 def _change_watcher(run: _Run, notifier: Notifier,

@@ -44,6 +44,7 @@ class JobOutcome:
     message: Optional[str] = None        # what scaleoutrun prints last, when not success
     relay: Optional["StderrRelay"] = None   # what the ranks said of their starts and ends
     stopped: bool = False                # scaleoutrun had to stop the job (or was interrupted)
+    interrupted: bool = False            # scaleoutrun was interrupted (Ctrl-C, SIGTERM, ...)
 
 
 # A rank's output line, as the wrapper prefixes it: "[3] text", or with
@@ -245,7 +246,8 @@ class _Supervisor:
     def run(self) -> JobOutcome:
         outcome = self._run()
         return dataclasses.replace(outcome, relay=self.relay,
-                                   stopped=self.stop_requested_at is not None)
+                                   stopped=self.stop_requested_at is not None,
+                                   interrupted=self.interrupted is not None)
 
     def _run(self) -> JobOutcome:
         # Its own session: a terminal's Ctrl-C reaches scaleoutrun alone, which relays it once.

@@ -372,14 +372,14 @@ class Hosts:
 
     # --- taking down ----------------------------------------------------------------------
 
-    def close(self) -> None:
-        spaces = self.spaces - {_net_namespace(os.getpid())}
-        # Everything still running inside the namespaces (sshd, its sessions, a stuck rank),
-        # then the holders: the last process of a namespace gone, it goes with its veth ends.
+    def _kill_in(self, spaces: set, spare: tuple[int, ...] = ()) -> None:
+        """SIGKILLs every process in the network namespaces `spaces` but `spare`, until none
+        is left (a process may fork while the first ones die)."""
+        spaces = spaces - {_net_namespace(os.getpid())}   # never this machine's own
         for _ in range(3):
             found = []
             for entry in os.listdir("/proc") if spaces else ():
-                if entry.isdigit() and int(entry) != os.getpid():
+                if entry.isdigit() and int(entry) not in (os.getpid(), *spare):
                     try:
                         if _net_namespace(int(entry)) in spaces:
                             found.append(int(entry))
@@ -393,6 +393,17 @@ class Hosts:
             if not found:
                 break
             time.sleep(0.1)
+
+    def kill_host(self, name: str) -> None:
+        """The host is lost: everything running on it (its sshd, the launcher's daemon, the
+        ranks and their wrappers) is killed at once; only its namespaces stay, empty."""
+        holder = self.holders[name].pid
+        self._kill_in({_net_namespace(holder)}, spare=(holder,))
+
+    def close(self) -> None:
+        # Everything still running inside the namespaces (sshd, its sessions, a stuck rank),
+        # then the holders: the last process of a namespace gone, it goes with its veth ends.
+        self._kill_in(self.spaces)
         for process in self.sshds + list(self.holders.values()):
             if process.poll() is None:
                 process.kill()
