@@ -133,6 +133,11 @@ def _remove_commits(store: Optional[CommitStore]) -> None:
     barrier(name="scaleout.elastic.done")
     if store is not None:
         store.clear()
+        if not os.environ.get("SCALEOUT_ELASTIC_DIR"):   # the job's directory is ours too
+            try:
+                store.directory.parent.rmdir()
+            except OSError:
+                pass   # another host's store in it is still being removed (one machine)
 
 
 def _restart(cause: BaseException) -> None:

@@ -54,8 +54,10 @@ def _default_rank() -> int:
 
 
 class State:
-    """The base class (see Note [Elastic state]). `bcast_object(obj, root_rank)` and
-    `get_rank()` are Horovod's arguments; scaleout's broadcast_object and rank by default."""
+    """The base class (see Note [Elastic state]). `bcast_object(obj)` (rank 0's obj on every
+    rank) and `get_rank()` are Horovod's arguments; scaleout's broadcast_object and rank by
+    default. As Horovod's, a state only ever broadcasts from rank 0 and calls bcast_object with
+    the object alone, so a one-argument function (broadcast_object_fn()'s) serves."""
 
     def __init__(self, bcast_object: Optional[Callable[..., Any]] = None,
                  get_rank: Optional[Callable[[], int]] = None) -> None:
@@ -100,7 +102,7 @@ class State:
             if timestamp > newest:
                 newest = timestamp
             flags |= update
-        previous, newest, flags = self._bcast_object((previous, newest, flags), root_rank=0)
+        previous, newest, flags = self._bcast_object((previous, newest, flags))
         self._last_updated_timestamp = newest
         if newest > previous:
             raise HostsUpdatedInterrupt(flags == HostUpdateResult.removed)
@@ -165,7 +167,7 @@ class ObjectState(State):
 
     def sync(self) -> None:
         if self._saved_state:
-            self._saved_state = self._bcast_object(self._saved_state, root_rank=0)
+            self._saved_state = self._bcast_object(self._saved_state)
             self._set_attrs()
 
     def _set_attrs(self) -> None:

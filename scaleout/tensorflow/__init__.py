@@ -48,8 +48,8 @@ __all__ = _common.__all__ + [
 
 
 def __getattr__(name: str):
-    # `hvd.elastic` names a feature scaleout does not have yet: say so, not AttributeError.
+    # `hvd.elastic` (Horovod's attribute): imported when first used.
     if name == "elastic":
-        from scaleout._not_yet import elastic_missing
-        raise elastic_missing("scaleout.tensorflow")
+        import importlib
+        return importlib.import_module("scaleout.tensorflow.elastic")
     raise AttributeError(f"module 'scaleout.tensorflow' has no attribute {name!r}")

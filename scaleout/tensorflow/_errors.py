@@ -33,7 +33,7 @@ from typing import Optional, Type
 import tensorflow as tf
 
 from scaleout import _errors
-from scaleout._not_yet import NotYetImplementedError
+from scaleout._errors import NotYetImplementedError
 
 __all__ = ["TF_CLASSES", "UnsupportedError", "typed", "tf_errors", "install"]
 

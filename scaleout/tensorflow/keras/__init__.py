@@ -80,10 +80,10 @@ def broadcast_global_variables(root_rank):
 
 
 def __getattr__(name):
-    # `hvd.elastic` names a feature scaleout does not have yet: say so, not AttributeError.
+    # `hvd.elastic` (Horovod's attribute): imported when first used.
     if name == "elastic":
-        from scaleout._not_yet import elastic_missing
-        raise elastic_missing("scaleout.tensorflow.keras")
+        import importlib
+        return importlib.import_module("scaleout.tensorflow.keras.elastic")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
