@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""What an elastic commit costs (Note [Commit store]; groundwork of issue 14): a 100 MB torch
-model's state serialized and committed to every host's store, beside the checkpoint users write
-today (rank 0's torch.save to a file), in one run.
+"""What an elastic commit costs (Note [Commit store]): a 100 MB torch model's state serialized
+and committed to every host's store, and a whole `hvd.elastic.TorchState.commit()`, beside the
+checkpoint users write today (rank 0's torch.save to a file), in one run.
 
     scaleoutrun -np 2 python benchmarks/elastic_commit.py [--mb 100] [--iters 10]
 
@@ -9,6 +9,9 @@ Phases, each the slowest rank's time with a barrier before, medians over --iters
   serialize   torch.save(model.state_dict()) into memory
   commit      every host's first rank writes the bytes to its store (/dev/shm), the ranks agree
               that every host wrote, each host marks it complete
+  state.commit  TorchState(model, SGD optimizer).commit() as a training loop calls it: the
+              saved copy (a deep copy of the state dicts), serialize, commit, and the check for
+              host changes
   restore     the newest complete commit found and sent from a host holding it to every rank
               (broadcast_object), then torch.load
   baseline    rank 0 torch.save(model.state_dict(), file) into the temporary directory
@@ -70,6 +73,13 @@ def main() -> int:
         _, payload = newest_commit(store)
         model.load_state_dict(torch.load(io.BytesIO(payload)))
 
+    elastic_state = hvd.elastic.TorchState(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    state_store = CommitStore(store.directory / "state") if store is not None else None
+    elastic_state.attach_store(state_store)
+
+    def state_commit():
+        elastic_state.commit()
+
     with tempfile.TemporaryDirectory() as scratch:
         target = Path(scratch) / "checkpoint.pt"
 
@@ -80,11 +90,10 @@ def main() -> int:
         serialize()
         results = {name: timed(fn, args.iters) for name, fn in
                    (("serialize", serialize), ("commit", commit_state), ("restore", restore),
-                    ("baseline", baseline))}
+                    ("state.commit", state_commit), ("baseline", baseline))}
     if store is not None:
-        for entry in store.directory.iterdir():
-            entry.unlink()
-        store.directory.rmdir()
+        state_store.clear()
+        store.clear()
     if hvd.rank() == 0:
         print(f"# {nbytes / 2**20:.0f} MiB state ({layers} x Linear({width}, {width})), "
               f"{hvd.size()} ranks on {hvd.cross_size()} host(s), median of {args.iters}, "
@@ -95,7 +104,9 @@ def main() -> int:
             print(f"| {name} | {seconds * 1e3:.1f} ms |")
         total = results["serialize"] + results["commit"]
         print(f"# commit (serialize + commit) {total * 1e3:.1f} ms = "
-              f"{total / results['baseline']:.2f}x rank 0's torch.save to a file")
+              f"{total / results['baseline']:.2f}x rank 0's torch.save to a file; "
+              f"TorchState.commit() {results['state.commit'] * 1e3:.1f} ms = "
+              f"{results['state.commit'] / results['baseline']:.2f}x")
     return 0
 
 

@@ -325,7 +325,7 @@ def _describe(ends: dict, outcome: JobOutcome) -> str:
                if r.rank.isdigit()}
     for kind, ranks in by_kind.items():
         listed = ", ".join(f"{rank} (on {ends[rank][0]}"
-                           + (f", {reports[rank].describe().split(' ', 2)[2]}"
+                           + (f", {reports[rank].how()}"
                               if kind is End.FAILED and rank in reports else "") + ")"
                            for rank in ranks)
         verb = kind.value if len(ranks) == 1 else kind.value.replace("was ", "were ")
@@ -417,8 +417,8 @@ def _generations(run: _Run, watch: HostWatch, notifier: Notifier, launcher, star
             if outcome.message:
                 print(outcome.message, file=sys.stderr, flush=True)
             _say(f"{verdict.message or 'the job cannot go on'}; {run.commit_note()}")
-            # The program's own failure (or an interruption) keeps its status, as a job that
-            # is not elastic; the driver's decisions to stop are 1.
+            # The program's own failure (every rank failed, or the launch did) keeps its
+            # status, as in a job that is not elastic; the driver's decisions to stop are 1.
             program = verdict.message is None or all(kind is End.FAILED for kind in kinds)
             return (outcome.exit_status or 1) if program else 1
         resets += 1

@@ -43,10 +43,14 @@ class RankExit:
             return cls(rank, signal=-returncode)
         return cls(rank, code=returncode)
 
-    def describe(self) -> str:
+    def how(self) -> str:
+        """How it ended: "was killed by SIGKILL", "exited with code 3"."""
         if self.signal is not None:
-            return f"rank {self.rank} was killed by {signal_name(self.signal)}"
-        return f"rank {self.rank} exited with code {self.code}"
+            return f"was killed by {signal_name(self.signal)}"
+        return f"exited with code {self.code}"
+
+    def describe(self) -> str:
+        return f"rank {self.rank} {self.how()}"
 
     def report_line(self) -> str:
         return f"scaleoutrun: {self.describe()}\n"

@@ -75,27 +75,30 @@ def _generation() -> int:
 
 
 def _listen_for_host_updates(state: State) -> None:
-    """On rank 0 under the driver: a thread passing the driver's host updates to `state`."""
+    """On rank 0 under the driver: a thread that connects to the driver and passes its host
+    updates to `state` (connecting in the thread: an address that does not answer must not
+    hold up the training)."""
     where = os.environ.get("SCALEOUT_ELASTIC_DRIVER")
     if not where or _basics.rank() != 0:
         return
     hello = f"{os.environ.get('SCALEOUT_ELASTIC_TOKEN', '')} {_generation()}\n".encode()
-    failures = []
-    for address in where.split(","):
-        host, _, port = address.rpartition(":")
-        try:
-            connection = socket.create_connection((host, int(port)), timeout=5)
-            connection.sendall(hello)
-            connection.settimeout(None)
-            break
-        except (OSError, ValueError) as exc:
-            failures.append(f"{address}: {exc}")
-    else:
-        os.write(2, ("scaleout elastic: rank 0 cannot reach scaleoutrun's driver ("
-                     + "; ".join(failures) + "): added hosts will not grow this job\n").encode())
-        return
 
     def listen() -> None:
+        failures = []
+        for address in where.split(","):
+            host, _, port = address.rpartition(":")
+            try:
+                connection = socket.create_connection((host, int(port)), timeout=5)
+                connection.sendall(hello)
+                connection.settimeout(None)
+                break
+            except (OSError, ValueError) as exc:
+                failures.append(f"{address}: {exc}")
+        else:
+            os.write(2, ("scaleout elastic: rank 0 cannot reach scaleoutrun's driver ("
+                         + "; ".join(failures) + "): added hosts will not grow this job\n")
+                     .encode())
+            return
         with connection, connection.makefile("r") as lines:
             for line in lines:
                 timestamp, _, flags = line.strip().partition(" ")

@@ -196,7 +196,7 @@ def test_uint16_in_every_collective(r, n):
           "uint16 reducescatter")
 
 
-def test_features_not_here_yet_raise_not_implemented(r, n):
+def test_process_sets_adasum_and_elastic_names(r, n):
     expect_error(ValueError, lambda: hvd.allreduce(torch.ones(1), process_set=object()),
                  "process_set must be a ProcessSet", what="process_set= not a set")
     unregistered = hvd.ProcessSet([0])
@@ -204,7 +204,11 @@ def test_features_not_here_yet_raise_not_implemented(r, n):
           "ProcessSet([0]) is made, not registered")
     expect_error(ValueError, lambda: hvd.allreduce(torch.ones(1), process_set=unregistered),
                  "is not registered", what="process_set= not registered")
-    expect_error(NotImplementedError, lambda: hvd.elastic, "elastic", what="hvd.elastic")
+    check(all(hasattr(hvd.elastic, name) for name in
+              ("run", "TorchState", "ElasticSampler", "ObjectState", "State",
+               "HostsUpdatedInterrupt")), "hvd.elastic has Horovod's names")
+    check(hvd.elastic.HorovodInternalError is hvd.HorovodInternalError,
+          "one HorovodInternalError")
     if n & (n - 1) == 0:   # Adasum of equal vectors is the vector (tests/mp/adasum.py: more)
         check(torch.equal(hvd.allreduce(torch.ones(3), op=hvd.Adasum), torch.ones(3)),
               "op=Adasum")
