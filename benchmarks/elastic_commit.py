@@ -6,20 +6,20 @@ checkpoint users write today (rank 0's torch.save to a file), in one run.
     scaleoutrun -np 2 python benchmarks/elastic_commit.py [--mb 100] [--iters 10]
 
 Phases, each the slowest rank's time with a barrier before, medians over --iters:
-  serialize   torch.save(model.state_dict()) into memory
+  serialize   the model's state dict as a commit's pieces (Note [Commit format]: pickle with
+              the tensors' bytes out of band, not copied)
   commit      every host's first rank writes the bytes to its store (/dev/shm), the ranks agree
               that every host wrote, each host marks it complete
   state.commit  TorchState(model, SGD optimizer).commit() as a training loop calls it: the
               saved copy (a deep copy of the state dicts), serialize, commit, and the check for
               host changes
-  restore     the newest complete commit found and sent from a host holding it to every rank
-              (broadcast_object), then torch.load
+  restore     the newest complete commit found, read and sent from a host holding it to every
+              rank, unpacked and loaded into the model
   baseline    rank 0 torch.save(model.state_dict(), file) into the temporary directory
 """
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import statistics
 import tempfile
@@ -30,6 +30,8 @@ import torch
 
 import scaleout.torch as hvd
 from scaleout._commit_store import CommitStore, commit, job_directory, newest_commit
+from scaleout._elastic_state import pack, unpack
+from scaleout.torch._elastic_state import _reduce_tensor
 
 
 def timed(fn, iters: int) -> float:
@@ -62,16 +64,14 @@ def main() -> int:
     state = {}
 
     def serialize():
-        buffer = io.BytesIO()
-        torch.save(model.state_dict(), buffer)
-        state["bytes"] = buffer.getbuffer()
+        state["bytes"] = pack(model.state_dict(), _reduce_tensor)
 
     def commit_state():
         commit(store, next(counter), state["bytes"])
 
     def restore():
         _, payload = newest_commit(store)
-        model.load_state_dict(torch.load(io.BytesIO(payload)))
+        model.load_state_dict(unpack(payload))
 
     elastic_state = hvd.elastic.TorchState(model, torch.optim.SGD(model.parameters(), lr=0.1))
     state_store = CommitStore(store.directory / "state") if store is not None else None

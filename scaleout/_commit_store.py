@@ -21,7 +21,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import List, Mapping, Optional, Tuple, Union
+from typing import List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from scaleout._errors import InvalidArgumentError, ScaleoutError
 __all__ = ["CommitStore", "commit", "newest_commit", "job_directory"]
 
 _NAME = re.compile(r"^commit-(\d+)\.(bin|done)$")
+Buffer = Union[bytes, bytearray, memoryview]
 
 
 class CommitStore:
@@ -45,15 +46,18 @@ class CommitStore:
     def _path(self, commit_id: int, kind: str) -> Path:
         return self.directory / f"commit-{commit_id}.{kind}"
 
-    def write(self, commit_id: int, payload: Union[bytes, bytearray, memoryview]) -> Path:
-        """Writes commit `commit_id`'s bytes atomically (not yet marked complete)."""
+    def write(self, commit_id: int, payload: Union[Buffer, Sequence[Buffer]]) -> Path:
+        """Writes commit `commit_id`'s bytes (one buffer, or pieces one after the other)
+        atomically (not yet marked complete)."""
         if commit_id < 0:
             raise InvalidArgumentError(f"commit ids are >= 0, not {commit_id}")
+        pieces = [payload] if isinstance(payload, (bytes, bytearray, memoryview)) else payload
         target = self._path(commit_id, "bin")
         fd, temporary = tempfile.mkstemp(prefix=".writing-", dir=self.directory)
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(payload)
+                for piece in pieces:
+                    f.write(piece)
             os.replace(temporary, target)
         except BaseException:
             Path(temporary).unlink(missing_ok=True)
@@ -76,10 +80,15 @@ class CommitStore:
         done = self.complete()
         return done[-1] if done else None
 
-    def read(self, commit_id: int) -> bytes:
+    def read(self, commit_id: int) -> bytearray:
+        """A complete commit's bytes (writable: what is loaded from them may be a view)."""
         if commit_id not in self.complete():
             raise InvalidArgumentError(f"no complete commit {commit_id} in {self.directory}")
-        return self._path(commit_id, "bin").read_bytes()
+        path = self._path(commit_id, "bin")
+        data = bytearray(path.stat().st_size)
+        with open(path, "rb") as f:
+            f.readinto(data)
+        return data
 
     def prune(self) -> None:
         """Keeps the newest `keep` complete commits and any newer one (being written); an
@@ -127,10 +136,11 @@ def job_directory(job: str, environ: Mapping[str, str]) -> Path:
     return base / f"scaleout-commits-{job}"
 
 
-def commit(store: Optional[CommitStore], commit_id: int, payload: bytes) -> None:
-    """Collective: every host's first rank writes `payload` as commit `commit_id` into its
-    `store` (other ranks pass None or their host's store, unused); once every host has written,
-    each marks it complete. Raises on every rank if a host could not write."""
+def commit(store: Optional[CommitStore], commit_id: int,
+           payload: Union[None, Buffer, Sequence[Buffer]]) -> None:
+    """Collective: every host's first rank writes `payload` (what CommitStore.write takes) as
+    commit `commit_id` into its `store` (other ranks pass None for both); once every host has
+    written, each marks it complete. Raises on every rank if a host could not write."""
     from scaleout import _basics
     from scaleout._core import Min
     from scaleout._ops import allreduce
@@ -153,7 +163,7 @@ def newest_commit(store: Optional[CommitStore]) -> Optional[Tuple[int, bytes]]:
     """Collective: the newest commit complete on any host, as (id, bytes) on every rank (sent
     by the lowest rank holding it), or None when no host holds one."""
     from scaleout import _basics
-    from scaleout._objects import allgather_object, broadcast_object
+    from scaleout._objects import allgather_object, broadcast_bytes
     mine = -1
     if _basics.local_rank() == 0 and store is not None:
         newest = store.newest_complete()
@@ -164,4 +174,4 @@ def newest_commit(store: Optional[CommitStore]) -> Optional[Tuple[int, bytes]]:
         return None
     holder = held.index(best)
     payload = store.read(best) if _basics.rank() == holder else None
-    return best, broadcast_object(payload, root_rank=holder, name="scaleout.commit.restore")
+    return best, broadcast_bytes(payload, root_rank=holder, name="scaleout.commit.restore")

@@ -17,14 +17,80 @@ may have another number of ranks.
 """
 from __future__ import annotations
 
+import io
+import pickle
 import queue
+import struct
 from typing import Any, Callable, Dict, List, Optional
 
 import cloudpickle
 
 from scaleout._commit_store import CommitStore, commit, newest_commit
 
-__all__ = ["HostsUpdatedInterrupt", "HostUpdateResult", "State", "ObjectState"]
+__all__ = ["HostsUpdatedInterrupt", "HostUpdateResult", "State", "ObjectState", "pack",
+           "unpack"]
+
+# Note [Commit format]
+# A commit's bytes are written to every host's store and read back by a new process, perhaps
+# with another number of ranks, so they hold a whole state (a 100 MB model's). They are pickled
+# with protocol 5, its large buffers (numpy arrays; torch tensors through TorchState's reducer)
+# kept out of band: `pack` returns the pieces as they are in memory (no copy), which the store
+# writes one after the other, and `unpack` reads the arrays back as views of the file's bytes.
+#   magic | pickle's length, buffer count (u64) | each buffer's length (u64) | pickle | buffers,
+# each buffer starting at a multiple of 64 bytes.
+_MAGIC = b"SOST"
+_ALIGN = 64
+
+
+class _Pickler(cloudpickle.CloudPickler):
+    """cloudpickle, protocol 5, with a reducer of the caller's tried first."""
+
+    def __init__(self, file, buffer_callback, reduce: Optional[Callable[[Any], Any]]):
+        super().__init__(file, protocol=5, buffer_callback=buffer_callback)
+        self._reduce = reduce
+
+    def reducer_override(self, obj):
+        if self._reduce is not None:
+            reduced = self._reduce(obj)
+            if reduced is not NotImplemented:
+                return reduced
+        return super().reducer_override(obj)
+
+
+def pack(obj: Any, reduce: Optional[Callable[[Any], Any]] = None) -> List[Any]:
+    """`obj` as the pieces of a commit (Note [Commit format]); `reduce(obj)` may give a pickle
+    reduction for objects it knows (NotImplemented otherwise)."""
+    buffers: List[pickle.PickleBuffer] = []
+    stream = io.BytesIO()
+    _Pickler(stream, buffers.append, reduce).dump(obj)
+    raws = [b.raw() for b in buffers]
+    head = struct.pack(f"<4sQQ{len(raws)}Q", _MAGIC, stream.tell(), len(raws),
+                       *(r.nbytes for r in raws))
+    pieces, offset = [head, stream.getbuffer()], len(head) + stream.tell()
+    for raw in raws:
+        padding = -offset % _ALIGN
+        pieces += [bytes(padding), raw]
+        offset += padding + raw.nbytes
+    return pieces
+
+
+def unpack(data: Any) -> Any:
+    """What `pack` packed, from its pieces' bytes one after the other (the buffers' arrays are
+    views of `data`: pass a writable buffer for writable arrays)."""
+    view = memoryview(data).cast("B")
+    magic, length, count = struct.unpack_from("<4sQQ", view)
+    if magic != _MAGIC:
+        raise ValueError("not a scaleout commit (it does not start with its mark)")
+    sizes = struct.unpack_from(f"<{count}Q", view, 20)
+    offset = 20 + 8 * count
+    pickled = view[offset:offset + length]
+    offset += length
+    buffers = []
+    for size in sizes:
+        offset += -offset % _ALIGN
+        buffers.append(view[offset:offset + size])
+        offset += size
+    return pickle.loads(pickled, buffers=buffers)
 
 
 class HostsUpdatedInterrupt(RuntimeError):
@@ -89,7 +155,9 @@ class State:
         checks for host updates: may raise HostsUpdatedInterrupt."""
         self.save()
         if self._attached:
-            commit(self._store, self._commits, self.serialized())
+            # Only a host's writer needs the bytes.
+            commit(self._store, self._commits,
+                   self.serialized() if self._store is not None else None)
             self._commits += 1
         self.check_host_updates()
 
@@ -138,13 +206,23 @@ class State:
     def reset(self) -> None:
         """Called on reset, before the callbacks."""
 
-    def serialized(self) -> bytes:
-        """The last saved state as bytes (for the commit store)."""
+    # The framework's reducer for pack (TorchState's turns tensors into out-of-band buffers).
+    _pickle_reduce: Optional[Callable[[Any], Any]] = None
+
+    def serialized(self) -> List[Any]:
+        """The last saved state as the pieces of a commit (Note [Commit format])."""
+        return pack(self._serializable(), type(self)._pickle_reduce)
+
+    def load_serialized(self, payload: Any) -> None:
+        """Sets the state, and the saved copy restore() goes back to, from serialized()'s
+        bytes."""
+        self._load_serializable(unpack(payload))
+
+    def _serializable(self) -> Dict[str, Any]:
+        """The last saved state, as Python objects a new process can load."""
         raise NotImplementedError()
 
-    def load_serialized(self, payload: bytes) -> None:
-        """Sets the state, and the saved copy restore() goes back to, from serialized()
-        bytes."""
+    def _load_serializable(self, loaded: Dict[str, Any]) -> None:
         raise NotImplementedError()
 
 
@@ -174,9 +252,9 @@ class ObjectState(State):
         for attr, value in self._saved_state.items():
             setattr(self, attr, value)
 
-    def serialized(self) -> bytes:
-        return cloudpickle.dumps(self._saved_state)
+    def _serializable(self) -> Dict[str, Any]:
+        return {"objects": self._saved_state}
 
-    def load_serialized(self, payload: bytes) -> None:
-        self._saved_state = cloudpickle.loads(payload)
+    def _load_serializable(self, loaded: Dict[str, Any]) -> None:
+        self._saved_state = loaded["objects"]
         self._set_attrs()

@@ -10,7 +10,7 @@ import numpy as np
 from scaleout._basics import rank
 from scaleout._ops import allgather, broadcast_
 
-__all__ = ["broadcast_object", "allgather_object"]
+__all__ = ["broadcast_object", "allgather_object", "broadcast_bytes"]
 
 
 def _dumps(obj: Any) -> np.ndarray:
@@ -19,17 +19,31 @@ def _dumps(obj: Any) -> np.ndarray:
     return np.frombuffer(buf.getvalue(), dtype=np.uint8)
 
 
+def broadcast_bytes(data: Any, root_rank: int, name: str, process_set=None) -> Any:
+    """root_rank's bytes-like `data` on every rank (others pass None): root_rank gets its own
+    `data` back, the others a writable uint8 array."""
+    if rank() == root_rank:
+        payload = np.frombuffer(data, dtype=np.uint8)
+        if not payload.flags.writeable:   # the core writes into what it sends from, in place
+            payload = payload.copy()
+    else:
+        payload = np.zeros(0, dtype=np.uint8)
+    length = np.array([payload.size], dtype=np.int64)
+    broadcast_(length, root_rank, name=f"{name}.size", process_set=process_set)
+    if rank() != root_rank:
+        payload = np.empty(int(length[0]), dtype=np.uint8)
+    broadcast_(payload, root_rank, name=f"{name}.data", process_set=process_set)
+    return data if rank() == root_rank else payload
+
+
 def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
                      process_set=None) -> Any:
     """Returns root_rank's `obj` on every rank of the process set (the global one by default;
     other ranks' `obj` is ignored)."""
     name = name or "broadcast_object"
-    payload = _dumps(obj) if rank() == root_rank else np.zeros(0, dtype=np.uint8)
-    length = np.array([payload.size], dtype=np.int64)
-    broadcast_(length, root_rank, name=f"{name}.size", process_set=process_set)
-    data = payload.copy() if rank() == root_rank else np.empty(int(length[0]), dtype=np.uint8)
-    broadcast_(data, root_rank, name=f"{name}.data", process_set=process_set)
-    return obj if rank() == root_rank else cloudpickle.loads(data.tobytes())
+    payload = _dumps(obj) if rank() == root_rank else None
+    data = broadcast_bytes(payload, root_rank, name, process_set)
+    return obj if rank() == root_rank else cloudpickle.loads(data)
 
 
 def allgather_object(obj: Any, name: Optional[str] = None, process_set=None) -> List[Any]:

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Sequence, Tuple
 
-import cloudpickle
 import keras
 import numpy as np
 import tensorflow as tf
@@ -160,19 +159,17 @@ class TensorFlowKerasState(ObjectState):
 
     # ---- durable commits ----
 
-    def serialized(self) -> bytes:
-        return cloudpickle.dumps({"model": self._saved_model_state,
-                                  "optimizer": self._saved_optimizer_state,
-                                  "objects": super().serialized()})
+    def _serializable(self) -> Dict[str, Any]:
+        return {**super()._serializable(), "model": self._saved_model_state,
+                "optimizer": self._saved_optimizer_state}
 
-    def load_serialized(self, payload: bytes) -> None:
-        loaded = cloudpickle.loads(payload)
+    def _load_serializable(self, loaded: Dict[str, Any]) -> None:
         self._build_optimizer()
         model, optimizer = self._shared()
         _assign_all(model, loaded["model"], "model")
         _assign_all(optimizer, loaded["optimizer"], "optimizer")
         self._save_model()  # per-rank variables: this process's own
-        super().load_serialized(loaded["objects"])
+        super()._load_serializable(loaded)
 
 
 class TensorFlowState(ObjectState):
@@ -257,13 +254,12 @@ class TensorFlowState(ObjectState):
         self._save_model()
         super().sync()
 
-    def serialized(self) -> bytes:
+    def _serializable(self) -> Dict[str, Any]:
         shared = [value for v, value in zip(self.variables, self._values)
                   if not _per_rank_tagged(v)]
-        return cloudpickle.dumps({"variables": shared, "objects": super().serialized()})
+        return {**super()._serializable(), "variables": shared}
 
-    def load_serialized(self, payload: bytes) -> None:
-        loaded = cloudpickle.loads(payload)
+    def _load_serializable(self, loaded: Dict[str, Any]) -> None:
         self._assign(self._shared_variables, loaded["variables"])
         self._save_model()
-        super().load_serialized(loaded["objects"])
+        super()._load_serializable(loaded)

@@ -10,9 +10,9 @@ every other keyword argument is an ObjectState attribute. Assigning a handled at
 from __future__ import annotations
 
 import copy
-import io
 from typing import Any, Dict
 
+import numpy as np
 import torch
 
 from scaleout._basics import rank
@@ -22,6 +22,20 @@ from scaleout.torch._broadcast import broadcast_optimizer_state, broadcast_param
 from scaleout.torch._elastic_sampler import ElasticSampler
 
 __all__ = ["TorchState"]
+
+
+def _reduce_tensor(obj: Any) -> Any:
+    """A dense CPU tensor as its bytes, which pickle keeps out of band (Note [Commit format]),
+    and what rebuilds it; NotImplemented for anything else."""
+    if not isinstance(obj, torch.Tensor) or obj.layout is not torch.strided \
+            or obj.device.type != "cpu":
+        return NotImplemented
+    flat = obj.detach().contiguous().reshape(-1)
+    return (_tensor_from_bytes, (flat.view(torch.uint8).numpy(), str(obj.dtype), tuple(obj.shape)))
+
+
+def _tensor_from_bytes(data: np.ndarray, dtype: str, shape: tuple) -> torch.Tensor:
+    return torch.from_numpy(data).view(getattr(torch, dtype.split(".")[-1])).reshape(shape)
 
 
 class _Handler:
@@ -107,16 +121,15 @@ class TorchState(ObjectState):
             handler.sync()
         super().sync()
 
-    def serialized(self) -> bytes:
-        buffer = io.BytesIO()
-        torch.save({"handlers": {name: h.saved for name, h in self._handlers.items()},
-                    "objects": super().serialized()}, buffer)
-        return buffer.getvalue()
+    _pickle_reduce = staticmethod(_reduce_tensor)
 
-    def load_serialized(self, payload: bytes) -> None:
-        loaded = torch.load(io.BytesIO(payload), weights_only=False)
+    def _serializable(self) -> Dict[str, Any]:
+        return {**super()._serializable(),
+                "handlers": {name: h.saved for name, h in self._handlers.items()}}
+
+    def _load_serializable(self, loaded: Dict[str, Any]) -> None:
         for name, saved in loaded["handlers"].items():
             handler = self._handlers[name]
             handler.saved = saved
             handler.restore()
-        super().load_serialized(loaded["objects"])
+        super()._load_serializable(loaded)
