@@ -1,8 +1,9 @@
-"""Elastic training across two hosts made of network namespaces (tests/_hosts.py): scaleoutrun
-runs on hostA and starts examples/elastic_pytorch_digits.py on hostA (2 ranks) and hostB (1),
-over ssh. Mid-epoch, hostB is lost: everything running on it (its sshd, the MPI launcher's
-daemon, its rank) is killed at once. The job goes on at 2 ranks on hostA from its last commit,
-and every sample is still trained once per epoch (a few more: padding)."""
+"""Elastic training across hosts made of network namespaces (tests/_hosts.py), over ssh:
+examples/elastic_pytorch_digits.py loses a whole host mid-epoch (everything running on it, its
+sshd, the MPI launcher's daemon and its ranks, is killed at once) and goes on on the others
+from its last commit; every sample is still trained once per epoch (a few more: padding).
+ - scaleoutrun on hostA, ranks on hostA (2) and hostB (1): hostB is lost;
+ - scaleoutrun on hostC, ranks on hostA (1: rank 0) and hostB (1): rank 0's host is lost."""
 from __future__ import annotations
 
 import sys
@@ -16,6 +17,14 @@ from _elastic_job import EXAMPLE, ElasticJob, digits_result  # noqa: E402
 from _hosts import INTERFACE, NETWORK_ENV, SSH_PORT, HostsUnavailable, made_hosts  # noqa: E402
 
 EPOCHS = 4
+
+
+def check_samples(stdout: str, most_ranks: int) -> None:
+    accuracy, counts = digits_result(stdout)
+    assert min(counts) == EPOCHS, counts
+    extra = sum((times - EPOCHS) * n for times, n in counts.items())
+    assert extra <= (most_ranks - 1) * (EPOCHS + 1), counts
+    assert accuracy > 0.85
 
 
 def test_losing_a_whole_host(tmp_path):
@@ -40,7 +49,29 @@ def test_losing_a_whole_host(tmp_path):
     assert "generation 0: 3 ranks on hostA:2,hostB:1" in err, job.output()
     assert "rank 2 (on hostB) failed" in err and "blacklisted hostB" in err, job.output()
     assert "generation 1: 2 ranks on hostA:2" in err
-    accuracy, counts = digits_result(done.stdout)
-    assert min(counts) == EPOCHS, counts
-    assert sum((times - EPOCHS) * n for times, n in counts.items()) <= 2 * (EPOCHS + 1), counts
-    assert accuracy > 0.85
+    check_samples(done.stdout, 3)
+
+
+def test_losing_rank_0s_host(tmp_path):
+    try:
+        (tmp_path / "hosts").mkdir()
+        with made_hosts(tmp_path / "hosts", 3) as hosts:
+            (tmp_path / "job").mkdir()
+            job = ElasticJob(
+                tmp_path / "job", "hostA:1\nhostB:1\n",
+                ["-np", "2", "--min-np", "1", "--ssh-port", str(SSH_PORT),
+                 "--network-interface", INTERFACE],
+                [sys.executable, str(EXAMPLE), "--count-samples", "--epochs", str(EPOCHS)],
+                env={**NETWORK_ENV, "SCALEOUT_STALL_CHECK_TIME_SECONDS": "30"},
+                runner=hosts._enter("hostC") + [sys.executable])
+            job.wait_for_commit(10)
+            hosts.kill_host("hostA")
+            done = job.finish()
+    except HostsUnavailable as exc:
+        pytest.skip(f"three-host test: {exc}")
+    assert done.returncode == 0, job.output()
+    err = done.stderr
+    assert "generation 0: 2 ranks on hostA:1,hostB:1" in err, job.output()
+    assert "rank 0 (on hostA) failed" in err and "blacklisted hostA" in err, job.output()
+    assert "generation 1: 1 rank on hostB:1" in err
+    check_samples(done.stdout, 2)
