@@ -635,6 +635,9 @@ def _validate(config: LaunchConfig) -> None:
         raise UsageError("--ep-affinity names endpoint cores but --ep-servers is 0")
     if config.host_discovery_script is not None and (config.hosts or config.hostfile):
         raise UsageError("give either --host-discovery-script or -H/--hostfile, not both")
+    if config.elastic and config.print_placement:
+        raise UsageError("--print-placement shows a job of fixed hosts: an elastic job's hosts "
+                         "are known only as each generation starts")
     if config.elastic:
         lowest = config.min_np if config.min_np is not None else config.np
         if config.np is not None and lowest is not None and lowest > config.np:

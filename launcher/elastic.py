@@ -29,6 +29,7 @@ import dataclasses
 import fcntl
 import os
 import secrets
+import signal
 import socket
 import struct
 import subprocess
@@ -44,7 +45,7 @@ from .exit_report import signal_name
 from .hosts import HostSlots, format_host_list, parse_host_list, read_hostfile
 from .job import JobOutcome
 from .main import local_cpus, prepare_job
-from .mpi_launcher import find_mpiexec, probe_family
+from .mpi_launcher import LaunchError, find_mpiexec, probe_family
 from .plan import HostSource, plan_job
 from .unreachable import planned_host
 
@@ -96,7 +97,8 @@ class Discovery:
             return list(self.fixed)
         try:
             done = subprocess.run(self.script, shell=True, stdin=subprocess.DEVNULL,
-                                  capture_output=True, text=True, timeout=DISCOVERY_TIME_LIMIT)
+                                  capture_output=True, text=True, errors="replace",
+                                  timeout=DISCOVERY_TIME_LIMIT)
         except subprocess.TimeoutExpired:
             raise DiscoveryError(f"the host discovery script {self.script!r} did not finish "
                                  f"within {DISCOVERY_TIME_LIMIT:g} s") from None
@@ -146,7 +148,7 @@ class HostWatch:
         while not self._stop.wait(DISCOVERY_INTERVAL):
             try:
                 found = self.discovery.find()
-            except DiscoveryError as exc:
+            except (DiscoveryError, OSError) as exc:
                 # As Horovod: after a first success, a failing script is retried, its last
                 # hosts kept; said once until it works again.
                 if str(exc) != self._failing:
@@ -189,9 +191,12 @@ class Notifier:
             self._drop()
             self._generation, self._pending = generation, None
 
-    def notify(self, flags: int) -> None:
-        """Tells this generation's rank 0 (now, or once it connects) that hosts changed."""
+    def notify(self, flags: int, generation: int) -> None:
+        """Tells generation `generation`'s rank 0 (now, or once it connects) that hosts
+        changed; nothing once another generation has started."""
         with self._lock:
+            if generation != self._generation:
+                return   # a discovery that ran as the last generation ended
             self._last_timestamp = max(int(time.time()), self._last_timestamp + 1)
             line = f"{self._last_timestamp} {flags}\n"
             if self._connection is None or not self._send(line):
@@ -255,7 +260,8 @@ def _interface_address(name: str) -> Optional[str]:
 
 def driver_addresses(interfaces: Sequence[str]) -> list[str]:
     """Where the ranks can reach this machine: the addresses of --network-interfaces, else
-    those its host name resolves to; 127.0.0.1 last, for ranks on this machine."""
+    those its host name resolves to, then its interfaces'; 127.0.0.1 last, for ranks on this
+    machine."""
     if interfaces:
         found = [address for address in map(_interface_address, interfaces) if address]
     else:
@@ -263,6 +269,10 @@ def driver_addresses(interfaces: Sequence[str]) -> list[str]:
             found = socket.gethostbyname_ex(socket.gethostname())[2]
         except OSError:
             found = []
+        # A name may resolve to a loopback address only (127.0.1.1 on Debian): every
+        # interface's address then, rank 0 tries them in turn.
+        found += [address for _, name in socket.if_nameindex()
+                  if (address := _interface_address(name))]
     outside = [address for address in found if not address.startswith("127.")]
     return list(dict.fromkeys(outside)) + ["127.0.0.1"]
 
@@ -288,10 +298,14 @@ class _Run:
         found = [CommitStore(directory / host).newest_complete() for host in self.hosts_used
                  if (directory / host).is_dir()]
         newest = max((n for n in found if n is not None), default=None)
-        what = "its last commit" if newest is None else f"its last commit (commit {newest})"
         where = ", ".join(self.hosts_used) or "no host"
-        return (f"{what} is kept in {directory}/<host> on each host that ran its ranks "
-                f"({where}); run the same command with SCALEOUT_ELASTIC_JOB={self.job} to resume "
+        if newest is None:
+            what = (f"no commit of it is on this machine; any host's ({where}) is in "
+                    f"{directory}/<host>")
+        else:
+            what = (f"its last commit (commit {newest}) is kept in {directory}/<host> on each "
+                    f"host that ran its ranks ({where})")
+        return (f"{what}; run the same command with SCALEOUT_ELASTIC_JOB={self.job} to resume "
                 "from it")
 
 
@@ -340,7 +354,8 @@ def run_elastic(config: LaunchConfig) -> int:
     if start_np is None:
         raise UsageError("an elastic job needs -np N (the ranks to start with) or --min-np N")
     min_np = config.min_np if config.min_np is not None else start_np
-    timeout = DEFAULT_ELASTIC_TIMEOUT if config.elastic_timeout is None else config.elastic_timeout
+    # As Horovod's (`timeout or ... or 600`): 0 means the default.
+    timeout = config.elastic_timeout or DEFAULT_ELASTIC_TIMEOUT
     discovery = Discovery.from_config(config)
     try:
         first = discovery.find()
@@ -354,12 +369,29 @@ def run_elastic(config: LaunchConfig) -> int:
     notifier = Notifier(driver_addresses(config.network_interfaces))
     watch.start()
     _say(f"job {run.job}")
+    # Between generations (waiting for slots), a SIGTERM ends the driver as Ctrl-C does;
+    # while one runs, the job's supervisor handles both (launcher/job.py).
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         return _generations(run, watch, notifier, launcher, start_np, min_np, timeout)
+    except KeyboardInterrupt:
+        _say(f"interrupted; the job was stopped; {run.commit_note()}")
+        return 130
+    except (UsageError, LaunchError) as exc:   # a later generation that cannot be launched
+        if not run.hosts_used:
+            raise
+        print(f"scaleoutrun: error: {exc}", file=sys.stderr, flush=True)
+        _say(f"the job was stopped; {run.commit_note()}")
+        return 2 if isinstance(exc, UsageError) else 1
     finally:
+        signal.signal(signal.SIGTERM, previous)
         watch.on_run = None
         watch.stop()
         notifier.close()
+
+
+def _interrupt(number: int, _frame) -> None:
+    raise KeyboardInterrupt(f"signal {number}")
 
 
 def _generations(run: _Run, watch: HostWatch, notifier: Notifier, launcher, start_np: int,
@@ -367,6 +399,8 @@ def _generations(run: _Run, watch: HostWatch, notifier: Notifier, launcher, star
     config, previous, resets, generation = run.config, [], 0, 0
     while True:
         needed = start_np if generation == 0 else min_np
+        if config.max_np is not None:   # as Horovod: -np above --max-np starts at --max-np
+            needed = min(needed, config.max_np)
         hosts = _wait_for_slots(watch, run, previous, needed, timeout)
         if hosts is None:
             _say(f"timed out waiting for the minimum number of slots to become available: "
@@ -390,7 +424,7 @@ def _generations(run: _Run, watch: HostWatch, notifier: Notifier, launcher, star
         _say(f"generation {generation}: {world} rank{'s' if world > 1 else ''} on "
              f"{format_host_list(hosts)}")
         notifier.start_generation(generation)
-        watch.on_run = _change_watcher(run, notifier, hosts)
+        watch.on_run = _change_watcher(run, notifier, hosts, generation)
         outcome = job.run(survivor_grace=SURVIVOR_GRACE)
         watch.on_run = None
 
@@ -429,23 +463,25 @@ def _generations(run: _Run, watch: HostWatch, notifier: Notifier, launcher, star
 
 
 def _ends(outcome: JobOutcome, job) -> dict:
-    """Each rank's (host, End). Where no rank's end says what happened (the launcher itself
-    failed, taking every rank down before they could say why: Hydra does when a host's daemon
-    is lost), the generation's remote hosts that ssh cannot reach now are the ones lost."""
+    """Each rank's (host, End). Where ranks ended without a word and no failure explains it
+    (the launcher itself failed, taking ranks down before they could say why: Hydra does when a
+    host's daemon is lost), those of their remote hosts that ssh cannot reach now are lost."""
     relay = outcome.relay
     reports = [(int(r.rank), r.code, r.signal) for r in relay.reports if r.rank.isdigit()]
     blamed = [int(b) for b in relay.blamed.values() if b.isdigit()]
     unreachable = [planned_host(u.host, job.rank_hosts) for u in relay.unreachable]
     ends = classify_ends(job.rank_hosts, relay.finished, reports, blamed, unreachable)
-    if job.probe is not None and all(kind is End.STOPPED for _, kind in ends.values()):
+    kinds = [kind for _, kind in ends.values()]
+    if job.probe is not None and End.STOPPED in kinds and End.FAILED not in kinds:
+        silent = [host for host, kind in ends.values() if kind is End.STOPPED]
         lost = [planned_host(failure.host, job.rank_hosts)
-                for failure in job.probe(list(dict.fromkeys(job.rank_hosts)))]
+                for failure in job.probe(list(dict.fromkeys(silent)))]
         ends = classify_ends(job.rank_hosts, relay.finished, reports, blamed, lost)
     return ends
 
 
-def _change_watcher(run: _Run, notifier: Notifier,
-                    running: Sequence[HostSlots]) -> Callable[[list[HostSlots]], None]:
+def _change_watcher(run: _Run, notifier: Notifier, running: Sequence[HostSlots],
+                    generation: int) -> Callable[[list[HostSlots]], None]:
     """While a generation runs: after each discovery, tell rank 0 when the next generation
     would have other hosts than this one (once per change)."""
     considered = [list(running)]
@@ -460,5 +496,5 @@ def _change_watcher(run: _Run, notifier: Notifier,
         if flags:
             _say(f"hosts changed ({format_host_list(upcoming) or 'none left'}): asking the ranks "
                  "to stop for a restart at their next commit")
-            notifier.notify(flags)
+            notifier.notify(flags, generation)
     return check

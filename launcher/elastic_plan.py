@@ -6,8 +6,8 @@ With Horovod's meanings:
 - hosts keep the order they first appeared in, new ones are appended, so ranks stay on the
   hosts they were on and older hosts get the lower ranks; at most --max-np slots are used;
 - a host where a rank failed is blacklisted: for good without --blacklist-cooldown-range,
-  else for min(max, min * 2**(failures - 1) + uniform(0, 1) * min) seconds, after which it
-  counts as added again;
+  else for min * 2**failures + uniform(0, 1) * min seconds, clamped to [min, max], after which
+  it counts as added again;
 - after a generation: see judge_generation (Horovod's order of checks; the reset limit's
   message "... number of resets during elastic job exceeded limit: N").
 """
@@ -18,16 +18,16 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from scaleout._elastic_state import RESTART_EXIT_CODE, HostUpdateResult
+
 from .hosts import HostSlots, _check_host, _check_slots
 
 __all__ = ["parse_discovery", "Blacklist", "assign_slots", "End", "classify_ends",
            "GenerationEnd", "judge_generation", "host_update", "RESTART_EXIT_CODE",
            "HOSTS_ADDED", "HOSTS_REMOVED"]
 
-RESTART_EXIT_CODE = 75  # a rank that stops for a restart (scaleout/_elastic_run.py)
-# Horovod's flags of a host update (HostUpdateResult in scaleout/_elastic_state.py).
-HOSTS_REMOVED = 1
-HOSTS_ADDED = 2
+# A rank that stops for a restart; Horovod's flags of a host update.
+HOSTS_REMOVED, HOSTS_ADDED = HostUpdateResult.removed, HostUpdateResult.added
 
 
 def parse_discovery(output: str, slots_per_host: int, script: str = "discovery script"
@@ -61,7 +61,7 @@ class Blacklist:
             self.until[host] = None
             return
         low, high = self.cooldown
-        delay = low * 2 ** (count - 1) + self.random_unit() * low
+        delay = low * 2 ** count + self.random_unit() * low   # Horovod's: 2 * MIN at first
         self.until[host] = now + max(low, min(high, delay))
 
     def blocks(self, host: str, now: float) -> bool:
@@ -90,13 +90,14 @@ def assign_slots(previous: Sequence[str], discovered: Iterable[HostSlots],
     return chosen
 
 
-def host_update(running: Sequence[HostSlots], next_hosts: Sequence[HostSlots]) -> int:
+def host_update(running: Sequence[HostSlots], next_hosts: Sequence[HostSlots]
+                ) -> HostUpdateResult:
     """Horovod's flags for a change from the running generation's hosts to those the next
     would have: HOSTS_ADDED where a host or slots would be added, HOSTS_REMOVED where some
     would go; 0 when the next generation would be the same."""
     now = {h.host: h.slots for h in running}
     then = {h.host: h.slots for h in next_hosts}
-    flags = 0
+    flags = HostUpdateResult.no_update
     for host in now.keys() | then.keys():
         if then.get(host, 0) > now.get(host, 0):
             flags |= HOSTS_ADDED

@@ -43,7 +43,6 @@ class JobOutcome:
     failure: Optional[RankExit] = None   # the first rank that ended badly
     message: Optional[str] = None        # what scaleoutrun prints last, when not success
     relay: Optional["StderrRelay"] = None   # what the ranks said of their starts and ends
-    stopped: bool = False                # scaleoutrun had to stop the job (or was interrupted)
     interrupted: bool = False            # scaleoutrun was interrupted (Ctrl-C, SIGTERM, ...)
 
 
@@ -246,7 +245,6 @@ class _Supervisor:
     def run(self) -> JobOutcome:
         outcome = self._run()
         return dataclasses.replace(outcome, relay=self.relay,
-                                   stopped=self.stop_requested_at is not None,
                                    interrupted=self.interrupted is not None)
 
     def _run(self) -> JobOutcome:

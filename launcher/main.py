@@ -42,12 +42,14 @@ def _error(message: str) -> None:
 
 
 def _rank_command(config: LaunchConfig, launcher: MPIExec, placement_args: Sequence[str],
-                  np: int, output_dir: Optional[str]) -> tuple[str, ...]:
+                  np: int, output_dir: Optional[str], keep_survivors: bool) -> tuple[str, ...]:
     wrapper = [sys.executable, str(RANK_EXEC)]
     if launcher.family is MPIFamily.HYDRA:
         # Hydra's proxy starts ranks from its one thread and does not always clean up after a
         # rank that never called MPI_Init, so the wrapper ends with it.
         wrapper.append("--exit-with-parent")
+        if keep_survivors:   # Hydra then sends SIGUSR1 to the survivors of a rank's end
+            wrapper.append("--ignore-notices")
     if config.prefix_output_with_timestamp:
         wrapper.append("--timestamp-output")
     if output_dir is not None:
@@ -126,7 +128,8 @@ def prepare_job(config: LaunchConfig, plan: JobPlan, environ: Mapping[str, str],
     survivors = ("-disable-auto-cleanup",) if keep_survivors and hydra else ()
     request = LaunchRequest(
         np=plan.np,
-        rank_command=_rank_command(config, launcher, placement.to_args(), plan.np, output_dir),
+        rank_command=_rank_command(config, launcher, placement.to_args(), plan.np, output_dir,
+                                   keep_survivors),
         hosts=plan.hosts, oversubscribed=plan.oversubscribed,
         exported=() if hydra else exported_names(env),
         running_as_root=os.geteuid() == 0, ssh_port=config.ssh_port,

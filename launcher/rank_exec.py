@@ -82,7 +82,8 @@ class RankRunner:
 
     def __init__(self, rank: str, command: Sequence[str], env: Mapping[str, str],
                  cpus: Optional[set[int]] = None, kill_grace: float = DEFAULT_KILL_GRACE,
-                 timestamps: bool = False, copies: Optional[tuple[int, int]] = None):
+                 timestamps: bool = False, copies: Optional[tuple[int, int]] = None,
+                 ignore_notices: bool = False):
         self.rank = rank
         self.command = list(command)
         self.env = dict(env)
@@ -90,6 +91,7 @@ class RankRunner:
         self.kill_grace = kill_grace
         self.timestamps = timestamps
         self.copies = copies   # open files that also get the stdout and the stderr lines
+        self.ignore_notices = ignore_notices   # the child starts with NOTICES ignored
         self.child: Optional[subprocess.Popen] = None
         self.stopping: Optional[int] = None      # the terminating signal we forwarded
         self.kill_at: Optional[float] = None
@@ -104,6 +106,10 @@ class RankRunner:
         if os.getppid() != wrapper_pid:   # the wrapper died before prctl took effect
             os._exit(128 + signal.SIGKILL)
         os.setpgid(0, 0)   # signals reach the child once, through the wrapper
+        if self.ignore_notices:
+            # Not killed by a notice that comes before its MPI library handles them.
+            for number in NOTICES:
+                signal.signal(number, signal.SIG_IGN)
         if self.cpus:
             os.sched_setaffinity(0, self.cpus)
 
@@ -244,6 +250,9 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--exit-with-parent", action="store_true",
                         help="end (SIGTERM) when the process that started the wrapper dies")
     parser.add_argument("--kill-grace", type=float, default=DEFAULT_KILL_GRACE)
+    parser.add_argument("--ignore-notices", action="store_true",
+                        help="start the command with SIGUSR1 and SIGUSR2 ignored (Hydra's "
+                             "notices of a process's end, under -disable-auto-cleanup)")
     parser.add_argument("--timestamp-output", action="store_true",
                         help="start each line with the local time, as horovodrun does")
     parser.add_argument("--output-dir", default=None,
@@ -318,7 +327,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 write_all(2, RankExit(rank, code=1).report_line().encode())
                 return 1
     return RankRunner(rank, args.command, env, cpus, args.kill_grace,
-                      timestamps=args.timestamp_output, copies=copies).run()
+                      timestamps=args.timestamp_output, copies=copies,
+                      ignore_notices=args.ignore_notices).run()
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -137,19 +137,20 @@ def job_directory(job: str, environ: Mapping[str, str]) -> Path:
 
 
 def commit(store: Optional[CommitStore], commit_id: int,
-           payload: Union[None, Buffer, Sequence[Buffer]]) -> None:
-    """Collective: every host's first rank writes `payload` (what CommitStore.write takes) as
-    commit `commit_id` into its `store` (other ranks pass None for both); once every host has
-    written, each marks it complete. Raises on every rank if a host could not write."""
+           payload: Union[Buffer, Sequence[Buffer], Callable[[], Any]]) -> None:
+    """Collective: every host's first rank writes `payload` (what CommitStore.write takes, or a
+    function making it, called there only) as commit `commit_id` into its `store` (other ranks
+    pass None); once every host has written, each marks it complete. Raises on every rank if a
+    host could not make or write it."""
     from scaleout import _basics
     from scaleout._core import Min
     from scaleout._ops import allreduce
     written, why = 1, ""
     if _basics.local_rank() == 0:
         try:
-            store.write(commit_id, payload)
-        except OSError as e:
-            written, why = 0, f"{e}"
+            store.write(commit_id, payload() if callable(payload) else payload)
+        except Exception as e:   # an unpicklable attribute is the program's error, everywhere
+            written, why = 0, f"{type(e).__name__}: {e}"
     everywhere = allreduce(np.array([written], np.int32), op=Min,
                            name=f"scaleout.commit.{commit_id}")
     if int(everywhere[0]) != 1:

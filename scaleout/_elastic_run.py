@@ -39,12 +39,10 @@ from typing import Any, Callable, Optional
 
 from scaleout import _basics
 from scaleout._commit_store import CommitStore, job_directory
-from scaleout._elastic_state import HostsUpdatedInterrupt, State
+from scaleout._elastic_state import RESTART_EXIT_CODE, HostsUpdatedInterrupt, State
 from scaleout._errors import PeerFailedError
 
 __all__ = ["run", "RESTART_EXIT_CODE"]
-
-RESTART_EXIT_CODE = 75  # EX_TEMPFAIL: run this job again
 
 
 def _store() -> Optional[CommitStore]:
@@ -118,9 +116,10 @@ def run(func: Callable[..., Any]) -> Callable[..., Any]:
         try:
             store = _store()
             state.attach_store(store)
-            _listen_for_host_updates(state)
             if state.resume() or _generation() > 0:
                 state.on_reset()
+            # After on_reset(), which empties the queue of host updates this thread fills.
+            _listen_for_host_updates(state)
             state.sync()
             result = func(state, *args, **kwargs)
             _remove_commits(store)

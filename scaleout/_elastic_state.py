@@ -17,6 +17,7 @@ may have another number of ranks.
 """
 from __future__ import annotations
 
+import enum
 import io
 import pickle
 import queue
@@ -28,7 +29,7 @@ import cloudpickle
 from scaleout._commit_store import CommitStore, commit, newest_commit
 
 __all__ = ["HostsUpdatedInterrupt", "HostUpdateResult", "State", "ObjectState", "pack",
-           "unpack"]
+           "unpack", "RESTART_EXIT_CODE"]
 
 # Note [Commit format]
 # A commit's bytes are written to every host's store and read back by a new process, perhaps
@@ -101,12 +102,17 @@ class HostsUpdatedInterrupt(RuntimeError):
         self.skip_sync = skip_sync
 
 
-class HostUpdateResult:
+class HostUpdateResult(enum.IntFlag):
     """Horovod's flags of a host update."""
     no_update = 0
     removed = 1
     added = 2
     mixed = removed | added
+
+
+# The exit code of a rank that stops for the elastic driver to start the next generation
+# (EX_TEMPFAIL: run this job again); Note [Elastic restarts].
+RESTART_EXIT_CODE = 75
 
 
 def _default_bcast_object(obj: Any, root_rank: int = 0) -> Any:
@@ -155,9 +161,9 @@ class State:
         checks for host updates: may raise HostsUpdatedInterrupt."""
         self.save()
         if self._attached:
-            # Only a host's writer needs the bytes.
-            commit(self._store, self._commits,
-                   self.serialized() if self._store is not None else None)
+            # Only a host's writer needs the bytes (and reports, on every rank, if it cannot
+            # make them).
+            commit(self._store, self._commits, self.serialized)
             self._commits += 1
         self.check_host_updates()
 

@@ -86,9 +86,10 @@ class ElasticJob:
 
     def kill_rank(self, rank: int, generation: int) -> None:
         """kill -9 of the rank's program, once it runs."""
+        found = []
         self.wait_for(f"rank {rank} of generation {generation}",
-                      lambda: self.rank_pid(rank, generation) is not None)
-        os.kill(self.rank_pid(rank, generation), signal.SIGKILL)
+                      lambda: found.append(self.rank_pid(rank, generation)) or found[-1])
+        os.kill(found[-1], signal.SIGKILL)
 
     def stop(self) -> None:
         try:

@@ -7,6 +7,7 @@ and phase 'second' (another number of ranks, fresh objects) resumes from the new
 argv: phase ('first', 'second'), a directory for the stores (one per host)."""
 import socket
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,8 @@ import torch
 import scaleout.torch as hvd
 from _harness import check, expect_error, finish
 from scaleout._commit_store import CommitStore
-from scaleout._elastic_state import HostsUpdatedInterrupt, HostUpdateResult
+from scaleout._errors import ScaleoutError
+from scaleout._elastic_state import HostsUpdatedInterrupt, HostUpdateResult, ObjectState
 from scaleout.torch._elastic_sampler import ElasticSampler
 from scaleout.torch._elastic_state import TorchState
 
@@ -86,6 +88,14 @@ if phase == "first":
     final = weights(model)
     if r == 0:
         torch.save(final, directory / "expected.pt")
+    # A state that cannot be written (an attribute that cannot be pickled, set on every rank
+    # though only a host's writer serializes): the program's error, on every rank.
+    unpicklable = ObjectState(lock=threading.Lock())
+    unpicklable.attach_store(store)
+    said = expect_error(ScaleoutError, unpicklable.commit, "was not written on every host",
+                        what="commit of an unpicklable attribute")
+    if store is not None:   # the writer says why
+        check("cannot pickle" in said, f"the writer's reason: {said!r}")
 else:
     model, opt = make(seed=100 + r)
     sampler = ElasticSampler(list(range(50)), shuffle=False)
