@@ -311,8 +311,8 @@ OPTIONS: tuple[Option, ...] = (
            _non_negative_int, metavar="N"),
     Option(("--blacklist-cooldown-range",), "blacklist_cooldown",
            "SCALEOUTRUN_BLACKLIST_COOLDOWN_RANGE",
-           "elastic: a host where a rank failed is left out for MIN * 2**(failures - 1) "
-           "seconds plus up to MIN more, at most MAX (1 <= MIN <= MAX <= 3600); without it, for "
+           "elastic: a host where a rank failed is left out for MIN * 2**failures seconds "
+           "plus up to MIN more, within [MIN, MAX] (1 <= MIN <= MAX <= 3600); without it, for "
            "good. The variable holds both numbers, e.g. '60 300'",
            _positive_int, env_parse=_int_pair, metavar=("MIN", "MAX"),
            nargs=2),

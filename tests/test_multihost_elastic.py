@@ -27,23 +27,30 @@ def check_samples(stdout: str, most_ranks: int) -> None:
     assert accuracy > 0.85
 
 
-def test_losing_a_whole_host(tmp_path):
+def lose_a_host(tmp_path, count: int, driver: str, hosts_text: str, min_np: int, lost: str):
+    """The example on `hosts_text` of `count` namespace hosts, scaleoutrun on `driver`; `lost`
+    is lost whole after commit 10. Returns the job and how it ended."""
     try:
         (tmp_path / "hosts").mkdir()
-        with made_hosts(tmp_path / "hosts", 2) as hosts:
+        with made_hosts(tmp_path / "hosts", count) as hosts:
             (tmp_path / "job").mkdir()
+            np_ = sum(int(line.split(":")[1]) for line in hosts_text.split())
             job = ElasticJob(
-                tmp_path / "job", "hostA:2\nhostB:1\n",
-                ["-np", "3", "--min-np", "2", "--ssh-port", str(SSH_PORT),
+                tmp_path / "job", hosts_text,
+                ["-np", str(np_), "--min-np", str(min_np), "--ssh-port", str(SSH_PORT),
                  "--network-interface", INTERFACE],
                 [sys.executable, str(EXAMPLE), "--count-samples", "--epochs", str(EPOCHS)],
                 env={**NETWORK_ENV, "SCALEOUT_STALL_CHECK_TIME_SECONDS": "30"},
-                runner=hosts._enter("hostA") + [sys.executable])
+                runner=hosts._enter(driver) + [sys.executable])
             job.wait_for_commit(10)
-            hosts.kill_host("hostB")
-            done = job.finish()
+            hosts.kill_host(lost)
+            return job, job.finish()
     except HostsUnavailable as exc:
-        pytest.skip(f"two-host test: {exc}")
+        pytest.skip(f"{count}-host test: {exc}")
+
+
+def test_losing_a_whole_host(tmp_path):
+    job, done = lose_a_host(tmp_path, 2, "hostA", "hostA:2\nhostB:1\n", 2, lost="hostB")
     assert done.returncode == 0, job.output()
     err = done.stderr
     assert "generation 0: 3 ranks on hostA:2,hostB:1" in err, job.output()
@@ -53,22 +60,7 @@ def test_losing_a_whole_host(tmp_path):
 
 
 def test_losing_rank_0s_host(tmp_path):
-    try:
-        (tmp_path / "hosts").mkdir()
-        with made_hosts(tmp_path / "hosts", 3) as hosts:
-            (tmp_path / "job").mkdir()
-            job = ElasticJob(
-                tmp_path / "job", "hostA:1\nhostB:1\n",
-                ["-np", "2", "--min-np", "1", "--ssh-port", str(SSH_PORT),
-                 "--network-interface", INTERFACE],
-                [sys.executable, str(EXAMPLE), "--count-samples", "--epochs", str(EPOCHS)],
-                env={**NETWORK_ENV, "SCALEOUT_STALL_CHECK_TIME_SECONDS": "30"},
-                runner=hosts._enter("hostC") + [sys.executable])
-            job.wait_for_commit(10)
-            hosts.kill_host("hostA")
-            done = job.finish()
-    except HostsUnavailable as exc:
-        pytest.skip(f"three-host test: {exc}")
+    job, done = lose_a_host(tmp_path, 3, "hostC", "hostA:1\nhostB:1\n", 1, lost="hostA")
     assert done.returncode == 0, job.output()
     err = done.stderr
     assert "generation 0: 2 ranks on hostA:1,hostB:1" in err, job.output()
