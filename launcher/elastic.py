@@ -42,7 +42,7 @@ from .config import LaunchConfig, UsageError
 from .elastic_plan import (Blacklist, End, assign_slots, classify_ends, host_update,
                            judge_generation, parse_discovery)
 from .exit_report import signal_name
-from .hosts import HostSlots, format_host_list, parse_host_list, read_hostfile
+from .hosts import HostSlots, format_host_list, is_local_host, parse_host_list, read_hostfile
 from .job import JobOutcome
 from .main import local_cpus, prepare_job
 from .mpi_launcher import LaunchError, find_mpiexec, probe_family
@@ -309,6 +309,18 @@ class _Run:
                 "from it")
 
 
+def _one_machine_environment(hosts: Sequence[HostSlots],
+                             environ: dict[str, str]) -> dict[str, str]:
+    """Where several hosts of a generation are names of this machine (localhost, 127.0.0.1,
+    its name), UCX still sees one machine and copies between their ranks straight from each
+    other's memory (its cma transport), which aborts the rank reading when the other has died:
+    a survivor would look like a second failure. UCX's other transports fail softly. A UCX_TLS
+    the user set is left alone."""
+    if "UCX_TLS" in environ or sum(is_local_host(h.host) for h in hosts) < 2:
+        return {}
+    return {"UCX_TLS": "^cma"}
+
+
 def _wait_for_slots(watch: HostWatch, run: _Run, previous: Sequence[str], needed: int,
                     timeout: float) -> Optional[list[HostSlots]]:
     """The next generation's hosts, once they have `needed` slots; None after `timeout` s."""
@@ -418,7 +430,8 @@ def _generations(run: _Run, watch: HostWatch, notifier: Notifier, launcher, star
         shape = dataclasses.replace(config, np=world, hosts=None, hostfile=None, slurm="off")
         plan = plan_job(shape, local_cpus(), source)
         rank_env = {"SCALEOUT_ELASTIC_JOB": run.job, "SCALEOUT_ELASTIC_HOSTS":
-                    format_host_list(hosts), **notifier.rank_environment(generation)}
+                    format_host_list(hosts), **notifier.rank_environment(generation),
+                    **_one_machine_environment(hosts, run.environ)}
         job = prepare_job(config, plan, run.environ, launcher, rank_env, keep_survivors=True)
         run.hosts_used.update(dict.fromkeys(names))
         _say(f"generation {generation}: {world} rank{'s' if world > 1 else ''} on "

@@ -98,3 +98,12 @@ def test_ranks_get_addresses_of_this_machine_loopback_last():
     for address in addresses:
         socket.inet_aton(address)
     assert driver_addresses(("no-such-interface0",)) == ["127.0.0.1"]
+
+
+def test_two_names_of_this_machine_keep_ucx_from_reading_a_dead_ranks_memory():
+    from scaleout.launcher.elastic import _one_machine_environment
+    two = [HostSlots("localhost", 2), HostSlots("127.0.0.1", 1)]
+    assert _one_machine_environment(two, {}) == {"UCX_TLS": "^cma"}
+    assert _one_machine_environment(two, {"UCX_TLS": "tcp"}) == {}   # the user's stays
+    assert _one_machine_environment([HostSlots("localhost", 3)], {}) == {}
+    assert _one_machine_environment([HostSlots("localhost", 2), HostSlots("hostB", 1)], {}) == {}
