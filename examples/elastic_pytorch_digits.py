@@ -12,8 +12,9 @@ are added, from its last commit.
         python examples/elastic_pytorch_digits.py
 
 (localhost and 127.0.0.1 are two names of this machine, so one machine shows what a cluster
-does: kill one of the ranks with `kill -9` and the job goes on at 2 ranks, without the host
-that rank ran on; add a line to hosts.sh and it grows at its next commit.)
+does: `kill -9` rank 2, the one on 127.0.0.1, and the job goes on at 2 ranks on localhost,
+127.0.0.1 left out as a failed host; make hosts.sh print one more host, `hostname`:1 say, and
+the job grows at its next commit.)
 
 This is a Horovod elastic script: with `import horovod.torch as hvd` it runs on Horovod
 unchanged. Each rank trains --batch-size samples per step and the learning rate is scaled by

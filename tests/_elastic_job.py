@@ -23,14 +23,16 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "elastic_pytorch
 
 class ElasticJob:
     def __init__(self, workdir: Path, hosts: str, flags: Sequence[str], script: Sequence[str],
-                 env: Optional[dict] = None, runner: Optional[Sequence[str]] = None):
+                 env: Optional[dict] = None, runner: Optional[Sequence[str]] = None,
+                 job: Optional[str] = None, store: Optional[Path] = None):
         """hosts: what the discovery script prints at first; flags: scaleoutrun's; script:
-        the command of every rank; runner: what starts scaleoutrun (default: this Python)."""
+        the command of every rank; runner: what starts scaleoutrun (default: this Python);
+        job, store: an earlier job's id and commits, to resume it."""
         self.dir = workdir
         self.hosts_file = workdir / "hosts.txt"
         self.hosts_file.write_text(hosts)
-        self.store = workdir / "commits"
-        self.job = f"test-{uuid.uuid4().hex[:8]}"
+        self.store = store or workdir / "commits"
+        self.job = job or f"test-{uuid.uuid4().hex[:8]}"
         self.out_path, self.err_path = workdir / "stdout.txt", workdir / "stderr.txt"
         command = [*(runner or [sys.executable]), "-m", "scaleout.launcher.main", *flags,
                    "--host-discovery-script", f"cat {self.hosts_file}", *script]

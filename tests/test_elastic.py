@@ -112,7 +112,7 @@ def test_the_job_grows_when_the_discovery_script_adds_a_slot(tmp_path):
     check_every_sample_trained(done.stdout, 3, 1)
 
 
-def test_the_reset_limit_ends_the_job_and_keeps_the_last_commit(tmp_path):
+def test_the_reset_limit_ends_the_job_and_keeps_the_last_commit_to_resume(tmp_path):
     three = f"localhost:1\n127.0.0.1:1\n{socket.gethostname()}:1\n"
     job = ElasticJob(tmp_path, three, ["-np", "3", "--min-np", "1", "--reset-limit", "1"],
                      example())
@@ -127,6 +127,13 @@ def test_the_reset_limit_ends_the_job_and_keeps_the_last_commit(tmp_path):
             "the limit: 1") in err
     assert f"is kept in {job.store}/<host>" in err and f"SCALEOUT_ELASTIC_JOB={job.job}" in err
     assert job.newest_commit() >= 5   # left on disk, to resume from
+    # ... as the message says: the same command, the same job's id
+    (tmp_path / "again").mkdir()
+    again = ElasticJob(tmp_path / "again", "localhost:2\n", ["-np", "2"], example(),
+                       job=job.job, store=job.store)
+    resumed = again.finish()
+    assert resumed.returncode == 0, again.output()
+    check_every_sample_trained(resumed.stdout, 3, 3)
 
 
 def test_too_few_slots_for_too_long_ends_the_job(tmp_path):
