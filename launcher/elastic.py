@@ -41,7 +41,7 @@ from typing import Callable, Optional, Sequence
 from .config import LaunchConfig, UsageError
 from .elastic_plan import (Blacklist, End, assign_slots, classify_ends, host_update,
                            judge_generation, parse_discovery)
-from .exit_report import signal_name
+from .exit_report import RankExit
 from .hosts import HostSlots, format_host_list, is_local_host, parse_host_list, read_hostfile
 from .job import JobOutcome
 from .main import local_cpus, prepare_job
@@ -103,8 +103,7 @@ class Discovery:
             raise DiscoveryError(f"the host discovery script {self.script!r} did not finish "
                                  f"within {DISCOVERY_TIME_LIMIT:g} s") from None
         if done.returncode != 0:
-            how = (f"was killed by {signal_name(-done.returncode)}" if done.returncode < 0
-                   else f"exited with code {done.returncode}")
+            how = RankExit.from_returncode("", done.returncode).how()
             said = done.stderr.strip().splitlines()[-1:] or ["nothing on stderr"]
             raise DiscoveryError(f"the host discovery script {self.script!r} {how}: {said[0]}")
         try:
