@@ -115,9 +115,9 @@ class HostUpdateResult(enum.IntFlag):
 RESTART_EXIT_CODE = 75
 
 
-def _default_bcast_object(obj: Any, root_rank: int = 0) -> Any:
+def _default_bcast_object(obj: Any) -> Any:
     from scaleout._objects import broadcast_object
-    return broadcast_object(obj, root_rank=root_rank)
+    return broadcast_object(obj, root_rank=0)
 
 
 def _default_rank() -> int:
