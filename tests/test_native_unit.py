@@ -1,4 +1,5 @@
-"""Builds the native unit tests (native/tests/*.cc, linked with the core) and runs them.
+"""Builds the native unit tests (native/tests/*.cc, linked with the core) and runs them, one
+pytest test per native/tests/test_*.cc file (`native_tests --file test_x.cc`).
 
 The binary is kept in pytest's cache directory under a digest of the native sources, so it is
 rebuilt only when something under native/ changed. Skipped only where no MPI C++ compiler
@@ -69,16 +70,23 @@ def native_tests_binary(request, tmp_path_factory) -> Path:
     return binary
 
 
-def test_native_unit_tests_pass(native_tests_binary: Path):
+# The native engineer splits and adds files; globbing them means each is its own pytest id
+# and a file that loses its tests (a split that drops them) fails instead of passing quietly.
+NATIVE_TEST_FILES = sorted(path.name for path in (NATIVE / "tests").glob("test_*.cc")
+                           if path.name != "test_main.cc")
+
+
+@pytest.mark.parametrize("test_file", NATIVE_TEST_FILES)
+def test_native_unit_tests_pass(native_tests_binary: Path, test_file: str):
     try:
-        proc = subprocess.run([str(native_tests_binary)], capture_output=True, text=True,
-                              timeout=240)
+        proc = subprocess.run([str(native_tests_binary), "--file", test_file],
+                              capture_output=True, text=True, timeout=240)
     except subprocess.TimeoutExpired as e:
         out = e.stdout or ""
         if isinstance(out, bytes):
             out = out.decode(errors="replace")
-        pytest.fail(f"the native unit tests did not finish in 240 s (a hang?)\n{out}",
-                    pytrace=False)
+        pytest.fail(f"the native unit tests of {test_file} did not finish in 240 s (a hang?)"
+                    f"\n{out}", pytrace=False)
     output = proc.stdout + proc.stderr
     lines = proc.stdout.strip().splitlines()
     summary = SUMMARY.fullmatch(lines[-1].strip()) if lines else None
@@ -86,4 +94,5 @@ def test_native_unit_tests_pass(native_tests_binary: Path):
         f"no `N passed, M failed` line at the end (exit code {proc.returncode}):\n{output}")
     passed, failed = int(summary.group(1)), int(summary.group(2))
     assert proc.returncode == 0 and failed == 0 and passed > 0, (
-        f"native unit tests: {passed} passed, {failed} failed, exit {proc.returncode}\n{output}")
+        f"native unit tests of {test_file}: {passed} passed, {failed} failed, "
+        f"exit {proc.returncode}\n{output}")

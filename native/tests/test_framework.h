@@ -21,8 +21,8 @@
 //   void helper.
 // - Checks may be made from several threads of one test.
 //
-// tests/test_main.cc runs every test, or those whose name contains its first argument. It
-// prints one line per failed check, `file:line: [TestName] message` (at most 25 per test, then
+// tests/test_main.cc runs every test, or those whose name contains its argument, or (with
+// `--file test_x.cc`) those defined in one file. It prints one line per failed check, `file:line: [TestName] message` (at most 25 per test, then
 // a count), and last of all `N passed, M failed`, counted in tests. The exit code is 0 only
 // when no test failed (and at least one ran).
 #ifndef SCALEOUT_TESTS_TEST_FRAMEWORK_H_

@@ -1,11 +1,14 @@
 // Runs the tests registered with SO_TEST (see tests/test_framework.h).
 //
-//   native_tests            every test
-//   native_tests Reduce     the tests whose name contains "Reduce"
+//   native_tests                           every test
+//   native_tests Reduce                    the tests whose name contains "Reduce"
+//   native_tests --file test_adasum.cc     the tests defined in that file (its base name)
+//   native_tests --file test_adasum.cc Sum both filters at once
 //
 // Prints one line per failed check (at most kMaxLinesPerTest per test, then a count) and, as
 // the last line, `N passed, M failed`. Exit code 0 only when no test failed and at least one
-// ran (a filter that matches nothing is more likely a typo than a success).
+// ran (a filter that matches nothing is more likely a typo than a success, and a file with no
+// tests has lost them: tests/test_native_unit.py runs each file on its own).
 #include <cstdio>
 #include <exception>
 #include <mutex>
@@ -49,6 +52,13 @@ void PrintLine(const std::string& line) {
   std::fputs(line.c_str(), stdout);
   std::fputc('\n', stdout);
   std::fflush(stdout);
+}
+
+// __FILE__ is the path the compiler was given, which depends on how the build named it.
+std::string BaseName(const char* path) {
+  const std::string text = path;
+  const auto slash = text.find_last_of('/');
+  return slash == std::string::npos ? text : text.substr(slash + 1);
 }
 
 }  // namespace
@@ -102,11 +112,21 @@ int RunOne(const TestCase& test) {
 
 int main(int argc, char** argv) {
   using scaleout::test::Registry;
-  const std::string filter = argc > 1 ? argv[1] : "";
+  std::string file;    // empty: every file
+  std::string filter;  // empty: every name
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--file" && i + 1 < argc) {
+      file = argv[++i];
+    } else {
+      filter = arg;
+    }
+  }
   int passed = 0;
   int failed = 0;
   for (const auto& test : Registry()) {
     if (std::string(test.name).find(filter) == std::string::npos) continue;
+    if (!file.empty() && scaleout::test::BaseName(test.file) != file) continue;
     if (scaleout::test::RunOne(test) == 0) {
       ++passed;
     } else {
@@ -114,7 +134,9 @@ int main(int argc, char** argv) {
     }
   }
   if (passed + failed == 0) {
-    scaleout::test::PrintLine("no test name contains \"" + filter + "\"");
+    scaleout::test::PrintLine(
+        file.empty() ? "no test name contains \"" + filter + "\""
+                     : "no test in " + file + " whose name contains \"" + filter + "\"");
   }
   scaleout::test::PrintLine(std::to_string(passed) + " passed, " + std::to_string(failed) +
                             " failed");
