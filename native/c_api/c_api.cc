@@ -1,5 +1,6 @@
 // The C ABI: every entry point catches everything and returns a status code; the message of the
 // last failure on the calling thread is kept for so_last_error().
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -218,26 +219,40 @@ SO_EXPORT int so_timeline(const char* path, int mark_cycles) {
   });
 }
 
-SO_EXPORT int so_enqueue(const char* name, int collective, int dtype, int ndim, const int64_t* shape,
-                         const void* input, void* output, int reduce_op, int root_rank,
-                         double prescale_factor, double postscale_factor, const int64_t* splits,
-                         int nsplits, int32_t process_set, int64_t* handle_out) {
+namespace {
+
+// The one place a request record becomes EnqueueArgs (Note [Request record]).
+Status ToEnqueueArgs(const so_request* r, scaleout::EnqueueArgs* a) {
+  constexpr size_t kFirstVersionSize = offsetof(so_request, process_set) + sizeof(int32_t);
+  if (r == nullptr || r->struct_size < kFirstVersionSize) {
+    return Status::InvalidArgument("so_enqueue: the request record is missing or older than the "
+                                   "first version (struct_size " +
+                                   std::to_string(r == nullptr ? 0u : r->struct_size) + ")");
+  }
+  a->name = r->name;
+  a->collective = r->collective;
+  a->dtype = r->dtype;
+  a->ndim = r->ndim;
+  a->shape = r->shape;
+  a->input = r->input;
+  a->output = r->output;
+  a->reduce_op = r->reduce_op;
+  a->root = r->root_rank;
+  a->prescale = r->prescale_factor;
+  a->postscale = r->postscale_factor;
+  a->splits = r->splits;
+  a->nsplits = r->nsplits;
+  a->process_set = r->process_set;
+  return Status::OK();
+}
+
+}  // namespace
+
+SO_EXPORT int so_enqueue(const so_request* request, int64_t* handle_out) {
   return WithRuntime([&](Runtime& rt) -> int {
     scaleout::EnqueueArgs a;
-    a.process_set = process_set;
-    a.name = name;
-    a.collective = collective;
-    a.dtype = dtype;
-    a.ndim = ndim;
-    a.shape = shape;
-    a.input = input;
-    a.output = output;
-    a.reduce_op = reduce_op;
-    a.root = root_rank;
-    a.prescale = prescale_factor;
-    a.postscale = postscale_factor;
-    a.splits = splits;
-    a.nsplits = nsplits;
+    Status s = ToEnqueueArgs(request, &a);
+    if (!s.ok()) return Fail(s);
     return Report(rt.Enqueue(a, handle_out));
   });
 }

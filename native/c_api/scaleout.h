@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define SCALEOUT_ABI_VERSION 8
+#define SCALEOUT_ABI_VERSION 9
 
 /*
  * The tables: every code the ABI uses, with its name, written once here. The core takes its names
@@ -137,8 +137,9 @@ int so_process_set_ids(int32_t* ids_out, int capacity, int32_t* count_out);
 
 /* ---- collectives ---- */
 /*
- * Enqueues a named collective and returns a handle at once (*handle_out > 0).
+ * One collective request (Note [Request record]).
  *
+ * name:   the collective's name, the same on every rank (NUL-terminated UTF-8).
  * input:  the local contribution (ignored by SO_BARRIER and SO_JOIN; broadcast's non-root ranks
  *         may pass NULL when output is given).
  * output: where the result is written, for SO_ALLREDUCE and SO_BROADCAST (may equal input for
@@ -146,16 +147,49 @@ int so_process_set_ids(int32_t* ids_out, int capacity, int32_t* count_out);
  *         result shape is known only after negotiation, so the core owns the result buffer and
  *         so_result_shape / so_result_take hand it over.
  * shape:  ndim dimensions of input (ndim may be 0 for a scalar).
+ * reduce_op, prescale_factor, postscale_factor: SO_ALLREDUCE and SO_REDUCESCATTER only.
+ * root_rank: SO_BROADCAST only (the job's rank, also on a process set).
  * splits: SO_ALLTOALL only: nsplits == size entries, rows of input sent to each rank; NULL for
  *         equal splits.
  * process_set: the id of the process set the collective runs on (0: every rank; ranks, roots and
  *         splits are then the set's); this rank must be a member.
- * The caller keeps input and output alive and unmodified until the handle completes.
  */
-int so_enqueue(const char* name, int collective, int dtype, int ndim, const int64_t* shape,
-               const void* input, void* output, int reduce_op, int root_rank,
-               double prescale_factor, double postscale_factor,
-               const int64_t* splits, int nsplits, int32_t process_set, int64_t* handle_out);
+typedef struct so_request {
+  uint32_t struct_size; /* sizeof(so_request) as the caller was compiled with */
+  int32_t collective;
+  const char* name;
+  int32_t dtype;
+  int32_t ndim;
+  const int64_t* shape;
+  const void* input;
+  void* output;
+  int32_t reduce_op;
+  int32_t root_rank;
+  double prescale_factor;
+  double postscale_factor;
+  const int64_t* splits;
+  int32_t nsplits;
+  int32_t process_set;
+} so_request;
+
+/*
+ * Note [Request record]
+ * ~~~~~~~~~~~~~~~~~~~~~
+ * A request crosses every boundary as one record: Python's keyword arguments of
+ * scaleout._binding.submit, this struct at the C ABI, EnqueueArgs inside the core (one
+ * conversion, in c_api.cc). The struct is versioned by its first field: a field is only ever
+ * added at the end (its comment giving its default), and the core reads a field only when
+ * struct_size covers it, else it takes that default, so a caller built against an older header
+ * keeps working. A struct_size smaller than the first version's (every field above) is refused
+ * with SO_ERR_INVALID_ARGUMENT.
+ */
+
+/*
+ * Enqueues a named collective and returns a handle at once (*handle_out > 0).
+ * The caller keeps input and output alive and unmodified until the handle completes; the request
+ * record itself is read during the call only.
+ */
+int so_enqueue(const so_request* request, int64_t* handle_out);
 
 /* *done_out = 1 when the handle has completed (successfully or not). */
 int so_poll(int64_t handle, int* done_out);

@@ -56,11 +56,6 @@ static const char* const collective_names[SO_COLLECTIVE_COUNT] = {
     SO_COLLECTIVE_TABLE(SO_NAME_)
 #undef SO_NAME_
 };
-static const int dtype_sizes[SO_DTYPE_COUNT] = {
-#define SO_SIZE_(ENUM, name, code, bytes) [code] = bytes,
-    SO_DTYPE_TABLE(SO_SIZE_)
-#undef SO_SIZE_
-};
 
 /* Before the core is loaded nothing can have been initialized: NotInitializedError. */
 static int require_loaded(void) {
@@ -701,8 +696,10 @@ static int describe_tensor(PyObject* t, void** ptr, int* dtype, int64_t* shape, 
 
 /*
  * submit(collective, name, data, address, dtype, shape, output, out_address, op, root,
- *        prescale, postscale, splits, finish[, process_set]) -> Handle
+ *        prescale, postscale, splits, finish, process_set) -> Handle
  *
+ * Every argument may be given by keyword (Note [Request record]); those not given take the
+ * defaults listed at SUBMIT_ARGS.
  * data: the input's owner, kept alive until completion. When address is None, data is read
  *   as a registered tensor (register_tensor_type) or through the buffer protocol (C-contiguous),
  *   and dtype and shape (when None) come from it; a tensor or buffer that the core cannot take
@@ -721,21 +718,77 @@ static int describe_tensor(PyObject* t, void** ptr, int* dtype, int64_t* shape, 
  *   (received, received_splits as a list); join's the last rank to join; barrier's None).
  * name None generates one (auto_name).
  */
-static PyObject* submit(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 14 && nargs != 15) {
-    return PyErr_Format(PyExc_TypeError, "submit takes 14 or 15 arguments, got %zd", nargs);
+/* submit's arguments in positional order; only collective has no default (Note [Request
+ * record]): name, data, address, dtype, shape, output, out_address, splits and finish None, op
+ * Average, root 0, prescale and postscale 1.0, process_set 0. */
+#define SUBMIT_ARGS(X)                                                                          \
+  X(collective) X(name) X(data) X(address) X(dtype) X(shape) X(output) X(out_address) X(op)      \
+  X(root) X(prescale) X(postscale) X(splits) X(finish) X(process_set)
+enum {
+#define SO_ARG_INDEX_(n) ARG_##n,
+  SUBMIT_ARGS(SO_ARG_INDEX_)
+#undef SO_ARG_INDEX_
+  SUBMIT_NARGS
+};
+static PyObject* submit_keywords[SUBMIT_NARGS]; /* interned names, made at module init */
+
+/* Puts submit's positional and keyword arguments in order into a[] (NULL: not given), without
+ * allocating: keywords are matched by identity first (callers' names are interned), then by
+ * value. */
+static int submit_parse(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** a) {
+  if (nargs > SUBMIT_NARGS) {
+    PyErr_Format(PyExc_TypeError, "submit takes at most %d arguments, got %zd", SUBMIT_NARGS, nargs);
+    return -1;
   }
+  for (int i = 0; i < SUBMIT_NARGS; ++i) a[i] = i < nargs ? args[i] : NULL;
+  const Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+  for (Py_ssize_t k = 0; k < nkw; ++k) {
+    PyObject* key = PyTuple_GET_ITEM(kwnames, k);
+    int found = -1;
+    for (int i = 0; i < SUBMIT_NARGS && found < 0; ++i) {
+      if (key == submit_keywords[i]) found = i;
+    }
+    for (int i = 0; i < SUBMIT_NARGS && found < 0; ++i) {
+      if (PyUnicode_Compare(key, submit_keywords[i]) == 0) found = i;
+    }
+    if (found < 0) {
+      PyErr_Format(PyExc_TypeError, "submit() got an unexpected keyword argument %R", key);
+      return -1;
+    }
+    if (a[found] != NULL) {
+      PyErr_Format(PyExc_TypeError, "submit() got multiple values for argument %R", key);
+      return -1;
+    }
+    a[found] = args[nargs + k];
+  }
+  if (a[ARG_collective] == NULL) {
+    PyErr_SetString(PyExc_TypeError, "submit() missing required argument 'collective'");
+    return -1;
+  }
+  return 0;
+}
+
+static PyObject* submit(PyObject* self, PyObject* const* argv, Py_ssize_t nargs, PyObject* kwnames) {
+  PyObject* args[SUBMIT_NARGS];
+  if (submit_parse(argv, nargs, kwnames, args) != 0) return NULL;
   if (!require_loaded()) return NULL;
-  int collective, dtype = -1, op, root, process_set = 0;
-  if (nargs == 15 && !as_int(args[14], "process_set", &process_set)) return NULL;
-  double pre, post;
-  if (!as_int(args[0], "collective", &collective) || !as_int(args[8], "op", &op) ||
-      !as_int(args[9], "root_rank", &root) || !as_double(args[10], "prescale_factor", &pre) ||
-      !as_double(args[11], "postscale_factor", &post)) {
+  /* Numbers not given take their defaults; given, they must be numbers (None too is refused). */
+  int collective, dtype = -1, op = SO_AVERAGE, root = 0, process_set = 0;
+  double pre = 1.0, post = 1.0;
+  if (!as_int(args[ARG_collective], "collective", &collective) ||
+      (args[ARG_op] && !as_int(args[ARG_op], "op", &op)) ||
+      (args[ARG_root] && !as_int(args[ARG_root], "root_rank", &root)) ||
+      (args[ARG_prescale] && !as_double(args[ARG_prescale], "prescale_factor", &pre)) ||
+      (args[ARG_postscale] && !as_double(args[ARG_postscale], "postscale_factor", &post)) ||
+      (args[ARG_process_set] && !as_int(args[ARG_process_set], "process_set", &process_set))) {
     return NULL;
   }
-  PyObject *data = args[2], *address = args[3], *output = args[6], *out_address = args[7];
-  PyObject *splits_obj = args[12], *finish = args[13];
+  for (int i = 0; i < SUBMIT_NARGS; ++i) {
+    if (args[i] == NULL) args[i] = Py_None;
+  }
+  PyObject *data = args[ARG_data], *address = args[ARG_address], *output = args[ARG_output];
+  PyObject *out_address = args[ARG_out_address], *splits_obj = args[ARG_splits];
+  PyObject *finish = args[ARG_finish];
   if (PyList_GET_SIZE(orphans) != 0) sweep_orphans();
 
   Py_buffer in = {0}, out = {0}, sp = {0};
@@ -774,9 +827,9 @@ static PyObject* submit(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
     in_ptr = PyLong_AsVoidPtr(address);
     if (in_ptr == NULL && PyErr_Occurred()) goto done;
   }
-  if (args[4] != Py_None && !as_int(args[4], "dtype", &dtype)) goto done;
-  if (args[5] != Py_None) {
-    PyObject* shape_obj = args[5];
+  if (args[ARG_dtype] != Py_None && !as_int(args[ARG_dtype], "dtype", &dtype)) goto done;
+  if (args[ARG_shape] != Py_None) {
+    PyObject* shape_obj = args[ARG_shape];
     if (!PyTuple_Check(shape_obj)) {
       PyErr_SetString(PyExc_TypeError, "shape must be a tuple");
       goto done;
@@ -821,13 +874,17 @@ static PyObject* submit(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
     splits = (const int64_t*)sp.buf;
     nsplits = (int)(sp.len / 8);
   }
-  name = name_or_auto(collective, args[1], process_set);
+  name = name_or_auto(collective, args[ARG_name], process_set);
   if (name == NULL) goto done;
   const char* name_utf8 = PyUnicode_AsUTF8(name);
   if (name_utf8 == NULL) goto done;
   int64_t id = 0;
-  int rc = api.so_enqueue(name_utf8, collective, dtype, ndim, shape, in_ptr, out_ptr, op, root,
-                          pre, post, splits, nsplits, process_set, &id);
+  const so_request request = {
+      .struct_size = sizeof(so_request), .collective = collective, .name = name_utf8,
+      .dtype = dtype, .ndim = ndim, .shape = shape, .input = in_ptr, .output = out_ptr,
+      .reduce_op = op, .root_rank = root, .prescale_factor = pre, .postscale_factor = post,
+      .splits = splits, .nsplits = nsplits, .process_set = process_set};
+  int rc = api.so_enqueue(&request, &id);
   if (rc != 0) {
     raise_status(rc);
     goto done;
@@ -1070,9 +1127,10 @@ static PyMethodDef methods[] = {
     {"build_info", build_info, METH_NOARGS, "compiler and MPI the core was built with"},
     {"auto_name", (PyCFunction)(void (*)(void))auto_name, METH_FASTCALL,
      "auto_name(collective, name or None) -> name"},
-    {"submit", (PyCFunction)(void (*)(void))submit, METH_FASTCALL,
-     "submit(collective, name, data, address, dtype, shape, output, out_address, op, root, "
-     "prescale, postscale, splits, finish) -> Handle"},
+    {"submit", (PyCFunction)(void (*)(void))submit, METH_FASTCALL | METH_KEYWORDS,
+     "submit(collective, name=None, data=None, address=None, dtype=None, shape=None, "
+     "output=None, out_address=None, op=Average, root=0, prescale=1.0, postscale=1.0, "
+     "splits=None, finish=None, process_set=0) -> Handle"},
     {"group", (PyCFunction)(void (*)(void))group, METH_FASTCALL, "group(handles, name) -> Handle"},
     {"synchronize", synchronize, METH_O, "synchronize(handle) -> result"},
     {"wait_all", wait_all, METH_O, "wait_all(handles) -> results; raises the first error"},
@@ -1125,6 +1183,9 @@ PyMODINIT_FUNC PyInit__binding(void) {
   SO_INTERN_(s_dtype, "dtype") SO_INTERN_(s_is_cpu, "is_cpu") SO_INTERN_(s_layout, "layout")
   SO_INTERN_(s_is_contiguous, "is_contiguous") SO_INTERN_(s_data_ptr, "data_ptr")
   SO_INTERN_(s_shape, "shape")
+#define SO_ARG_NAME_(n) SO_INTERN_(submit_keywords[ARG_##n], #n)
+  SUBMIT_ARGS(SO_ARG_NAME_)
+#undef SO_ARG_NAME_
 #undef SO_INTERN_
   PyObject* m = PyModule_Create(&module);
   if (m == NULL) return NULL;

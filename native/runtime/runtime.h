@@ -23,7 +23,7 @@
 
 namespace scaleout {
 
-// The arguments of so_enqueue, as received.
+// A request as the core takes it, from so_enqueue's record (Note [Request record]).
 struct EnqueueArgs {
   const char* name = nullptr;
   int collective = SO_ALLREDUCE;
