@@ -7,7 +7,8 @@ Conventions users know from MLSL and oneCCL (see Note [Placement] below):
 - its K endpoint-server cores are the last K cores of its block, excluded from its compute cores;
 - compute threads = compute cores, unless asked otherwise.
 
-Note [Placement]: binding modes. 'core' binds a rank to its own block's compute cores. 'socket'
+Note [Placement]
+Binding modes. 'core' binds a rank to its own block's compute cores. 'socket'
 and 'numa' bind it to every compute core of the sockets or NUMA nodes its block lies in (shared
 with the other ranks there); endpoint cores stay reserved either way. 'none' binds nothing and
 only sets thread counts. 'auto' is 'core' when every rank gets at least one compute core, else

@@ -10,7 +10,8 @@ the rest, shutdown included, UnknownError. The classes below follow that table; 
 statuses without a Horovod counterpart take the nearest tf.errors class (a timeout:
 DeadlineExceededError; a broken invariant: InternalError).
 
-Where the conversion happens (Note [TF error types]):
+Note [TF error types]
+Where the conversion happens:
 - Eagerly and while a tf.function is traced, the shim's entry points convert a scaleout error as
   it passes (`tf_errors`). These classes keep OpError's __init__(node_def, op, message), which is
   what autograph needs to re-raise them from a traced function as themselves.
