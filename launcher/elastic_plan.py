@@ -1,4 +1,4 @@
-"""The elastic driver's decisions (launcher/elastic.py runs the loop), as pure functions.
+"""The elastic driver's decisions (elastic_driver.py runs the loop), as pure functions.
 
 With Horovod's meanings:
 - the discovery script prints `host` or `host:slots` lines (slots default: --slots-per-host);
@@ -18,13 +18,12 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from scaleout._elastic_state import RESTART_EXIT_CODE, HostUpdateResult
+from scaleout._elastic_protocol import RESTART_EXIT_CODE, HostUpdateResult
 
 from .hosts import HostSlots, _check_host, _check_slots
 
 __all__ = ["parse_discovery", "Blacklist", "assign_slots", "End", "classify_ends",
-           "GenerationEnd", "judge_generation", "host_update", "RESTART_EXIT_CODE",
-           "HOSTS_ADDED", "HOSTS_REMOVED"]
+           "GenerationEnd", "judge_generation", "host_update", "HOSTS_ADDED", "HOSTS_REMOVED"]
 
 # A rank that stops for a restart; Horovod's flags of a host update.
 HOSTS_REMOVED, HOSTS_ADDED = HostUpdateResult.removed, HostUpdateResult.added

@@ -9,7 +9,7 @@ import socket
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
-from .config import UsageError
+from .errors import UsageError
 
 __all__ = ["HostSlots", "parse_host_list", "parse_hostfile", "read_hostfile", "merge_hosts",
            "ranks_per_host", "is_local_host", "format_host_list"]

@@ -1,4 +1,6 @@
-"""scaleoutrun: parse the arguments, plan the job, launch it through the MPI's own launcher.
+"""scaleoutrun, its stages in order: the arguments (config), the plan (plan), the command
+(command), the run (supervisor) and what is said at the end (report); an elastic job runs
+generations of them (elastic_driver).
 
     scaleoutrun -np 4 python train.py --epochs 3
     scaleoutrun -H host1:2,host2:2 python train.py          (over ssh)
@@ -13,74 +15,24 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-import shlex
 import sys
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Optional, Sequence
 
 from .check_build import check_build
-from .config import LaunchConfig, UsageError, parse_config
-from .hosts import HostSlots, is_local_host
-from .job import HostProbe, JobOutcome, run_job
-from .mpi_launcher import (LaunchError, LaunchRequest, MPIExec, MPIFamily, build_command,
-                           exported_names, find_mpiexec, interface_environment,
-                           launcher_variables, probe_family, yield_environment)
+from .command import prepare_job
+from .config import LaunchConfig, parse_config
+from .elastic_driver import run_elastic
+from .errors import UsageError
+from .mpi_launcher import LaunchError, find_mpiexec, probe_family
 from .placement_table import format_placement
-from .plan import JobPlan, placement_request, plan_job, plan_placement, resolve_hosts
-from .topology import detect
-from .unreachable import probe_hosts
+from .plan import placement_request, plan_job, plan_placement, resolve_hosts
+from .topology import detect, local_cpus
 
 __all__ = ["main"]
-
-RANK_EXEC = Path(__file__).resolve().with_name("rank_exec.py")
-DEFAULT_START_TIMEOUT = 60.0
 
 
 def _error(message: str) -> None:
     print(f"scaleoutrun: error: {message}", file=sys.stderr)
-
-
-def _rank_command(config: LaunchConfig, launcher: MPIExec, placement_args: Sequence[str],
-                  np: int, output_dir: Optional[str], keep_survivors: bool) -> tuple[str, ...]:
-    wrapper = [sys.executable, str(RANK_EXEC)]
-    if launcher.family is MPIFamily.HYDRA:
-        # Hydra's proxy starts ranks from its one thread and does not always clean up after a
-        # rank that never called MPI_Init, so the wrapper ends with it.
-        wrapper.append("--exit-with-parent")
-        if keep_survivors:   # Hydra then sends SIGUSR1 to the survivors of a rank's end
-            wrapper.append("--ignore-notices")
-    if config.prefix_output_with_timestamp:
-        wrapper.append("--timestamp-output")
-    if output_dir is not None:
-        wrapper += ["--output-dir", output_dir, "--world-size", str(np)]
-    return tuple(wrapper) + tuple(placement_args) + ("--",) + config.command
-
-
-def _output_dir(config: LaunchConfig) -> Optional[str]:
-    """--output-filename as an absolute path (ranks may start elsewhere), created here so that
-    a directory that cannot be made is reported before anything starts."""
-    if config.output_filename is None:
-        return None
-    directory = os.path.abspath(os.path.expanduser(config.output_filename))
-    try:
-        os.makedirs(directory, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--output-filename {config.output_filename}: cannot create "
-                         f"{directory}: {exc.strerror or exc}") from None
-    return directory
-
-
-def _identity_file(config: LaunchConfig) -> Optional[str]:
-    """--ssh-identity-file as an absolute path, checked: ssh itself only warns about a key it
-    cannot read, and then fails to log in for what looks like another reason."""
-    if config.ssh_identity_file is None:
-        return None
-    path = os.path.abspath(os.path.expanduser(config.ssh_identity_file))
-    if not os.path.isfile(path) or not os.access(path, os.R_OK):
-        raise UsageError(f"--ssh-identity-file {config.ssh_identity_file}: no readable file "
-                         f"at {path}")
-    return path
 
 
 def _version() -> str:
@@ -91,83 +43,8 @@ def _version() -> str:
         return "unknown (scaleout is not installed as a distribution)"
 
 
-@dataclass(frozen=True)
-class PreparedJob:
-    """A job ready to start: the launcher's command line, its environment, and where each
-    rank runs (by rank)."""
-    command: list[str]
-    env: dict[str, str]
-    rank_hosts: list[str]
-    start_timeout: float
-    probe: Optional[HostProbe]
-
-    def run(self, survivor_grace: Optional[float] = None) -> JobOutcome:
-        sys.stdout.flush()
-        return run_job(self.command, self.env, self.rank_hosts, self.start_timeout,
-                       probe=self.probe, survivor_grace=survivor_grace)
-
-
-def prepare_job(config: LaunchConfig, plan: JobPlan, environ: Mapping[str, str],
-                launcher: Optional[MPIExec] = None, rank_env: Mapping[str, str] = {},
-                keep_survivors: bool = False) -> PreparedJob:
-    """The command line and environment for `plan`. rank_env: more variables for every rank.
-    keep_survivors: the launcher lets the other ranks run on when one dies (an elastic
-    generation's survivors must stop for a restart by themselves)."""
-    placement = placement_request(config)
-    plan_placement(plan, placement, detect(), include_remote=False)   # refuses what cannot be
-    identity_file = _identity_file(config)
-    output_dir = _output_dir(config)
-    if launcher is None:
-        launcher = probe_family(find_mpiexec(config.mpiexec, sys.executable, environ))
-    added = {**plan.environment,
-             **yield_environment(launcher.family, config.mpi_yield, plan.oversubscribed, environ),
-             **interface_environment(config.network_interfaces, environ), **rank_env}
-    env = {**environ, **added}
-    hydra = launcher.family is MPIFamily.HYDRA
-    # Hydra ends every rank once one dies, unless told not to; Open MPI is left as it is.
-    survivors = ("-disable-auto-cleanup",) if keep_survivors and hydra else ()
-    request = LaunchRequest(
-        np=plan.np,
-        rank_command=_rank_command(config, launcher, placement.to_args(), plan.np, output_dir,
-                                   keep_survivors),
-        hosts=plan.hosts, oversubscribed=plan.oversubscribed,
-        exported=() if hydra else exported_names(env),
-        running_as_root=os.geteuid() == 0, ssh_port=config.ssh_port,
-        ssh_identity_file=identity_file,
-        network_interfaces=config.network_interfaces,
-        remote_launch=plan.remote_launch or "ssh",
-        environment=tuple(sorted(added.items())) if hydra else (),
-        extra_args=survivors + config.mpi_args)
-    command = build_command(launcher, request)
-    launcher_env = launcher_variables(launcher, request, environ)
-    env.update(launcher_env)
-    if config.verbose:
-        # What the command line does not show: variables for the launcher itself, and (for
-        # Open MPI, whose -x names only) the values of those scaleoutrun adds for the ranks.
-        shown_vars = {**launcher_env, **({} if hydra else added)}
-        shown = "".join(f"{name}={shlex.quote(value)} "
-                        for name, value in sorted(shown_vars.items()))
-        print(f"scaleoutrun: {shown}{shlex.join(command)}", file=sys.stderr, flush=True)
-
-    hosts = plan.hosts or (HostSlots("localhost", plan.np),)
-    rank_hosts = [entry.host for entry in hosts for _ in range(entry.slots)]
-    start_timeout = DEFAULT_START_TIMEOUT if config.start_timeout is None else config.start_timeout
-    probe = None
-    if plan.hosts and request.remote_launch == "ssh":
-        # Hydra and mpirun start a host that is this machine without ssh.
-        def probe(hosts):
-            return probe_hosts([host for host in hosts if not is_local_host(host)],
-                               config.ssh_port, identity_file)
-    return PreparedJob(command, env, rank_hosts, start_timeout, probe)
-
-
-def local_cpus() -> int:
-    return len(os.sched_getaffinity(0))
-
-
 def launch(config: LaunchConfig) -> int:
     if config.elastic:
-        from .elastic import run_elastic
         return run_elastic(config)
     environ = dict(os.environ)
     plan = plan_job(config, local_cpus(), resolve_hosts(config, environ))

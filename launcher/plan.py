@@ -4,14 +4,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
-from .config import LaunchConfig, UsageError, tuning_environment
+from .config import LaunchConfig
+from .errors import UsageError
 from .hosts import HostSlots, is_local_host, parse_host_list, ranks_per_host, read_hostfile
 from .placement import NodePlan, PlacementError, PlacementRequest, parse_ep_affinity, plan_node
 from .slurm import detect_allocation
 from .topology import Topology
 
 __all__ = ["HostSource", "JobPlan", "HostPlacement", "plan_job", "resolve_hosts",
-           "placement_request", "plan_placement"]
+           "placement_request", "plan_placement", "tuning_environment"]
 
 
 @dataclass(frozen=True)
@@ -115,3 +116,31 @@ def plan_placement(plan: JobPlan, request: PlacementRequest, topology: Topology,
             placements.append(HostPlacement(entry.host, first, node, local))
         first += entry.slots
     return placements
+
+
+def tuning_environment(config: LaunchConfig) -> dict[str, str]:
+    """The SCALEOUT_* variables every rank gets from the tuning flags that were given."""
+    values = {
+        "SCALEOUT_FUSION_THRESHOLD": config.fusion_threshold_bytes,
+        "SCALEOUT_CYCLE_TIME": config.cycle_time_ms,
+        "SCALEOUT_CACHE_CAPACITY": config.cache_capacity,
+        "SCALEOUT_STALL_CHECK_TIME_SECONDS": config.stall_check_seconds,
+        "SCALEOUT_STALL_SHUTDOWN_TIME_SECONDS": config.stall_shutdown_seconds,
+        "SCALEOUT_STALL_CHECK_DISABLE": config.stall_check_disable,
+        "SCALEOUT_HIERARCHICAL_ALLREDUCE": config.hierarchical_allreduce,
+        "SCALEOUT_HIERARCHICAL_ALLGATHER": config.hierarchical_allgather,
+        "SCALEOUT_TIMELINE": config.timeline,
+        # As horovodrun: cycle marks only mean something in a timeline.
+        "SCALEOUT_TIMELINE_MARK_CYCLES": config.timeline_mark_cycles if config.timeline else None,
+        "SCALEOUT_STATS": config.stats,
+        "SCALEOUT_LOG_LEVEL": config.log_level,
+    }
+    return {name: _format(value) for name, value in values.items() if value is not None}
+
+
+def _format(value: object) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)

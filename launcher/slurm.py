@@ -12,7 +12,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from .config import UsageError
+from .errors import UsageError
 from .hosts import HostSlots
 
 __all__ = ["SlurmAllocation", "expand_host_list", "expand_counts", "detect_allocation"]

@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-__all__ = ["Core", "Topology", "detect", "synthetic", "parse_cpu_list", "format_cpu_list"]
+__all__ = ["Core", "Topology", "detect", "synthetic", "parse_cpu_list", "format_cpu_list",
+           "local_cpus"]
 
 
 @dataclass(frozen=True)
@@ -124,3 +125,9 @@ def detect(sys_root: str = "/sys", allowed: Optional[Iterable[int]] = None) -> T
         cores.setdefault((max(socket, 0), group), []).append(cpu)
     return _ordered(Core(socket, numa_of.get(cpus[0], 0), tuple(sorted(cpus)))
                     for (socket, _), cpus in cores.items())
+
+
+def local_cpus() -> int:
+    """The CPUs this process may use (what decides whether this machine's ranks oversubscribe
+    it)."""
+    return len(os.sched_getaffinity(0))

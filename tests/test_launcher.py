@@ -7,18 +7,18 @@ import stat
 
 import pytest
 
-from scaleout.launcher.config import (LaunchConfig, UsageError, parse_config, split_command,
-                                      tuning_environment)
+from scaleout.launcher.config import LaunchConfig, parse_config, split_command
+from scaleout.launcher.errors import UsageError
 from scaleout.launcher.exit_report import RankExit, parse_report
 from scaleout.launcher.hosts import (HostSlots, is_local_host, parse_host_list, parse_hostfile,
                                      ranks_per_host, read_hostfile)
-from scaleout.launcher.job import BannerFilter, StderrRelay
 from scaleout.launcher.mpi_launcher import (LaunchError, LaunchRequest, MPIExec, MPIFamily,
                                             build_command, detect_family, exported_names,
                                             find_mpiexec, launcher_variables, yield_environment)
 from scaleout.launcher.output import LinePrefixer
-from scaleout.launcher.plan import plan_job, resolve_hosts
+from scaleout.launcher.plan import plan_job, resolve_hosts, tuning_environment
 from scaleout.launcher.rank_env import local_rank_and_size, rank_from_environment
+from scaleout.launcher.relay import BannerFilter, StderrRelay
 
 
 def parse(*argv: str, **environ: str) -> LaunchConfig:

@@ -11,8 +11,10 @@ import time
 import pytest
 
 from scaleout import _elastic_run
-from scaleout._elastic_state import HostsUpdatedInterrupt, HostUpdateResult, ObjectState
-from scaleout.launcher.elastic import Discovery, DiscoveryError, Notifier, driver_addresses
+from scaleout._elastic_protocol import HostUpdateResult
+from scaleout._elastic_state import HostsUpdatedInterrupt, ObjectState
+from scaleout.launcher.elastic_discovery import Discovery, DiscoveryError
+from scaleout.launcher.elastic_notifier import Notifier, driver_addresses
 from scaleout.launcher.hosts import HostSlots
 
 
@@ -101,7 +103,7 @@ def test_ranks_get_addresses_of_this_machine_loopback_last():
 
 
 def test_two_names_of_this_machine_keep_ucx_from_reading_a_dead_ranks_memory():
-    from scaleout.launcher.elastic import _one_machine_environment
+    from scaleout.launcher.elastic_driver import _one_machine_environment
     two = [HostSlots("localhost", 2), HostSlots("127.0.0.1", 1)]
     assert _one_machine_environment(two, {}) == {"UCX_TLS": "^cma"}
     assert _one_machine_environment(two, {"UCX_TLS": "tcp"}) == {}   # the user's stays

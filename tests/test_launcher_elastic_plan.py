@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from scaleout.launcher.config import UsageError
-from scaleout.launcher.elastic_plan import (HOSTS_ADDED, HOSTS_REMOVED, RESTART_EXIT_CODE,
+from scaleout._elastic_protocol import RESTART_EXIT_CODE
+from scaleout.launcher.elastic_plan import (HOSTS_ADDED, HOSTS_REMOVED,
                                             Blacklist, End, assign_slots, classify_ends,
                                             host_update, judge_generation, parse_discovery)
+from scaleout.launcher.errors import UsageError
 from scaleout.launcher.hosts import HostSlots
 
 

@@ -7,12 +7,14 @@ import re
 
 import pytest
 
-from scaleout.launcher.config import (HOROVOD_ONLY, OPTIONS, UsageError, parse_config,
-                                      tuning_environment)
+from scaleout.launcher.config import parse_config
+from scaleout.launcher.errors import UsageError
 from scaleout.launcher.hosts import HostSlots
 from scaleout.launcher.mpi_launcher import (LaunchRequest, MPIExec, MPIFamily, build_command,
                                             launcher_variables)
+from scaleout.launcher.options import HOROVOD_ONLY, OPTIONS
 from scaleout.launcher.output import LinePrefixer, horovod_timestamp, rank_output_dir
+from scaleout.launcher.plan import tuning_environment
 from scaleout.launcher.unreachable import _ssh_command
 
 HYDRA = MPIExec("/venv/bin/mpiexec", MPIFamily.HYDRA)

@@ -26,254 +26,35 @@ by running the same command with SCALEOUT_ELASTIC_JOB set to the job's id.
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import os
-import secrets
 import signal
 import socket
-import struct
-import subprocess
 import sys
-import threading
 import time
 from typing import Callable, Optional, Sequence
 
-from .config import LaunchConfig, UsageError
+from scaleout import _elastic_protocol as protocol
+from scaleout._commit_store import CommitStore
+
+from .command import prepare_job
+from .config import LaunchConfig
+from .elastic_discovery import DISCOVERY_INTERVAL, Discovery, DiscoveryError, HostWatch, say
+from .elastic_notifier import Notifier, driver_addresses
 from .elastic_plan import (Blacklist, End, assign_slots, classify_ends, host_update,
-                           judge_generation, parse_discovery)
-from .exit_report import RankExit
-from .hosts import HostSlots, format_host_list, is_local_host, parse_host_list, read_hostfile
-from .job import JobOutcome
-from .main import local_cpus, prepare_job
+                           judge_generation)
+from .errors import UsageError
+from .hosts import HostSlots, format_host_list, is_local_host
 from .mpi_launcher import LaunchError, find_mpiexec, probe_family
 from .plan import HostSource, plan_job
+from .report import JobOutcome
+from .topology import local_cpus
 from .unreachable import planned_host
 
-__all__ = ["run_elastic", "Discovery", "HostWatch", "Notifier", "DEFAULT_ELASTIC_TIMEOUT",
-           "SURVIVOR_GRACE"]
+__all__ = ["run_elastic", "DEFAULT_ELASTIC_TIMEOUT", "SURVIVOR_GRACE"]
 
 DEFAULT_ELASTIC_TIMEOUT = 600.0   # seconds, as Horovod's
-DISCOVERY_INTERVAL = 1.0          # seconds between runs of the discovery script, as Horovod's
-DISCOVERY_TIME_LIMIT = 60.0       # the longest one run of the script may take
 # After a rank fails, how long the others get to see it and stop for a restart by themselves.
 SURVIVOR_GRACE = 10.0
-
-
-def _say(message: str) -> None:
-    print(f"scaleoutrun: elastic: {message}", file=sys.stderr, flush=True)
-
-
-class DiscoveryError(Exception):
-    """The discovery script failed or printed what is not a host list."""
-
-
-class Discovery:
-    """Where the hosts come from: the discovery script (run by the shell), or fixed hosts."""
-
-    def __init__(self, script: Optional[str], slots_per_host: int,
-                 fixed: Optional[Sequence[HostSlots]] = None):
-        self.script = script
-        self.slots_per_host = slots_per_host
-        self.fixed = list(fixed) if fixed is not None else None
-
-    @classmethod
-    def from_config(cls, config: LaunchConfig) -> "Discovery":
-        slots = config.slots_per_host or 1
-        if config.host_discovery_script is not None:
-            return cls(config.host_discovery_script, slots)
-        if config.hosts is not None:
-            fixed = parse_host_list(config.hosts)
-        elif config.hostfile is not None:
-            fixed = read_hostfile(config.hostfile)
-        else:
-            fixed = []
-        if len(fixed) < 2:
-            raise UsageError("an elastic job needs --host-discovery-script, or at least two "
-                             "hosts in -H/--hostfile (with fewer it cannot lose one and go on)")
-        return cls(None, slots, fixed)
-
-    def find(self) -> list[HostSlots]:
-        if self.fixed is not None:
-            return list(self.fixed)
-        try:
-            done = subprocess.run(self.script, shell=True, stdin=subprocess.DEVNULL,
-                                  capture_output=True, text=True, errors="replace",
-                                  timeout=DISCOVERY_TIME_LIMIT)
-        except subprocess.TimeoutExpired:
-            raise DiscoveryError(f"the host discovery script {self.script!r} did not finish "
-                                 f"within {DISCOVERY_TIME_LIMIT:g} s") from None
-        if done.returncode != 0:
-            how = RankExit.from_returncode("", done.returncode).how()
-            said = done.stderr.strip().splitlines()[-1:] or ["nothing on stderr"]
-            raise DiscoveryError(f"the host discovery script {self.script!r} {how}: {said[0]}")
-        try:
-            return parse_discovery(done.stdout, self.slots_per_host, self.script or "")
-        except UsageError as exc:
-            raise DiscoveryError(str(exc)) from None
-
-
-class HostWatch:
-    """Runs discovery every DISCOVERY_INTERVAL seconds in a thread: the newest hosts found,
-    and a callback on each run (with the hosts) while a generation runs."""
-
-    def __init__(self, discovery: Discovery, first: Sequence[HostSlots]):
-        self.discovery = discovery
-        self._hosts = list(first)
-        self._lock = threading.Condition()
-        self._stop = threading.Event()
-        self._failing: Optional[str] = None
-        self.on_run: Optional[Callable[[list[HostSlots]], None]] = None
-        self._thread = threading.Thread(target=self._loop, name="scaleout-discovery",
-                                        daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        with self._lock:
-            self._lock.notify_all()
-
-    def hosts(self) -> list[HostSlots]:
-        with self._lock:
-            return list(self._hosts)
-
-    def wait(self, seconds: float) -> None:
-        """Until the next run of discovery, or `seconds`."""
-        with self._lock:
-            self._lock.wait(seconds)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(DISCOVERY_INTERVAL):
-            try:
-                found = self.discovery.find()
-            except (DiscoveryError, OSError) as exc:
-                # As Horovod: after a first success, a failing script is retried, its last
-                # hosts kept; said once until it works again.
-                if str(exc) != self._failing:
-                    _say(f"{exc}; using the hosts it printed last")
-                self._failing = str(exc)
-                continue
-            self._failing = None
-            with self._lock:
-                self._hosts = found
-                self._lock.notify_all()
-            callback = self.on_run
-            if callback is not None:
-                callback(found)
-
-
-class Notifier:
-    """The driver's end of the host-update channel: each generation's rank 0 connects and says
-    "<token> <generation>"; the driver writes "<timestamp> <flags>" lines (Horovod's
-    HostUpdateResult flags), which rank 0's State turns into HostsUpdatedInterrupt."""
-
-    def __init__(self, addresses: Sequence[str]):
-        self.token = secrets.token_hex(16)
-        self._server = socket.create_server(("0.0.0.0", 0), backlog=16)
-        self.port = self._server.getsockname()[1]
-        self.addresses = list(addresses)
-        self._lock = threading.Lock()
-        self._generation = -1
-        self._connection: Optional[socket.socket] = None
-        self._pending: Optional[str] = None
-        self._last_timestamp = 0
-        threading.Thread(target=self._accept, name="scaleout-notifier", daemon=True).start()
-
-    def rank_environment(self, generation: int) -> dict[str, str]:
-        return {"SCALEOUT_ELASTIC_DRIVER": ",".join(f"{a}:{self.port}" for a in self.addresses),
-                "SCALEOUT_ELASTIC_TOKEN": self.token,
-                "SCALEOUT_ELASTIC_GENERATION": str(generation)}
-
-    def start_generation(self, generation: int) -> None:
-        with self._lock:
-            self._drop()
-            self._generation, self._pending = generation, None
-
-    def notify(self, flags: int, generation: int) -> None:
-        """Tells generation `generation`'s rank 0 (now, or once it connects) that hosts
-        changed; nothing once another generation has started."""
-        with self._lock:
-            if generation != self._generation:
-                return   # a discovery that ran as the last generation ended
-            self._last_timestamp = max(int(time.time()), self._last_timestamp + 1)
-            line = f"{self._last_timestamp} {flags}\n"
-            if self._connection is None or not self._send(line):
-                self._pending = line
-
-    def close(self) -> None:
-        with self._lock:
-            self._drop()
-        self._server.close()
-
-    def _send(self, line: str) -> bool:
-        try:
-            self._connection.sendall(line.encode())
-            return True
-        except OSError:
-            self._drop()
-            return False
-
-    def _drop(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                connection, _ = self._server.accept()
-            except OSError:
-                return   # closed
-            try:
-                connection.settimeout(10)
-                hello = b""
-                while not hello.endswith(b"\n") and len(hello) < 256:
-                    part = connection.recv(256)
-                    if not part:
-                        break
-                    hello += part
-                token, _, generation = hello.decode(errors="replace").strip().partition(" ")
-            except OSError:
-                connection.close()
-                continue
-            with self._lock:
-                if token != self.token or generation != str(self._generation):
-                    connection.close()   # a stranger, or a generation that has ended
-                    continue
-                self._drop()
-                self._connection = connection
-                if self._pending is not None and self._send(self._pending):
-                    self._pending = None
-
-
-def _interface_address(name: str) -> Optional[str]:
-    """The IPv4 address of network interface `name` (SIOCGIFADDR), or None."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            packed = fcntl.ioctl(probe.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))
-        except OSError:
-            return None
-    return socket.inet_ntoa(packed[20:24])
-
-
-def driver_addresses(interfaces: Sequence[str]) -> list[str]:
-    """Where the ranks can reach this machine: the addresses of --network-interfaces, else
-    those its host name resolves to, then its interfaces'; 127.0.0.1 last, for ranks on this
-    machine."""
-    if interfaces:
-        found = [address for address in map(_interface_address, interfaces) if address]
-    else:
-        try:
-            found = socket.gethostbyname_ex(socket.gethostname())[2]
-        except OSError:
-            found = []
-        # A name may resolve to a loopback address only (127.0.1.1 on Debian): every
-        # interface's address then, rank 0 tries them in turn.
-        found += [address for _, name in socket.if_nameindex()
-                  if (address := _interface_address(name))]
-    outside = [address for address in found if not address.startswith("127.")]
-    return list(dict.fromkeys(outside)) + ["127.0.0.1"]
 
 
 def _new_job_id() -> str:
@@ -291,8 +72,7 @@ class _Run:
 
     def commit_note(self) -> str:
         """Where the job's commits are, for a message when it cannot go on."""
-        from scaleout._commit_store import CommitStore, job_directory
-        directory = job_directory(self.job, self.environ)
+        directory = protocol.job_directory(self.job, self.environ)
         # The copies on this machine: those of its hosts (remote ones are not looked at).
         found = [CommitStore(directory / host).newest_complete() for host in self.hosts_used
                  if (directory / host).is_dir()]
@@ -304,7 +84,7 @@ class _Run:
         else:
             what = (f"its last commit (commit {newest}) is kept in {directory}/<host> on each "
                     f"host that ran its ranks ({where})")
-        return (f"{what}; run the same command with SCALEOUT_ELASTIC_JOB={self.job} to resume "
+        return (f"{what}; run the same command with {protocol.JOB}={self.job} to resume "
                 "from it")
 
 
@@ -335,7 +115,7 @@ def _wait_for_slots(watch: HostWatch, run: _Run, previous: Sequence[str], needed
         if left <= 0:
             return None
         if not said:
-            _say(f"waiting up to {left:.0f} s for {needed} slots (there are {have})")
+            say(f"waiting up to {left:.0f} s for {needed} slots (there are {have})")
             said = True
         watch.wait(min(left, DISCOVERY_INTERVAL))
 
@@ -374,25 +154,25 @@ def run_elastic(config: LaunchConfig) -> int:
         print(f"scaleoutrun: error: {exc}", file=sys.stderr, flush=True)
         return 1
     launcher = probe_family(find_mpiexec(config.mpiexec, sys.executable, environ))
-    run = _Run(config, environ, environ.get("SCALEOUT_ELASTIC_JOB") or _new_job_id(),
+    run = _Run(config, environ, protocol.job_id(environ) or _new_job_id(),
                Blacklist(config.blacklist_cooldown))
     watch = HostWatch(discovery, first)
     notifier = Notifier(driver_addresses(config.network_interfaces))
     watch.start()
-    _say(f"job {run.job}")
+    say(f"job {run.job}")
     # Between generations (waiting for slots), a SIGTERM ends the driver as Ctrl-C does;
-    # while one runs, the job's supervisor handles both (launcher/job.py).
+    # while one runs, the job's supervisor handles both (supervisor.py).
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         return _generations(run, watch, notifier, launcher, start_np, min_np, timeout)
     except KeyboardInterrupt:
-        _say(f"interrupted; the job was stopped; {run.commit_note()}")
+        say(f"interrupted; the job was stopped; {run.commit_note()}")
         return 130
     except (UsageError, LaunchError) as exc:   # a later generation that cannot be launched
         if not run.hosts_used:
             raise
         print(f"scaleoutrun: error: {exc}", file=sys.stderr, flush=True)
-        _say(f"the job was stopped; {run.commit_note()}")
+        say(f"the job was stopped; {run.commit_note()}")
         return 2 if isinstance(exc, UsageError) else 1
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -414,27 +194,27 @@ def _generations(run: _Run, watch: HostWatch, notifier: Notifier, launcher, star
             needed = min(needed, config.max_np)
         hosts = _wait_for_slots(watch, run, previous, needed, timeout)
         if hosts is None:
-            _say(f"timed out waiting for the minimum number of slots to become available: "
-                 f"fewer than {needed} for {timeout:g} s (--elastic-timeout); the job was "
-                 f"stopped; {run.commit_note()}")
+            say(f"timed out waiting for the minimum number of slots to become available: "
+                f"fewer than {needed} for {timeout:g} s (--elastic-timeout); the job was "
+                f"stopped; {run.commit_note()}")
             return 1
         names = [h.host for h in hosts]
         if previous and not set(previous) & set(names):
             # As Horovod's driver: the job's state lives on the hosts that ran it.
-            _say(f"none of the hosts of the last generation ({', '.join(previous)}) is left to "
-                 f"hand the job's state on: the job was stopped; {run.commit_note()}")
+            say(f"none of the hosts of the last generation ({', '.join(previous)}) is left to "
+                f"hand the job's state on: the job was stopped; {run.commit_note()}")
             return 1
         world = sum(h.slots for h in hosts)
         source = HostSource(tuple(hosts), "the elastic job's hosts", "ssh")
         shape = dataclasses.replace(config, np=world, hosts=None, hostfile=None, slurm="off")
         plan = plan_job(shape, local_cpus(), source)
-        rank_env = {"SCALEOUT_ELASTIC_JOB": run.job, "SCALEOUT_ELASTIC_HOSTS":
-                    format_host_list(hosts), **notifier.rank_environment(generation),
+        rank_env = {**protocol.job_environment(run.job, [(h.host, h.slots) for h in hosts]),
+                    **notifier.rank_environment(generation),
                     **_one_machine_environment(hosts, run.environ)}
         job = prepare_job(config, plan, run.environ, launcher, rank_env, keep_survivors=True)
         run.hosts_used.update(dict.fromkeys(names))
-        _say(f"generation {generation}: {world} rank{'s' if world > 1 else ''} on "
-             f"{format_host_list(hosts)}")
+        say(f"generation {generation}: {world} rank{'s' if world > 1 else ''} on "
+            f"{format_host_list(hosts)}")
         notifier.start_generation(generation)
         watch.on_run = _change_watcher(run, notifier, hosts, generation)
         outcome = job.run(survivor_grace=SURVIVOR_GRACE)
@@ -442,7 +222,7 @@ def _generations(run: _Run, watch: HostWatch, notifier: Notifier, launcher, star
 
         if outcome.interrupted:
             print(outcome.message, file=sys.stderr, flush=True)
-            _say(f"the job was interrupted; {run.commit_note()}")
+            say(f"the job was interrupted; {run.commit_note()}")
             return outcome.exit_status
         ends = _ends(outcome, job)
         verdict = judge_generation(ends, resets, config.reset_limit)
@@ -455,14 +235,14 @@ def _generations(run: _Run, watch: HostWatch, notifier: Notifier, launcher, star
                         "until " + ", ".join(f"{h} in {run.blacklist.until[h] - now:.0f} s"
                                              for h in verdict.failed_hosts))
             summary += f"; blacklisted {', '.join(verdict.failed_hosts)} {how_long}"
-        _say(f"generation {generation} ended: {summary}")
+        say(f"generation {generation} ended: {summary}")
         if verdict.done:
             kinds = [kind for _, kind in ends.values()]
             if verdict.message is None and all(kind is End.DONE for kind in kinds):
                 return 0
             if outcome.message:
                 print(outcome.message, file=sys.stderr, flush=True)
-            _say(f"{verdict.message or 'the job cannot go on'}; {run.commit_note()}")
+            say(f"{verdict.message or 'the job cannot go on'}; {run.commit_note()}")
             # The program's own failure (every rank failed, or the launch did) keeps its
             # status, as in a job that is not elastic; the driver's decisions to stop are 1.
             program = verdict.message is None or all(kind is End.FAILED for kind in kinds)
@@ -471,7 +251,7 @@ def _generations(run: _Run, watch: HostWatch, notifier: Notifier, launcher, star
         generation += 1
         previous = names
         limit = "" if config.reset_limit is None else f" of at most {config.reset_limit}"
-        _say(f"restarting (reset {resets}{limit}) from the last commit")
+        say(f"restarting (reset {resets}{limit}) from the last commit")
 
 
 def _ends(outcome: JobOutcome, job) -> dict:
@@ -506,7 +286,7 @@ def _change_watcher(run: _Run, notifier: Notifier, running: Sequence[HostSlots],
         considered[0] = upcoming
         flags = host_update(running, upcoming)
         if flags:
-            _say(f"hosts changed ({format_host_list(upcoming) or 'none left'}): asking the ranks "
-                 "to stop for a restart at their next commit")
+            say(f"hosts changed ({format_host_list(upcoming) or 'none left'}): asking the ranks "
+                "to stop for a restart at their next commit")
             notifier.notify(flags, generation)
     return check
