@@ -18,6 +18,8 @@ from typing import Optional, Sequence
 
 import pytest
 
+from conftest import SCALEOUTRUN_MODULE
+
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "elastic_pytorch_digits.py"
 
 
@@ -34,7 +36,7 @@ class ElasticJob:
         self.store = store or workdir / "commits"
         self.job = job or f"test-{uuid.uuid4().hex[:8]}"
         self.out_path, self.err_path = workdir / "stdout.txt", workdir / "stderr.txt"
-        command = [*(runner or [sys.executable]), "-m", "scaleout.launcher.main", *flags,
+        command = [*(runner or [sys.executable]), "-m", SCALEOUTRUN_MODULE, *flags,
                    "--host-discovery-script", f"cat {self.hosts_file}", *script]
         full_env = {**os.environ, "SCALEOUT_ELASTIC_JOB": self.job,
                     "SCALEOUT_ELASTIC_DIR": str(self.store), **(env or {})}

@@ -1,4 +1,8 @@
-"""Shared test helpers: running a script under MPI with N real processes."""
+"""The one harness that starts jobs and processes for the tests: a script under MPI with N real
+processes (run_mpi), scaleoutrun (scaleoutrun, SCALEOUTRUN for runs elsewhere), a fresh Python
+(run_python), and the programs and stand-ins the launcher tests hand it (rank_program,
+fake_mpiexec). Every run is bounded by a timeout that fails the test and ends every process the
+run started."""
 from __future__ import annotations
 
 import os
@@ -6,12 +10,22 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
 TESTS = Path(__file__).resolve().parent
 MP = TESTS / "mp"
+
+# The launcher as `python -m` runs it; a list, for the tests that start it elsewhere (another
+# host's namespace, another runner).
+SCALEOUTRUN_MODULE = "scaleout.launcher.main"
+SCALEOUTRUN = [sys.executable, "-m", SCALEOUTRUN_MODULE]
+SCALEOUTRUN_LIMIT = 60   # seconds one scaleoutrun may take unless a test says otherwise
+
+# A rank's number in a rank program, under any MPI's launcher, before scaleout is imported.
+RANK = 'int(os.environ.get("PMI_RANK") or os.environ["OMPI_COMM_WORLD_RANK"])'
 
 
 def mpiexec() -> str:
@@ -21,16 +35,18 @@ def mpiexec() -> str:
     pytest.skip("no mpiexec found (pip install mpich)")
 
 
-def run_job(cmd: list, what: str, timeout: float, env: dict | None = None
-            ) -> subprocess.CompletedProcess:
+def run_job(cmd: list, what: str, timeout: float, env: dict | None = None,
+            cwd: str | Path | None = None) -> subprocess.CompletedProcess:
     """Runs a command that starts ranks (mpiexec, scaleoutrun) with the tests' environment; a
     hang fails the test after `timeout` s, ending every process the command started."""
     full_env = dict(os.environ)
     full_env.setdefault("SCALEOUT_STALL_CHECK_TIME_SECONDS", "20")
     full_env.update(env or {})
-    # A session of its own, so that a hang can be ended with every rank it started.
-    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=full_env, start_new_session=True)
+    # A session of its own, so that a hang can be ended with every rank it started; no stdin,
+    # so that a rank reading it ends instead of waiting on the terminal.
+    child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=full_env, cwd=cwd,
+                             start_new_session=True)
     try:
         out, err = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -49,6 +65,46 @@ def run_mpi(script: str, np: int, *args: str, timeout: float = 120, env: dict | 
         pytest.fail(f"{script} on {np} ranks exited {proc.returncode}\n--- stdout\n{proc.stdout}"
                     f"\n--- stderr\n{proc.stderr}")
     return proc
+
+
+def scaleoutrun(*args: str, env: dict | None = None, cwd: str | Path | None = None,
+                timeout: float = SCALEOUTRUN_LIMIT, installed: bool = False
+                ) -> subprocess.CompletedProcess:
+    """Runs scaleoutrun with `args` (python -m, or with `installed` the console script beside
+    this Python, skipping the test where it is not installed); returns what it exited with and
+    wrote. The caller checks the exit code: many tests expect a failure."""
+    if installed:
+        launcher = Path(sys.executable).parent / "scaleoutrun"
+        if not launcher.exists():
+            pytest.skip("scaleoutrun is not installed beside this Python")
+        cmd = [str(launcher), *args]
+    else:
+        cmd = [*SCALEOUTRUN, *args]
+    return run_job(cmd, f"scaleoutrun {' '.join(args)}", timeout, env, cwd)
+
+
+def run_python(code: str, *args: str, env: dict | None = None, timeout: float = 60
+               ) -> subprocess.CompletedProcess:
+    """Runs `code` in a fresh Python (`python -c code args`), for what only a new process shows:
+    what an import starts, a failure before init. The caller checks the exit code."""
+    return run_job([sys.executable, "-c", code, *args], "python -c <code>", timeout, env)
+
+
+def rank_program(tmp_path: Path, body: str) -> str:
+    """Writes `body` (dedented) as the program every rank of a launcher test runs."""
+    path = tmp_path / "rank_program.py"
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def fake_mpiexec(tmp_path: Path, body: str) -> str:
+    """A stand-in for the MPI's launcher that says it is Hydra and then runs the shell `body`."""
+    fake = tmp_path / "mpiexec"
+    fake.write_text("#!/bin/sh\n"
+                    "if [ \"$1\" = --version ]; then echo 'HYDRA build details:'; exit 0; fi\n"
+                    + body)
+    fake.chmod(0o755)
+    return str(fake)
 
 
 @pytest.fixture(params=[2, 4], ids=lambda n: f"np{n}")

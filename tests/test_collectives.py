@@ -1,7 +1,7 @@
 """Collectives on real MPI ranks (2 and 4, the latter oversubscribing this 2-core machine)."""
 import pytest
 
-from conftest import run_mpi
+from conftest import run_mpi, run_python
 
 # The allreduce data paths on one machine: shared memory (with its default staging area, and
 # with the smallest, so that every tensor but the tiniest takes several rounds), and MPI.
@@ -29,13 +29,11 @@ def test_sub_communicator_user_mpi_threads_and_buffer_inputs(nranks):
 
 def test_missing_mpi_gives_one_clear_message():
     """With mpi4py unimportable, init() names what is missing and how to install it."""
-    import subprocess
-    import sys
     code = ("import sys; sys.modules['mpi4py'] = None\n"
             "import scaleout\n"
             "try:\n    scaleout.init()\n"
             "except scaleout.MPINotFoundError as e:\n    print('MESSAGE', e)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = run_python(code)
     assert out.returncode == 0, out.stderr
     assert "MESSAGE" in out.stdout and "pip install mpich mpi4py" in out.stdout
     assert "Traceback" not in out.stderr

@@ -2,7 +2,6 @@
 under scaleoutrun; the Criteo loader and the synthetic generator keep the format."""
 import math
 import re
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -12,7 +11,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from conftest import run_job, run_mpi  # noqa: E402
+from conftest import run_mpi, scaleoutrun  # noqa: E402
 
 DLRM = Path(__file__).resolve().parent.parent / "examples" / "dlrm"
 sys.path.insert(0, str(DLRM))
@@ -28,17 +27,11 @@ def test_hybrid_parallel_dlrm_trains_like_one_process_on_the_global_batch(np_):
     assert proc.stdout.count("all checks passed") == np_
 
 
-def scaleoutrun(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    launcher = Path(sys.executable).parent / "scaleoutrun"
-    if not launcher.exists():
-        pytest.skip("scaleoutrun is not installed beside this Python")
-    return run_job([str(launcher), *args], f"scaleoutrun {' '.join(args)}", timeout)
-
-
 def test_example_trains_under_scaleoutrun_on_a_synthetic_file():
     proc = scaleoutrun("-np", "2", sys.executable, str(DLRM / "train.py"),
                        "--synthetic-rows", "2000", "--batch-size", "64", "--steps", "12",
-                       "--log-every", "4", "--row-wise-threshold", "10000")
+                       "--log-every", "4", "--row-wise-threshold", "10000",
+                       timeout=240, installed=True)
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
     losses = re.findall(r"step \d+/12 epoch \d+ loss (\S+)", proc.stdout)
     assert len(losses) == 3, proc.stdout

@@ -21,6 +21,7 @@ pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
 from _elastic_job import EXAMPLE, ElasticJob, digits_result  # noqa: E402
+from conftest import scaleoutrun  # noqa: E402
 
 EPOCHS = 4
 MP = Path(__file__).resolve().parent / "mp"
@@ -153,15 +154,11 @@ def test_too_few_slots_for_too_long_ends_the_job(tmp_path):
     ("echo 'bad host'", "'bad host' is not a host name"),
 ])
 def test_a_discovery_script_that_fails_at_once_ends_the_job(tmp_path, hosts, message):
-    from conftest import run_job
-    done = run_job([sys.executable, "-m", "scaleout.launcher.main", "-np", "2",
-                    "--host-discovery-script", hosts, sys.executable, "-c", "pass"],
-                   "scaleoutrun", 60)
+    done = scaleoutrun("-np", "2", "--host-discovery-script", hosts, sys.executable, "-c", "pass")
     assert done.returncode == 1 and message in done.stderr, done.stderr
 
 
 def test_an_elastic_job_over_fixed_hosts_needs_two(tmp_path):
-    from conftest import run_job
-    done = run_job([sys.executable, "-m", "scaleout.launcher.main", "-np", "2", "--min-np", "1",
-                    "-H", "localhost:2", sys.executable, "-c", "pass"], "scaleoutrun", 60)
+    done = scaleoutrun("-np", "2", "--min-np", "1", "-H", "localhost:2", sys.executable, "-c",
+                       "pass")
     assert done.returncode == 2 and "at least two hosts" in done.stderr, done.stderr

@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 import textwrap
 
 import pytest
 
+from conftest import RANK, rank_program, scaleoutrun
 from scaleout.launcher.mpi_launcher import LaunchError, MPIFamily, find_mpiexec, probe_family
 
-LIMIT = 60
-RANK = 'int(os.environ.get("PMI_RANK") or os.environ["OMPI_COMM_WORLD_RANK"])'
 # Horovod's timestamp (C's asctime) directly followed by scaleoutrun's rank tag.
 STAMPED = re.compile(r"^\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\[(\d)\] (.*)$")
 
@@ -30,20 +28,8 @@ def launcher():
         pytest.skip(str(exc))
 
 
-def scaleoutrun(*args: str, env: dict | None = None, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scaleout.launcher.main", *args],
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=LIMIT, env={**os.environ, **(env or {})}, cwd=cwd)
-
-
-def script(tmp_path, body: str) -> str:
-    path = tmp_path / "rank_program.py"
-    path.write_text(textwrap.dedent(body))
-    return str(path)
-
-
 def two_line_program(tmp_path) -> str:
-    return script(tmp_path, f"""
+    return rank_program(tmp_path, f"""
         import os, sys
         rank = {RANK}
         print("out", rank, flush=True)
@@ -95,7 +81,7 @@ def test_prefix_output_with_timestamp(launcher, tmp_path):
 
 
 def test_mpi_args_reach_the_launcher(launcher, tmp_path):
-    program = script(tmp_path, f"""
+    program = rank_program(tmp_path, f"""
         import os
         print("got", {RANK}, os.environ.get("FROM_MPI_ARGS"))
     """)
@@ -133,7 +119,7 @@ def test_identity_file_and_port_reach_the_ssh_the_launcher_runs(launcher, tmp_pa
     ssh.chmod(0o755)
     key = tmp_path / "id_job"
     key.write_text("not a real key\n")
-    program = script(tmp_path, f"""
+    program = rank_program(tmp_path, f"""
         import os
         print("ran", {RANK})
     """)
@@ -159,7 +145,7 @@ def test_config_file_and_tuning_flags_reach_every_rank(launcher, tmp_path):
     config.write_text("params:\n  cycle_time_ms: 4\n  cache_capacity: 64\n"
                       "timeline:\n  filename: /tmp/tl.json\n  mark_cycles: true\n"
                       "stall_check:\n  enabled: false\n  shutdown_time_seconds: 30\n")
-    program = script(tmp_path, """
+    program = rank_program(tmp_path, """
         import os
         names = ["SCALEOUT_CYCLE_TIME", "SCALEOUT_CACHE_CAPACITY", "SCALEOUT_TIMELINE",
                  "SCALEOUT_TIMELINE_MARK_CYCLES", "SCALEOUT_STALL_CHECK_DISABLE",

@@ -3,15 +3,13 @@ the launcher command lines for ssh and Slurm, and naming a host that cannot be r
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
-from scaleout.launcher.config import parse_config
-from scaleout.launcher.errors import UsageError
+from conftest import fake_mpiexec, scaleoutrun
+from scaleout.launcher.config import UsageError, parse_config
 from scaleout.launcher.hosts import HostSlots
-from scaleout.launcher.relay import StderrRelay
+from scaleout.launcher.job import StderrRelay
 from scaleout.launcher.mpi_launcher import (LaunchRequest, MPIExec, MPIFamily, build_command,
                                             interface_environment, launcher_variables)
 from scaleout.launcher.plan import HostSource, plan_job, resolve_hosts
@@ -226,27 +224,11 @@ def test_stderr_relay_records_unreachable_hosts_and_passes_them_on():
     assert [u.host for u in relay.unreachable] == ["hostb"]
 
 
-def _scaleoutrun(*args: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scaleout.launcher.main", *args],
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **env})
-
-
-def _fake_mpiexec(tmp_path, body: str) -> str:
-    fake = tmp_path / "mpiexec"
-    fake.write_text("#!/bin/sh\n"
-                    "if [ \"$1\" = --version ]; then echo 'HYDRA build details:'; exit 0; fi\n"
-                    + body)
-    fake.chmod(0o755)
-    return str(fake)
-
-
 def test_an_unreachable_host_ends_the_launch_naming_it(tmp_path):
     # A launcher whose ssh to hostB fails and which then waits (as Hydra can, on a slow host).
-    fake = _fake_mpiexec(tmp_path, "echo 'ssh: connect to host hostb port 2222: Connection "
-                                   "refused' >&2\nexec sleep 30\n")
-    result = _scaleoutrun("-H", "localhost:2,hostB:2", "--mpiexec", fake, "python", "-c", "pass",
-                          env={})
+    fake = fake_mpiexec(tmp_path, "echo 'ssh: connect to host hostb port 2222: Connection "
+                                  "refused' >&2\nexec sleep 30\n")
+    result = scaleoutrun("-H", "localhost:2,hostB:2", "--mpiexec", fake, "python", "-c", "pass")
     assert result.returncode == 1, result.stderr
     assert "host hostB could not be reached (ranks 2, 3 were to run there): ssh: connect to " \
            "host hostb port 2222: Connection refused; the job was stopped" in result.stderr
@@ -263,10 +245,10 @@ def test_a_host_the_launcher_fails_on_silently_is_probed_and_named(tmp_path):
                    "echo 'ssh: connect to host hostb port 2299: Connection refused' >&2\n"
                    "exit 255\n")
     ssh.chmod(0o755)
-    fake = _fake_mpiexec(tmp_path, "echo '[mpiexec@here] Launch proxy failed.' >&2\nexit 255\n")
-    result = _scaleoutrun("-H", "localhost:1,hostB:2", "--ssh-port", "2299", "--mpiexec", fake,
-                          "python", "-c", "pass",
-                          env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    fake = fake_mpiexec(tmp_path, "echo '[mpiexec@here] Launch proxy failed.' >&2\nexit 255\n")
+    result = scaleoutrun("-H", "localhost:1,hostB:2", "--ssh-port", "2299", "--mpiexec", fake,
+                         "python", "-c", "pass",
+                         env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
     assert result.returncode == 1, result.stderr
     assert "host hostB could not be reached (ranks 1, 2 were to run there): ssh: connect to " \
            "host hostb port 2299: Connection refused" in result.stderr
@@ -276,12 +258,12 @@ def test_a_host_the_launcher_fails_on_silently_is_probed_and_named(tmp_path):
 
 
 def test_slurm_allocation_reaches_the_launcher_command_line(tmp_path):
-    fake = _fake_mpiexec(tmp_path, "exit 0\n")
+    fake = fake_mpiexec(tmp_path, "exit 0\n")
     env = {**SLURM, "SLURM_JOB_NODELIST": "localhost,far[1-3]"}
-    result = _scaleoutrun("--verbose", "--mpiexec", fake, "python", "-c", "pass", env=env)
+    result = scaleoutrun("--verbose", "--mpiexec", fake, "python", "-c", "pass", env=env)
     assert result.returncode == 0, result.stderr
     assert f"{fake} -n 7 -launcher slurm -hosts localhost:2,far1:2,far2:2,far3:1 -genvall" \
         in result.stderr
-    off = _scaleoutrun("--verbose", "-np", "2", "--slurm", "off", "--mpiexec", fake, "python", "-c",
-                       "pass", env=env)
+    off = scaleoutrun("--verbose", "-np", "2", "--slurm", "off", "--mpiexec", fake, "python", "-c",
+                      "pass", env=env)
     assert off.returncode == 0 and "-launcher" not in off.stderr

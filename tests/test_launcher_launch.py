@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
 
+from conftest import RANK, fake_mpiexec, rank_program, run_python, scaleoutrun
 from scaleout.launcher.mpi_launcher import LaunchError, find_mpiexec
-
-LIMIT = 60   # seconds any one scaleoutrun may take here
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -27,26 +24,9 @@ def needs_mpiexec():
         pytest.skip(str(exc))
 
 
-def scaleoutrun(*args: str, env: dict | None = None,
-                timeout: float = LIMIT) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "scaleout.launcher.main", *args],
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          timeout=timeout, env=full_env)
-
-
-def script(tmp_path, body: str) -> str:
-    path = tmp_path / "rank_program.py"
-    path.write_text(textwrap.dedent(body))
-    return str(path)
-
-
-RANK = 'int(os.environ.get("PMI_RANK") or os.environ["OMPI_COMM_WORLD_RANK"])'
-
-
 @pytest.mark.parametrize("np", [2, 4])
 def test_every_rank_runs_and_its_lines_carry_its_rank(tmp_path, np):
-    program = script(tmp_path, f"""
+    program = rank_program(tmp_path, f"""
         import os, sys
         rank = {RANK}
         print("hello from", rank)
@@ -65,7 +45,7 @@ def test_every_rank_runs_and_its_lines_carry_its_rank(tmp_path, np):
 
 def test_mpi_works_inside_the_ranks(tmp_path):
     pytest.importorskip("mpi4py")
-    program = script(tmp_path, """
+    program = rank_program(tmp_path, """
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
         print("sum", comm.allreduce(comm.rank + 1), "size", comm.size)
@@ -76,7 +56,7 @@ def test_mpi_works_inside_the_ranks(tmp_path):
 
 
 def test_a_rank_that_exits_non_zero_ends_the_job(tmp_path):
-    program = script(tmp_path, f"""
+    program = rank_program(tmp_path, f"""
         import os, time
         if {RANK} == 1:
             os._exit(3)
@@ -91,7 +71,7 @@ def test_a_rank_that_exits_non_zero_ends_the_job(tmp_path):
 
 
 def test_a_rank_killed_by_a_signal_ends_the_job(tmp_path):
-    program = script(tmp_path, f"""
+    program = rank_program(tmp_path, f"""
         import os, signal, time
         if {RANK} == 2:
             time.sleep(0.5)
@@ -106,7 +86,7 @@ def test_a_rank_killed_by_a_signal_ends_the_job(tmp_path):
 
 
 def test_a_rank_that_ignores_sigterm_is_killed(tmp_path):
-    program = script(tmp_path, f"""
+    program = rank_program(tmp_path, f"""
         import os, signal, time
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if {RANK} == 0:
@@ -130,13 +110,9 @@ def test_a_missing_program_is_named(tmp_path):
 def test_ranks_that_never_start_end_the_launch(tmp_path):
     # A launcher that starts nothing and ignores SIGTERM: the ranks are named, the launcher is
     # killed after the grace period.
-    fake = tmp_path / "mpiexec"
-    fake.write_text("#!/bin/sh\n"
-                    "if [ \"$1\" = --version ]; then echo 'HYDRA build details:'; exit 0; fi\n"
-                    "trap '' TERM\nsleep 60\n")
-    fake.chmod(0o755)
+    fake = fake_mpiexec(tmp_path, "trap '' TERM\nsleep 60\n")
     started = time.monotonic()
-    result = scaleoutrun("-np", "2", "--start-timeout", "1", "--mpiexec", str(fake),
+    result = scaleoutrun("-np", "2", "--start-timeout", "1", "--mpiexec", fake,
                          "python", "-c", "pass", timeout=40)
     assert result.returncode == 1
     assert "ranks 0, 1 (on localhost) did not start within 1 s" in result.stderr
@@ -144,7 +120,7 @@ def test_ranks_that_never_start_end_the_launch(tmp_path):
 
 
 def test_tuning_flags_and_the_users_environment_reach_every_rank(tmp_path):
-    program = script(tmp_path, """
+    program = rank_program(tmp_path, """
         import os
         names = ["SCALEOUT_FUSION_THRESHOLD", "SCALEOUT_CYCLE_TIME", "SCALEOUT_CACHE_CAPACITY",
                  "SCALEOUT_STALL_CHECK_TIME_SECONDS", "SCALEOUT_TIMELINE", "MY_SETTING"]
@@ -162,7 +138,7 @@ def test_tuning_flags_and_the_users_environment_reach_every_rank(tmp_path):
 
 
 def test_mpi_yield_switch(tmp_path):
-    program = script(tmp_path, """
+    program = rank_program(tmp_path, """
         import os
         print("yield", os.environ.get("MPIR_CVAR_ENABLE_HEAVY_YIELD"),
               os.environ.get("OMPI_MCA_mpi_yield_when_idle"))
@@ -179,7 +155,7 @@ def test_mpi_yield_switch(tmp_path):
 def test_hosts_are_handed_to_the_launcher(tmp_path):
     hostfile = tmp_path / "hosts"
     hostfile.write_text("# this machine only\nlocalhost slots=2\n")
-    program = script(tmp_path, "print('ran')")
+    program = rank_program(tmp_path, "print('ran')")
     for hosts in (["-H", "localhost:2"], ["--hostfile", str(hostfile)]):
         result = scaleoutrun(*hosts, "--verbose", sys.executable, program)
         assert result.returncode == 0, result.stderr
@@ -198,9 +174,7 @@ def test_usage_errors_exit_2(args):
 
 def test_check_build():
     result = scaleoutrun("--check-build", timeout=60)
-    probe = subprocess.run(
-        [sys.executable, "-c", "from scaleout import _core; _core.build_info()"],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    probe = run_python("from scaleout import _core; _core.build_info()")
     if probe.returncode != 0:   # the core is not built here: the report must say so, exit 1
         assert result.returncode == 1, result.stdout + result.stderr
         assert "cannot be loaded" in result.stderr
@@ -213,7 +187,7 @@ def test_check_build():
 def test_the_summary_names_the_rank_that_failed_first_in_cause(tmp_path):
     # Rank 1 raises after init; rank 0, waiting in a collective, then fails with ShutDownError
     # (often first in time). The summary names rank 1 and shows its last lines.
-    program = script(tmp_path, """
+    program = rank_program(tmp_path, """
         import numpy as np
         import scaleout as so
         so.init()
@@ -232,7 +206,7 @@ def test_the_summary_names_the_rank_that_failed_first_in_cause(tmp_path):
 
 def test_a_rank_that_leaves_early_is_named(tmp_path):
     # Rank 1 ends with exit code 0 without shutting scaleout down while rank 0 waits for it.
-    program = script(tmp_path, """
+    program = rank_program(tmp_path, """
         import os
         import numpy as np
         import scaleout as so
@@ -251,7 +225,7 @@ def test_a_rank_that_leaves_early_is_named(tmp_path):
 
 def test_mpi_segments_of_a_killed_job_are_removed(tmp_path):
     from scaleout.launcher import shm_cleanup
-    program = script(tmp_path, f"""
+    program = rank_program(tmp_path, f"""
         import os, signal, time
         import numpy as np
         import scaleout as so

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import ast
 import os
-import subprocess
 import sys
 
 import pytest
 
-from scaleout.launcher.config import parse_config
-from scaleout.launcher.errors import UsageError
+from conftest import scaleoutrun
+from scaleout.launcher.config import UsageError, parse_config
 from scaleout.launcher.placement import (PlacementError, PlacementRequest, plan_node,
                                          rank_environment)
 from scaleout.launcher.placement_table import format_placement
@@ -230,11 +229,6 @@ def test_table():
 
 
 # --- real launches ------------------------------------------------------------------------
-
-def scaleoutrun(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "scaleout.launcher.main", *args],
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
-
 
 REPORT = ("import os; print(sorted(os.sched_getaffinity(0)), os.environ['SCALEOUT_EP_CORES'], "
           "os.environ['OMP_NUM_THREADS'])")

@@ -3,14 +3,11 @@
 hang, whether the survivors wait in negotiation or inside a collective's data plane; and the
 survivors then leave without hanging in MPI_Finalize. The subprocess timeout is the hang guard.
 Across machines: tests/test_multihost.py."""
-import os
-import signal
-import subprocess
 import sys
 
 import pytest
 
-from conftest import MP, mpiexec
+from conftest import MP, mpiexec, run_job
 
 LEFT = "scaleout: a peer rank died, so MPI cannot be finalized"
 
@@ -18,15 +15,9 @@ LEFT = "scaleout: a peer rank died, so MPI cannot be finalized"
 def run_with_a_death(nranks: int, *args: str, env: dict = None) -> tuple[str, str]:
     cmd = [mpiexec(), "-disable-auto-cleanup", "-n", str(nranks), sys.executable,
            str(MP / "peer_death.py"), *args]
-    env = dict(os.environ, SCALEOUT_STALL_CHECK_TIME_SECONDS="30", **(env or {}))
-    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=env, start_new_session=True)
-    try:
-        return child.communicate(timeout=90)
-    except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)
-        out, err = child.communicate()
-        pytest.fail(f"survivors hung after a rank died\n{out}\n{err}")
+    env = {"SCALEOUT_STALL_CHECK_TIME_SECONDS": "30", **(env or {})}
+    done = run_job(cmd, "survivors after a rank died", 90, env)
+    return done.stdout, done.stderr
 
 
 @pytest.mark.parametrize("victim", ["last", "zero"])
@@ -63,8 +54,7 @@ def test_a_rank_stopped_inside_a_collective_is_named(nranks, collective):
     for _ in range(3):
         cmd = [mpiexec(), "-disable-auto-cleanup", "-n", str(nranks), sys.executable,
                str(MP / "stall_inside.py"), collective, "8"]
-        result = subprocess.run(cmd, capture_output=True, text=True, timeout=90,
-                                env=dict(os.environ, **env))
+        result = run_job(cmd, f"stall_inside.py {collective} on {nranks} ranks", 90, env)
         if rank0 in result.stderr:
             break
     assert rank0 in result.stderr, result.stdout + result.stderr

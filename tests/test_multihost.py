@@ -24,6 +24,7 @@ from typing import Optional
 import pytest
 
 from _hosts import INTERFACE, NETWORK_ENV, SSH_PORT, Hosts, HostsUnavailable, made_hosts
+from conftest import SCALEOUTRUN
 from scaleout.launcher.mpi_launcher import find_mpiexec
 
 HANGING_SSH_PORT = 2223   # an sshd on hostB whose logins never start anything
@@ -70,8 +71,7 @@ def hosts(tmp_path_factory):
 def scaleoutrun_on_a(hosts: Hosts, *args: str, program: Optional[Path] = None,
                      env: Optional[dict] = None) -> subprocess.CompletedProcess:
     command = [sys.executable, str(program)] if program else [sys.executable, "-c", "pass"]
-    return hosts.run_on("hostA", [sys.executable, "-m", "scaleout.launcher.main", *args,
-                                  *command], env=env)
+    return hosts.run_on("hostA", [*SCALEOUTRUN, *args, *command], env=env)
 
 
 JOB_ENV = {**NETWORK_ENV, "SCALEOUT_TEST_MARK": "reached-every-rank",

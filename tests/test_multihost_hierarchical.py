@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from _hosts import INTERFACE, SSH_PORT
+from conftest import SCALEOUTRUN
 from test_multihost import JOB_ENV, MP, hosts, received_bytes  # noqa: F401 (hosts: a fixture)
 
 PROGRAM = MP / "hierarchical.py"
@@ -18,9 +19,8 @@ def run(hosts, slots: dict, *args: str, env: dict = None, program=PROGRAM) -> di
     """Runs tests/mp/hierarchical.py (or `program`) with scaleoutrun from hostA; every rank's
     RESULT."""
     spec = ",".join(f"{h}:{k}" for h, k in slots.items())
-    command = [sys.executable, "-m", "scaleout.launcher.main", "-H", spec, "--ssh-port",
-               str(SSH_PORT), "--network-interface", INTERFACE, "--mpi-yield", "on",
-               sys.executable, str(program), *args]
+    command = [*SCALEOUTRUN, "-H", spec, "--ssh-port", str(SSH_PORT), "--network-interface",
+               INTERFACE, "--mpi-yield", "on", sys.executable, str(program), *args]
     result = hosts.run_on("hostA", command, env={**JOB_ENV, **(env or {})})
     assert result.returncode == 0, result.stdout + result.stderr
     found = {}

@@ -5,7 +5,7 @@ busy set's removal, a duplicate, a mismatch inside a set), through shared memory
 same through scaleout.torch (tests/mp/torch_process_sets.py)."""
 import pytest
 
-from conftest import run_mpi
+from conftest import run_mpi, run_python
 
 
 @pytest.mark.parametrize("shm", ["1", "0"], ids=["shm", "mpi"])
@@ -24,10 +24,8 @@ def test_process_sets_from_communicators_at_init_only(nranks):
 def test_importing_scaleout_does_not_start_mpi():
     # scaleoutrun imports the package; MPI must start only in the ranks, at init (making
     # global_process_set once started MPI at import).
-    import subprocess
-    import sys
     code = "import sys, scaleout; print('mpi4py.MPI' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = run_python(code)
     assert out.stdout.strip() == "False", out.stdout + out.stderr
 
 

@@ -1,11 +1,10 @@
 """scaleout.stats()'s traffic counters (Note [Traffic]) and scaleoutrun --stats."""
 import re
 import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import MP, run_job, run_mpi
+from conftest import MP, run_mpi, scaleoutrun
 
 
 @pytest.mark.parametrize("path", ["shm", "mpi"])
@@ -16,11 +15,8 @@ def test_stats_count_what_each_rank_moved(path, nranks):
 
 
 def test_scaleoutrun_stats_prints_a_line_per_rank_at_shutdown():
-    launcher = Path(sys.executable).parent / "scaleoutrun"
-    if not launcher.exists():
-        pytest.skip("scaleoutrun is not installed beside this Python")
-    proc = run_job([str(launcher), "--stats", "-np", "2", sys.executable, str(MP / "stats.py"),
-                    "shm"], "scaleoutrun --stats", 120)
+    proc = scaleoutrun("--stats", "-np", "2", sys.executable, str(MP / "stats.py"), "shm",
+                       timeout=120, installed=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = re.findall(r"scaleout stats, rank (\d): allreduce 10 calls, 7\.5 MiB submitted, "
                        r"7\.5 MiB to shared memory, 0 B to MPI, reduce \S+ s, wait \S+ s; "

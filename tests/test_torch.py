@@ -4,7 +4,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import run_mpi  # noqa: E402
+from conftest import run_mpi, run_python  # noqa: E402
 
 
 def passed(proc, n):
@@ -72,10 +72,7 @@ def test_horovod_torch_semantics(np_):
 
 
 def test_queries_before_init_raise_valueerror_as_horovod():
-    import subprocess
-    import sys
     code = ("import scaleout.torch as hvd\n"
             "try:\n    hvd.rank()\nexcept ValueError as e:\n    print('ValueError:', e)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120).stdout
+    out = run_python(code, timeout=120).stdout
     assert "ValueError:" in out and "init" in out, out
