@@ -7,9 +7,10 @@ import os
 import pytest
 
 from conftest import fake_mpiexec, scaleoutrun
-from scaleout.launcher.config import UsageError, parse_config
+from scaleout.launcher.config import parse_config
+from scaleout.launcher.errors import UsageError
 from scaleout.launcher.hosts import HostSlots
-from scaleout.launcher.job import StderrRelay
+from scaleout.launcher.relay import StderrRelay
 from scaleout.launcher.mpi_launcher import (LaunchRequest, MPIExec, MPIFamily, build_command,
                                             interface_environment, launcher_variables)
 from scaleout.launcher.plan import HostSource, plan_job, resolve_hosts

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from conftest import scaleoutrun
-from scaleout.launcher.config import UsageError, parse_config
+from scaleout.launcher.config import parse_config
+from scaleout.launcher.errors import UsageError
 from scaleout.launcher.placement import (PlacementError, PlacementRequest, plan_node,
                                          rank_environment)
 from scaleout.launcher.placement_table import format_placement
