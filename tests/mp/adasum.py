@@ -1,4 +1,6 @@
-"""op=Adasum (Note [Adasum]) against a numpy evaluation of Horovod's rule: a binary tree over
+"""Run by tests/test_adasum.py::test_adasum_matches_horovods_rule.
+
+op=Adasum (Note [Adasum]) against a numpy evaluation of Horovod's rule: a binary tree over
 the ranks, (0, 1), (2, 3), ... first, each pair (a, b) per tensor into
 (1 - a.b / 2|a|^2) a + (1 - a.b / 2|b|^2) b. numpy, torch and TensorFlow front ends; the same
 bits on every rank; the errors Horovod gives (3 ranks, process sets, integer tensors)."""

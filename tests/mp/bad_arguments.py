@@ -1,4 +1,7 @@
-"""Bad arguments to every front end's collectives are InvalidArgumentErrors (also ValueErrors) on
+"""Run by
+tests/test_errors_and_lifecycle.py::test_bad_arguments_are_invalid_argument_errors_in_every_front_end.
+
+Bad arguments to every front end's collectives are InvalidArgumentErrors (also ValueErrors) on
 the rank that passed them, raised before anything is submitted, so the job goes on: no value is
 silently converted (a float or string root rank, float or string splits, a string scale factor),
 no name is cut short (an embedded NUL) or unencodable, no non-handle is polled."""

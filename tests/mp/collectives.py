@@ -1,4 +1,7 @@
-"""Every collective, op and dtype on real ranks, checked against numpy on each rank.
+"""Run by tests/test_collectives.py::test_every_collective_op_and_dtype,
+tests/test_collectives.py::test_without_room_for_shared_memory_allreduces_go_through_mpi.
+
+Every collective, op and dtype on real ranks, checked against numpy on each rank.
 
 Argument: the allreduce data path the run must be using ("shm" or "mpi")."""
 import sys

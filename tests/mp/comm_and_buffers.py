@@ -1,4 +1,6 @@
-"""init(comm=...) on a sub-communicator, the user's own mpi4py calls beside the coordinator,
+"""Run by tests/test_collectives.py::test_sub_communicator_user_mpi_threads_and_buffer_inputs.
+
+init(comm=...) on a sub-communicator, the user's own mpi4py calls beside the coordinator,
 and inputs given through the buffer protocol and DLPack."""
 import threading
 

@@ -1,4 +1,6 @@
-"""Note [Commit store] across machines (run by tests/test_multihost_hierarchical.py): each
+"""Run by tests/test_multihost_hierarchical.py::test_a_commit_outlives_the_host_that_made_it.
+
+Note [Commit store] across machines (run by tests/test_multihost_hierarchical.py): each
 host's first rank keeps a copy of every commit in its own store; after hostA's copies are gone
 (the host lost), the newest commit still comes back, from hostB. Prints one RESULT line.
 

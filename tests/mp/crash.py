@@ -1,4 +1,6 @@
-"""One rank dies in the middle of training; the job must end, not hang."""
+"""Run by tests/test_errors_and_lifecycle.py::test_a_crashing_rank_ends_the_job.
+
+One rank dies in the middle of training; the job must end, not hang."""
 import os
 import sys
 

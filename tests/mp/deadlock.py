@@ -1,4 +1,6 @@
-"""Deadlock detection (Note [Deadlock]): when every rank waits for collectives no rank can
+"""Run by tests/test_deadlock.py::test_deadlocks_are_reported_on_every_rank_and_the_job_goes_on.
+
+Deadlock detection (Note [Deadlock]): when every rank waits for collectives no rank can
 complete, each raises DeadlockError (a RuntimeError) within a couple of seconds, naming what
 every rank waits for, and the job goes on. A rank that is still computing is never taken for
 deadlocked.

@@ -1,4 +1,6 @@
-"""Hybrid-parallel DLRM (examples/dlrm) trains exactly like one process on the global batch.
+"""Run by tests/test_dlrm.py::test_hybrid_parallel_dlrm_trains_like_one_process_on_the_global_batch.
+
+Hybrid-parallel DLRM (examples/dlrm) trains exactly like one process on the global batch.
 
 N ranks: embedding tables sharded table-wise (uneven counts per rank) and row-wise, one
 alltoall forward and back, MLPs under DistributedOptimizer, tables under a local SGD. Every rank

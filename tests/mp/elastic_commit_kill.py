@@ -1,4 +1,6 @@
-"""Runs a script (argv[2:]) with one host's copy of commit argv[1] torn: in the elastic job's
+"""Run by tests/test_elastic.py::test_a_rank_killed_while_it_writes_a_commit.
+
+Runs a script (argv[2:]) with one host's copy of commit argv[1] torn: in the elastic job's
 first generation, rank 0 (which writes its host's copy) writes half of it to the temporary file
 and then kills itself (SIGKILL), as a host lost in the middle of a commit would. Used by
 tests/test_elastic.py."""

@@ -1,4 +1,7 @@
-"""An elastic torch training (Note [Elastic restarts]), run by tests/test_elastic_state.py
+"""Run by
+tests/test_elastic_state.py::test_a_killed_rank_stops_the_generation_and_the_next_one_resumes.
+
+An elastic torch training (Note [Elastic restarts]), run by tests/test_elastic_state.py
 under scaleoutrun's elastic driver: an MLP on 96 samples, 2 per rank per batch, a commit after
 every batch, the samples of every committed batch recorded in the state. KILL=rank:batch makes
 that rank kill itself (SIGKILL) before that batch's commit, in the first generation. At the end

@@ -1,4 +1,6 @@
-"""Endpoint servers: large allreduces split across K servers give exactly the K=1 results."""
+"""Run by tests/test_endpoint_servers.py::test_results_identical_for_any_number_of_endpoint_servers.
+
+Endpoint servers: large allreduces split across K servers give exactly the K=1 results."""
 import json
 import sys
 

@@ -1,4 +1,6 @@
-"""Bad input: errors that name what was wrong, raised on every rank, and no hang."""
+"""Run by tests/test_errors_and_lifecycle.py::test_mismatches_and_bad_input_raise_on_every_rank.
+
+Bad input: errors that name what was wrong, raised on every rank, and no hang."""
 import numpy as np
 
 import scaleout as so

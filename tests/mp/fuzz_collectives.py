@@ -1,4 +1,6 @@
-"""Property-based tests of every numpy-level collective's argument handling, on real ranks.
+"""Run by tests/test_fuzz.py::test_collectives_return_numpys_answer_or_refuse_on_every_rank.
+
+Property-based tests of every numpy-level collective's argument handling, on real ranks.
 
 Every rank draws the same examples (hypothesis, derandomized) with its own data: random dtypes,
 shapes, ops, scale factors, roots, splits, names, in place or not. Each call must either return

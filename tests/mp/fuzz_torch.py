@@ -1,4 +1,6 @@
-"""Property-based tests of the torch front end's collectives' argument handling, on real ranks:
+"""Run by tests/test_fuzz.py::test_torch_collectives_return_numpys_answer_or_refuse_on_every_rank.
+
+Property-based tests of the torch front end's collectives' argument handling, on real ranks:
 as tests/mp/fuzz_collectives.py (whose helpers it uses) for numpy, with torch tensors of every
 dtype the front end takes (bfloat16 and bool included), synchronous and asynchronous forms, in
 place and not. Each call returns what numpy computes from every rank's data, or raises

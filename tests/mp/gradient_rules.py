@@ -1,4 +1,6 @@
-"""The gradient of every differentiable collective, in torch and in TensorFlow (eager and inside
+"""Run by tests/test_one_path.py::test_torch_and_tensorflow_gradients_follow_one_table.
+
+The gradient of every differentiable collective, in torch and in TensorFlow (eager and inside
 tf.function), against one set of expected values: Horovod's definitions, computed here in numpy.
 
 Each rank's loss is sum(output * W_r) with W_r = weights(r, output shape), so the output gradient

@@ -1,4 +1,7 @@
-"""Allreduces across machines (run by tests/test_multihost_hierarchical.py on two network
+"""Run by tests/test_multihost_hierarchical.py::test_every_op_and_dtype_across_machines,
+tests/test_multihost_hierarchical.py::test_hierarchical_moves_no_more_bytes_across_the_link_than_flat_mpi.
+
+Allreduces across machines (run by tests/test_multihost_hierarchical.py on two network
 namespace "hosts"): every op and dtype, small and large (many staging rounds, slices of uneven
 sizes), and fused groups, against numpy, with the same bits on every rank. Prints one RESULT
 line per rank: the algorithm config() names, what failed, and a digest of every result."""

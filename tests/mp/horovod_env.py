@@ -1,4 +1,10 @@
-"""Reports what the core read from the environment, for tests/test_horovod_env.py: each rank
+"""Run by tests/test_horovod_env.py::test_horovod_variables_are_read_and_named_as_sources,
+tests/test_horovod_env.py::test_scaleout_variable_wins_and_the_loser_is_named,
+tests/test_horovod_env.py::test_horovod_variables_without_effect_are_named_once_on_rank_0,
+tests/test_horovod_env.py::test_hierarchical_allreduce_asked_for_on_one_machine_says_why,
+tests/test_horovod_env.py::test_a_bad_log_level_fails_init_naming_the_variable.
+
+Reports what the core read from the environment, for tests/test_horovod_env.py: each rank
 writes <argv[1]>/rank<r>.json with config() and the CPUs each of its threads may run on."""
 import json
 import os

@@ -1,4 +1,6 @@
-"""join() with uneven amounts of data: joined ranks contribute zeros to allreduces, allgather and
+"""Run by tests/test_errors_and_lifecycle.py::test_join_with_uneven_steps.
+
+join() with uneven amounts of data: joined ranks contribute zeros to allreduces, allgather and
 broadcast fail on every rank still running (as in Horovod), nothing hangs."""
 import numpy as np
 

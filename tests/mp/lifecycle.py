@@ -1,4 +1,6 @@
-"""Collectives before init, shutdown with pending work, idempotent shutdown, init again."""
+"""Run by tests/test_errors_and_lifecycle.py::test_shutdown_and_init_again.
+
+Collectives before init, shutdown with pending work, idempotent shutdown, init again."""
 
 import numpy as np
 

@@ -1,4 +1,6 @@
-"""Process sets on the numpy-level API (Note [Process sets]), at 3 or 4 ranks.
+"""Run by tests/test_process_sets.py::test_process_sets.
+
+Process sets on the numpy-level API (Note [Process sets]), at 3 or 4 ranks.
 
 Sets: A and B disjoint (n=4: [0, 2] and [1, 3]; n=3: [0] and [1, 2]), C overlapping both
 ([1, 2, 3]; n=3: [0, 1]), all registered at init; D added and removed while the others run."""

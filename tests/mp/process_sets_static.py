@@ -1,4 +1,6 @@
-"""Process sets registered at init only (dynamic sets off): a set made from an mpi4py
+"""Run by tests/test_process_sets.py::test_process_sets_from_communicators_at_init_only.
+
+Process sets registered at init only (dynamic sets off): a set made from an mpi4py
 communicator, add/remove refused with a hint, and init's argument checked."""
 import numpy as np
 from mpi4py import MPI

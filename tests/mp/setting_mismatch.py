@@ -1,4 +1,6 @@
-"""Ranks configured differently (argument: the variable; each rank sets its own value) get an
+"""Run by tests/test_endpoint_servers.py::test_ranks_must_agree_on_how_they_communicate.
+
+Ranks configured differently (argument: the variable; each rank sets its own value) get an
 error naming the variable on every rank, not a hang."""
 import os
 import sys

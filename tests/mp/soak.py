@@ -1,4 +1,6 @@
-"""A 10,000-step soak of the torch DistributedOptimizer: after warm-up, this rank's resident
+"""Run by tests/test_soak.py::test_ten_thousand_steps_leave_memory_flat_and_nothing_behind.
+
+A 10,000-step soak of the torch DistributedOptimizer: after warm-up, this rank's resident
 memory grows by less than 1 MiB, and no handle or name is left behind (scaleout.stats()).
 
 argv[1]: steps (default 10000)."""

@@ -1,4 +1,9 @@
-"""A collective that one rank is late for: the others are warned, naming the missing rank.
+"""Run by
+tests/test_errors_and_lifecycle.py::test_stalled_collective_is_reported_with_the_missing_rank,
+tests/test_process_sets.py::test_a_stall_inside_a_set_is_reported_on_its_ranks_naming_job_ranks,
+tests/test_stall_shutdown.py::test_no_stall_shutdown_when_the_check_is_disabled.
+
+A collective that one rank is late for: the others are warned, naming the missing rank.
 With the argument `set`, the collective runs on a process set of ranks 1..n-1 while rank 0,
 outside it, goes on with collectives of its own."""
 import sys

@@ -1,4 +1,6 @@
-"""Note [Stalls inside a collective]: the last rank stops (SIGSTOP) while every rank runs large
+"""Run by tests/test_liveness.py::test_a_rank_stopped_inside_a_collective_is_named.
+
+Note [Stalls inside a collective]: the last rank stops (SIGSTOP) while every rank runs large
 collectives back to back, so the others are stuck inside one (its transfer), not in
 negotiation. With the heartbeat timeout off it is not taken for dead: each survivor warns, once
 SCALEOUT_STALL_CHECK_TIME_SECONDS have passed inside the collective, naming the stopped rank

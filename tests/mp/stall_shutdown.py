@@ -1,4 +1,7 @@
-"""Stall shutdown (Note [Stall shutdown]): the last rank skips a collective the others submit, and
+"""Run by
+tests/test_stall_shutdown.py::test_a_skipped_collective_fails_on_every_rank_after_the_shutdown_time.
+
+Stall shutdown (Note [Stall shutdown]): the last rank skips a collective the others submit, and
 submits one they never will. After the stall shutdown time every rank's pending collective fails
 with ShutDownError (Horovod's HorovodInternalError, a RuntimeError) naming both tensors and the
 ranks each waits for; later collectives fail the same way; shutdown() and init() start a job

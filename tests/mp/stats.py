@@ -1,4 +1,7 @@
-"""scaleout.stats()["collectives"] counts what a rank's collectives moved (argument: "shm" or
+"""Run by tests/test_stats.py::test_stats_count_what_each_rank_moved,
+tests/test_stats.py::test_scaleoutrun_stats_prints_a_line_per_rank_at_shutdown.
+
+scaleout.stats()["collectives"] counts what a rank's collectives moved (argument: "shm" or
 "mpi", the allreduce path the job uses). Prints "all checks passed" when every count holds."""
 import sys
 

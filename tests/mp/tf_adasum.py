@@ -1,4 +1,6 @@
-"""DistributedOptimizer(tf1_optimizer, op=Adasum) (Note [TF1 Adasum optimizer]): the wrapped
+"""Run by tests/test_adasum.py::test_tensorflow_v1_optimizer_combines_variable_changes.
+
+DistributedOptimizer(tf1_optimizer, op=Adasum) (Note [TF1 Adasum optimizer]): the wrapped
 optimizer steps locally, and every backward_passes_per_step-th call the variables' changes are
 combined with Horovod's Adasum tree; checked against numpy eagerly and in a TF1 graph run by a
 Session, with momentum and with two passes per step; Horovod's errors."""

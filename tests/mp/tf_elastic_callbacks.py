@@ -1,4 +1,7 @@
-"""The Keras elastic callbacks in model.fit on real ranks, as after a restart in the middle of
+"""Run by
+tests/test_tensorflow_elastic.py::test_keras_callbacks_commit_count_and_shorten_the_resumed_epoch.
+
+The Keras elastic callbacks in model.fit on real ranks, as after a restart in the middle of
 an epoch (state.epoch 1, state.batch 3) with 8 steps per epoch: which commits happen and what
 state.epoch and state.batch are at each, the shortened first epoch (8 - 3 steps, really run),
 and another callback's request to stop, which the shortening leaves in place."""

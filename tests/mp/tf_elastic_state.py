@@ -1,4 +1,7 @@
-"""TensorFlow's elastic states on real ranks (Note [Keras elastic state]).
+"""Run by
+tests/test_tensorflow_elastic.py::test_states_commit_restore_sync_and_resume_at_another_size.
+
+TensorFlow's elastic states on real ranks (Note [Keras elastic state]).
 
 phase 'first': KerasState's commit/restore/sync of the model, Adam's slots and attributes (also
 of a state saved before the optimizer's first step), per-rank variables (top-k residuals, seed

@@ -1,4 +1,7 @@
-"""An elastic Keras training (Note [Elastic restarts]), run by tests/test_tensorflow_elastic.py
+"""Run by
+tests/test_tensorflow_elastic.py::test_a_killed_rank_stops_keras_fit_and_two_ranks_finish_it.
+
+An elastic Keras training (Note [Elastic restarts]), run by tests/test_tensorflow_elastic.py
 under scaleoutrun's elastic driver: model.fit with the three elastic callbacks (a commit after
 every batch), 3 epochs of 6 steps. KILL=rank:epoch:batch makes that rank kill itself (SIGKILL)
 at the end of that batch, before its commit, in the first generation. At the end rank 0 prints

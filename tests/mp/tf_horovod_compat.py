@@ -1,4 +1,6 @@
-"""scaleout.tensorflow behaves as Horovod 0.28.1's horovod.tensorflow, checked as its users
+"""Run by tests/test_tensorflow_horovod.py::test_tensorflow_behaves_as_horovods.
+
+scaleout.tensorflow behaves as Horovod 0.28.1's horovod.tensorflow, checked as its users
 would: the tf.errors classes their except clauses name (eagerly, in tf.function and in a TF1
 session), TF1 graphs with many collectives in one session.run, the TF1 DistributedOptimizer and
 BroadcastGlobalVariablesHook, broadcast_ and broadcast_variables(inplace), grouped allgather and

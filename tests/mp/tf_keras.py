@@ -1,4 +1,6 @@
-"""scaleout.tensorflow.keras on real ranks: DistributedOptimizer with model.fit equals one
+"""Run by tests/test_tensorflow_keras.py::test_keras_fit_callbacks_save_load.
+
+scaleout.tensorflow.keras on real ranks: DistributedOptimizer with model.fit equals one
 process with the whole batch (SGD with momentum, Adam, AdamW with a schedule), the callbacks,
 saving and loading, compression, and the jit_compile error.
 

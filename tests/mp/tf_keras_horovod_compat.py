@@ -1,4 +1,6 @@
-"""scaleout.tensorflow.keras behaves as Horovod 0.28.1's horovod.tensorflow.keras, checked as a
+"""Run by tests/test_tensorflow_keras_horovod.py::test_keras_behaves_as_horovods.
+
+scaleout.tensorflow.keras behaves as Horovod 0.28.1's horovod.tensorflow.keras, checked as a
 Horovod user would: the learning-rate callbacks (exponential multiplier, momentum correction,
 Horovod's key in the logs), BroadcastGlobalVariablesCallback's timing and local variables, local
 gradient aggregation (backward_passes_per_step), PartialDistributedOptimizer, load_model's

@@ -1,4 +1,6 @@
-"""scaleout.tensorflow collectives on real ranks: every op eagerly and inside tf.function, their
+"""Run by tests/test_tensorflow.py::test_ops_eager_and_in_tf_function_with_gradients_and_errors.
+
+scaleout.tensorflow collectives on real ranks: every op eagerly and inside tf.function, their
 gradients, broadcast_variables, IndexedSlices, compression, and the errors users get."""
 import numpy as np
 

@@ -1,4 +1,6 @@
-"""Process sets through scaleout.tensorflow and scaleout.tensorflow.keras, at 3 or 4 ranks:
+"""Run by tests/test_tensorflow_process_sets.py::test_tensorflow_on_process_sets.
+
+Process sets through scaleout.tensorflow and scaleout.tensorflow.keras, at 3 or 4 ranks:
 every collective on a set, eagerly and in tf.function, with its gradient on the set; the query
 ops and object helpers; a rank outside the set; DistributedGradientTape and the TF1 optimizer
 on a set; Keras DistributedOptimizer training on two disjoint sets at once.

@@ -1,4 +1,6 @@
-"""Compression.topk with TensorFlow (Note [Top-k sparsification]): DistributedGradientTape in a
+"""Run by tests/test_topk.py::test_tensorflow_tape_and_keras.
+
+Compression.topk with TensorFlow (Note [Top-k sparsification]): DistributedGradientTape in a
 tf.function gives the mean of every rank's top-k, keeping its residuals in the TopK object across
 tapes; the Keras DistributedOptimizer with momentum correction and every step dense is momentum
 SGD itself, its residuals and velocities are optimizer variables (broadcast by the callback,

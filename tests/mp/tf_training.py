@@ -1,4 +1,6 @@
-"""DistributedGradientTape on real ranks: None and IndexedSlices gradients, options, and
+"""Run by tests/test_tensorflow.py::test_gradient_tape_and_custom_loop_equals_single_process.
+
+DistributedGradientTape on real ranks: None and IndexedSlices gradients, options, and
 synchronous-SGD equivalence of a custom training loop (n ranks with batch b == one process with
 batch n * b, computed on every rank as the reference)."""
 import numpy as np

@@ -1,4 +1,6 @@
-"""A run with SCALEOUT_TIMELINE set: rank 0 writes the trace checked by the test."""
+"""Run by tests/test_timeline.py::test_timeline_is_a_chrome_trace_of_every_tensor.
+
+A run with SCALEOUT_TIMELINE set: rank 0 writes the trace checked by the test."""
 import numpy as np
 
 import scaleout as so

@@ -1,4 +1,6 @@
-"""start_timeline/stop_timeline at run time, through scaleout.torch as a Horovod user calls them:
+"""Run by tests/test_timeline.py::test_start_and_stop_timeline_at_run_time.
+
+start_timeline/stop_timeline at run time, through scaleout.torch as a Horovod user calls them:
 each stopped file is complete JSON holding only the collectives run while it was open;
 mark_cycles adds CYCLE_START marks; calls before init raise ValueError as Horovod's.
 

@@ -1,4 +1,6 @@
-"""Top-k sparsification with error feedback (Note [Top-k sparsification]) at the numpy level, the
+"""Run by tests/test_topk.py::test_exchange_and_error_feedback.
+
+Top-k sparsification with error feedback (Note [Top-k sparsification]) at the numpy level, the
 one implementation every front end uses: the result against a numpy evaluation from every
 rank's gradient, error feedback conserving the gradient sum over steps, dense warmup, momentum
 correction with factor masking, Sum and scale factors."""

@@ -1,4 +1,7 @@
-"""Top-k across machines (run by tests/test_topk.py on network-namespace hosts): with the job's
+"""Run by
+tests/test_multihost_hierarchical.py::test_topk_sums_machines_densely_and_sparsifies_between_them.
+
+Top-k across machines (run by tests/test_topk.py on network-namespace hosts): with the job's
 allreduces hierarchical the exchange is Note [Hierarchical top-k]'s (machine sums, a residual per
 machine, every machine's top k), checked against numpy over several steps with and without
 momentum correction and warmup; the machine's ranks keep the same residual bits; error feedback

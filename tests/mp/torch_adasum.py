@@ -1,4 +1,6 @@
-"""DistributedOptimizer(op=Adasum) (Note [Adasum optimizer]): each step, every rank's parameter
+"""Run by tests/test_adasum.py::test_torch_distributed_optimizer_combines_parameter_changes.
+
+DistributedOptimizer(op=Adasum) (Note [Adasum optimizer]): each step, every rank's parameter
 change from the wrapped optimizer's local step is combined with Horovod's Adasum tree and
 added to the parameters, checked against a numpy evaluation for SGD with momentum over three
 steps; every rank ends with the same model; 3 ranks get NotImplementedError as Horovod."""

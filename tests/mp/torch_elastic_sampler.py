@@ -1,4 +1,6 @@
-"""ElasticSampler (scaleout/torch/_elastic_sampler.py) across a change of world size: phase
+"""Run by tests/test_elastic_sampler.py::test_the_epoch_goes_on_at_another_size.
+
+ElasticSampler (scaleout/torch/_elastic_sampler.py) across a change of world size: phase
 'first' processes three batches of an epoch and saves the sampler's state; phase 'second', at
 another number of ranks, loads it and processes the rest. Every sample of the epoch is then
 processed, the ones before the save exactly once; the order is Horovod's (Python's random with

@@ -1,4 +1,6 @@
-"""TorchState (Note [Elastic state]) on real ranks: commit and restore roll the model, the
+"""Run by tests/test_elastic_state.py::test_state_commits_restores_and_resumes_at_another_size.
+
+TorchState (Note [Elastic state]) on real ranks: commit and restore roll the model, the
 optimizer, an ElasticSampler and plain attributes back to the last commit; sync() makes every
 rank's state rank 0's; a host update reported on rank 0 interrupts commit() on every rank;
 reset callbacks run on reset. With a commit store attached, phase 'first' commits as it trains

@@ -1,4 +1,6 @@
-"""Synchronous SGD: n ranks with batch b each train exactly like one process with batch n*b.
+"""Run by tests/test_torch.py::test_n_ranks_with_batch_b_train_like_one_process_with_batch_nb.
+
+Synchronous SGD: n ranks with batch b each train exactly like one process with batch n*b.
 
 Every rank also trains the single-process reference on the whole global batch (no
 communication) and compares parameters after every run. float64, so "exactly" means to

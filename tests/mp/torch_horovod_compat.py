@@ -1,4 +1,6 @@
-"""scaleout.torch behaves as Horovod 0.28.1's horovod.torch where the two used to differ: the
+"""Run by tests/test_torch.py::test_horovod_torch_semantics.
+
+scaleout.torch behaves as Horovod 0.28.1's horovod.torch where the two used to differ: the
 checks a Horovod user's script relies on, on every rank (any world size)."""
 import warnings
 

@@ -1,4 +1,6 @@
-"""scaleout.torch collectives on real ranks: every op and form, dtypes, memory handling, errors,
+"""Run by tests/test_torch.py::test_tensor_collectives_errors_and_gradients.
+
+scaleout.torch collectives on real ranks: every op and form, dtypes, memory handling, errors,
 and the gradients of the differentiable ops against their analytic values."""
 import numpy as np
 import torch

@@ -1,4 +1,6 @@
-"""DistributedOptimizer, the broadcast helpers and join() on real ranks."""
+"""Run by tests/test_torch.py::test_distributed_optimizer_broadcasts_and_join.
+
+DistributedOptimizer, the broadcast helpers and join() on real ranks."""
 import copy
 import gc
 import io

@@ -1,4 +1,6 @@
-"""Process sets through scaleout.torch, at 3 or 4 ranks: every collective and its gradient on a
+"""Run by tests/test_process_sets.py::test_torch_on_process_sets.
+
+Process sets through scaleout.torch, at 3 or 4 ranks: every collective and its gradient on a
 set, DistributedOptimizer and the broadcast helpers on two disjoint sets training at once, and
 on a rank outside its set.
 

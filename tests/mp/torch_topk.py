@@ -1,4 +1,6 @@
-"""DistributedOptimizer(compression=Compression.topk(...)) (Note [Top-k sparsification]): the
+"""Run by tests/test_topk.py::test_torch_distributed_optimizer.
+
+DistributedOptimizer(compression=Compression.topk(...)) (Note [Top-k sparsification]): the
 gradients handed to the wrapped optimizer are the mean of every rank's top-k of gradient plus
 residual; with momentum correction (and every step a dense warmup step) training is exactly
 momentum SGD with weight decay and Nesterov's variant, the momentum moved out of the optimizer;
