@@ -3,10 +3,13 @@
 Property-based tests of every numpy-level collective's argument handling, on real ranks.
 
 Every rank draws the same examples (hypothesis, derandomized) with its own data: random dtypes,
-shapes, ops, scale factors, roots, splits, names, in place or not. Each call must either return
-what numpy computes from every rank's data, or raise InvalidArgumentError on every rank: never
-another exception, a crash, a hang (the subprocess timeout), or a different outcome per rank.
-After each example the ranks compare outcomes, so they stay in lockstep.
+shapes, ops, scale factors, roots, splits, names, in place or not. The oracle knows from the
+example alone whether the API takes it (name_refusal, root_refusal, splits_refusal: the rules
+the API documents). A valid call must return what numpy computes from every rank's data; an
+invalid one must raise InvalidArgumentError on every rank, for one of the reasons the example
+has. Never a valid call refused, an invalid one accepted, another exception, a crash, a hang
+(the subprocess timeout), or a different outcome per rank. After each example the ranks compare
+outcomes, so they stay in lockstep.
 
 argv[1]: the number of examples per collective."""
 import sys
@@ -45,14 +48,62 @@ def agree(outcome: str, ok: bool, what: str) -> None:
         raise AssertionError(what)  # stops hypothesis on every rank alike
 
 
-def run(call, expected, what: str, close=np.array_equal):
+# What the API refuses, from the arguments alone. Each returns the reasons an argument is
+# invalid, as a word the InvalidArgumentError's message carries, so that a refusal for some
+# other reason fails too; an empty list: valid.
+
+def name_refusal(name) -> list:
+    """A name is None (one is generated) or a non-empty string the core can compare whole:
+    UTF-8 without NUL (a NUL would cut it short)."""
+    if name is None:
+        return []
+    if not isinstance(name, str) or name == "" or "\0" in name:
+        return ["name"]
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return ["name"]
+    return []
+
+
+def root_refusal(root: int, n: int) -> list:
+    """broadcast's root_rank is a rank of the job: 0 <= root < size."""
+    return [] if 0 <= root < n else ["root rank"]
+
+
+def splits_refusal(rows: int, splits, n: int) -> list:
+    """alltoall without splits sends equal parts, so the first dimension must divide by the
+    size; with splits, one non-negative count per rank, adding up to the first dimension."""
+    if splits is None:
+        return [] if rows % n == 0 else ["divisible"]
+    splits = [int(s) for s in splits]
+    reasons = []
+    if len(splits) != n:
+        reasons.append("entries")
+    if any(s < 0 for s in splits):
+        reasons.append("negative")
+    if sum(splits) != rows:
+        reasons.append("add up")
+    return reasons
+
+
+def run(call, expected, what: str, close=np.array_equal, refused_for=()):
+    """Runs one example's call on every rank. refused_for: the reasons its arguments are invalid
+    (empty: valid), each a word the refusal's message must carry one of."""
     try:
         got = call()
     except so.InvalidArgumentError as e:
-        agree("InvalidArgumentError", True, f"{what}: {e}")
+        if not refused_for:
+            agree("InvalidArgumentError", False, f"{what}: a valid call was refused: {e}")
+        else:
+            agree("InvalidArgumentError", any(word in str(e) for word in refused_for),
+                  f"{what}: refused, but not for {list(refused_for)}: {e}")
         return
     except Exception as e:  # noqa: BLE001
         agree(type(e).__name__, False, f"{what}: {type(e).__name__}: {e}")
+        return
+    if refused_for:
+        agree("ok", False, f"{what}: accepted, though invalid ({list(refused_for)})")
         return
     want = expected()
     ok = close(got, want)
@@ -92,7 +143,8 @@ def test_allreduce(r, n):
                 (lambda: so.allreduce(mine, op=op, name=name, prescale_factor=pre,
                                       postscale_factor=post)))
         run(call, expected, f"allreduce {np.dtype(dtype).name} {shape} op {op} pre {pre} "
-                            f"post {post} inplace {inplace}", approx)
+                            f"post {post} inplace {inplace} name {name!r}", approx,
+            name_refusal(name))
     prop()
 
 
@@ -103,10 +155,13 @@ def test_allgather_and_broadcast(r, n):
         rows = lambda k: (k % 2 + (shape[0] if shape else 0),) + tuple(shape[1:])  # noqa: E731
         every = [data(k, rows(k) if shape else (), dtype, salt) for k in range(n)]
         run(lambda: so.allgather(every[r], name=name),
-            lambda: np.concatenate([np.atleast_1d(e) for e in every]), f"allgather {shape}")
+            lambda: np.concatenate([np.atleast_1d(e) for e in every]),
+            f"allgather {shape} name {name!r}", refused_for=name_refusal(name))
         same = [data(k, shape, dtype, salt) for k in range(n)]
-        run(lambda: so.broadcast(same[r], root, name=None if name is None else name + ".b"),
-            lambda: same[root], f"broadcast {shape} root {root}")
+        b_name = None if name is None else name + ".b"
+        run(lambda: so.broadcast(same[r], root, name=b_name),
+            lambda: same[root], f"broadcast {shape} root {root} name {b_name!r}",
+            refused_for=name_refusal(b_name) + root_refusal(root, n))
     prop()
 
 
@@ -127,7 +182,8 @@ def test_alltoall_and_reducescatter(r, n):
         def call_alltoall():
             out = so.alltoall(every[r], splits=splits)
             return out[0] if splits is not None else out
-        run(call_alltoall, expected_alltoall, f"alltoall {shape} splits {splits}")
+        run(call_alltoall, expected_alltoall, f"alltoall {shape} splits {splits}",
+            refused_for=splits_refusal(rows, splits, n))
 
         def expected_reducescatter():
             stacked = np.stack([e.astype(np.float64) for e in every])

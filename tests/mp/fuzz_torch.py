@@ -3,8 +3,9 @@
 Property-based tests of the torch front end's collectives' argument handling, on real ranks:
 as tests/mp/fuzz_collectives.py (whose helpers it uses) for numpy, with torch tensors of every
 dtype the front end takes (bfloat16 and bool included), synchronous and asynchronous forms, in
-place and not. Each call returns what numpy computes from every rank's data, or raises
-InvalidArgumentError on every rank; never another exception, a crash or a hang.
+place and not. A valid call (by fuzz_collectives.py's rules, the same for torch) returns what
+numpy computes from every rank's data; an invalid one raises InvalidArgumentError on every rank,
+for a reason it has; never a valid call refused, another exception, a crash or a hang.
 
 argv[1]: the number of examples per collective."""
 import numpy as np
@@ -13,7 +14,8 @@ from hypothesis import given, strategies as st
 
 import scaleout.torch as hvd
 from _harness import main_tests
-from fuzz_collectives import SETTINGS, names, run, scales, shapes
+from fuzz_collectives import (SETTINGS, name_refusal, names, root_refusal, run, scales, shapes,
+                              splits_refusal)
 
 DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
           torch.bfloat16, torch.float32, torch.float64]
@@ -79,7 +81,8 @@ def test_allreduce(r, n):
                                       mine)[1],
         }[form]
         run(checked(call, dtype), expected, f"torch allreduce {dtype} {shape} op {op} pre {pre} "
-                                           f"post {post} {form}", approx_values)
+                                           f"post {post} {form} name {name!r}", approx_values,
+            name_refusal(name))
     prop()
 
 
@@ -95,13 +98,12 @@ def test_allgather_broadcast_alltoall_reducescatter(r, n):
         grown = [data(k, (rows + k % 2, width), dtype, salt) for k in range(n)]
         run(checked(lambda: hvd.allgather(grown[r], name=name), dtype),
             lambda: np.concatenate([as_numpy(e) for e in grown]),
-            f"torch allgather {dtype} {shape}", approx_values)
+            f"torch allgather {dtype} {shape} name {name!r}", approx_values, name_refusal(name))
         mine = every[r].clone()
-        run(checked(lambda: (hvd.broadcast_(mine, root,
-                                            name=None if name is None else name + ".b"),
-                             mine)[1], dtype),
-            lambda: as_numpy(every[root]), f"torch broadcast_ {dtype} root {root}",
-            approx_values)
+        b_name = None if name is None else name + ".b"
+        run(checked(lambda: (hvd.broadcast_(mine, root, name=b_name), mine)[1], dtype),
+            lambda: as_numpy(every[root]), f"torch broadcast_ {dtype} root {root} name {b_name!r}",
+            approx_values, name_refusal(b_name) + root_refusal(root, n))
         split_arg = (torch.tensor(splits, dtype=torch.int64) if as_tensor and splits is not None
                      else splits)
 
@@ -111,7 +113,8 @@ def test_allgather_broadcast_alltoall_reducescatter(r, n):
             return np.concatenate([as_numpy(every[k])[starts[r]:starts[r] + counts[r]]
                                    for k in range(n)])
         run(checked(lambda: hvd.alltoall(every[r], splits=split_arg), dtype), expected_alltoall,
-            f"torch alltoall {dtype} {shape} splits {splits}", approx_values)
+            f"torch alltoall {dtype} {shape} splits {splits}", approx_values,
+            splits_refusal(rows, splits, n))
         if dtype == torch.bool:
             return
 
