@@ -115,8 +115,8 @@ def core_info() -> str:
     """The native core's build line, file and a short hash: the core may be rebuilt between
     runs, so a table can be tied to the binary that produced it."""
     try:
-        from scaleout import _core
-        info = _core.build_info()
+        from scaleout import _native
+        info = _native.build_info()
         path = info["library"]
         with open(path, "rb") as f:
             digest = hashlib.sha256(f.read()).hexdigest()[:12]

@@ -459,8 +459,8 @@ def worker_info(affinities: list) -> dict:
         import mpi4py
         import scaleout
         from mpi4py import MPI
-        from scaleout import _core
-        core = _core.build_info()
+        from scaleout import _native
+        core = _native.build_info()
         with open(core["library"], "rb") as f:
             digest = hashlib.sha256(f.read()).hexdigest()[:12]
         info.update(scaleout=scaleout.__version__, mpi4py=mpi4py.__version__,

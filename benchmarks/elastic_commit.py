@@ -29,7 +29,9 @@ from pathlib import Path
 import torch
 
 import scaleout.torch as hvd
-from scaleout._commit_store import CommitStore, commit, job_directory, newest_commit
+from scaleout._commit_protocol import commit, newest_commit
+from scaleout._commit_store import CommitStore
+from scaleout._elastic_protocol import job_directory
 from scaleout._elastic_state import pack, unpack
 from scaleout.torch._elastic_state import _reduce_tensor
 

@@ -40,8 +40,8 @@ def framework_versions() -> dict[str, Optional[str]]:
 
 
 def _default_build_info() -> dict:
-    from scaleout import _core   # noqa: PLC0415  (loads the core and MPI: only here)
-    return _core.build_info()
+    from scaleout import _native   # noqa: PLC0415  (loads the core and MPI: only here)
+    return _native.build_info()
 
 
 def _mpi_library_version() -> str:

@@ -1,4 +1,6 @@
-"""A host's copies of an elastic job's commits (Note [Elastic restarts] uses them).
+"""A host's copies of an elastic job's commits (Note [Elastic restarts] uses them). The
+collective protocol that writes and finds them on every host is scaleout._commit_protocol's;
+this module loads no native code (the launcher uses it).
 
 Note [Commit store]
 A commit must outlive the host that made it, so every host keeps a copy: one rank per host
@@ -21,13 +23,11 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Union
 
-import numpy as np
+from scaleout._errors import InvalidArgumentError
 
-from scaleout._errors import InvalidArgumentError, ScaleoutError
-
-__all__ = ["CommitStore", "commit", "newest_commit", "job_directory"]
+__all__ = ["CommitStore"]
 
 _NAME = re.compile(r"^commit-(\d+)\.(bin|done)$")
 Buffer = Union[bytes, bytearray, memoryview]
@@ -122,57 +122,3 @@ class CommitStore:
             if match and match.group(2) == kind:
                 found.add(int(match.group(1)))
         return found
-
-
-# ---- the protocol over the job's ranks (Note [Commit store]) ----
-
-def job_directory(job: str, environ: Mapping[str, str]) -> Path:
-    """Where job `job`'s commits are kept on a host (each host's store is a directory in it
-    named after the host): SCALEOUT_ELASTIC_DIR when set, else in /dev/shm when there is one
-    (it outlives the processes, not the host), else in the temporary directory."""
-    if environ.get("SCALEOUT_ELASTIC_DIR"):
-        return Path(environ["SCALEOUT_ELASTIC_DIR"])
-    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
-    return base / f"scaleout-commits-{job}"
-
-
-def commit(store: Optional[CommitStore], commit_id: int,
-           payload: Union[Buffer, Sequence[Buffer], Callable[[], Any]]) -> None:
-    """Collective: every host's first rank writes `payload` (what CommitStore.write takes, or a
-    function making it, called there only) as commit `commit_id` into its `store` (other ranks
-    pass None); once every host has written, each marks it complete. Raises on every rank if a
-    host could not make or write it."""
-    from scaleout import _basics
-    from scaleout._core import Min
-    from scaleout._ops import allreduce
-    written, why = 1, ""
-    if _basics.local_rank() == 0:
-        try:
-            store.write(commit_id, payload() if callable(payload) else payload)
-        except Exception as e:   # an unpicklable attribute is the program's error, everywhere
-            written, why = 0, f"{type(e).__name__}: {e}"
-    everywhere = allreduce(np.array([written], np.int32), op=Min,
-                           name=f"scaleout.commit.{commit_id}")
-    if int(everywhere[0]) != 1:
-        raise ScaleoutError(f"commit {commit_id} was not written on every host"
-                            + (f" (here: {why})" if why else ""))
-    if _basics.local_rank() == 0:
-        store.mark_complete(commit_id)
-
-
-def newest_commit(store: Optional[CommitStore]) -> Optional[Tuple[int, bytes]]:
-    """Collective: the newest commit complete on any host, as (id, bytes) on every rank (sent
-    by the lowest rank holding it), or None when no host holds one."""
-    from scaleout import _basics
-    from scaleout._objects import allgather_object, broadcast_bytes
-    mine = -1
-    if _basics.local_rank() == 0 and store is not None:
-        newest = store.newest_complete()
-        mine = -1 if newest is None else newest
-    held = allgather_object(mine, name="scaleout.commit.newest")
-    best = max(held)
-    if best < 0:
-        return None
-    holder = held.index(best)
-    payload = store.read(best) if _basics.rank() == holder else None
-    return best, broadcast_bytes(payload, root_rank=holder, name="scaleout.commit.restore")

@@ -3,12 +3,13 @@
 Note [Elastic restarts]
 MPICH cannot start MPI again in a process, and a job that lost a rank cannot go on, so
 scaleout's elastic training restarts the job: the elastic driver (scaleoutrun, Note [Elastic
-driver] in launcher/elastic.py) runs generation after generation of the job on the hosts there
-are, and tells the ranks through the environment: SCALEOUT_ELASTIC_JOB (the job's id),
-SCALEOUT_ELASTIC_GENERATION (0, 1, ...), SCALEOUT_ELASTIC_HOSTS (the generation's hosts and
-slots, in rank order), SCALEOUT_ELASTIC_DRIVER and SCALEOUT_ELASTIC_TOKEN (where rank 0 hears
-of host changes) and, if the user set it, SCALEOUT_ELASTIC_DIR (where each
-host keeps its commits, in a directory named after it; default /dev/shm/scaleout-commits-<job>).
+driver] in launcher/elastic_driver.py) runs generation after generation of the job on the hosts
+there are, and tells the ranks through the environment (written once for both ends in
+scaleout/_elastic_protocol.py): SCALEOUT_ELASTIC_JOB (the job's id), SCALEOUT_ELASTIC_GENERATION
+(0, 1, ...), SCALEOUT_ELASTIC_HOSTS (the generation's hosts and slots, in rank order),
+SCALEOUT_ELASTIC_DRIVER and SCALEOUT_ELASTIC_TOKEN (where rank 0 hears of host changes) and, if
+the user set it, SCALEOUT_ELASTIC_DIR (where each host keeps its commits, in a directory named
+after it; default /dev/shm/scaleout-commits-<job>).
 Under it,
 `run(func)(state)`:
   - attaches the host's commit store to `state` (Note [Commit store]), so every commit is
@@ -37,12 +38,15 @@ import sys
 import threading
 from typing import Any, Callable, Optional
 
-from scaleout import _basics
-from scaleout._commit_store import CommitStore, job_directory
-from scaleout._elastic_state import RESTART_EXIT_CODE, HostsUpdatedInterrupt, State
+from scaleout import _runtime
+from scaleout import _elastic_protocol as protocol
+from scaleout._commit_store import CommitStore
+from scaleout._elastic_protocol import RESTART_EXIT_CODE
+from scaleout._elastic_state import HostsUpdatedInterrupt, State
 from scaleout._errors import PeerFailedError
+from scaleout._ops import barrier
 
-__all__ = ["run", "RESTART_EXIT_CODE"]
+__all__ = ["run"]
 
 
 def _store() -> Optional[CommitStore]:
@@ -50,40 +54,29 @@ def _store() -> Optional[CommitStore]:
     directory of its own under the job's, named after the host (so that hosts sharing a file
     system, or one machine's /dev/shm as the test hosts localhost and 127.0.0.1 do, keep
     apart copies, each written by one rank)."""
-    job = os.environ.get("SCALEOUT_ELASTIC_JOB")
-    if job is None or _basics.local_rank() != 0:
+    job = protocol.job_id(os.environ)
+    if job is None or _runtime.local_rank() != 0:
         return None
-    return CommitStore(job_directory(job, os.environ) / _host_name())
+    return CommitStore(protocol.job_directory(job, os.environ) / _host_name())
 
 
 def _host_name() -> str:
-    """The name the driver knows this rank's host by (SCALEOUT_ELASTIC_HOSTS lists the
-    generation's hosts as 'host:slots,...' in rank order), else the machine's name."""
-    rank = _basics.rank()
-    for entry in filter(None, os.environ.get("SCALEOUT_ELASTIC_HOSTS", "").split(",")):
-        host, _, slots = entry.rpartition(":")
-        if rank < int(slots):
-            return host
-        rank -= int(slots)
-    return socket.gethostname()
-
-
-def _generation() -> int:
-    return int(os.environ.get("SCALEOUT_ELASTIC_GENERATION", "0") or 0)
+    """The name the driver knows this rank's host by, else the machine's name."""
+    return protocol.host_of_rank(os.environ, _runtime.rank()) or socket.gethostname()
 
 
 def _listen_for_host_updates(state: State) -> None:
     """On rank 0 under the driver: a thread that connects to the driver and passes its host
     updates to `state` (connecting in the thread: an address that does not answer must not
     hold up the training)."""
-    where = os.environ.get("SCALEOUT_ELASTIC_DRIVER")
-    if not where or _basics.rank() != 0:
+    where = protocol.driver_addresses(os.environ)
+    if not where or _runtime.rank() != 0:
         return
-    hello = f"{os.environ.get('SCALEOUT_ELASTIC_TOKEN', '')} {_generation()}\n".encode()
+    hello = protocol.hello(os.environ.get(protocol.TOKEN, ""), protocol.generation(os.environ))
 
     def listen() -> None:
         failures = []
-        for address in where.split(","):
+        for address in where:
             host, _, port = address.rpartition(":")
             try:
                 connection = socket.create_connection((host, int(port)), timeout=5)
@@ -99,9 +92,9 @@ def _listen_for_host_updates(state: State) -> None:
             return
         with connection, connection.makefile("r") as lines:
             for line in lines:
-                timestamp, _, flags = line.strip().partition(" ")
-                if timestamp.isdigit() and flags.isdigit():
-                    state.on_hosts_updated(int(timestamp), int(flags))
+                update = protocol.parse_update(line)
+                if update is not None:
+                    state.on_hosts_updated(*update)
     threading.Thread(target=listen, name="scaleout-host-updates", daemon=True).start()
 
 
@@ -110,13 +103,13 @@ def run(func: Callable[..., Any]) -> Callable[..., Any]:
     restarts]): `@hvd.elastic.run def train(state): ...`, then `train(state)`."""
     @functools.wraps(func)
     def wrapper(state: State, *args: Any, **kwargs: Any) -> Any:
-        if os.environ.get("SCALEOUT_ELASTIC_JOB") is None:
+        if protocol.job_id(os.environ) is None:
             state.sync()
             return func(state, *args, **kwargs)
         try:
             store = _store()
             state.attach_store(store)
-            if state.resume() or _generation() > 0:
+            if state.resume() or protocol.generation(os.environ) > 0:
                 state.on_reset()
             # After on_reset(), which empties the queue of host updates this thread fills.
             _listen_for_host_updates(state)
@@ -131,11 +124,10 @@ def run(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def _remove_commits(store: Optional[CommitStore]) -> None:
     """Once func has returned on every rank (a barrier), each host's commits go."""
-    from scaleout._ops import barrier
     barrier(name="scaleout.elastic.done")
     if store is not None:
         store.clear()
-        if not os.environ.get("SCALEOUT_ELASTIC_DIR"):   # the job's directory is ours too
+        if not os.environ.get(protocol.DIR):   # the job's directory is ours too
             try:
                 store.directory.parent.rmdir()
             except OSError:
@@ -150,7 +142,7 @@ def _restart(cause: BaseException) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     # One write of the whole line: the ranks share the launcher's stderr.
-    os.write(2, f"scaleout elastic: rank {_basics.rank()} stops for a restart ({what})\n"
+    os.write(2, f"scaleout elastic: rank {_runtime.rank()} stops for a restart ({what})\n"
              .encode())
     # MPI cannot finish cleanly with a peer gone; the next generation starts afresh.
     os._exit(RESTART_EXIT_CODE)

@@ -17,7 +17,6 @@ may have another number of ranks.
 """
 from __future__ import annotations
 
-import enum
 import io
 import pickle
 import queue
@@ -26,10 +25,13 @@ from typing import Any, Callable, Dict, List, Optional
 
 import cloudpickle
 
-from scaleout._commit_store import CommitStore, commit, newest_commit
+from scaleout import _runtime
+from scaleout._commit_protocol import commit, newest_commit
+from scaleout._commit_store import CommitStore
+from scaleout._objects import broadcast_object
+from scaleout._elastic_protocol import HostUpdateResult
 
-__all__ = ["HostsUpdatedInterrupt", "HostUpdateResult", "State", "ObjectState", "pack",
-           "unpack", "RESTART_EXIT_CODE"]
+__all__ = ["HostsUpdatedInterrupt", "State", "ObjectState", "pack", "unpack"]
 
 # Note [Commit format]
 # A commit's bytes are written to every host's store and read back by a new process, perhaps
@@ -102,27 +104,12 @@ class HostsUpdatedInterrupt(RuntimeError):
         self.skip_sync = skip_sync
 
 
-class HostUpdateResult(enum.IntFlag):
-    """Horovod's flags of a host update."""
-    no_update = 0
-    removed = 1
-    added = 2
-    mixed = removed | added
-
-
-# The exit code of a rank that stops for the elastic driver to start the next generation
-# (EX_TEMPFAIL: run this job again); Note [Elastic restarts].
-RESTART_EXIT_CODE = 75
-
-
 def _default_bcast_object(obj: Any) -> Any:
-    from scaleout._objects import broadcast_object
     return broadcast_object(obj, root_rank=0)
 
 
 def _default_rank() -> int:
-    from scaleout._basics import rank
-    return rank()
+    return _runtime.rank()
 
 
 class State:

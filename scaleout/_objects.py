@@ -7,8 +7,9 @@ from typing import Any, List, Optional
 import cloudpickle
 import numpy as np
 
-from scaleout._basics import rank
+from scaleout._naming import DATA, SIZE, part
 from scaleout._ops import allgather, broadcast_
+from scaleout._runtime import rank
 
 __all__ = ["broadcast_object", "allgather_object", "broadcast_bytes"]
 
@@ -29,10 +30,10 @@ def broadcast_bytes(data: Any, root_rank: int, name: str, process_set=None) -> A
     else:
         payload = np.zeros(0, dtype=np.uint8)
     length = np.array([payload.size], dtype=np.int64)
-    broadcast_(length, root_rank, name=f"{name}.size", process_set=process_set)
+    broadcast_(length, root_rank, name=part(name, SIZE), process_set=process_set)
     if rank() != root_rank:
         payload = np.empty(int(length[0]), dtype=np.uint8)
-    broadcast_(payload, root_rank, name=f"{name}.data", process_set=process_set)
+    broadcast_(payload, root_rank, name=part(name, DATA), process_set=process_set)
     return data if rank() == root_rank else payload
 
 
@@ -51,9 +52,9 @@ def allgather_object(obj: Any, name: Optional[str] = None, process_set=None) -> 
     in rank order."""
     name = name or "allgather_object"
     payload = _dumps(obj)
-    sizes = allgather(np.array([payload.size], dtype=np.int64), name=f"{name}.size",
+    sizes = allgather(np.array([payload.size], dtype=np.int64), name=part(name, SIZE),
                       process_set=process_set)
-    data = allgather(payload, name=f"{name}.data", process_set=process_set)
+    data = allgather(payload, name=part(name, DATA), process_set=process_set)
     out, offset = [], 0
     for n in sizes.tolist():
         out.append(cloudpickle.loads(data[offset:offset + n].tobytes()))

@@ -7,17 +7,20 @@ time; then give it to a collective's `process_set=`. Adding and removing are col
 rank of the job calls them, in the same order. As in Horovod, ranks given to collectives (a
 broadcast's root) are the job's ranks, not ranks within the set; splits and results follow the
 set's order. See Note [Process sets] in native/runtime/runtime.h.
+
+This module is the lookup every collective needs (the ProcessSet type, the global set, a set's
+core id, rank and size); registering sets (at init, add_process_set, remove_process_set) runs
+collectives and is scaleout._process_set_registry's.
 """
 from __future__ import annotations
 
 import sys
 from typing import Any, List, Optional, Sequence, Union
 
-from scaleout import _basics, _binding
+from scaleout import _binding, _runtime
 from scaleout._errors import InvalidArgumentError
 
-__all__ = ["ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
-           "process_set_id", "set_rank", "set_size"]
+__all__ = ["ProcessSet", "global_process_set", "process_set_id", "set_rank", "set_size"]
 
 
 class ProcessSet:
@@ -61,7 +64,7 @@ class ProcessSet:
         """Whether this rank is in the set, or None while its ranks are not known."""
         if self.ranks is None:
             return None
-        return _basics.rank() in self.ranks
+        return _runtime.rank() in self.ranks
 
     def __repr__(self) -> str:
         return (f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, "
@@ -79,95 +82,16 @@ def _is_comm(obj: Any) -> bool:
 
 global_process_set = ProcessSet([])
 global_process_set.process_set_id = 0
-_dynamic = False
-
-
-def _comm_ranks(comm: Any) -> List[int]:
-    """The job's ranks of an mpi4py communicator's members (the job runs on COMM_WORLD)."""
-    from mpi4py import MPI
-    return sorted(MPI.Group.Translate_ranks(comm.Get_group(), list(range(comm.Get_size())),
-                                            MPI.COMM_WORLD.Get_group()))
-
-
-def _at_init(process_sets: Union[None, str, Sequence[ProcessSet]]) -> None:
-    """init()'s part: registers the sets given and notes whether sets may be added later.
-    Ranks may give different lists (each rank the communicator it belongs to, as Horovod allows):
-    every set any rank gave is registered, in the order of the first rank that gave it, and each
-    object gets its set's id; an object whose set an earlier one in the list has is left
-    unregistered, as in Horovod."""
-    global _dynamic
-    global_process_set.ranks = list(range(_basics.size()))
-    _dynamic = process_sets == "dynamic" or \
-        _basics.config().get("SCALEOUT_DYNAMIC_PROCESS_SETS") == "1"
-    if process_sets is None or isinstance(process_sets, str):
-        return
-    for ps in process_sets:
-        if ps.ranks is None:
-            ps.ranks = _comm_ranks(ps.mpi_comm)
-    from scaleout._objects import allgather_object
-    everyone = allgather_object([tuple(ps.ranks) for ps in process_sets],
-                                name="scaleout.init.process_sets")
-    ids = {tuple(global_process_set.ranks): 0}
-    for ranks in (ranks for given in everyone for ranks in given):
-        if ranks not in ids:
-            ids[ranks] = _binding.add_process_set(list(ranks))
-    seen = set()
-    for ps in process_sets:
-        set_id = ids[tuple(ps.ranks)]
-        ps.process_set_id = None if set_id in seen else set_id
-        seen.add(set_id)
-
-
-def check_init_argument(process_sets: Any) -> None:
-    """Refuses what init(process_sets=...) cannot take, before anything starts."""
-    if process_sets is None or process_sets == "dynamic":
-        return
-    if isinstance(process_sets, str) or not all(isinstance(p, ProcessSet) for p in process_sets):
-        raise InvalidArgumentError(f"init(process_sets=...) takes a list of ProcessSet objects or "
-                                   f"'dynamic', not {process_sets!r}")
-
-
-def add_process_set(process_set: Union[ProcessSet, Sequence[int]]) -> ProcessSet:
-    """Adds a process set after init (every rank calls it, in the same order) and returns it.
-    Needs dynamic process sets (see the module's docstring). No set with the same ranks may
-    exist already."""
-    if not _dynamic:
-        raise InvalidArgumentError(
-            "add_process_set: dynamic process sets are off; call init(process_sets='dynamic') or "
-            "set SCALEOUT_DYNAMIC_PROCESS_SETS=1 (or HOROVOD_DYNAMIC_PROCESS_SETS=1)")
-    if not isinstance(process_set, ProcessSet):
-        process_set = ProcessSet(process_set)
-    if process_set.ranks is None:
-        raise NotImplementedError("adding a process set made from an MPI communicator after init "
-                                  "is not implemented; make it from a list of ranks")
-    process_set.process_set_id = _binding.add_process_set(process_set.ranks)
-    return process_set
-
-
-def remove_process_set(process_set: ProcessSet) -> bool:
-    """Removes a process set (every rank calls it); returns False for the global set or a set
-    that is not registered. A set with collectives in flight on any rank is not removed: an
-    InvalidArgumentError names the ranks."""
-    if not _dynamic:
-        raise InvalidArgumentError(
-            "remove_process_set: dynamic process sets are off; call init(process_sets='dynamic') "
-            "or set SCALEOUT_DYNAMIC_PROCESS_SETS=1 (or HOROVOD_DYNAMIC_PROCESS_SETS=1)")
-    set_id = process_set.process_set_id
-    if set_id is None or set_id == 0:
-        return False
-    _binding.remove_process_set(set_id)
-    process_set._invalidate()
-    return True
 
 
 def set_rank(set_id: int) -> int:
     """This rank's place in the set with core id `set_id` (-1 when not a member)."""
-    return _basics.rank() if set_id == 0 else _binding.process_set(set_id)[0]
+    return _runtime.rank() if set_id == 0 else _binding.process_set(set_id)[0]
 
 
 def set_size(set_id: int) -> int:
     """The number of ranks in the set with core id `set_id`."""
-    return _basics.size() if set_id == 0 else len(_binding.process_set(set_id)[1])
+    return _runtime.size() if set_id == 0 else len(_binding.process_set(set_id)[1])
 
 
 def process_set_id(process_set: Optional[ProcessSet], what: str) -> int:

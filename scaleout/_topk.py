@@ -41,9 +41,12 @@ from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from scaleout._core import ALLGATHER, Average, Sum, synchronize, wait_all
+from scaleout import _binding, _runtime
+from scaleout._arrays import submit_into, submit_owned
 from scaleout._errors import InvalidArgumentError
-from scaleout._ops import _allreduce_async, _submit_owned
+from scaleout._naming import part
+from scaleout._native import ALLGATHER, ALLREDUCE, Average, Sum, synchronize, wait_all
+from scaleout._objects import allgather_object
 from scaleout._process_sets import set_size
 
 __all__ = ["TopK", "TopKExchange", "Momentum", "select_topk", "topk_count", "residual_dtype",
@@ -297,25 +300,28 @@ class TopKExchange:
         if step < self.config.warmup_steps:
             if self.hierarchical:  # the machine sum's state, kept alike on its ranks
                 out[...] = grad
-                handle = _allreduce_async(out, f"{name}.host", Sum, 1.0, 1.0, True,
-                                          self.hosts.local)
+                handle = submit_into(ALLREDUCE, part(name, "host"), out, inplace=True,
+                                     process_set=self.hosts.local)
                 return _Pending(handle, "host dense", name, residual, velocity, momentum, step)
             _accumulate(residual, grad, velocity, momentum)
             out[...] = residual
             residual[...] = 0  # the velocity keeps its value: dense momentum SGD
-            return _Pending(_allreduce_async(out, f"{name}.dense", self.dense_op, self.prescale,
-                                             self.postscale, True, self.ps), "done")
+            return _Pending(submit_into(ALLREDUCE, part(name, "dense"), out, inplace=True,
+                                        op=self.dense_op, prescale_factor=self.prescale,
+                                        postscale_factor=self.postscale, process_set=self.ps),
+                            "done")
         if self.hierarchical:
             summed = np.array(grad, residual.dtype)
-            handle = _allreduce_async(summed, f"{name}.host", Sum, 1.0, 1.0, True,
-                                      self.hosts.local)
+            handle = submit_into(ALLREDUCE, part(name, "host"), summed, inplace=True,
+                                 process_set=self.hosts.local)
             return _Pending(handle, "host", name, residual, velocity, momentum, step,
                             value_dtype=residual.dtype)
         k = topk_count(residual.size, self.config.density)
         _accumulate(residual, grad, velocity, momentum)
         chosen, values = _take(residual, velocity, k, _seed(name, step))
-        handle = _submit_owned(ALLGATHER, f"{name}.topk",
-                               _pack(chosen, values, _index_dtype(residual.size)), ps=self.ps)
+        handle = submit_owned(ALLGATHER, part(name, "topk"),
+                              _pack(chosen, values, _index_dtype(residual.size)),
+                              process_set=self.ps)
         return _Pending(handle, "pairs", name, parts=[k] * self.size,
                         value_dtype=residual.dtype)
 
@@ -361,8 +367,9 @@ class TopKExchange:
             _accumulate(pending.residual, summed, pending.velocity, pending.momentum)
             out[...] = pending.residual
             pending.residual[...] = 0
-            pending.handle = _allreduce_async(out, f"{pending.name}.hosts", Sum, 1.0,
-                                              self.scale, True, hosts.cross)
+            pending.handle = submit_into(ALLREDUCE, part(pending.name, "hosts"), out,
+                                         inplace=True, postscale_factor=self.scale,
+                                         process_set=hosts.cross)
             pending.stage = "done"
         sparse = [(p, out) for p, out in started if p.stage == "host"]
         j, parts = hosts.local_rank, hosts.local_size
@@ -376,17 +383,18 @@ class TopKExchange:
                       for lo, hi in zip(bounds, bounds[1:])]
             chosen = bounds[j] + np.sort(select_topk(residual[bounds[j]:bounds[j + 1]],
                                                      counts[j], _seed(pending.name, pending.step)))
-            pending.handle = _submit_owned(
-                ALLGATHER, f"{pending.name}.hosts",
-                _pack(chosen, residual[chosen], _index_dtype(residual.size)), ps=hosts.cross)
+            pending.handle = submit_owned(
+                ALLGATHER, part(pending.name, "hosts"),
+                _pack(chosen, residual[chosen], _index_dtype(residual.size)),
+                process_set=hosts.cross)
             # after the machine's ranks gather: each one's slice from every machine
             pending.parts = [counts[q] for q in hosts.slices for _ in range(hosts.count)]
             pending.stage = "cross"
         self._wait(started)
         for pending, out in sparse:
             received = np.asarray(synchronize(pending.handle)).reshape(-1)
-            pending.handle = _submit_owned(ALLGATHER, f"{pending.name}.gathered", received,
-                                           ps=hosts.local)
+            pending.handle = submit_owned(ALLGATHER, part(pending.name, "gathered"), received,
+                                          process_set=hosts.local)
             pending.stage = "pairs"
         self._wait(started)
 
@@ -418,35 +426,32 @@ _hosts_cache: dict = {}
 def _host_sets() -> Optional[_Hosts]:
     """The sets of Note [Hierarchical top-k] when the job's allreduces are hierarchical over
     machines of equal size, else None. Collective the first time (every rank adds them)."""
-    from scaleout import _basics
-    if not _basics.config().get("allreduce_algorithm", "").startswith("hierarchical:"):
+    if not _runtime.config().get("allreduce_algorithm", "").startswith("hierarchical:"):
         return None
-    local_size, count = _basics.local_size(), _basics.cross_size()
-    if local_size < 2 or count < 2 or local_size * count != _basics.size():
+    local_size, count = _runtime.local_size(), _runtime.cross_size()
+    if local_size < 2 or count < 2 or local_size * count != _runtime.size():
         return None
-    from scaleout._objects import allgather_object
-    key = (_basics.size(), _basics.rank())
+    key = (_runtime.size(), _runtime.rank())
     known = _hosts_cache.get(key)
     if known is not None and _registered(known):
         return known
-    places = allgather_object((_basics.cross_rank(), _basics.local_rank()),
+    places = allgather_object((_runtime.cross_rank(), _runtime.local_rank()),
                               name="scaleout.topk.places")
     machines = [[r for r, (c, _) in enumerate(places) if c == h] for h in range(count)]
     columns = [[r for r, (_, l) in enumerate(places) if l == j] for j in range(local_size)]
     ids = {tuple(ranks): _added(ranks) for ranks in machines + columns}
-    here = machines[_basics.cross_rank()]
-    hosts = _Hosts(local=ids[tuple(here)], cross=ids[tuple(columns[_basics.local_rank()])],
-                   local_rank=_basics.local_rank(), local_size=local_size, count=count,
+    here = machines[_runtime.cross_rank()]
+    hosts = _Hosts(local=ids[tuple(here)], cross=ids[tuple(columns[_runtime.local_rank()])],
+                   local_rank=_runtime.local_rank(), local_size=local_size, count=count,
                    slices=[places[q][1] for q in here], mine=[next(i for i, q in enumerate(column) if q in here)
                          for column in columns])
-    hosts.ranks = (machines[_basics.cross_rank()], columns[_basics.local_rank()])
+    hosts.ranks = (machines[_runtime.cross_rank()], columns[_runtime.local_rank()])
     _hosts_cache[key] = hosts
     return hosts
 
 
 def _added(ranks) -> int:
     """The id of a process set with these ranks: added (collectively), or the existing one."""
-    from scaleout import _binding
     try:
         return _binding.add_process_set(list(ranks))
     except InvalidArgumentError as e:
@@ -457,7 +462,6 @@ def _added(ranks) -> int:
 
 
 def _registered(hosts: _Hosts) -> bool:
-    from scaleout import _binding
     try:
         return [list(_binding.process_set(i)[1]) for i in (hosts.local, hosts.cross)] == \
             [list(r) for r in hosts.ranks]

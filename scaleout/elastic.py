@@ -13,10 +13,11 @@ scaleout.tensorflow and scaleout.tensorflow.keras adds the framework's states):
 started by `scaleoutrun -np 3 --min-np 2 --host-discovery-script ./hosts.sh python train.py`.
 A job loses a host and goes on at a smaller size, or grows when hosts are added, from its last
 commit (Note [Elastic restarts] in scaleout/_elastic_run.py, Note [Elastic driver] in
-launcher/elastic.py).
+launcher/elastic_driver.py).
 """
+from scaleout._elastic_protocol import HostUpdateResult
 from scaleout._elastic_run import run
-from scaleout._elastic_state import HostsUpdatedInterrupt, HostUpdateResult, ObjectState, State
+from scaleout._elastic_state import HostsUpdatedInterrupt, ObjectState, State
 from scaleout._errors import HorovodInternalError
 
 __all__ = ["run", "State", "ObjectState", "HostsUpdatedInterrupt", "HostUpdateResult",

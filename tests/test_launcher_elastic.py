@@ -37,7 +37,7 @@ def rank_0_state(monkeypatch, notifier: Notifier, generation: int, token=None):
         env["SCALEOUT_ELASTIC_TOKEN"] = token
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(_elastic_run._basics, "rank", lambda: 0)
+    monkeypatch.setattr(_elastic_run._runtime, "rank", lambda: 0)
     state = ObjectState(bcast_object=lambda obj: obj, get_rank=lambda: 0, epoch=0)
     _elastic_run._listen_for_host_updates(state)
     return state

@@ -174,7 +174,7 @@ def test_usage_errors_exit_2(args):
 
 def test_check_build():
     result = scaleoutrun("--check-build", timeout=60)
-    probe = run_python("from scaleout import _core; _core.build_info()")
+    probe = run_python("from scaleout import _native; _native.build_info()")
     if probe.returncode != 0:   # the core is not built here: the report must say so, exit 1
         assert result.returncode == 1, result.stdout + result.stderr
         assert "cannot be loaded" in result.stderr

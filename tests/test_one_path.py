@@ -1,5 +1,5 @@
-"""One path from the shims to the core: the rules of scaleout._core's header comment, checked on
-the sources, and the tables and semantics every front end shares."""
+"""One path from the shims to the core: the rules of scaleout._native's header comment, checked
+on the sources, and the tables and semantics every front end shares."""
 import ast
 import re
 from pathlib import Path
@@ -36,11 +36,26 @@ def test_the_shims_are_found():
     assert {"_collectives.py", "_optimizer.py", "_gradients.py"} <= names
 
 
-@pytest.mark.parametrize("module", ["scaleout._ops", "scaleout._core"])
+@pytest.mark.parametrize("module", ["scaleout._ops", "scaleout._native", "scaleout._arrays"])
 def test_shims_use_no_private_name_of_the_core_modules(module):
     private = [f"{p.relative_to(ROOT)}:{line} {name}" for p in SHIMS
                for line, name in _imports_from(p, module) if name.startswith("_")]
     assert not private, f"private names of {module} used by a shim: {private}"
+
+
+def test_one_function_calls_the_bindings_submit():
+    # One request record: every collective reaches the binding through scaleout._native.submit,
+    # which forwards its named fields (the only place to change when the binding's does).
+    uses = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        uses += [(path.name, node.lineno) for node in ast.walk(tree)
+                 if isinstance(node, ast.Attribute) and node.attr == "submit"
+                 and isinstance(node.value, ast.Name) and node.value.id == "_binding"]
+    native = ast.parse((PACKAGE / "_native.py").read_text())
+    submit = next(n for n in native.body if isinstance(n, ast.FunctionDef) and n.name == "submit")
+    assert len(uses) == 1, f"_binding.submit used at {uses}"
+    assert uses[0][0] == "_native.py" and submit.lineno <= uses[0][1] <= submit.end_lineno
 
 
 def test_the_c_abi_is_bound_once():
@@ -54,7 +69,7 @@ def test_the_c_abi_is_bound_once():
 
 def test_tables_come_from_the_header():
     from scaleout import _binding
-    from scaleout._core import COLLECTIVE_CODES, DTYPE_CODES, OP_NAMES
+    from scaleout._native import COLLECTIVE_CODES, DTYPE_CODES, OP_NAMES
     header = (ROOT / "native" / "c_api" / "scaleout.h").read_text()
     # The binding is compiled from the header; the rows it hands Python are the header's rows.
     dtype_rows = re.findall(r"X\((\w+), (\w+), (\d+), (\d+)\)", header)
@@ -71,33 +86,33 @@ def test_tables_come_from_the_header():
 
 def test_every_front_end_exports_the_same_ops():
     import scaleout
-    from scaleout import _core
+    from scaleout import _native
     assert (scaleout.Average, scaleout.Sum, scaleout.Min, scaleout.Max, scaleout.Product,
             scaleout.Adasum) == \
-        (_core.Average, _core.Sum, _core.Min, _core.Max, _core.Product, _core.Adasum)
+        (_native.Average, _native.Sum, _native.Min, _native.Max, _native.Product, _native.Adasum)
 
 
-def test_the_semantics_table_covers_every_differentiable_collective():
-    from scaleout import _semantics
-    from scaleout._core import Average, Max, Sum
+def test_the_gradient_rules_cover_every_differentiable_collective():
+    from scaleout import _gradient_rules
+    from scaleout._native import Average, Max, Sum
     from scaleout._errors import InvalidArgumentError, NoGradientError
     for name in ("allreduce", "allgather", "broadcast", "reducescatter", "alltoall"):
-        assert callable(_semantics.gradient(name))
-        assert _semantics.COLLECTIVES[name].gradient
+        assert callable(_gradient_rules.gradient(name))
+        assert _gradient_rules.COLLECTIVES[name].gradient
     for what in ("allreduce", "reducescatter"):
-        _semantics.check_gradient_op(what, Sum)
-        _semantics.check_gradient_op(what, Average)
+        _gradient_rules.check_gradient_op(what, Sum)
+        _gradient_rules.check_gradient_op(what, Average)
         with pytest.raises(NoGradientError, match="Average and Sum ops only, not Max"):
-            _semantics.check_gradient_op(what, Max)
+            _gradient_rules.check_gradient_op(what, Max)
     # what torch users catch (RuntimeError/ValueError) and what TensorFlow code catches
     assert issubclass(NoGradientError, InvalidArgumentError)
     assert issubclass(NoGradientError, NotImplementedError)
 
 
 def test_predivision():
-    from scaleout._core import Average, Sum
     from scaleout._errors import InvalidArgumentError
-    from scaleout._semantics import predivided
+    from scaleout._gradient_rules import predivided
+    from scaleout._native import Average, Sum
     assert predivided(Average, 1.0, 4) == (Average, 1.0, 1.0)
     assert predivided(Sum, 1.0, 4) == (Sum, 1.0, 1.0)
     assert predivided(Average, 2.0, 4) == (Sum, 0.5, 0.5)

@@ -21,8 +21,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("scaleout.tensorflow needs TensorFlow: pip install tensorflow-cpu "
                       "(or pip install 'scaleout[tensorflow]')") from exc
 
-from scaleout import _common
-from scaleout._common import *  # noqa: F401,F403
+from scaleout import _frontend_api
+from scaleout._frontend_api import *  # noqa: F401,F403
 from scaleout.tensorflow._collectives import (allgather, allreduce, alltoall, barrier, broadcast,
                                               broadcast_, broadcast_variables, grouped_allgather,
                                               grouped_allreduce, grouped_reducescatter, join,
@@ -37,7 +37,7 @@ from scaleout.tensorflow._v1 import (BroadcastGlobalVariablesHook, allgather_obj
                                      broadcast_global_variables, broadcast_object,
                                      broadcast_object_fn)
 
-__all__ = _common.__all__ + [
+__all__ = _frontend_api.__all__ + [
     "allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast", "broadcast_",
     "alltoall", "reducescatter", "grouped_reducescatter", "join", "barrier",
     "broadcast_variables", "broadcast_global_variables", "BroadcastGlobalVariablesHook",

@@ -29,12 +29,12 @@ import numpy as np
 import tensorflow as tf
 
 import scaleout as _so
-from scaleout import _semantics
-from scaleout._core import (ALLGATHER, ALLREDUCE, ALLTOALL, BARRIER, BROADCAST, COLLECTIVE_CODES,
-                            DTYPE_CODES, OP_NAMES, REDUCESCATTER, Average, Sum, auto_name,
-                            resolve_op, submit, synchronize, wait_all)
+from scaleout import _gradient_rules, _naming
+from scaleout._arrays import address, splits_array, submit_into, submit_owned
 from scaleout._errors import InvalidArgumentError, ScaleoutError
-from scaleout._ops import address, allocator, contiguous, dtype_code, numpy_ops, splits_array
+from scaleout._native import (ALLGATHER, ALLREDUCE, ALLTOALL, BARRIER, BROADCAST, COLLECTIVE_CODES,
+                              DTYPE_CODES, OP_NAMES, REDUCESCATTER, Average, Sum, auto_name,
+                              resolve_op, submit, synchronize, wait_all)
 from scaleout._process_sets import global_process_set, process_set_id, set_rank, set_size
 from scaleout.tensorflow import _errors
 from scaleout.tensorflow._compression import Compression
@@ -248,36 +248,23 @@ def aligned_empty(shape, dtype) -> np.ndarray:
 _ALIGN = 64
 
 
-def _into_aligned(kind: int, name: str, array: np.ndarray, op: int = Sum, root: int = 0,
-                  prescale: float = 1.0, postscale: float = 1.0,
-                  process_set: int = 0) -> _so.Handle:
-    """allreduce / broadcast with the result written into a new aligned array."""
-    src = contiguous(np.asarray(array))
-    dst = aligned_empty(src.shape, src.dtype)
-    return submit(kind, name, src, address(src), dtype_code(src.dtype), src.shape, dst,
-                  address(dst), op, root, prescale, postscale, None, None, process_set)
-
-
-def _owned(kind: int, name: str, array: np.ndarray, op: int = Sum, prescale: float = 1.0,
-           postscale: float = 1.0, splits=None, process_set: int = 0) -> _so.Handle:
-    """allgather / alltoall / reducescatter: the core allocates the result at completion."""
-    a = contiguous(np.asarray(array))
-    if a.ndim == 0 and kind == ALLGATHER:
-        a = a.reshape(1)  # a scalar is gathered as one row
-    return submit(kind, name, a, address(a), dtype_code(a.dtype), a.shape, allocator(a.dtype),
-                  None, op, 0, prescale, postscale, splits, None, process_set)
-
-
 def _submit(req: Request, array: np.ndarray) -> _so.Handle:
+    """One request of a batch. allreduce and broadcast write into a new aligned array (which
+    TensorFlow adopts without a copy); the others' results are the core's bytes."""
     kind, name, op, prescale, postscale, root, ps = req
     if kind == "allreduce":
-        return _into_aligned(ALLREDUCE, name, array, op, 0, prescale, postscale, ps)
+        a = np.asarray(array)
+        return submit_into(ALLREDUCE, name, a, output=aligned_empty(a.shape, a.dtype), op=op,
+                           prescale_factor=prescale, postscale_factor=postscale, process_set=ps)
     if kind == "allgather":
-        return _owned(ALLGATHER, name, array, process_set=ps)
+        return submit_owned(ALLGATHER, name, array, process_set=ps)
     if kind == "broadcast":
-        return _into_aligned(BROADCAST, name, array, Sum, root, process_set=ps)
+        a = np.asarray(array)
+        return submit_into(BROADCAST, name, a, output=aligned_empty(a.shape, a.dtype),
+                           root_rank=root, process_set=ps)
     if kind == "reducescatter":
-        return _owned(REDUCESCATTER, name, array, op, prescale, postscale, process_set=ps)
+        return submit_owned(REDUCESCATTER, name, array, op=op, prescale_factor=prescale,
+                            postscale_factor=postscale, process_set=ps)
     raise InvalidArgumentError(f"unknown collective kind {kind!r}")
 
 
@@ -311,15 +298,15 @@ def run_batch(requests: Sequence[Request], tensors: Sequence[tf.Tensor],
 
 # ---- gradients ----
 #
-# The rules are scaleout._semantics' (Horovod's definitions, shared with scaleout.torch); each
+# The rules are scaleout._gradient_rules' (Horovod's definitions, shared with scaleout.torch); each
 # gradient that needs more than one collective runs them in one op, on numpy arrays.
 
 def _gradient_op(what: str, process_set: int, dy: tf.Tensor, tensors: Sequence[tf.Tensor],
                  out_shape, *args) -> tf.Tensor:
     """One op applying collective `what`'s gradient rule: rule(ops, dy, *args, *tensors), with
     dy and `tensors` as numpy arrays (scalars as Python ints), on the forward's process set."""
-    rule = _semantics.gradient(what)
-    ops = numpy_ops(process_set)
+    rule = _gradient_rules.gradient(what)
+    ops = _gradient_rules.numpy_ops(process_set)
 
     def np_fn(g, *more):
         more = [int(m) if np.ndim(m) == 0 else m for m in more]
@@ -351,9 +338,9 @@ def _differentiable_allreduce(tensors: List[tf.Tensor], names: List[str], op: in
 
         @_typed_gradient
         def grad(*dys):
-            _semantics.check_gradient_op("allreduce", op)
-            return run_batch([request("allreduce", f"{n}.grad", op, prescale, postscale, 0,
-                                      process_set) for n in names],
+            _gradient_rules.check_gradient_op("allreduce", op)
+            return run_batch([request("allreduce", _naming.gradient(n), op, prescale, postscale,
+                                      0, process_set) for n in names],
                              [tf.convert_to_tensor(d) for d in dys], "scaleout_allreduce_grad")
         return ys, grad
     out = forward(*tensors)
@@ -363,7 +350,7 @@ def _differentiable_allreduce(tensors: List[tf.Tensor], names: List[str], op: in
 def _differentiable_allgather(tensors: List[tf.Tensor], names: List[str],
                               process_set: int = 0) -> List[tf.Tensor]:
     # Horovod's definition: each rank gets its own rows of the Average-allreduce of the output
-    # gradients over the set (scaleout._semantics; rows in the set's order).
+    # gradients over the set (scaleout._gradient_rules; rows in the set's order).
     @tf.custom_gradient
     def forward(*xs):
         ys = run_batch([request("allgather", n, process_set=process_set) for n in names], xs,
@@ -395,7 +382,7 @@ def _differentiable_reducescatter(tensors: List[tf.Tensor], names: List[str], op
 
         @_typed_gradient
         def grad(*dys):
-            _semantics.check_gradient_op("reducescatter", op)
+            _gradient_rules.check_gradient_op("reducescatter", op)
             out = []
             for x, dy, n in zip(xs, dys, names):
                 g = _gradient_op("reducescatter", process_set, tf.convert_to_tensor(dy), [],
@@ -458,7 +445,8 @@ def _allreduce_slices(slices: Sequence[tf.IndexedSlices], names: Sequence[str], 
     values, ctxs = _compressed([s.values for s in slices], compression, "allreduce")
     indices = [as_tensor(s.indices, "allreduce") for s in slices]
     gathered = _differentiable_allgather(
-        values + indices, [f"{n}.values" for n in names] + [f"{n}.indices" for n in names],
+        values + indices, [_naming.part(n, _naming.VALUES) for n in names]
+        + [_naming.part(n, _naming.INDICES) for n in names],
         process_set)
     factor = scale / set_size(process_set) if op == Average else scale
     out = []
@@ -490,13 +478,13 @@ def grouped_allreduce(tensors, average: Optional[bool] = None, device_dense: str
     dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
     if sparse:
         for i, r in zip(sparse, _allreduce_slices([tensors[i] for i in sparse],
-                                                  [f"{base}.{i}" for i in sparse], op,
+                                                  [_naming.member(base, i) for i in sparse], op,
                                                   compression,
                                                   prescale_factor * postscale_factor, ps)):
             out[i] = r
     if dense:
         wires, ctxs = _compressed([tensors[i] for i in dense], compression, "grouped_allreduce")
-        reduced = _differentiable_allreduce(wires, [f"{base}.{i}" for i in dense], op,
+        reduced = _differentiable_allreduce(wires, [_naming.member(base, i) for i in dense], op,
                                             prescale_factor, postscale_factor, ps)
         for i, r, c in zip(dense, reduced, ctxs):
             out[i] = compression.decompress(r, c)
@@ -526,7 +514,7 @@ def grouped_allgather(tensors, name: Optional[str] = None, ignore_name_scope: bo
         return tensors
     base = op_name("allgather", name, ignore_name_scope, ps)
     xs = [as_tensor(t, "grouped_allgather") for t in tensors]
-    return _differentiable_allgather(xs, [f"{base}.{i}" for i in range(len(xs))], ps)
+    return _differentiable_allgather(xs, _naming.members(base, len(xs)), ps)
 
 
 @tf_errors
@@ -581,7 +569,7 @@ def _broadcast_into(variables, root_rank: int, base: str, chain: bool,
     # By position only: Keras variable paths come from per-process name counters, and a model
     # loaded on the root only may name its variables differently from the others' (a wrong
     # order still fails, as a shape or dtype mismatch naming the tensor).
-    labels = [f"{base}.{i}" for i in range(len(variables))]
+    labels = _naming.members(base, len(variables))
     values = run_batch([request("broadcast", n, root=root_rank, process_set=process_set)
                         for n in labels],
                        [as_tensor(v, "broadcast_variables") for v in variables],
@@ -618,7 +606,8 @@ def alltoall(tensor, splits=None, name: Optional[str] = None, ignore_name_scope:
 
         def np_fn(a, s=None):
             sent = splits_array(s if s is not None else _equal_splits(a, ps))
-            out, received = synchronize(_owned(ALLTOALL, label, a, splits=sent, process_set=ps))
+            out, received = synchronize(submit_owned(ALLTOALL, label, a, splits=sent,
+                                                     process_set=ps))
             return [out, np.asarray(received, np.int32)]
         return call(np_fn, inputs, [data.dtype, tf.int32],
                     [_out_shape("alltoall", data.shape), tf.TensorShape([set_size(ps)])],
@@ -682,7 +671,7 @@ def grouped_reducescatter(tensors, device_dense: str = "", compression=Compressi
         return tensors
     base = op_name("reducescatter", name, ignore_name_scope, ps)
     wires, ctxs = _compressed(tensors, compression, "grouped_reducescatter")
-    outs = _differentiable_reducescatter(wires, [f"{base}.{i}" for i in range(len(wires))], op,
+    outs = _differentiable_reducescatter(wires, _naming.members(base, len(wires)), op,
                                          prescale_factor, postscale_factor, ps)
     return [compression.decompress(o, c) for o, c in zip(outs, ctxs)]
 
@@ -706,8 +695,7 @@ def barrier(name: Optional[str] = None, process_set=global_process_set):
     name = op_name("barrier", name, process_set=ps)
 
     def np_fn():
-        synchronize(submit(BARRIER, name, None, 0, 0, (), None, None, Sum, 0, 1.0, 1.0, None,
-                           None, ps))
+        synchronize(submit(BARRIER, name=name, address=0, dtype=0, shape=(), process_set=ps))
         return []
     outs = call(np_fn, [], [], [], "scaleout_barrier")
     if tf.executing_eagerly() or tf.inside_function():

@@ -1,8 +1,8 @@
-"""Compression.none / fp16 / bf16 for TensorFlow tensors (built by scaleout._semantics). The casts
+"""Compression.none / fp16 / bf16 for TensorFlow tensors (built by scaleout._compression). The casts
 are TensorFlow ops, so compression works the same eagerly and inside tf.function."""
 import tensorflow as tf
 
-from scaleout._semantics import Compressor, NoneCompressor, make_compression
+from scaleout._compression import Compressor, NoneCompressor, make_compression
 
 __all__ = ["Compression", "Compressor", "NoneCompressor", "FP16Compressor", "BF16Compressor"]
 

@@ -12,10 +12,11 @@ from typing import Any, List, Optional, Sequence
 
 import tensorflow as tf
 
-from scaleout._core import Average, Sum, resolve_op
 from scaleout._errors import InvalidArgumentError
+from scaleout._gradient_rules import predivided
+from scaleout._native import Average, Sum, resolve_op
+from scaleout._naming import INDICES, VALUES, member, part
 from scaleout._process_sets import global_process_set, set_size
-from scaleout._semantics import predivided
 from scaleout._topk import TopK, given_momentum
 from scaleout.tensorflow._collectives import (_not_converted, _variable_label, as_tensor,
                                               check_device, request, run_batch, set_id)
@@ -50,11 +51,11 @@ def reduce_gradients(grads: Sequence[Any], sources: Sequence[Any], prefix: str,
         if grad is None:
             plan.append(None)
             continue
-        label = f"{prefix}.grad_{i}" if generic_names else f"{prefix}.{i}"
+        label = part(prefix, f"grad_{i}") if generic_names else member(prefix, i)
         var_label = ("" if generic_names or isinstance(source, tf.Tensor)
                      else _variable_label(source))
         if var_label:
-            label = f"{label}.{var_label}"
+            label = part(label, var_label)
         if isinstance(grad, tf.IndexedSlices) and (sparse_as_dense or topk):
             grad = tf.convert_to_tensor(grad)
         if topk:  # Note [Top-k sparsification]: all of them in one op, below
@@ -67,8 +68,8 @@ def reduce_gradients(grads: Sequence[Any], sources: Sequence[Any], prefix: str,
                     f"sparse gradient of {label}: tf.IndexedSlices are reduced with Sum or "
                     "Average; pass sparse_as_dense=True for other ops")
             values, ctx = compression.compress(as_tensor(grad.values, "gradient"))
-            requests += [request("allgather", f"{label}.values", process_set=ps),
-                         request("allgather", f"{label}.indices", process_set=ps)]
+            requests += [request("allgather", part(label, VALUES), process_set=ps),
+                         request("allgather", part(label, INDICES), process_set=ps)]
             inputs += [values, as_tensor(grad.indices, "gradient")]
             plan.append(("sparse", ctx, grad.dense_shape))
         else:

@@ -14,14 +14,15 @@ from typing import Optional
 import keras
 import tensorflow as tf
 
-from scaleout._core import Adasum, Average, Sum
 from scaleout._errors import InvalidArgumentError, NotYetImplementedError
+from scaleout._native import Adasum, Average, Sum
 from scaleout._process_sets import global_process_set, process_set_id
 from scaleout._topk import TopK
 from scaleout.tensorflow._collectives import _variable_label, request, run_batch
 from scaleout.tensorflow._compression import Compression
 from scaleout.tensorflow._errors import tf_errors
 from scaleout.tensorflow._gradients import LocalSources, _configure, tape_topk_state
+from scaleout.tensorflow.keras import _optimizer as keras_optimizer
 
 __all__ = ["DistributedOptimizer"]
 
@@ -319,7 +320,6 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None, use_locking: boo
                           "whatever `op` says (as Horovod's does); for Sum use "
                           "scaleout.tensorflow.keras.DistributedOptimizer(..., op=Sum)",
                           stacklevel=3)
-        from scaleout.tensorflow.keras import _optimizer as keras_optimizer
         return keras_optimizer.DistributedOptimizer(
             optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,
             compression=compression, sparse_as_dense=sparse_as_dense,

@@ -4,7 +4,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from scaleout._core import Sum
+from scaleout._native import Sum
+from scaleout._runtime import size
 from scaleout.tensorflow._collectives import allreduce
 
 __all__ = ["SyncBatchNormalization"]
@@ -26,7 +27,6 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
         super().__init__(**kwargs)  # Keras names it sync_batch_normalization, _1, _2, ...
 
     def _moments(self, inputs, mask):
-        from scaleout import size
         if size() == 1:
             return super()._moments(inputs, mask)
         axes = self._reduction_axes

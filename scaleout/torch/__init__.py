@@ -14,8 +14,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("scaleout.torch needs PyTorch: pip install torch==2.13.0 "
                       "(or pip install 'scaleout[torch]')") from exc
 
-from scaleout import _common
-from scaleout._common import *  # noqa: F401,F403
+from scaleout import _frontend_api
+from scaleout._frontend_api import *  # noqa: F401,F403
 from scaleout._errors import ScaleoutError as _ScaleoutError
 
 # Scripts written for Horovod's early torch releases catch torch.FatalError: with scaleout.torch
@@ -39,7 +39,7 @@ from scaleout.torch._compression import Compression
 from scaleout.torch._optimizer import DistributedOptimizer
 from scaleout.torch._sync_batch_norm import SyncBatchNorm
 
-__all__ = _common.__all__ + [
+__all__ = _frontend_api.__all__ + [
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
     "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast", "broadcast_",

@@ -5,11 +5,12 @@ from typing import Any, Iterable, List, Mapping, NamedTuple, Tuple, Union
 
 import torch
 
-from scaleout._basics import rank
 from scaleout._errors import InvalidArgumentError, ScaleoutError
+from scaleout._naming import member, part
+from scaleout._native import synchronize
 from scaleout._objects import broadcast_object
-from scaleout._core import synchronize
 from scaleout._process_sets import global_process_set, process_set_id
+from scaleout._runtime import rank
 from scaleout.torch._collectives import _broadcast_async
 from scaleout.torch._optimizer import _DistributedMixin
 
@@ -58,7 +59,7 @@ def broadcast_parameters(params: Union[Mapping[str, torch.Tensor], Iterable[Any]
             raise InvalidArgumentError(f"broadcast_parameters: '{key}' is a "
                                        f"{type(tensor).__name__}, not a tensor")
         label = key if key is not None else f"#{index}"
-        handles.append(_broadcast_async(tensor, root_rank, f"{name}.{label}", True, ps))
+        handles.append(_broadcast_async(tensor, root_rank, member(name, label), True, ps))
     _wait_all(handles)
 
 
@@ -119,11 +120,11 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int, 
     tensors: List[torch.Tensor] = []
     # Compression.topk's residuals are per rank (what each has not sent): each keeps its own.
     skeleton = _split(_without_topk(optimizer.state_dict()), tensors) if is_root else None
-    skeleton = broadcast_object(skeleton, root_rank, name=f"{name}.structure",
+    skeleton = broadcast_object(skeleton, root_rank, name=part(name, "structure"),
                                 process_set=process_set)
     if not is_root:
         _collect_slots(skeleton, tensors)
-    handles = [_broadcast_async(t, root_rank, f"{name}.{i}", True, ps)
+    handles = [_broadcast_async(t, root_rank, member(name, i), True, ps)
                for i, t in enumerate(tensors)]
     _wait_all(handles)
     if not is_root:

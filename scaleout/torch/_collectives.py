@@ -15,13 +15,14 @@ import numpy as np
 import torch
 from torch.autograd.graph import increment_version
 
-from scaleout import _semantics
-from scaleout._core import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, DTYPE_CODES,
-                            REDUCESCATTER, Average, Handle, Sum, auto_name, group, poll,
-                            register_tensor_type, resolve_op, submit, synchronize, wait_all)
+from scaleout import _gradient_rules, _naming
+from scaleout._arrays import splits_array
 from scaleout._errors import InvalidArgumentError
+from scaleout._native import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, DTYPE_CODES,
+                              REDUCESCATTER, Average, Handle, Sum, auto_name, group, poll,
+                              register_tensor_type, resolve_op, submit, synchronize, wait_all)
+from scaleout._ops import barrier as _barrier_np, join as _join_np
 from scaleout._process_sets import global_process_set, process_set_id, set_size
-from scaleout._ops import barrier as _barrier_np, join as _join_np, splits_array
 
 __all__ = ["allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
            "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
@@ -113,19 +114,24 @@ def _submit_into(collective: int, tensor, name: Optional[str], inplace: bool, op
     if inplace:
         # The hot path of every DistributedOptimizer hook: the binding reads the tensor itself.
         try:
-            return submit(collective, name, tensor, None, None, None, tensor, None, op, root,
-                          prescale, postscale, None, _bumped, ps)
+            return submit(collective, name=name, data=tensor, output=tensor, op=op,
+                          root_rank=root, prescale_factor=prescale, postscale_factor=postscale,
+                          finish=_bumped, process_set=ps)
         except BufferError:
             pass  # not a contiguous CPU tensor of a core dtype: explained or copied below
     code = _dtype_code(tensor, what)
     src = _dense(tensor)
     if inplace:
         ptr = src.data_ptr()
-        return submit(collective, name, src, ptr, code, src.shape, src, ptr, op, root, prescale,
-                      postscale, None, _copied_back(tensor), ps)
+        return submit(collective, name=name, data=src, address=ptr, dtype=code, shape=src.shape,
+                      output=src, out_address=ptr, op=op, root_rank=root,
+                      prescale_factor=prescale, postscale_factor=postscale,
+                      finish=_copied_back(tensor), process_set=ps)
     dst = torch.empty_like(src, memory_format=torch.contiguous_format)
-    return submit(collective, name, src, src.data_ptr(), code, src.shape, dst, dst.data_ptr(),
-                  op, root, prescale, postscale, None, None, ps)
+    return submit(collective, name=name, data=src, address=src.data_ptr(), dtype=code,
+                  shape=src.shape, output=dst, out_address=dst.data_ptr(), op=op,
+                  root_rank=root, prescale_factor=prescale, postscale_factor=postscale,
+                  process_set=ps)
 
 
 def _submit_owned(collective: int, tensor, name: Optional[str], what: str, ps: int,
@@ -136,8 +142,10 @@ def _submit_owned(collective: int, tensor, name: Optional[str], what: str, ps: i
     src = _dense(tensor)
     if collective == ALLGATHER and src.dim() == 0:
         src = src.reshape(1)
-    return submit(collective, name, src, src.data_ptr(), code, src.shape, _allocator(src.dtype),
-                  None, op, 0, prescale, postscale, splits, finish, ps)
+    return submit(collective, name=name, data=src, address=src.data_ptr(), dtype=code,
+                  shape=src.shape, output=_allocator(src.dtype), op=op,
+                  prescale_factor=prescale, postscale_factor=postscale, splits=splits,
+                  finish=finish, process_set=ps)
 
 
 # ---- allreduce ----
@@ -221,8 +229,9 @@ def _grouped_async(tensors, average, name, op, prescale_factor, postscale_factor
                    inplace, ps: int) -> Handle:
     op = resolve_op(op, average)
     base = auto_name(ALLREDUCE, name, ps)
-    return group([_allreduce_async(t, f"{base}.{i}", op, prescale_factor, postscale_factor,
-                                   inplace, ps) for i, t in enumerate(tensors)], base)
+    return group([_allreduce_async(t, _naming.member(base, i), op, prescale_factor,
+                                   postscale_factor, inplace, ps)
+                  for i, t in enumerate(tensors)], base)
 
 
 def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
@@ -296,7 +305,7 @@ def _grouped_names(collective: int, name: Optional[str], count: int,
                    ps: int) -> Tuple[str, List[str]]:
     """The group's name and its members' ("<name>.<i>")."""
     base = auto_name(collective, name, ps)
-    return base, [f"{base}.{i}" for i in range(count)]
+    return base, _naming.members(base, count)
 
 
 def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
@@ -473,10 +482,11 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int, process_set
         raise InvalidArgumentError("sparse_allreduce_async reduces with op=Average or op=Sum")
     t = tensor.coalesce() if not tensor.is_coalesced() else tensor
     # allgather concatenates along dim 0, so the (ndim, nnz) indices travel as (nnz, ndim).
-    indices_handle = _submit_owned(ALLGATHER, t.indices().t().contiguous(), f"{name}.indices",
-                                   "sparse_allreduce_async", ps)
-    values_handle = _submit_owned(ALLGATHER, t.values().contiguous(), f"{name}.values",
-                                  "sparse_allreduce_async", ps)
+    indices_handle = _submit_owned(ALLGATHER, t.indices().t().contiguous(),
+                                   _naming.part(name, _naming.INDICES), "sparse_allreduce_async",
+                                   ps)
+    values_handle = _submit_owned(ALLGATHER, t.values().contiguous(),
+                                  _naming.part(name, _naming.VALUES), "sparse_allreduce_async", ps)
     world = set_size(ps)
 
     def wait() -> torch.Tensor:
@@ -502,10 +512,10 @@ def join(device: int = -1, process_set=_GLOBAL) -> int:
 
 # ---- autograd ----
 #
-# The backward passes apply the rules of scaleout._semantics (Horovod's definitions, shared with
-# scaleout.tensorflow) to torch tensors.
+# The backward passes apply the rules of scaleout._gradient_rules (Horovod's definitions, shared
+# with scaleout.tensorflow) to torch tensors.
 
-class _TorchOps(_semantics.Ops):
+class _TorchOps(_gradient_rules.Ops):
     """The gradient rules' primitives on torch tensors, on one process set (the forward's)."""
 
     def allreduce_async(self, x, name, op, prescale, postscale):
@@ -540,7 +550,7 @@ class _AllreduceFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        g = _semantics.gradient("allreduce")(_TorchOps(ctx.ps), grad, *ctx.args)
+        g = _gradient_rules.gradient("allreduce")(_TorchOps(ctx.ps), grad, *ctx.args)
         return g, None, None, None, None, None
 
 
@@ -554,8 +564,8 @@ class _GroupedAllreduceFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         name, op, pre, post, ps = ctx.args
-        _semantics.check_gradient_op("allreduce", op)
-        gs = synchronize(_grouped_async(grads, None, _semantics.grad_name(name), op, pre, post,
+        _gradient_rules.check_gradient_op("allreduce", op)
+        gs = synchronize(_grouped_async(grads, None, _naming.gradient(name), op, pre, post,
                                         False, ps))
         return (None, None, None, None, None, *gs)
 
@@ -571,7 +581,7 @@ class _AllgatherFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         rows = ctx.shape[0] if len(ctx.shape) else 1
-        g = _semantics.gradient("allgather")(_TorchOps(ctx.ps), grad, ctx.name, rows)
+        g = _gradient_rules.gradient("allgather")(_TorchOps(ctx.ps), grad, ctx.name, rows)
         return g.reshape(ctx.shape), None, None
 
 
@@ -585,7 +595,7 @@ class _BroadcastFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         root_rank, name = ctx.args
-        g = _semantics.gradient("broadcast")(_TorchOps(ctx.ps), grad, name, root_rank)
+        g = _gradient_rules.gradient("broadcast")(_TorchOps(ctx.ps), grad, name, root_rank)
         return g, None, None, None
 
 
@@ -601,7 +611,7 @@ class _AlltoallFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad, _grad_received):
         received, name = ctx.args
-        g = _semantics.gradient("alltoall")(_TorchOps(ctx.ps), grad, name, received)
+        g = _gradient_rules.gradient("alltoall")(_TorchOps(ctx.ps), grad, name, received)
         return g, None, None, None
 
 
@@ -615,5 +625,5 @@ class _ReducescatterFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        g = _semantics.gradient("reducescatter")(_TorchOps(ctx.ps), grad, *ctx.args)
+        g = _gradient_rules.gradient("reducescatter")(_TorchOps(ctx.ps), grad, *ctx.args)
         return g, None, None, None, None, None

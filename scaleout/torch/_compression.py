@@ -1,7 +1,7 @@
-"""Compression.none / fp16 / bf16 for torch tensors (built by scaleout._semantics)."""
+"""Compression.none / fp16 / bf16 for torch tensors (built by scaleout._compression)."""
 import torch
 
-from scaleout._semantics import Compressor, NoneCompressor, make_compression
+from scaleout._compression import Compressor, NoneCompressor, make_compression
 
 __all__ = ["Compression", "Compressor", "NoneCompressor", "FP16Compressor", "BF16Compressor"]
 

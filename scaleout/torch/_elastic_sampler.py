@@ -19,7 +19,7 @@ from typing import Iterator, List, Sized
 
 import torch.utils.data
 
-from scaleout._basics import rank, size
+from scaleout._runtime import rank, size
 
 __all__ = ["ElasticSampler"]
 

@@ -15,9 +15,9 @@ from typing import Any, Dict
 import numpy as np
 import torch
 
-from scaleout._basics import rank
 from scaleout._elastic_state import ObjectState
 from scaleout._objects import broadcast_object
+from scaleout._runtime import rank
 from scaleout.torch._broadcast import broadcast_optimizer_state, broadcast_parameters
 from scaleout.torch._elastic_sampler import ElasticSampler
 

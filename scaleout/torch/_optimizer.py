@@ -20,10 +20,10 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 import torch
 from torch.autograd.graph import increment_version
 
-from scaleout._core import Adasum, Average, Handle, Sum, resolve_op, synchronize, wait_all
 from scaleout._errors import InvalidArgumentError, NotYetImplementedError, ScaleoutError
+from scaleout._gradient_rules import predivided
+from scaleout._native import Adasum, Average, Handle, Sum, resolve_op, synchronize, wait_all
 from scaleout._process_sets import global_process_set, process_set_id, set_rank, set_size
-from scaleout._semantics import predivided
 from scaleout._topk import Momentum, TopK, TopKExchange, check_optimizer_momentum
 from scaleout.torch._collectives import _allreduce_async, check_device, sparse_allreduce_async
 from scaleout.torch._compression import Compression
@@ -244,7 +244,7 @@ class _DistributedMixin:
                 return
             p.grad = p.grad.to_dense()
         if self._so_topk is not None:
-            self._so_handles[p] = (self._so_start_topk(p), _TOPK)
+            self._so_handles[p] = (self._so_start_topk(p), None)
             return
         wire, ctx = self._so_compression.compress(p.grad)
         handle = _allreduce_async(wire, f"grad.{self._so_names[p]}", self._so_op,
@@ -471,7 +471,6 @@ class _DistributedMixin:
 
 
 _SPARSE = object()  # marks a sparse gradient's pending reduction (a callable, not a Handle)
-_TOPK = object()    # marks a top-k exchange: ((pending, out tensor), _TOPK)
 
 
 class _TopKState:

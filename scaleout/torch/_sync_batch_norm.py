@@ -8,8 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from scaleout._basics import size
-from scaleout._core import Sum, synchronize
+from scaleout._naming import gradient, part
+from scaleout._native import Sum, synchronize
+from scaleout._runtime import size
 from scaleout.torch._collectives import _allreduce_async, allgather_async, check_device
 
 __all__ = ["SyncBatchNorm"]
@@ -94,7 +95,7 @@ class _SyncBatchNormFn(torch.autograd.Function):
         # formula in float64 (stable, unlike a global sum of squares).
         local = torch.cat([torch.tensor([float(count)], dtype=torch.float64), mean.double(),
                            var.double()]).reshape(1, -1)
-        rows = synchronize(allgather_async(local, f"{name}.stats"))
+        rows = synchronize(allgather_async(local, part(name, "stats")))
         counts, means, variances = rows[:, :1], rows[:, 1:channels + 1], rows[:, channels + 1:]
         total = float(counts.sum())
         if total == 0:
@@ -131,7 +132,7 @@ class _SyncBatchNormFn(torch.autograd.Function):
         grad_bias = sum_dy.to(bias_dtype) if bias_dtype is not None else None
         # Each output depends on every rank's inputs through the mean and variance, so the two
         # channel sums are taken over the global batch.
-        both = synchronize(_allreduce_async(torch.cat([sum_dy, sum_dy_xhat]), f"{name}.grad",
+        both = synchronize(_allreduce_async(torch.cat([sum_dy, sum_dy_xhat]), gradient(name),
                                             Sum, 1.0, 1.0, False, 0))
         mean_dy, mean_dy_xhat = (both / total).split(sum_dy.numel())
         scale = invstd if weight is None else invstd * weight.detach().to(invstd.dtype)

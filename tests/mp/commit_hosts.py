@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 import scaleout as so
-from scaleout._commit_store import CommitStore, commit, newest_commit
+from scaleout._commit_protocol import commit, newest_commit
+from scaleout._commit_store import CommitStore
 
 so.init()
 r = so.rank()

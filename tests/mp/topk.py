@@ -8,7 +8,7 @@ import numpy as np
 
 import scaleout as so
 from _harness import check, check_close, main_tests
-from scaleout._core import Average, Sum
+from scaleout._native import Average, Sum
 from scaleout._topk import Momentum, TopK, TopKExchange, topk_count
 
 

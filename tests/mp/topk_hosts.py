@@ -12,7 +12,7 @@ import json
 import numpy as np
 
 import scaleout as so
-from scaleout._core import Average
+from scaleout._native import Average
 from scaleout._topk import Momentum, TopK, TopKExchange, topk_count
 
 so.init()

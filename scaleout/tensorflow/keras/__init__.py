@@ -24,10 +24,11 @@ if not _keras.__version__.startswith("3."):  # pragma: no cover
     raise ImportError(f"scaleout.tensorflow.keras supports Keras 3 (TensorFlow >= 2.16), "
                       f"found Keras {_keras.__version__}")
 
-from scaleout import _common
-from scaleout._common import *  # noqa: F401,F403
-from scaleout._core import Average
+from scaleout import _frontend_api
+from scaleout._frontend_api import *  # noqa: F401,F403
+from scaleout._native import Average
 from scaleout.tensorflow import _collectives as _tf_ops
+from scaleout.tensorflow import _v1 as _tf_v1
 from scaleout.tensorflow._collectives import alltoall, barrier, broadcast_variables, join
 from scaleout.tensorflow._compression import Compression
 from scaleout.tensorflow.keras import callbacks
@@ -70,8 +71,7 @@ def broadcast_global_variables(root_rank):
     `hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank)` instead. Inside a TF1 graph
     (tf.compat.v1) it is scaleout.tensorflow's broadcast_global_variables, where that exists.
     """
-    import scaleout.tensorflow as _tf_module
-    tf_version = getattr(_tf_module, "broadcast_global_variables", None)
+    tf_version = getattr(_tf_v1, "broadcast_global_variables", None)
     if tf_version is not None:
         return tf_version(root_rank)
     raise RuntimeError("broadcast_global_variables() does not support eager execution (Keras 3 "
@@ -87,7 +87,7 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = _common.__all__ + [
+__all__ = _frontend_api.__all__ + [
     "allreduce", "allgather", "broadcast", "reducescatter", "alltoall", "join", "barrier",
     "broadcast_variables", "broadcast_global_variables", "DistributedOptimizer",
     "PartialDistributedOptimizer", "is_distributed", "load_model", "callbacks", "Compression",

@@ -26,9 +26,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from scaleout._core import Average, Min, Sum
+from scaleout._native import Average, Min, Sum
 from scaleout._process_sets import global_process_set
-from scaleout._semantics import predivided
+from scaleout._gradient_rules import predivided
 from scaleout.tensorflow._collectives import _not_converted, allreduce, check_device, set_id
 from scaleout.tensorflow._compression import Compression
 from scaleout._topk import Momentum, TopK, check_optimizer_momentum

@@ -1,29 +1,33 @@
 """What each collective means, written once for every front end: the reduce ops it accepts, its
-gradient (Horovod's definitions), the error raised where a gradient is not defined, gradient
-predivision, and the compression classes.
+gradient (Horovod's definitions), the error raised where a gradient is not defined, and gradient
+predivision. (The compression classes are scaleout._compression's.)
 
 The gradient rules are functions over a small set of primitives a front end supplies (`Ops`):
 scaleout.torch passes torch tensors, scaleout.tensorflow passes the numpy arrays its gradient ops
 receive. So torch and TensorFlow compute the same gradient by construction; tests check both
-against the same expected values (tests/mp/gradients_*.py).
+against the same expected values (tests/mp/gradient_rules.py).
 
 Convention (Horovod's): the gradient a collective hands back on each rank combines every rank's
 output gradient the way Horovod does, so that a data-parallel optimizer that then averages
 parameter gradients sees what it would see under Horovod. Backward collectives are named after
-the forward one ("<name>.grad"), so ranks match them whatever order autograd runs them in.
+the forward one (scaleout._naming.gradient), so ranks match them whatever order autograd runs
+them in.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable, Tuple
 
-from scaleout import _basics, _process_sets
-from scaleout._core import (OP_NAMES, Average, Handle, Max, Min, Product, Sum, synchronize,
-                            wait_all)
-from scaleout._errors import InvalidArgumentError, NoGradientError
+import numpy as np
 
-__all__ = ["Collective", "COLLECTIVES", "Ops", "check_gradient_op", "gradient", "grad_name",
-           "predivided", "Compressor", "NoneCompressor", "make_compression"]
+from scaleout import _naming, _process_sets, _runtime
+from scaleout._arrays import splits_array, submit_into, submit_owned
+from scaleout._errors import InvalidArgumentError, NoGradientError
+from scaleout._native import (ALLGATHER, ALLREDUCE, ALLTOALL, OP_NAMES, Average, Handle, Max, Min,
+                              Product, Sum, synchronize, wait_all)
+
+__all__ = ["Collective", "COLLECTIVES", "Ops", "check_gradient_op", "gradient", "predivided",
+           "numpy_ops"]
 
 ALL_OPS = (Average, Sum, Min, Max, Product)
 
@@ -57,10 +61,6 @@ def check_gradient_op(what: str, op: int) -> None:
         raise NoGradientError(
             f"the gradient of {what} is defined for the Average and Sum ops only, not "
             f"{OP_NAMES.get(op, op)}")
-
-
-def grad_name(name: str) -> str:
-    return f"{name}.grad"
 
 
 class Ops:
@@ -107,33 +107,34 @@ class Ops:
 def _allreduce_grad(ops: Ops, dy, name: str, op: int, prescale: float = 1.0,
                     postscale: float = 1.0):
     check_gradient_op("allreduce", op)
-    return synchronize(ops.allreduce_async(dy, grad_name(name), op, prescale, postscale))
+    return synchronize(ops.allreduce_async(dy, _naming.gradient(name), op, prescale, postscale))
 
 
 def _allgather_grad(ops: Ops, dy, name: str, rows: int):
+    grad = _naming.gradient(name)
     reduced, counts = wait_all([
-        ops.allreduce_async(dy, grad_name(name), Average, 1.0, 1.0),
-        ops.allgather_async(ops.rows_tensor(rows), f"{grad_name(name)}.rows")])
+        ops.allreduce_async(dy, grad, Average, 1.0, 1.0),
+        ops.allgather_async(ops.rows_tensor(rows), _naming.part(grad, _naming.ROWS))])
     offset = int(sum(int(c) for c in list(counts)[:ops.set_rank()]))
     return ops.narrow(reduced, offset, rows)
 
 
 def _broadcast_grad(ops: Ops, dy, name: str, root_rank: int):
-    reduced = synchronize(ops.allreduce_async(dy, grad_name(name), Average, 1.0, 1.0))
+    reduced = synchronize(ops.allreduce_async(dy, _naming.gradient(name), Average, 1.0, 1.0))
     # root_rank is the job's rank, as in the forward (Horovod's convention).
-    return reduced if _basics.rank() == root_rank else ops.zeros_like(reduced)
+    return reduced if _runtime.rank() == root_rank else ops.zeros_like(reduced)
 
 
 def _reducescatter_grad(ops: Ops, dy, name: str, op: int, prescale: float = 1.0,
                         postscale: float = 1.0):
     check_gradient_op("reducescatter", op)
-    gathered = synchronize(ops.allgather_async(dy, grad_name(name)))
+    gathered = synchronize(ops.allgather_async(dy, _naming.gradient(name)))
     factor = prescale * postscale * (ops.set_size() if op == Sum else 1)
     return gathered if factor == 1.0 else ops.scale(gathered, factor)
 
 
 def _alltoall_grad(ops: Ops, dy, name: str, received_splits):
-    back, _ = ops.alltoall(dy, received_splits, grad_name(name))
+    back, _ = ops.alltoall(dy, received_splits, _naming.gradient(name))
     return back
 
 
@@ -163,71 +164,36 @@ def predivided(op: int, gradient_predivide_factor: float, world_size: int
     return Sum, 1.0 / gradient_predivide_factor, gradient_predivide_factor / world_size
 
 
-# ---- compression (one factory for every framework) ----
+# ---- the primitives on numpy arrays ----
 
-class Compressor:
-    """Interface: compress(tensor) -> (tensor for the wire, context); decompress(tensor, context)
-    -> tensor in the original dtype."""
+class _NumpyOps(Ops):
+    """The gradient rules' primitives on numpy arrays, on one process set (scaleout.tensorflow's
+    gradient ops run them on the arrays TensorFlow hands a numpy_function)."""
 
-    @classmethod
-    def compress(cls, tensor: Any) -> Tuple[Any, Any]:
-        raise NotImplementedError
+    def allreduce_async(self, x, name, op, prescale, postscale):
+        return submit_into(ALLREDUCE, name, x, op=op, prescale_factor=prescale,
+                           postscale_factor=postscale, process_set=self.process_set)
 
-    @classmethod
-    def decompress(cls, tensor: Any, ctx: Any) -> Any:
-        raise NotImplementedError
+    def allgather_async(self, x, name):
+        return submit_owned(ALLGATHER, name, x, process_set=self.process_set)
 
+    def alltoall(self, x, splits, name):
+        return synchronize(submit_owned(ALLTOALL, name, x, splits=splits_array(splits),
+                                        process_set=self.process_set))
 
-class NoneCompressor(Compressor):
-    """No compression: the tensor goes to the core as it is."""
+    def rows_tensor(self, rows):
+        return np.asarray([rows], np.int64)
 
-    @classmethod
-    def compress(cls, tensor):
-        return tensor, None
+    def narrow(self, x, start, length):
+        return np.ascontiguousarray(x[start:start + length])
 
-    @classmethod
-    def decompress(cls, tensor, ctx):
-        return tensor
+    def zeros_like(self, x):
+        return np.zeros_like(x)
 
-
-def _cast_compressor(name: str, wire_dtype: Any, is_floating: Callable[[Any], bool],
-                     cast: Callable[[Any, Any], Any], doc: str) -> type:
-    """A compressor sending floating-point tensors as `wire_dtype` (the context is the original
-    dtype); integer and bool tensors pass untouched. The core reduces float16 and bfloat16 in
-    float32 and rounds once, so only the inputs and the result are rounded."""
-
-    def compress(cls, tensor):
-        if is_floating(tensor) and tensor.dtype != wire_dtype:
-            return cast(tensor, wire_dtype), tensor.dtype
-        return tensor, None
-
-    def decompress(cls, tensor, ctx):
-        return tensor if ctx is None else cast(tensor, ctx)
-
-    return type(name, (Compressor,), {"__doc__": doc, "wire_dtype": wire_dtype,
-                                      "compress": classmethod(compress),
-                                      "decompress": classmethod(decompress)})
+    def scale(self, x, factor):
+        return (x * np.asarray(factor, x.dtype)).astype(x.dtype, copy=False)
 
 
-def make_compression(module: str, float16: Any, bfloat16: Any,
-                     is_floating: Callable[[Any], bool], cast: Callable[[Any, Any], Any]):
-    """The `Compression` namespace of a framework (none, fp16, bf16, topk) and its two
-    compressor classes, from the framework's two 16-bit dtypes and its is-floating and cast
-    operations. `topk(density, ...)` makes a TopK (scaleout/_topk.py), for the distributed
-    optimizers and gradient tape only."""
-    from scaleout._topk import TopK
-    fp16 = _cast_compressor("FP16Compressor", float16, is_floating, cast,
-                            "Sends floating-point tensors as float16 (half the bytes of float32; "
-                            "range up to 65504).")
-    bf16 = _cast_compressor("BF16Compressor", bfloat16, is_floating, cast,
-                            "Sends floating-point tensors as bfloat16 (half the bytes, float32's "
-                            "range, 8-bit mantissa).")
-    for cls in (fp16, bf16):
-        cls.__module__ = module
-    compression = type("Compression", (), {
-        "__doc__": "The compression choices: Compression.none, Compression.fp16, "
-                   "Compression.bf16, and Compression.topk(density=0.01, "
-                   "momentum_correction=False, warmup_steps=0) for gradients.",
-        "__module__": module, "none": NoneCompressor, "fp16": fp16, "bf16": bf16,
-        "topk": TopK})
-    return compression, fp16, bf16
+def numpy_ops(process_set: int = 0) -> _NumpyOps:
+    """The gradient rules' primitives on numpy arrays for the set with core id `process_set`."""
+    return _NumpyOps(process_set)

@@ -1,15 +1,18 @@
-"""The one way from Python into the native core: loading it, the tables of codes, and the submit
-API that every front end (numpy in scaleout._ops, scaleout.torch, scaleout.tensorflow) uses.
+"""The one way from Python into the native library: loading it, the tables of codes, and the
+submit API that every front end (numpy in scaleout._ops, scaleout.torch, scaleout.tensorflow) uses.
 
-Rule: the framework shims use only public names (no leading underscore) of this module and of
-scaleout._ops; tests/test_one_path.py reads their sources and checks it. A new argument of every collective (a process set, say) is added here once.
+Rule: the framework shims use only public names (no leading underscore) of this module, of
+scaleout._arrays and of scaleout._ops; tests/test_one_path.py reads their sources and checks it.
+A new argument of every collective (a process set, say) is added here once: `submit` is the one
+function in the package that calls the binding's submit.
 
 A front end turns its tensor into (dtype code, shape, address, the object that owns the memory)
-and calls `submit` with the collective, name, op, root, scale factors and where the result goes;
-it gets back a `Handle`, and `synchronize` (or `wait_all`) completes it the same way for every
-front end: wait without the GIL, raise the error of the collective on every rank, allocate and
-fill core-owned results, apply the front end's `finish`. Codes and names come from the C header's
-tables through the binding (native/python/binding.c), so they cannot disagree with the core.
+and calls `submit` with the collective, name, op, root, scale factors and where the result goes,
+as keyword arguments (one request record); it gets back a `Handle`, and `synchronize` (or
+`wait_all`) completes it the same way for every front end: wait without the GIL, raise the error
+of the collective on every rank, allocate and fill core-owned results, apply the front end's
+`finish`. Codes and names come from the C header's tables through the binding
+(native/python/binding.c), so they cannot disagree with the core.
 """
 from __future__ import annotations
 
@@ -97,19 +100,34 @@ def build_info() -> dict:
 # A pending collective: pass it to poll() or synchronize().
 Handle = _binding.Handle
 
-# submit(collective, name, data, address, dtype, shape, output, out_address, op, root,
-#        prescale, postscale, splits, finish) -> Handle
-# - data owns the input memory and is kept alive until completion. With address None it is read
-#   as a registered tensor type or through the buffer protocol (dtype and shape then come from
-#   it; BufferError when the core cannot take it as it is), else address, dtype (a DTYPE_CODES value) and shape (a tuple) describe it.
-# - output: allreduce/broadcast: the result object (data itself for in place), at out_address or,
-#   with None, at a registered tensor's data_ptr() or through its buffer; allgather/alltoall/reducescatter: alloc(shape) -> (object, address or
-#   None), called at completion; None for barrier and join.
-# - splits: alltoall's rows per rank, a C-contiguous int64 buffer, or None.
-# - finish(result) -> what synchronize returns, or None. alltoall's result is (received,
-#   received_splits list); join's is the last rank to join.
-# - name None generates "<kind>.noname.<n>" (see auto_name).
-submit: Callable[..., Handle] = _binding.submit
+
+
+def submit(collective: int, *, name: Optional[str], data: Any = None, address: Optional[int] = None,
+           dtype: Optional[int] = None, shape: Optional[tuple] = None, output: Any = None,
+           out_address: Optional[int] = None, op: int = Sum, root_rank: int = 0,
+           prescale_factor: float = 1.0, postscale_factor: float = 1.0, splits: Any = None,
+           finish: Optional[Callable[[Any], Any]] = None, process_set: int = 0) -> Handle:
+    """Submits one collective (a request record: every field by name) and returns its Handle.
+
+    - data owns the input memory and is kept alive until completion. With address None it is
+      read as a registered tensor type or through the buffer protocol (dtype and shape then come
+      from it; BufferError when the core cannot take it as it is), else address, dtype (a
+      DTYPE_CODES value) and shape (a tuple) describe it.
+    - output: allreduce/broadcast: the result object (data itself for in place), at out_address
+      or, with None, at a registered tensor's data_ptr() or through its buffer;
+      allgather/alltoall/reducescatter: alloc(shape, buffer) -> object, called at completion;
+      None for barrier and join.
+    - splits: alltoall's rows per rank, a C-contiguous int64 buffer, or None.
+    - finish(result) -> what synchronize returns, or None. alltoall's result is (received,
+      received_splits list); join's is the last rank to join.
+    - name None generates "<kind>.noname.<n>" (see auto_name).
+    - process_set: the core's id of the set (0: the global set).
+    Values go to the binding as given: it checks them (a float root rank is an error, not
+    truncated)."""
+    return _binding.submit(collective, name, data, address, dtype, shape, output, out_address, op,
+                           root_rank, prescale_factor, postscale_factor, splits, finish,
+                           process_set)
+
 
 # register_tensor_type(cls, {dtype object: DTYPE_CODES value}, strided_layout): submit then
 # reads an instance of cls given with address None itself (dtype, is_cpu, layout,

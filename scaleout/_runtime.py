@@ -1,4 +1,8 @@
-"""Process-level state: init, shutdown, and the rank layout."""
+"""Process-level state: starting and stopping the runtime, the rank layout, config(), stats and
+the timeline.
+
+The public init() is scaleout._process_set_registry's: after `start` it registers the process
+sets given to init, which runs a collective (a layer above this one)."""
 from __future__ import annotations
 
 import atexit
@@ -7,10 +11,10 @@ import sys
 import threading
 from typing import Any, Optional
 
-from scaleout import _binding, _core
+from scaleout import _binding, _native
 from scaleout._errors import InvalidArgumentError, NotInitializedError
 
-__all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+__all__ = ["start", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
            "cross_rank", "cross_size", "mpi_threads_supported", "mpi_built", "config",
            "placement", "mpi_enabled", "gloo_enabled", "nccl_built", "cuda_built", "rocm_built",
            "gloo_built", "ccl_built", "ddl_built", "is_homogeneous", "start_timeline",
@@ -40,24 +44,20 @@ def _comm_handle(comm: Any) -> Optional[int]:
                     f"not {type(comm).__name__}")
 
 
-def init(comm: Any = None, process_sets: Any = None) -> None:
-    """Starts scaleout on every rank (collective). `comm`: an mpi4py communicator (default
-    MPI.COMM_WORLD) or a list of world ranks. Calling it again while running does nothing.
-    `process_sets` (Horovod's): a list of ProcessSet objects to register now (collectively, in
-    order), or "dynamic" to allow add_process_set/remove_process_set later."""
+def start(comm: Any = None) -> bool:
+    """init()'s first part, on every rank (collective): loads the native library and starts the
+    runtime on `comm` (see init). Returns False, doing nothing, when it runs already."""
     global _topology, _atexit_registered
-    from scaleout import _process_sets
-    _process_sets.check_init_argument(process_sets)
-    _core.ensure_loaded()
+    _native.ensure_loaded()
     with _state_lock:
         if _binding.is_initialized():
-            return
+            return False
         _binding.init(_comm_handle(comm))
         _topology = _binding.topology()
         if not _atexit_registered:
             atexit.register(shutdown)
             _atexit_registered = True
-    _process_sets._at_init(process_sets)
+    return True
 
 
 def shutdown() -> None:

@@ -1,0 +1,42 @@
+"""The cross-rank naming protocol, written once: how a collective's name makes the names of the
+collectives it runs as.
+
+Ranks match collectives by name, so these strings are a wire format between ranks: every rank
+(and every front end, numpy, torch or TensorFlow) must build the same name for the same
+collective. A grouped collective's members are "<base>.<i>"; a backward collective is named
+after its forward one, "<name>.grad", so ranks match them whatever order autograd runs them in;
+a collective that travels as several is "<name>.<part>" (a sparse tensor's ".indices" and
+".values", an object's ".size" and ".data", ...).
+"""
+from __future__ import annotations
+
+from typing import List
+
+__all__ = ["member", "members", "gradient", "part", "INDICES", "VALUES", "SIZE", "DATA", "ROWS"]
+
+# Parts shared by more than one front end.
+INDICES = "indices"  # a sparse tensor's indices (allgathered)
+VALUES = "values"    # a sparse tensor's values (allgathered)
+SIZE = "size"        # a byte payload's length (broadcast or allgathered before it)
+DATA = "data"        # the byte payload itself
+ROWS = "rows"        # an allgather gradient's row counts
+
+
+def member(base: str, index: int) -> str:
+    """The name of member `index` of the group (or list) named `base`."""
+    return f"{base}.{index}"
+
+
+def members(base: str, count: int) -> List[str]:
+    """The names of the `count` members of the group named `base`."""
+    return [member(base, i) for i in range(count)]
+
+
+def gradient(name: str) -> str:
+    """The name of the backward collective of the forward collective `name`."""
+    return f"{name}.grad"
+
+
+def part(name: str, label: str) -> str:
+    """The name of part `label` of a collective that travels as several."""
+    return f"{name}.{label}"
