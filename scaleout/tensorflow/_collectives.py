@@ -8,7 +8,8 @@ wait releases the GIL), so everything one op carries is negotiated and fused tog
 allreduce and broadcast are written into 64-byte-aligned arrays, which TensorFlow adopts as
 tensors without a copy.
 
-Ordering and names (Note [Graph names]): inside tf.function, TensorFlow's automatic control
+Note [Graph names]
+Ordering and names: inside tf.function, TensorFlow's automatic control
 dependencies run stateful ops (ours are stateful) in program order, so the ops of one function run
 one after another, as they were written, on every rank. An op without an explicit name is named
 at trace time after its place in the graph (`graph.unique_name`, which includes the name scope),
@@ -145,7 +146,8 @@ def set_id(process_set, what: str) -> int:
 
 # ---- running numpy-level work eagerly or as a graph op ----
 
-# Note [TF1 graph order]: in a tf.compat.v1 graph run by a Session there are no automatic
+# Note [TF1 graph order]
+# In a tf.compat.v1 graph run by a Session there are no automatic
 # control dependencies, and each collective op blocks one of the executor's (few) threads while
 # it waits for its partners. Two ranks that start a run's collectives in different orders would
 # each wait for a collective the other has not started: a hang. So each scaleout op of such a
