@@ -109,6 +109,19 @@ def settings_from_header() -> tuple[CoreSetting, ...]:
     return tuple(settings)
 
 
+def horovod_without_effect() -> list[tuple[str, str]]:
+    """(variable, what it controls in Horovod) for the HOROVOD_* variables the core warns have
+    no effect: kUnimplemented of native/common/config.cc, the table its warning is made from."""
+    source = (ROOT / "native/common/config.cc").read_text()
+    block = re.search(r"kUnimplemented\[\]\s*=\s*\{(.*?)\n\};", source, re.S)
+    if not block:
+        return []
+    rows = []
+    for name, what in re.findall(r'\{"(HOROVOD_[A-Z0-9_]+)",\s*((?:"[^"]*"\s*)+)\}', block.group(1)):
+        rows.append((name, "".join(re.findall(r'"([^"]*)"', what))))
+    return rows
+
+
 def core_settings() -> tuple[str, tuple[CoreSetting, ...]]:
     """(where the table came from, its rows)."""
     try:
@@ -165,6 +178,7 @@ def configuration_page() -> str:
                    f"{_cell(s.default)} | {flag} | {_cell(s.description)} |")
 
     twins = [s for s in settings if s.horovod]
+    ignored = horovod_without_effect()
     out += ["", "## Horovod's variables", "",
             "A job written for Horovod keeps its tuning: each `HOROVOD_*` variable below is read "
             "as its `SCALEOUT_*` twin, with the same meaning and units. When both are set, "
@@ -173,6 +187,12 @@ def configuration_page() -> str:
             "`init()` (Note [Horovod variables]).", "",
             "| Horovod | scaleout |", "|---|---|"]
     out += [f"| `{s.horovod}` | `{s.name}` |" for s in twins]
+    if ignored:
+        out += ["", "Horovod 0.28.1's variables that scaleout knows and does not implement (from "
+                "`kUnimplemented` in `native/common/config.cc`; also any `HOROVOD_GPU*` variable "
+                "and Horovod's build variables):", "",
+                "| Horovod | what it controls there |", "|---|---|"]
+        out += [f"| `{name}` | {_cell(what)} |" for name, what in ignored]
 
     out += ["", "## scaleoutrun's options", "",
             f"Generated from `{launcher.__name__}.OPTIONS`. Every option also has an environment "
