@@ -19,7 +19,8 @@ import scaleout.torch as hvd
 from _harness import check, expect_error, finish
 from scaleout._commit_store import CommitStore
 from scaleout._errors import ScaleoutError
-from scaleout._elastic_state import HostsUpdatedInterrupt, HostUpdateResult, ObjectState
+from scaleout._elastic_protocol import HostUpdateResult
+from scaleout._elastic_state import HostsUpdatedInterrupt, ObjectState
 from scaleout.torch._elastic_sampler import ElasticSampler
 from scaleout.torch._elastic_state import TorchState
 
