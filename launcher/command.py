@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
+from scaleout import _rank_report
+
 from .config import LaunchConfig
 from .errors import UsageError
 from .hosts import HostSlots, is_local_host
@@ -30,7 +32,8 @@ DEFAULT_START_TIMEOUT = 60.0
 
 def _rank_command(config: LaunchConfig, launcher: MPIExec, placement_args: Sequence[str],
                   np: int, output_dir: Optional[str], keep_survivors: bool) -> tuple[str, ...]:
-    wrapper = [sys.executable, str(RANK_EXEC)]
+    # The wrapper cannot import scaleout: it is told the variable its program's records go by.
+    wrapper = [sys.executable, str(RANK_EXEC), "--report-variable", _rank_report.VARIABLE]
     if launcher.family is MPIFamily.HYDRA:
         # Hydra's proxy starts ranks from its one thread and does not always clean up after a
         # rank that never called MPI_Init, so the wrapper ends with it.

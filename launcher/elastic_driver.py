@@ -260,7 +260,7 @@ def _ends(outcome: JobOutcome, job) -> dict:
     host's daemon is lost), those of their remote hosts that ssh cannot reach now are lost."""
     relay = outcome.relay
     reports = [(int(r.rank), r.code, r.signal) for r in relay.reports if r.rank.isdigit()]
-    blamed = [int(b) for b in relay.blamed.values() if b.isdigit()]
+    blamed = [rank for culprits in relay.blamed.values() for rank in culprits]
     unreachable = [planned_host(u.host, job.rank_hosts) for u in relay.unreachable]
     ends = classify_ends(job.rank_hosts, relay.finished, reports, blamed, unreachable)
     kinds = [kind for _, kind in ends.values()]

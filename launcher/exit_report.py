@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 __all__ = ["RankExit", "parse_report", "signal_name", "started_line", "parse_started",
-           "finished_line", "parse_finished"]
+           "finished_line", "parse_finished", "segments_line", "parse_segments", "record_line",
+           "parse_record"]
 
 _REPORT = re.compile(r"^scaleoutrun: rank (\S+) (?:exited with code (\d+)|was killed by (\w+))")
 # Written by the wrapper before the user's program starts; scaleoutrun consumes these lines.
@@ -20,6 +21,9 @@ _STARTED = re.compile(r"^scaleoutrun: rank (\d+) started on (\S+)$")
 _FINISHED = re.compile(r"^scaleoutrun: rank (\d+) finished$")
 # The MPI shared-memory segments a rank's wrapper saw it map (shm_cleanup).
 _SEGMENTS = re.compile(r"^scaleoutrun: rank (\d+) on (\S+) maps MPI segments ((?:\S+ ?)+)$")
+# A record the rank's program sent (Note [Rank reports] in scaleout/_rank_report.py), forwarded
+# as it came; consumed too.
+_RECORD = re.compile(r"^scaleoutrun: rank (\d+) reports (\{.*\})$")
 
 
 def signal_name(number: int) -> str:
@@ -107,3 +111,15 @@ def parse_finished(line: str) -> Optional[int]:
     """The rank of a finished line, or None for any other line."""
     match = _FINISHED.match(line)
     return int(match.group(1)) if match else None
+
+
+def record_line(rank: str, record: bytes) -> str:
+    """The line forwarding a record the rank's program sent (one line, whatever it holds)."""
+    text = record.decode("utf-8", "replace").replace("\r", " ").replace("\n", " ")
+    return f"scaleoutrun: rank {rank} reports {text}\n"
+
+
+def parse_record(line: str) -> Optional[tuple[str, str]]:
+    """(rank, record) from a record line, or None for any other line."""
+    match = _RECORD.match(line)
+    return (match.group(1), match.group(2)) if match else None

@@ -13,7 +13,10 @@ It runs the user's command as its child, and
 - forwards signals to the child, and gives the child PR_SET_PDEATHSIG so it cannot outlive the
   wrapper when the launcher kills the wrapper with SIGKILL;
 - reports a bad end on stderr as "scaleoutrun: rank R exited with code C" (or "was killed by
-  SIGNAME"), a line scaleoutrun watches for to stop the other ranks and name the failing one.
+  SIGNAME"), a line scaleoutrun watches for to stop the other ranks and name the failing one;
+- with --report-variable NAME, gives the child a socket (named in its variable NAME) to send
+  records to, and forwards each on stderr as "scaleoutrun: rank R reports <record>" (Note [Rank
+  reports] in scaleout/_rank_report.py: how scaleoutrun learns which rank an error blames).
 
 scaleoutrun runs this file by path rather than with -m scaleout..., so that starting a rank never
 imports the scaleout package: that import may load MPI, which belongs to the user's program.
@@ -46,7 +49,8 @@ import time  # noqa: E402
 from typing import Mapping, Optional, Sequence  # noqa: E402
 
 from . import shm_cleanup  # noqa: E402
-from .exit_report import RankExit, finished_line, segments_line, started_line  # noqa: E402
+from .exit_report import (RankExit, finished_line, record_line, segments_line,  # noqa: E402
+                          started_line)
 from .output import (LinePrefixer, horovod_timestamp, rank_output_dir,  # noqa: E402
                      write_all)
 from .placement import (PlacementError, PlacementRequest, parse_ep_affinity,  # noqa: E402
@@ -83,7 +87,7 @@ class RankRunner:
     def __init__(self, rank: str, command: Sequence[str], env: Mapping[str, str],
                  cpus: Optional[set[int]] = None, kill_grace: float = DEFAULT_KILL_GRACE,
                  timestamps: bool = False, copies: Optional[tuple[int, int]] = None,
-                 ignore_notices: bool = False):
+                 ignore_notices: bool = False, report_variable: Optional[str] = None):
         self.rank = rank
         self.command = list(command)
         self.env = dict(env)
@@ -92,6 +96,8 @@ class RankRunner:
         self.timestamps = timestamps
         self.copies = copies   # open files that also get the stdout and the stderr lines
         self.ignore_notices = ignore_notices   # the child starts with NOTICES ignored
+        self.report_variable = report_variable  # names the records' socket to the child
+        self.reports: Optional[socket.socket] = None   # where the child sends its records
         self.child: Optional[subprocess.Popen] = None
         self.stopping: Optional[int] = None      # the terminating signal we forwarded
         self.kill_at: Optional[float] = None
@@ -124,15 +130,44 @@ class RankRunner:
             self.stopping = number
             self.kill_at = time.monotonic() + self.kill_grace
 
+    def _open_reports(self) -> None:
+        """The socket the child sends its records to (Note [Rank reports]), in the abstract
+        namespace (no file to remove, also when the wrapper is killed), named in the child's
+        environment; none when it cannot be made."""
+        if self.report_variable is None:
+            return
+        name = f"scaleout-rank-report-{os.getpid()}-{os.urandom(8).hex()}"
+        channel = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            channel.bind("\0" + name)
+        except OSError:
+            channel.close()
+            return
+        channel.setblocking(False)
+        self.reports = channel
+        self.env[self.report_variable] = "@" + name
+
+    def _forward_reports(self) -> None:
+        """The records the child has sent, each as one line on stderr."""
+        while self.reports is not None:
+            try:
+                record = self.reports.recv(1 << 16)
+            except OSError:   # BlockingIOError: none left
+                return
+            write_all(2, record_line(self.rank, record).encode())
+
     def run(self) -> int:
         """Runs the command to its end; returns the wrapper's exit status."""
         wrapper_pid = os.getpid()
+        self._open_reports()
         try:
             self.child = subprocess.Popen(
                 self.command, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 close_fds=False,  # the MPI launcher may hand the rank descriptors (PMI_FD)
                 preexec_fn=lambda: self._prepare_child(wrapper_pid))
         except (OSError, subprocess.SubprocessError) as exc:   # the latter: from _prepare_child
+            if self.reports is not None:
+                self.reports.close()
             reason = getattr(exc, "strerror", None) or str(exc)
             write_all(2, f"scaleoutrun: rank {self.rank} could not start "
                          f"{self.command[0]!r}: {reason}\n".encode())
@@ -166,6 +201,9 @@ class RankRunner:
         exit_fd = _pidfd(child.pid)
         if exit_fd is not None:
             selector.register(exit_fd, selectors.EVENT_READ)
+        reports_fd = self.reports.fileno() if self.reports is not None else None
+        if reports_fd is not None:
+            selector.register(reports_fd, selectors.EVENT_READ)
         drain_until: Optional[float] = None
         open_streams = set(streams)
         started = time.monotonic()
@@ -201,6 +239,9 @@ class RankRunner:
                     if key.fd == exit_fd:
                         selector.unregister(exit_fd)
                         continue
+                    if key.fd == reports_fd:
+                        self._forward_reports()
+                        continue
                     out_fd, copy_fd, prefixer = streams[key.fd]
                     data = os.read(key.fd, 1 << 16)
                     if data:
@@ -212,6 +253,11 @@ class RankRunner:
             for out_fd, copy_fd, prefixer in streams.values():
                 _write(out_fd, copy_fd, prefixer.finish())
             selector.close()
+            # Before the end is reported: what the child sent last says why it ended.
+            self._forward_reports()
+            if self.reports is not None:
+                self.reports.close()
+                self.reports = None
             if exit_fd is not None:
                 os.close(exit_fd)
 
@@ -259,6 +305,9 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
                         help="also write the lines to DIR/1/rank.N/{stdout,stderr}")
     parser.add_argument("--world-size", type=int, default=1,
                         help="the number of ranks (pads N in --output-dir's names)")
+    parser.add_argument("--report-variable", default=None,
+                        help="name the socket the command may send records to in this "
+                             "variable, and forward them (Note [Rank reports])")
     # The placement request, as PlacementRequest.to_args writes it.
     parser.add_argument("--bind-to", default=None)
     parser.add_argument("--map-by", default="socket")
@@ -328,7 +377,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 return 1
     return RankRunner(rank, args.command, env, cpus, args.kill_grace,
                       timestamps=args.timestamp_output, copies=copies,
-                      ignore_notices=args.ignore_notices).run()
+                      ignore_notices=args.ignore_notices,
+                      report_variable=args.report_variable).run()
 
 
 if __name__ == "__main__":

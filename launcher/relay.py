@@ -1,5 +1,5 @@
 """What scaleoutrun reads from the MPI launcher: its stderr (StderrRelay: the rank wrappers'
-reports, started and finished lines and MPI segments, the remote shell's
+reports, started and finished lines, MPI segments and blame records, the remote shell's
 failures to reach a host, each rank's last lines) and its stdout (BannerFilter: Hydra's banner
 held back). Both pass the lines meant for the user through, whole.
 """
@@ -9,7 +9,10 @@ import re
 from collections import deque
 from typing import Optional
 
-from .exit_report import RankExit, parse_finished, parse_report, parse_segments, parse_started
+from scaleout import _rank_report
+
+from .exit_report import (RankExit, parse_finished, parse_record, parse_report, parse_segments,
+                          parse_started)
 from .unreachable import Unreachable, parse_unreachable
 
 __all__ = ["StderrRelay", "BannerFilter"]
@@ -18,7 +21,8 @@ __all__ = ["StderrRelay", "BannerFilter"]
 # --prefix-output-with-timestamp "Tue Jun 13 10:00:00 2023[3] text".
 _RANK_LINE = re.compile(r"^(?:\w{3} \w{3} +\d+ [\d:]+ \d{4})?\[(\d+)\] (.*)$")
 # Words of a scaleout error raised because another rank failed (a ShutDownError or a
-# TransportError): which rank it blames.
+# TransportError): which rank it blames. Read until the core's errors send their culprits as
+# records (Note [Rank reports]).
 _BLAMES = re.compile(r"\brank (\d+) (?:\(pid \d+(?: on \S+)?\) died|has shut down|has died)")
 _LAST_LINES = 8
 
@@ -26,8 +30,9 @@ _LAST_LINES = 8
 class StderrRelay:
     """The launcher's stderr, line by line: records the wrappers' reports and the remote
     shell's failures to reach a host (and lets both through), and the wrappers' started lines
-    (which it keeps to itself). Also keeps each rank's last lines, and which rank a rank's
-    scaleout error blamed (so the summary names the cause, not the first victim)."""
+    (which it keeps to itself). Also keeps each rank's last lines, and which ranks a rank's
+    scaleout error blamed, from the records its program sent (Note [Rank reports]), so that
+    the summary names the cause, not the first victim."""
 
     def __init__(self) -> None:
         self._pending = b""
@@ -35,7 +40,7 @@ class StderrRelay:
         self.started: dict[int, str] = {}
         self.unreachable: list[Unreachable] = []
         self.last_lines: dict[str, deque] = {}
-        self.blamed: dict[str, str] = {}   # rank -> the rank its error said had failed
+        self.blamed: dict[str, tuple[int, ...]] = {}   # rank -> the ranks its error blamed
         self.finished: list[int] = []      # ranks whose program ended with code 0, in order
         self.segments: dict[str, set[str]] = {}   # host -> MPI segments the job's ranks mapped
 
@@ -57,13 +62,17 @@ class StderrRelay:
             if segments is not None:
                 self.segments.setdefault(segments[0], set()).update(segments[1])
                 continue
+            record = parse_record(text)
+            if record is not None:
+                self._note_record(*record)
+                continue
             rank_line = _RANK_LINE.match(text)
             if rank_line is not None:
                 rank, said = rank_line.groups()
                 self.last_lines.setdefault(rank, deque(maxlen=_LAST_LINES)).append(said)
                 blame = _BLAMES.search(said)
                 if blame is not None and blame.group(1) != rank:
-                    self.blamed.setdefault(rank, blame.group(1))
+                    self.blamed.setdefault(rank, (int(blame.group(1)),))
             report = parse_report(text)
             if report is not None:
                 self.reports.append(report)
@@ -78,6 +87,12 @@ class StderrRelay:
     def finish(self) -> bytes:
         rest, self._pending = self._pending, b""
         return rest
+
+    def _note_record(self, rank: str, text: str) -> None:
+        record = _rank_report.decode(text)
+        culprits = tuple(r for r in _rank_report.culprit_ranks(record or {}) if str(r) != rank)
+        if culprits:   # the first error a rank reports is the one that matters
+            self.blamed.setdefault(rank, culprits)
 
 
 class BannerFilter:

@@ -113,10 +113,12 @@ def _failure_of(relay: StderrRelay, reports: Sequence[RankExit], stopped: str) -
                           f"scaleoutrun: job failed: {cause.describe()}{stopped}"
                           + _last_lines_text(relay, cause.rank))
     blamed = relay.blamed[first.rank]
-    how = ("ended with code 0 while the others still needed it (without shutting scaleout "
-           "down)" if int(blamed) in relay.finished else
-           "failed first (the errors of the others name it)")
+    them = "it" if len(blamed) == 1 else "them"
+    how = (f"ended with code 0 while the others still needed {them} (without shutting scaleout "
+           "down)" if all(rank in relay.finished for rank in blamed) else
+           f"failed first (the errors of the others name {them})")
     return JobOutcome(first.exit_status, first,
-                      f"scaleoutrun: job failed: rank {blamed} {how}; then {first.describe()}"
-                      f"{stopped}" + _last_lines_text(relay, blamed)
+                      f"scaleoutrun: job failed: {ranks_text(blamed, [])} {how}; then "
+                      f"{first.describe()}{stopped}"
+                      + "".join(_last_lines_text(relay, str(rank)) for rank in blamed)
                       + _last_lines_text(relay, first.rank))

@@ -4,12 +4,16 @@ from __future__ import annotations
 import os
 import signal
 import stat
+import subprocess
+import sys
 
 import pytest
 
+from scaleout import _rank_report
+from scaleout.launcher.command import RANK_EXEC
 from scaleout.launcher.config import LaunchConfig, parse_config, split_command
 from scaleout.launcher.errors import UsageError
-from scaleout.launcher.exit_report import RankExit, parse_report
+from scaleout.launcher.exit_report import RankExit, parse_report, record_line
 from scaleout.launcher.hosts import (HostSlots, is_local_host, parse_host_list, parse_hostfile,
                                      ranks_per_host, read_hostfile)
 from scaleout.launcher.mpi_launcher import (LaunchError, LaunchRequest, MPIExec, MPIFamily,
@@ -19,6 +23,7 @@ from scaleout.launcher.output import LinePrefixer
 from scaleout.launcher.plan import plan_job, resolve_hosts, tuning_environment
 from scaleout.launcher.rank_env import local_rank_and_size, rank_from_environment
 from scaleout.launcher.relay import BannerFilter, StderrRelay
+from scaleout.launcher.report import summarize
 
 
 def parse(*argv: str, **environ: str) -> LaunchConfig:
@@ -298,12 +303,63 @@ def test_stderr_relay_finds_reports_and_keeps_started_lines():
     assert relay.feed(b"no newline") == b"" and relay.finish() == b"no newline"
 
 
+def _blames(rank: str, *culprits: int, error: str = "ShutDownError") -> bytes:
+    """The line a rank's wrapper forwards for an error of the core that blames `culprits`."""
+    return record_line(rank, _rank_report.encode({"error": error,
+                                                  "culprit_ranks": list(culprits)})).encode()
+
+
 def test_stderr_relay_notes_which_rank_an_error_blames():
     relay = StderrRelay()
-    relay.feed(b"[0] scaleout.ShutDownError: rank 2 (pid 4242 on node7) died: its process ended "
-               b"without shutting scaleout down\n[1] rank 2 has shut down\n"
-               b"[3] rank 2 (pid 17) died\n[2] about rank 2 (pid 5) died, itself\n")
-    assert relay.blamed == {"0": "2", "1": "2", "3": "2"}
+    # As the core's errors say it: "rank 2 (pid 4242 on node7) died: ...", "rank 2 has shut
+    # down", "rank 2 (pid 17) died"; and rank 2 about itself.
+    assert relay.feed(_blames("0", 2) + b"[0] scaleout.ShutDownError: rank 2 (pid 4242) died\n"
+                      + _blames("1", 2) + _blames("3", 2, error="TransportError")
+                      + _blames("2", 2)) == b"[0] scaleout.ShutDownError: rank 2 (pid 4242) died\n"
+    assert relay.blamed == {"0": (2,), "1": (2,), "3": (2,)}
+
+
+def test_stderr_relay_notes_every_rank_an_error_blames():
+    relay = StderrRelay()
+    # "ranks 1, 2 have shut down": both are named; the first error a rank reports counts.
+    relay.feed(_blames("0", 1, 2) + _blames("0", 3) + _blames("3", 0, 3))
+    assert relay.blamed == {"0": (1, 2), "3": (0,)}
+    # A rank's own output that looks like a record is its output, and blames nobody.
+    assert relay.feed(b"[1] " + _blames("1", 2)) == b"[1] " + _blames("1", 2)
+    assert "1" not in relay.blamed
+    relay.feed(record_line("4", b"not json").encode() + record_line("4", b'{"x": 1}').encode())
+    assert "4" not in relay.blamed
+    failed = summarize(relay, ["n1"] * 4, 1, stopped=True, start_timed_out=False,
+                       start_timeout=0, interrupted=None)
+    assert failed.message is not None   # no rank reported its end: the launcher's failure
+    relay.feed(RankExit("0", code=1).report_line().encode()
+               + RankExit("3", code=1).report_line().encode())
+    failed = summarize(relay, ["n1"] * 4, 1, stopped=True, start_timed_out=False,
+                       start_timeout=0, interrupted=None)
+    assert failed.message.startswith(
+        "scaleoutrun: job failed: ranks 1, 2 failed first (the errors of the others name them); "
+        "then rank 0 exited with code 1; the other ranks were stopped")
+    assert failed.exit_status == 1
+
+
+def test_the_rank_wrapper_forwards_its_programs_records(tmp_path):
+    program = ("import scaleout._rank_report as report\n"
+               "report.report_culprits('ShutDownError', [2, 1])\n"
+               "report.report_culprits('ShutDownError', [1, 2])\n"   # the same: sent once
+               "report.send({'note': 'more'})\n")
+    done = subprocess.run([sys.executable, str(RANK_EXEC), "--report-variable",
+                           _rank_report.VARIABLE, "--", sys.executable, "-c", program],
+                          env={**os.environ, "PMI_RANK": "3"}, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[1:] == ['scaleoutrun: rank 3 reports {"culprit_ranks":[1,2],"error":'
+                         '"ShutDownError"}', 'scaleoutrun: rank 3 reports {"note":"more"}',
+                         "scaleoutrun: rank 3 finished"], done.stderr
+    # Without the wrapper's socket, a program sends nothing and goes on.
+    _rank_report.send({"culprit_ranks": [1]}, environ={})
+    _rank_report.send({"culprit_ranks": [1]},
+                      environ={_rank_report.VARIABLE: "@scaleout-rank-report-nobody"})
 
 
 def test_stderr_relay_keeps_the_segments_each_host_mapped():

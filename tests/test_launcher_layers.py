@@ -10,7 +10,7 @@ from pathlib import Path
 
 LAUNCHER = Path(__file__).resolve().parent.parent / "launcher"
 # scaleout's modules that load neither MPI nor the native core.
-PURE = {"scaleout._elastic_protocol", "scaleout._commit_store"}
+PURE = {"scaleout._elastic_protocol", "scaleout._rank_report", "scaleout._commit_store"}
 
 
 def _imports(path: Path, top_level_only: bool) -> tuple[set[str], set[str]]:
