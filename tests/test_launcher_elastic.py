@@ -1,7 +1,8 @@
-"""The elastic driver's pieces that run in one process (launcher/elastic.py): the discovery
-script as the shell runs it, the host-update channel between the driver and rank 0 (Notifier
-and the rank's listener in scaleout/_elastic_run.py, through to HostsUpdatedInterrupt), and the
-addresses the ranks are given. The whole driver is tested with real ranks in
+"""The elastic driver's pieces that run in one process: the discovery script as the shell runs
+it (launcher/elastic_discovery.py), the host-update channel between the driver and rank 0
+(launcher/elastic_notifier.py and the rank's listener in scaleout/_elastic_run.py, speaking
+scaleout/_elastic_protocol.py, through to HostsUpdatedInterrupt), and the addresses the ranks
+are given. The whole driver is tested with real ranks in
 tests/test_elastic.py."""
 from __future__ import annotations
 
