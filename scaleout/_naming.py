@@ -6,13 +6,15 @@ Ranks match collectives by name, so these strings are a wire format between rank
 collective. A grouped collective's members are "<base>.<i>"; a backward collective is named
 after its forward one, "<name>.grad", so ranks match them whatever order autograd runs them in;
 a collective that travels as several is "<name>.<part>" (a sparse tensor's ".indices" and
-".values", an object's ".size" and ".data", ...).
+".values", an object's ".size" and ".data", ...); torch's DistributedOptimizer reduces a
+parameter's gradient as "grad.<parameter name>".
 """
 from __future__ import annotations
 
 from typing import List
 
-__all__ = ["member", "members", "gradient", "part", "INDICES", "VALUES", "SIZE", "DATA", "ROWS"]
+__all__ = ["member", "members", "gradient", "part", "parameter_gradient", "INDICES", "VALUES",
+           "SIZE", "DATA", "ROWS"]
 
 # Parts shared by more than one front end.
 INDICES = "indices"  # a sparse tensor's indices (allgathered)
@@ -40,3 +42,9 @@ def gradient(name: str) -> str:
 def part(name: str, label: str) -> str:
     """The name of part `label` of a collective that travels as several."""
     return f"{name}.{label}"
+
+
+def parameter_gradient(parameter: str) -> str:
+    """The name of the reduction of the gradient of the parameter named `parameter` (torch's
+    DistributedOptimizer: its named_parameters, or generated names)."""
+    return f"grad.{parameter}"

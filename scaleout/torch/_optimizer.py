@@ -22,6 +22,7 @@ from torch.autograd.graph import increment_version
 
 from scaleout._errors import InvalidArgumentError, NotYetImplementedError, ScaleoutError
 from scaleout._gradient_rules import predivided
+from scaleout._naming import parameter_gradient
 from scaleout._native import Adasum, Average, Handle, Sum, resolve_op, synchronize, wait_all
 from scaleout._process_sets import global_process_set, process_set_id, set_rank, set_size
 from scaleout._topk import Momentum, TopK, TopKExchange, check_optimizer_momentum
@@ -240,14 +241,15 @@ class _DistributedMixin:
             if not self._so_sparse_as_dense:
                 # Horovod's default: indices and values allgathered (no compression).
                 self._so_handles[p] = (sparse_allreduce_async(
-                    p.grad, f"grad.{self._so_names[p]}", self._so_op, self.process_set), _SPARSE)
+                    p.grad, parameter_gradient(self._so_names[p]), self._so_op,
+                    self.process_set), _SPARSE)
                 return
             p.grad = p.grad.to_dense()
         if self._so_topk is not None:
             self._so_handles[p] = (self._so_start_topk(p), None)
             return
         wire, ctx = self._so_compression.compress(p.grad)
-        handle = _allreduce_async(wire, f"grad.{self._so_names[p]}", self._so_op,
+        handle = _allreduce_async(wire, parameter_gradient(self._so_names[p]), self._so_op,
                                   self._so_prescale, self._so_postscale, True, self._so_ps)
         self._so_handles[p] = (handle, ctx)
 
@@ -276,7 +278,7 @@ class _DistributedMixin:
         out = grad.view(-1) if grad.dtype == residual.dtype and grad.is_contiguous() else \
             torch.empty(p.numel(), dtype=residual.dtype)
         pending = state.exchange.start(
-            f"grad.{name}", flat.numpy(), residual.numpy(), state.steps,
+            parameter_gradient(name), flat.numpy(), residual.numpy(), state.steps,
             slots["velocity"].numpy() if state.momentum else None, momentum, out.numpy())
         return pending, out
 
