@@ -56,7 +56,7 @@ def test_a_writer_killed_mid_write_leaves_the_previous_commit(tmp_path):
         from scaleout._commit_store import CommitStore
         def stuck(src, dst):
             print("renaming", flush=True)
-            time.sleep(60)
+            time.sleep(60)   # the scenario: a writer stuck before its rename, until killed
         os.replace = stuck
         CommitStore({str(tmp_path)!r}).write(1, bytearray(50 << 20))
         """)

@@ -55,6 +55,19 @@ def test_mpi_works_inside_the_ranks(tmp_path):
     assert result.stdout.count("sum 10 size 4") == 4
 
 
+# A rank program's lines that wait until every one of `n` ranks has got this far (each leaves a
+# file beside the program), instead of sleeping for a guess of how long starting takes.
+def all_ranks_here(n: int) -> str:
+    return f"""
+        from pathlib import Path
+        here = Path(__file__).parent
+        (here / f'here.{{{RANK}}}').touch()
+        deadline = time.monotonic() + 20
+        while len(list(here.glob("here.*"))) < {n} and time.monotonic() < deadline:
+            time.sleep(0.05)
+    """
+
+
 def test_a_rank_that_exits_non_zero_ends_the_job(tmp_path):
     program = rank_program(tmp_path, f"""
         import os, time
@@ -71,12 +84,12 @@ def test_a_rank_that_exits_non_zero_ends_the_job(tmp_path):
 
 
 def test_a_rank_killed_by_a_signal_ends_the_job(tmp_path):
-    program = rank_program(tmp_path, f"""
+    program = rank_program(tmp_path, """
         import os, signal, time
-        if {RANK} == 2:
-            time.sleep(0.5)
+    """ + all_ranks_here(4) + f"""
+        if {RANK} == 2:   # once every rank runs
             os.kill(os.getpid(), signal.SIGKILL)
-        time.sleep(60)
+        time.sleep(60)   # the scenario: the others would run on
     """)
     started = time.monotonic()
     result = scaleoutrun("-np", "4", sys.executable, program, timeout=30)
@@ -86,13 +99,13 @@ def test_a_rank_killed_by_a_signal_ends_the_job(tmp_path):
 
 
 def test_a_rank_that_ignores_sigterm_is_killed(tmp_path):
-    program = rank_program(tmp_path, f"""
+    program = rank_program(tmp_path, """
         import os, signal, time
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if {RANK} == 0:
-            time.sleep(0.5)
+    """ + all_ranks_here(2) + f"""
+        if {RANK} == 0:   # once every rank ignores SIGTERM
             raise SystemExit(5)
-        time.sleep(60)
+        time.sleep(60)   # the scenario: SIGTERM cannot end this
     """)
     started = time.monotonic()
     result = scaleoutrun("-np", "2", sys.executable, program, timeout=40)
@@ -204,6 +217,25 @@ def test_the_summary_names_the_rank_that_failed_first_in_cause(tmp_path):
         assert "rank 1's last lines" in summary and "a bug on rank one" in summary, summary
 
 
+def test_the_ranks_an_error_blames_are_named_from_its_record(tmp_path):
+    # Note [Rank reports]: rank 0's error, made as the core's errors are (from_core), blames
+    # ranks 1 and 2 as data, in words scaleoutrun does not read; they never report an end.
+    program = rank_program(tmp_path, f"""
+        import os, time
+        from scaleout._errors import from_core
+        if {RANK} == 0:
+            raise from_core("SHUT_DOWN", "the words do not matter", (1, 2), None)
+        time.sleep(40)
+    """)
+    result = scaleoutrun("-np", "3", sys.executable, program, timeout=45)
+    assert result.returncode == 1, result.stderr
+    summary = result.stderr[result.stderr.index("scaleoutrun: job failed"):]
+    assert summary.startswith(
+        "scaleoutrun: job failed: ranks 1, 2 failed first (the errors of the others name them); "
+        "then rank 0 exited with code 1; the other ranks were stopped"), summary
+    assert "scaleoutrun: rank 0 reports" not in result.stderr   # consumed by scaleoutrun
+
+
 def test_a_rank_that_leaves_early_is_named(tmp_path):
     # Rank 1 ends with exit code 0 without shutting scaleout down while rank 0 waits for it.
     program = rank_program(tmp_path, """
@@ -223,24 +255,67 @@ def test_a_rank_that_leaves_early_is_named(tmp_path):
     assert "without a rank reporting a failure" not in result.stderr
 
 
+# The real launcher, its stderr (where the rank wrappers' reports pass on their way to
+# scaleoutrun) copied through a filter that writes, per rank, the segments reported so far: a
+# rank can wait for its wrappers' report itself instead of for a guessed time.
+REPORTED_SEGMENTS = r"""
+import re, sys
+from pathlib import Path
+directory, seen = Path(sys.argv[1]), {}
+for line in sys.stdin.buffer:
+    sys.stderr.buffer.write(line)
+    sys.stderr.buffer.flush()
+    found = re.match(rb"scaleoutrun: rank (\d+) on \S+ maps MPI segments (.+)$", line.rstrip())
+    if found:
+        names = seen.setdefault(int(found.group(1)), set())
+        names.update(found.group(2).decode().split())
+        temporary = directory / f".reported.{found.group(1).decode()}"
+        temporary.write_text(" ".join(sorted(names)))
+        temporary.replace(directory / f"reported.{found.group(1).decode()}")
+"""
+
+
 def test_mpi_segments_of_a_killed_job_are_removed(tmp_path):
     from scaleout.launcher import shm_cleanup
+    real = find_mpiexec(os.environ.get("SCALEOUT_MPIEXEC"), sys.executable, os.environ)
+    (tmp_path / "filter.py").write_text(REPORTED_SEGMENTS)
+    launcher = tmp_path / "mpiexec"
+    launcher.write_text(f"#!/bin/bash\nexec {real} \"$@\" "
+                        f"2> >(exec {sys.executable} {tmp_path / 'filter.py'} {tmp_path} >&2)\n")
+    launcher.chmod(0o755)
     program = rank_program(tmp_path, f"""
-        import os, signal, time
+        import os, signal, sys, time
+        from pathlib import Path
         import numpy as np
         import scaleout as so
+        from scaleout.launcher import shm_cleanup
         so.init()
         so.allreduce(np.ones(1 << 16), name="warm")   # MPICH maps its segments by now
-        time.sleep(1)   # and the wrappers, looking 4 times a second, have seen them
-        if {RANK} == 1:
+        rank = {RANK}
+        mine = shm_cleanup.segments_mapped_by(os.getpid())
+        Path({str(tmp_path)!r}, f"mapped.{{rank}}").write_text(" ".join(sorted(mine)))
+        # Until this rank's wrapper has told scaleoutrun about them (its report went by).
+        report, deadline = Path({str(tmp_path)!r}, f"reported.{{rank}}"), time.monotonic() + 20
+        while mine and not (report.exists() and mine <= set(report.read_text().split())):
+            if time.monotonic() > deadline:
+                sys.exit(f"rank {{rank}}: no report of {{sorted(mine)}} within 20 s")
+            time.sleep(0.05)
+        if rank == 1:
             os.kill(os.getpid(), signal.SIGKILL)
-        time.sleep(30)
+        time.sleep(30)   # the scenario: rank 0 still runs when rank 1 dies
     """)
     before = set(os.listdir(shm_cleanup.SHM_DIR))
-    result = scaleoutrun("-np", "2", sys.executable, program, timeout=45)
+    result = scaleoutrun("-np", "2", "--mpiexec", str(launcher), sys.executable, program,
+                         timeout=45)
     assert result.returncode != 0
+    assert "killed by SIGKILL" in result.stderr, result.stderr   # not a rank's timeout
+    # The job's own segments: other jobs on this machine may come and go meanwhile.
+    mapped = {name for rank in (0, 1)
+              for name in (tmp_path / f"mapped.{rank}").read_text().split()}
+    if not mapped:
+        pytest.skip("this MPI's ranks map no shared-memory segment")
     left = {name for name in set(os.listdir(shm_cleanup.SHM_DIR)) - before
-            if name.startswith(shm_cleanup.PREFIXES)}
+            if name.startswith(shm_cleanup.PREFIXES) and name in mapped}
     assert not left, f"left behind in /dev/shm: {sorted(left)}"
 
 

@@ -216,12 +216,15 @@ import scaleout as so
 so.init()
 r, n = so.rank(), so.size()
 so.allreduce(np.ones(4), name="before")
+seen = sys.argv[1]   # a file rank 0 leaves once it has said what the test looks for
 if r == n - 1:
     # Stops answering without dying (a machine that hangs, a cut link, a debugger); a child
-    # ends it for good once the test has seen what it needs.
+    # ends it for good once rank 0 is done (the hosts share this file system).
     parent = os.getpid()
     if os.fork() == 0:
-        time.sleep(20)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(seen) and time.monotonic() < deadline:
+            time.sleep(0.1)
         os.kill(parent, signal.SIGKILL)
         os._exit(0)
     os.kill(parent, signal.SIGSTOP)
@@ -230,13 +233,16 @@ try:
     print(f"rank {r}: no error", flush=True)
 except so.HorovodInternalError as exc:
     print(f"rank {r}: ERROR {exc}", flush=True)
+if r == 0:
+    open(seen, "w").close()
 """
 
 
 def test_a_rank_that_stops_answering_is_named(hosts, tmp_path):
+    tmp_path.chmod(0o777)   # for rank 0's file, whoever the ranks run as
     program = tmp_path / "silent.py"
     program.write_text(SILENT_PROGRAM)
-    result = mpiexec_on_a(hosts, {"hostA": 1, "hostB": 1}, [str(program)],
+    result = mpiexec_on_a(hosts, {"hostA": 1, "hostB": 1}, [str(program), str(tmp_path / "seen")],
                           env={"SCALEOUT_HEARTBEAT_TIMEOUT_SECONDS": "3"})
     assert re.search(r"^\[?0?\]?\s*rank 0: ERROR rank 1 \(pid \d+ on hostB\) stopped answering: "
                      r"nothing was heard from it for 3 s", result.stdout, re.M), \

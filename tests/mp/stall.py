@@ -25,7 +25,7 @@ def run():
     members = on_set.size()
     if r != n - 1:
         h = so.allreduce_async(np.ones(3), op=so.Sum, name="late.tensor", process_set=on_set)
-        time.sleep(2.5)
+        time.sleep(2.5)   # the scenario: the last rank is late, past the stall check time
         check(not so.poll(h), "not complete while a rank is missing")
         so.barrier(name="go", process_set=on_set)
     else:
