@@ -4,11 +4,11 @@ from __future__ import annotations
 import os
 import signal
 import stat
-import subprocess
 import sys
 
 import pytest
 
+from conftest import run_job
 from scaleout import _rank_report
 from scaleout.launcher.command import RANK_EXEC
 from scaleout.launcher.config import LaunchConfig, parse_config, split_command
@@ -347,10 +347,9 @@ def test_the_rank_wrapper_forwards_its_programs_records(tmp_path):
                "report.report_culprits('ShutDownError', [2, 1])\n"
                "report.report_culprits('ShutDownError', [1, 2])\n"   # the same: sent once
                "report.send({'note': 'more'})\n")
-    done = subprocess.run([sys.executable, str(RANK_EXEC), "--report-variable",
-                           _rank_report.VARIABLE, "--", sys.executable, "-c", program],
-                          env={**os.environ, "PMI_RANK": "3"}, capture_output=True, text=True,
-                          timeout=120)
+    done = run_job([sys.executable, str(RANK_EXEC), "--report-variable", _rank_report.VARIABLE,
+                    "--", sys.executable, "-c", program], "the rank wrapper", 120,
+                   env={"PMI_RANK": "3"})
     assert done.returncode == 0, done.stderr
     lines = done.stderr.splitlines()
     assert lines[1:] == ['scaleoutrun: rank 3 reports {"culprit_ranks":[1,2],"error":'

@@ -4,9 +4,10 @@ that imports it back."""
 from __future__ import annotations
 
 import ast
-import subprocess
 import sys
 from pathlib import Path
+
+from conftest import run_job, run_python
 
 LAUNCHER = Path(__file__).resolve().parent.parent / "launcher"
 # scaleout's modules that load neither MPI nor the native core.
@@ -70,8 +71,7 @@ def test_the_pure_modules_load_no_native_code():
             f"import {', '.join(sorted(PURE))}\n"
             "print(' '.join(sorted(name for name in sys.modules if name.startswith("
             "('scaleout.', 'mpi4py', 'torch', 'tensorflow')))))\n")
-    done = subprocess.run([sys.executable, "-c", code, str(LAUNCHER.parent / "scaleout")],
-                          capture_output=True, text=True, timeout=120)
+    done = run_python(code, str(LAUNCHER.parent / "scaleout"), timeout=120)
     assert done.returncode == 0, done.stderr
     assert set(done.stdout.split()) <= PURE | {"scaleout._errors"}, done.stdout
 
@@ -94,8 +94,7 @@ def test_no_import_cycle_among_the_launchers_modules():
 
 def test_the_rank_wrapper_runs_by_path_without_scaleout():
     # -S -I: no site-packages, so an import of scaleout would fail.
-    done = subprocess.run([sys.executable, "-I", "-S", str(LAUNCHER / "rank_exec.py"), "--",
-                           sys.executable, "-I", "-S", "-c", "print('hello')"],
-                          capture_output=True, text=True, timeout=60)
+    done = run_job([sys.executable, "-I", "-S", str(LAUNCHER / "rank_exec.py"), "--",
+                    sys.executable, "-I", "-S", "-c", "print('hello')"], "the rank wrapper", 60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.endswith("] hello\n")
