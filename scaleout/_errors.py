@@ -6,13 +6,24 @@ is copied here by hand.
 """
 from __future__ import annotations
 
+from typing import Optional
+
+from scaleout import _rank_report
+
 
 class ScaleoutError(RuntimeError):
-    """Base class of every scaleout error."""
+    """Base class of every scaleout error.
+
+    Errors from the core carry Note [Error details] (native/common/status.h) as data:
+    `culprit_ranks`, the job's ranks whose death or shutdown caused the error (empty when no rank
+    is to blame), and `process_set_id`, the existing process set an add_process_set's ranks
+    already form (else None)."""
 
     # TensorFlow's autograph re-raises an error from a traced function as its own type only when
     # the type's __init__ is Exception.__init__; RuntimeError's would turn ours into StagingError.
     __init__ = Exception.__init__
+    culprit_ranks: "tuple[int, ...]" = ()
+    process_set_id: Optional[int] = None
 
 
 class InvalidArgumentError(ScaleoutError, ValueError):
@@ -89,3 +100,15 @@ BY_STATUS_NAME = {
     "DEADLOCK": DeadlockError,
     "NOT_SUPPORTED": NotYetImplementedError,
 }
+
+
+def from_core(status_name: str, message: str, culprit_ranks: "tuple[int, ...]",
+              process_set_id: Optional[int]) -> ScaleoutError:
+    """The exception for an error of the core (or of the binding's argument checks): the class
+    registered for its status, with its message and Note [Error details]. The binding makes
+    every exception it raises through this one function (scaleout._binding.register_errors)."""
+    error = BY_STATUS_NAME.get(status_name, ScaleoutError)(message)
+    error.culprit_ranks = tuple(culprit_ranks)
+    error.process_set_id = process_set_id
+    _rank_report.report_culprits(type(error).__name__, error.culprit_ranks)   # Note [Rank reports]
+    return error

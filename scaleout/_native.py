@@ -42,8 +42,8 @@ ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN = (
     COLLECTIVE_CODES[k] for k in ("allreduce", "allgather", "broadcast", "alltoall", "reducescatter",
                               "barrier", "join"))
 
-# Each status of the core raises its class (scaleout._errors), from the binding itself.
-_binding.register_errors(_errors.BY_STATUS_NAME, ScaleoutError, InvalidArgumentError)
+# Every error the binding raises is made by one factory (scaleout._errors.from_core).
+_binding.register_errors(_errors.from_core)
 
 # ---- loading ----
 

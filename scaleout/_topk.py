@@ -34,7 +34,6 @@ caller too; `TopKExchange` is the arithmetic and the communication.
 from __future__ import annotations
 
 import math
-import re
 import zlib
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Tuple, Union
@@ -455,10 +454,9 @@ def _added(ranks) -> int:
     try:
         return _binding.add_process_set(list(ranks))
     except InvalidArgumentError as e:
-        found = re.search(r"process set (\d+) has these ranks already", str(e))
-        if found is None:
+        if e.process_set_id is None:  # Note [Error details]
             raise
-        return int(found.group(1))
+        return e.process_set_id
 
 
 def _registered(hosts: _Hosts) -> bool:

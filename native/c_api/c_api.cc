@@ -23,7 +23,7 @@ namespace {
 using scaleout::Runtime;
 using scaleout::Status;
 
-thread_local std::string t_last_error;
+thread_local Status t_last_error;  // its message and details (Note [Error details])
 
 // The current runtime; callers take a reference so a concurrent shutdown cannot free it under them.
 std::mutex g_mu;
@@ -44,7 +44,7 @@ bool FromStoppedRuntime(int64_t handle, const Runtime* rt) {
 }
 
 int Fail(const Status& s) {
-  t_last_error = s.message();
+  t_last_error = s;
   return s.code();
 }
 
@@ -111,7 +111,18 @@ SO_EXPORT int so_abi_version(void) { return SCALEOUT_ABI_VERSION; }
 SO_EXPORT const char* so_version(void) { return "0.1.0"; }
 SO_EXPORT const char* so_build_info(void) { return SCALEOUT_BUILD_INFO; }
 SO_EXPORT const char* so_status_name(int code) { return scaleout::StatusName(code); }
-SO_EXPORT const char* so_last_error(void) { return t_last_error.c_str(); }
+SO_EXPORT const char* so_last_error(void) { return t_last_error.message().c_str(); }
+
+SO_EXPORT int so_last_error_details(int32_t* culprits_out, int capacity, int32_t* count_out,
+                                    int32_t* process_set_out) {
+  const std::vector<int32_t>& culprits = t_last_error.culprit_ranks();
+  *count_out = static_cast<int32_t>(culprits.size());
+  for (int i = 0; culprits_out != nullptr && i < capacity && i < *count_out; ++i) {
+    culprits_out[i] = culprits[i];
+  }
+  *process_set_out = t_last_error.process_set_id();
+  return SO_OK;
+}
 
 SO_EXPORT int so_init(int has_comm, int64_t comm_fortran_handle) {
   return Guard([&]() -> int {

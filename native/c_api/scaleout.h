@@ -97,6 +97,13 @@ const char* so_version(void);          /* "0.1.0" */
 const char* so_build_info(void);       /* compiler, MPI library it was built against */
 const char* so_status_name(int code);  /* "MISMATCH", ...; "UNKNOWN" for other codes */
 const char* so_last_error(void);       /* message of this thread's last failing call */
+/* The details of this thread's last failing call (Note [Error details] in common/status.h):
+ * *count_out culprit ranks, the job's ranks whose death or shutdown caused the error (0 when no
+ * rank is to blame), the first `capacity` of them written to culprits_out (may be NULL);
+ * *process_set_out: the id of the process set that already has the ranks an add_process_set
+ * named, else -1. Always SO_OK. */
+int so_last_error_details(int32_t* culprits_out, int capacity, int32_t* count_out,
+                          int32_t* process_set_out);
 
 /* ---- lifecycle ---- */
 /* Starts the runtime on the communicator whose Fortran handle is given (MPI_Comm_c2f / mpi4py's

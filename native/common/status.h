@@ -2,14 +2,27 @@
 #ifndef SCALEOUT_COMMON_STATUS_H_
 #define SCALEOUT_COMMON_STATUS_H_
 
+#include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "c_api/scaleout.h"
 
 namespace scaleout {
 
-// A status code from the C ABI (SO_OK, SO_ERR_...) and a message for people.
+// Note [Error details]
+// ~~~~~~~~~~~~~~~~~~~~
+// What a program needs to know about an error travels as data beside the message, so that no
+// caller parses English (the launcher naming the rank that caused a failure, top-k finding the
+// process set it already added): the culprit ranks, the job's ranks whose death or shutdown
+// made the collective fail (empty when no rank is to blame), and for "process set N has these
+// ranks already" the existing set's id. Set where the error is made (negotiation, liveness, a
+// departed rank 0, adding a set), carried in responses to every rank, and read through the C
+// ABI by so_last_error_details.
+
+// A status code from the C ABI (SO_OK, SO_ERR_...), a message for people and the details of
+// Note [Error details].
 class Status {
  public:
   Status() = default;
@@ -29,10 +42,29 @@ class Status {
   bool ok() const { return code_ == SO_OK; }
   int code() const { return code_; }
   const std::string& message() const { return message_; }
+  const std::vector<int32_t>& culprit_ranks() const { return culprit_ranks_; }
+  int32_t process_set_id() const { return process_set_id_; }  // -1: none
+
+  // The same error (code and details) in other words, for a caller adding context.
+  Status Reworded(std::string message) const {
+    Status s = *this;
+    s.message_ = std::move(message);
+    return s;
+  }
+  Status WithCulprits(std::vector<int32_t> ranks) && {
+    culprit_ranks_ = std::move(ranks);
+    return std::move(*this);
+  }
+  Status WithProcessSet(int32_t id) && {
+    process_set_id_ = id;
+    return std::move(*this);
+  }
 
  private:
   int code_ = SO_OK;
   std::string message_;
+  std::vector<int32_t> culprit_ranks_;
+  int32_t process_set_id_ = -1;
 };
 
 // Name of a status code ("MISMATCH", ...), as exported by so_status_name.

@@ -97,13 +97,13 @@ void Controller::PeerDied(int rank, const std::string& why) {
     negotiator_->RankGone(rank, why);
     return;
   }
-  if (rank == 0) Halt(why);
+  if (rank == 0) Halt(why, rank);
 }
 
-void Controller::Halt(const std::string& why) {
+void Controller::Halt(const std::string& why, int culprit) {
   if (coordinator_gone_) return;
   coordinator_gone_ = true;
-  halt_status_ = Status::ShutDown(why + "; collectives can no longer complete");
+  halt_status_ = Status::ShutDown(why + "; collectives can no longer complete").WithCulprits({culprit});
   state_ = State::kDone;
 }
 
@@ -162,8 +162,11 @@ Status Controller::PollWorker(std::vector<Response>* out) {
         channel_->Send(0, EncodeSignal(MessageType::kAck));
         coordinator_gone_ = true;
         const std::string reason = DecodeShutdownReason(bytes);
-        halt_status_ = Status::ShutDown(
-            reason.empty() ? "rank 0 has shut down scaleout; collectives can no longer complete" : reason);
+        // A plain shutdown is rank 0's own doing; one with a reason (a stall) blames no rank.
+        halt_status_ = reason.empty()
+            ? Status::ShutDown("rank 0 has shut down scaleout; collectives can no longer complete")
+                  .WithCulprits({set_.JobRank(0)})
+            : Status::ShutDown(reason);
         state_ = State::kDone;
         return Status::OK();
       }

@@ -58,8 +58,9 @@ class Controller {
   // 0 died halts, failing everything with `why`.
   void PeerDied(int rank, const std::string& why);
   // A peer died and every rank knows it (Note [Liveness]): this rank stops negotiating at once,
-  // sending nothing more, and fails everything pending and later with `why`.
-  void Halt(const std::string& why);
+  // sending nothing more, and fails everything pending and later with `why`, blaming the job's
+  // rank `culprit` (Note [Error details]).
+  void Halt(const std::string& why, int culprit);
   // Rank 0: fails every pending collective when all ranks have been blocked for `hold` s.
   bool DetectDeadlock(double now, double hold);
 

@@ -225,7 +225,7 @@ void Coordinator::CheckPeersAlive() {
     if (liveness_->networked()) {
       // Every rank learns of this death now: all stop at once, without another message (a
       // message to the dead rank could crash MPI; its collectives can never complete).
-      controller_.Halt(why);
+      controller_.Halt(why, r);
     } else if (self == 0 || r == 0) {
       // Rank 0 fails what needs the dead rank; the others hear of it from rank 0.
       controller_.PeerDied(r, why);
@@ -253,7 +253,7 @@ void Coordinator::Accept(const std::shared_ptr<TensorEntry>& entry, double now) 
 
 void Coordinator::Execute(const Response& r) {
   if (r.collective == SO_JOIN) {
-    const Status status = r.is_error() ? Status(r.error_code, r.error_message) : Status::OK();
+    const Status status = r.is_error() ? r.error() : Status::OK();
     for (auto& j : joins_) {
       j->join_rank = set_.JobRank(r.last_joined_rank);
       handles_->Complete(j.get(), status);
@@ -283,7 +283,7 @@ void Coordinator::Execute(const Response& r) {
   }
   Status status;
   if (r.is_error()) {
-    status = Status(r.error_code, r.error_message + set_.Where());
+    status = r.error(set_.Where());
   } else if (r.collective != SO_BARRIER) {
     for (size_t i = 0; i < entries.size(); ++i) {
       SO_CHECK(entries[i] != nullptr || !r.joined_ranks.empty(),

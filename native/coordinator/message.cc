@@ -102,7 +102,10 @@ std::vector<uint8_t> EncodeResponses(const std::vector<Response>& responses) {
     w.Put<double>(r.postscale);
     w.PutVector(r.joined_ranks);
     w.Put<int32_t>(r.error_code);
-    w.PutString(r.error_message);
+    if (r.is_error()) {
+      w.PutString(r.error_message);
+      w.PutVector(r.culprit_ranks);
+    }
     w.Put<int32_t>(r.last_joined_rank);
     w.Put<uint32_t>(static_cast<uint32_t>(r.tensors.size()));
     // Shapes are needed only by ranks that did not submit the tensor (joined ranks) and for
@@ -136,7 +139,10 @@ std::vector<Response> DecodeResponses(const std::vector<uint8_t>& bytes) {
     r.postscale = rd.Get<double>();
     r.joined_ranks = rd.GetVector<int32_t>();
     r.error_code = rd.Get<int32_t>();
-    r.error_message = rd.GetString();
+    if (r.is_error()) {
+      r.error_message = rd.GetString();
+      r.culprit_ranks = rd.GetVector<int32_t>();
+    }
     r.last_joined_rank = rd.Get<int32_t>();
     uint32_t nt = rd.Get<uint32_t>();
     r.tensors.resize(nt);

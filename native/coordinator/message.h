@@ -52,9 +52,14 @@ struct Response {
   std::vector<int32_t> joined_ranks;  // ranks that contribute zeros (allreduce) or no rows
   int32_t error_code = 0;             // != 0: the named collectives fail with this status
   std::string error_message;
+  std::vector<int32_t> culprit_ranks;  // the job's ranks to blame (Note [Error details])
   int32_t last_joined_rank = -1;      // SO_JOIN
 
   bool is_error() const { return error_code != 0; }
+  // The error as the named collectives fail with it, `where` appended to its message.
+  Status error(const std::string& where = "") const {
+    return Status(error_code, error_message + where).WithCulprits(culprit_ranks);
+  }
 };
 
 // Control messages.

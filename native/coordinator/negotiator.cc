@@ -135,6 +135,16 @@ std::string Negotiator::GoneList(const std::vector<int>& gone) const {
   return out;
 }
 
+// Note [Error details]: every departed rank, as the job numbers it.
+std::vector<int32_t> Negotiator::Culprits() const {
+  std::vector<int> gone;
+  for (int r = 0; r < size_; ++r) {
+    if (gone_[r]) gone.push_back(r);
+  }
+  gone = Named(std::move(gone));
+  return std::vector<int32_t>(gone.begin(), gone.end());
+}
+
 void Negotiator::Join(int rank) {
   if (joined_[rank]) return;
   joined_[rank] = true;
@@ -190,6 +200,7 @@ void Negotiator::FailJoin() {
   r.collective = SO_JOIN;
   r.error_code = SO_ERR_SHUT_DOWN;
   r.error_message = "join cannot complete: " + GoneList(gone);
+  r.culprit_ranks = Culprits();
   ready_.push_back(std::move(r));
   std::fill(joined_.begin(), joined_.end(), false);
   joined_count_ = 0;
@@ -259,6 +270,7 @@ Response Negotiator::Build(const std::string& name, Entry& e) {
   if (first == nullptr) {  // only possible when every missing rank is gone or joined
     r.error_code = SO_ERR_SHUT_DOWN;
     r.error_message = "'" + name + "' cannot complete: ranks have shut down";
+    r.culprit_ranks = Culprits();
     r.tensors.push_back(std::move(t));
     return r;
   }
@@ -277,6 +289,7 @@ Response Negotiator::Build(const std::string& name, Entry& e) {
   if (!error.empty()) {
     r.error_code = code;
     r.error_message = error;
+    if (code == SO_ERR_SHUT_DOWN) r.culprit_ranks = Culprits();
     r.tensors.push_back(std::move(t));
     return r;
   }

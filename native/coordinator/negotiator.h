@@ -71,6 +71,7 @@ class Negotiator {
   void CheckReady(const std::string& name);
   void FailJoin();
   std::string GoneList(const std::vector<int>& gone) const;
+  std::vector<int32_t> Culprits() const;
   Response Build(const std::string& name, Entry& e);
   std::string Validate(const std::string& name, const Entry& e, int* code) const;
 

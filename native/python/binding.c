@@ -32,7 +32,7 @@
 /* ---- the C ABI, resolved by load() ---- */
 
 #define SO_FUNCTIONS(X)                                                                         \
-  X(so_abi_version) X(so_version) X(so_build_info) X(so_last_error) X(so_init) X(so_shutdown)   \
+  X(so_abi_version) X(so_version) X(so_build_info) X(so_last_error) X(so_last_error_details) X(so_init) X(so_shutdown)   \
   X(so_is_initialized) X(so_topology) X(so_config_string) X(so_enqueue) X(so_poll) X(so_wait)   \
   X(so_result_shape) X(so_result_take) X(so_buffer_free) X(so_result_splits)                   \
   X(so_result_join_rank) X(so_release) X(so_timeline) X(so_stats) X(so_traffic) X(so_peer_died) X(so_add_process_set) X(so_remove_process_set)   \
@@ -43,9 +43,15 @@ static struct { SO_FUNCTIONS(SO_POINTER_) } api;
 #undef SO_POINTER_
 static int api_loaded = 0;
 
-static PyObject* error_classes[SO_STATUS_COUNT]; /* by status code; NULL: base_error */
-static PyObject* base_error = NULL;
-static PyObject* invalid_argument_error = NULL;
+/* scaleout._errors.from_core(status name, message, culprit ranks, process set id) -> the
+ * exception to raise: every error this module raises is made by it (register_errors). */
+static PyObject* error_factory = NULL;
+static const char* const status_names[SO_STATUS_COUNT] = {
+    [SO_OK] = "OK",
+#define SO_STATUS_NAME_(NAME, code) [code] = #NAME,
+    SO_ERROR_TABLE(SO_STATUS_NAME_)
+#undef SO_STATUS_NAME_
+};
 static PyObject* orphans = NULL;  /* list of (id, keep, output): handles dropped while pending */
 static int as_int(PyObject* o, const char* what, int* out);
 static long long name_counters[SO_COLLECTIVE_COUNT];
@@ -57,28 +63,78 @@ static const char* const collective_names[SO_COLLECTIVE_COUNT] = {
 #undef SO_NAME_
 };
 
+/* Sets the exception from_core makes of a status (culprits: `nculprits` ranks; process_set
+ * -1 for none). Returns NULL for `return raise_error(...);`. */
+static PyObject* raise_error(int code, PyObject* message, const int32_t* culprits, int nculprits,
+                             int32_t process_set) {
+  const char* name = code > 0 && code < SO_STATUS_COUNT ? status_names[code] : "UNKNOWN";
+  if (error_factory == NULL) {  /* only before scaleout's import registered it */
+    PyErr_SetObject(code == SO_ERR_INVALID_ARGUMENT ? PyExc_ValueError : PyExc_RuntimeError, message);
+    return NULL;
+  }
+  PyObject* ranks = PyTuple_New(nculprits);
+  if (ranks == NULL) return NULL;
+  for (int i = 0; i < nculprits; ++i) {
+    PyObject* r = PyLong_FromLong(culprits[i]);
+    if (r == NULL) {
+      Py_DECREF(ranks);
+      return NULL;
+    }
+    PyTuple_SET_ITEM(ranks, i, r);
+  }
+  PyObject* set_id = process_set >= 0 ? PyLong_FromLong(process_set) : Py_NewRef(Py_None);
+  PyObject* exc = set_id == NULL ? NULL
+                                 : PyObject_CallFunction(error_factory, "sOOO", name, message, ranks, set_id);
+  Py_DECREF(ranks);
+  Py_XDECREF(set_id);
+  if (exc == NULL) return NULL;  /* from_core's own failure is raised instead */
+  PyErr_SetObject((PyObject*)Py_TYPE(exc), exc);
+  Py_DECREF(exc);
+  return NULL;
+}
+
+/* An error of the binding's own (no details), with a printf-style message. */
+static PyObject* raise_code(int code, const char* format, ...) {
+  va_list va;
+  va_start(va, format);
+  PyObject* text = PyUnicode_FromFormatV(format, va);
+  va_end(va);
+  if (text == NULL) return NULL;
+  raise_error(code, text, NULL, 0, -1);
+  Py_DECREF(text);
+  return NULL;
+}
+
 /* Before the core is loaded nothing can have been initialized: NotInitializedError. */
 static int require_loaded(void) {
   if (!api_loaded) {
-    PyObject* cls = error_classes[SO_ERR_NOT_INITIALIZED] ? error_classes[SO_ERR_NOT_INITIALIZED]
-                                                          : PyExc_RuntimeError;
-    PyErr_SetString(cls, "scaleout is not initialized: call init() first");
+    raise_code(SO_ERR_NOT_INITIALIZED, "scaleout is not initialized: call init() first");
     return 0;
   }
   return 1;
 }
 
-/* Raises the registered class for a failed status, with the core's message for this thread's
- * last failing call. Returns NULL for `return raise_status(rc);`. */
+/* Raises the error of this thread's last failing call into the core (status rc), with its
+ * message and details. Returns NULL for `return raise_status(rc);`. */
 static PyObject* raise_status(int rc) {
-  PyObject* cls = (rc > 0 && rc < SO_STATUS_COUNT && error_classes[rc]) ? error_classes[rc] : base_error;
-  if (cls == NULL) cls = PyExc_RuntimeError;
   const char* msg = api_loaded ? api.so_last_error() : "";
   PyObject* text = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
-  if (text != NULL) {
-    PyErr_SetObject(cls, text);
-    Py_DECREF(text);
+  if (text == NULL) return NULL;
+  int32_t few[64], count = 0, process_set = -1;
+  int32_t* culprits = few;
+  if (api_loaded) {
+    api.so_last_error_details(few, 64, &count, &process_set);
+    if (count > 64 && (culprits = PyMem_Malloc(sizeof(int32_t) * (size_t)count)) != NULL) {
+      api.so_last_error_details(culprits, count, &count, &process_set);
+    }
   }
+  if (culprits == NULL) {
+    Py_DECREF(text);
+    return PyErr_NoMemory();
+  }
+  raise_error(rc, text, culprits, count, process_set);
+  if (culprits != few) PyMem_Free(culprits);
+  Py_DECREF(text);
   return NULL;
 }
 
@@ -87,10 +143,9 @@ static PyObject* raise_invalid(const char* format, ...) {
   va_start(va, format);
   PyObject* text = PyUnicode_FromFormatV(format, va);
   va_end(va);
-  if (text != NULL) {
-    PyErr_SetObject(invalid_argument_error ? invalid_argument_error : PyExc_ValueError, text);
-    Py_DECREF(text);
-  }
+  if (text == NULL) return NULL;
+  raise_error(SO_ERR_INVALID_ARGUMENT, text, NULL, 0, -1);
+  Py_DECREF(text);
   return NULL;
 }
 
@@ -115,25 +170,10 @@ static PyObject* load(PyObject* self, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
-/* register_errors({status name: class}, base, invalid_argument): the exception classes. */
-static PyObject* register_errors(PyObject* self, PyObject* args) {
-  PyObject *mapping, *base, *invalid;
-  if (!PyArg_ParseTuple(args, "O!OO", &PyDict_Type, &mapping, &base, &invalid)) return NULL;
-  static const struct { const char* name; int code; } statuses[] = {
-#define SO_STATUS_(NAME, code) {#NAME, code},
-      SO_ERROR_TABLE(SO_STATUS_)
-#undef SO_STATUS_
-  };
-  for (size_t i = 0; i < sizeof statuses / sizeof statuses[0]; ++i) {
-    PyObject* cls = PyDict_GetItemString(mapping, statuses[i].name);
-    if (cls == NULL) return PyErr_Format(PyExc_KeyError, "no exception class for status %s", statuses[i].name);
-    Py_INCREF(cls);
-    Py_XSETREF(error_classes[statuses[i].code], cls);
-  }
-  Py_INCREF(base);
-  Py_XSETREF(base_error, base);
-  Py_INCREF(invalid);
-  Py_XSETREF(invalid_argument_error, invalid);
+/* register_errors(from_core): the factory that makes every exception this module raises. */
+static PyObject* register_errors(PyObject* self, PyObject* factory) {
+  if (!PyCallable_Check(factory)) return PyErr_Format(PyExc_TypeError, "register_errors takes a callable");
+  Py_XSETREF(error_factory, Py_NewRef(factory));
   Py_RETURN_NONE;
 }
 
@@ -1107,8 +1147,9 @@ static PyMethodDef methods[] = {
     {"load", load, METH_O, "load(path): opens the native core and resolves its C ABI"},
     {"register_tensor_type", register_tensor_type, METH_VARARGS,
      "register_tensor_type(cls, {dtype: code}, strided_layout): tensors submit reads itself"},
-    {"register_errors", register_errors, METH_VARARGS,
-     "register_errors({status name: class}, base, invalid_argument): the exception classes"},
+    {"register_errors", register_errors, METH_O,
+     "register_errors(from_core): from_core(status name, message, culprit ranks, process set id "
+     "or None) makes every exception raised here"},
     {"init", init, METH_O, "init(comm Fortran handle or None)"},
     {"shutdown", shutdown, METH_NOARGS, "shutdown()"},
     {"is_initialized", is_initialized, METH_NOARGS, "is_initialized() -> bool"},

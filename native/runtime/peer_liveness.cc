@@ -327,7 +327,7 @@ std::string PeerLiveness::DeathOf(int rank) const {
 Status PeerLiveness::Interruption() const {
   if (!AnyDead()) return Status::OK();
   std::lock_guard<std::mutex> lock(mu_);
-  return Status::ShutDown(deaths_[first_dead_]);
+  return Status::ShutDown(deaths_[first_dead_]).WithCulprits({first_dead_});
 }
 
 bool PeerLiveness::LostAPeer() { return g_lost_a_peer.load(); }

@@ -373,7 +373,8 @@ Status Runtime::AddProcessSet(const std::vector<int>& ranks, int32_t* id) {
     for (const auto& kv : sets_) {
       if (kv.second->info.ranks == ranks) {
         return Status::InvalidArgument(what + ": process set " + std::to_string(kv.first) +
-                                       " has these ranks already");
+                                       " has these ranks already")
+            .WithProcessSet(kv.first);
       }
     }
   }
@@ -399,7 +400,7 @@ Status Runtime::AddProcessSet(const std::vector<int>& ranks, int32_t* id) {
   if (!ok) {
     StopProcessSet(set.get());
     return made.ok() ? Status::Transport(what + ": another rank could not make the process set")
-                     : Status(made.code(), what + ": " + made.message());
+                     : made.Reworded(what + ": " + made.message());
   }
   *id = next_set_id_++;
   std::lock_guard<std::mutex> lock(sets_mu_);

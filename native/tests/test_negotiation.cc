@@ -831,6 +831,8 @@ SO_TEST(NegotiationWorkerShutdownCompletesAfterAckAndFailsWhatNeededIt) {
       for (const Response& resp : got[r]) {
         EXPECT_EQ(resp.error_code, SO_ERR_SHUT_DOWN);
         EXPECT_CONTAINS(resp.error_message, "rank " + std::to_string(k) + " has shut down");
+        // Note [Error details]: the culprit travels to every rank as data
+        EXPECT_TRUE(resp.culprit_ranks == std::vector<int32_t>{k});
       }
       EXPECT_CONTAINS(got[r][0].error_message, "'pending'");
       EXPECT_CONTAINS(got[r][1].error_message, "'later'");
@@ -922,6 +924,11 @@ SO_TEST(NegotiationCoordinatorShutdownReachesEveryWorker) {
       }
       EXPECT_EQ(c.net().in_flight(), 0);  // nothing stale for a later init()
       for (int r = 0; r < n; ++r) EXPECT_EQ(c.history(r).size(), 0);
+      for (int r = 1; r < n; ++r) {
+        if (!worker_leaves_too || r != 1) {
+          EXPECT_TRUE(c.at(r).halt_status().culprit_ranks() == std::vector<int32_t>{0});
+        }
+      }
     }
   }
 }
@@ -1000,6 +1007,13 @@ SO_TEST(NegotiatorOfAProcessSetNamesTheJobsRanks) {
   ready = negotiator.TakeReady();
   ASSERT_EQ(ready.size(), 1);
   EXPECT_CONTAINS(ready[0].error_message, "ranks 1, 3 have 1; rank 5 has 5");
+  // Note [Error details]: culprits are the job's ranks too
+  negotiator.RankGone(1);
+  negotiator.Add(0, Make("after"), 400.0);
+  ready = negotiator.TakeReady();
+  ASSERT_EQ(ready.size(), 1);
+  EXPECT_EQ(ready[0].error_code, SO_ERR_SHUT_DOWN);
+  EXPECT_TRUE(ready[0].culprit_ranks == std::vector<int32_t>{3});
 }
 
 SO_TEST(NegotiationStallReportOnlyOnRankZero) {
@@ -1135,6 +1149,7 @@ SO_TEST(NegotiationADeadRankFailsWhatNeedsItNamingWhy) {
       for (const Response& resp : got) {
         EXPECT_EQ(resp.error_code, SO_ERR_SHUT_DOWN);
         EXPECT_CONTAINS(resp.error_message, "cannot complete: " + why);
+        EXPECT_TRUE(resp.culprit_ranks == std::vector<int32_t>{dead});
       }
     }
   }

@@ -46,8 +46,13 @@ def run():
     if r == 1:
         so.shutdown()
     else:
-        expect_error(so.ShutDownError, lambda: so.allreduce(np.ones(2), name="orphan"),
-                     "rank 1", "shut down", what="peer shut down")
+        try:
+            so.allreduce(np.ones(2), name="orphan")
+            check(False, "peer shut down: no error")
+        except so.ShutDownError as e:
+            check("rank 1" in str(e) and "shut down" in str(e), f"peer shut down: {e}")
+            # Note [Error details]: the culprit as data
+            check(e.culprit_ranks == (1,) and e.process_set_id is None, f"culprits of {e!r}")
         so.shutdown()
     # rank 0 leaves first: the others' later collectives fail at once instead of hanging
     so.init()
@@ -62,6 +67,7 @@ def run():
                 so.allreduce(np.ones(2), name=f"after0.{time.monotonic()}")
             except so.ShutDownError as e:
                 check("rank 0" in str(e), f"names rank 0: {e}")
+                check(e.culprit_ranks == (0,), f"culprits of {e!r}: {e.culprit_ranks}")
                 break
         else:
             check(False, "collectives kept working after rank 0 shut down")

@@ -36,8 +36,13 @@ start = time.monotonic()
 if mode == "idle":
     if r == victim:
         os._exit(9)
-    expect_error(so.HorovodInternalError, lambda: so.allreduce(np.ones(4), name="pending"),
-                 fragment, what="the collective waiting for the dead rank")
+    try:
+        so.allreduce(np.ones(4), name="pending")
+        check(False, "the collective waiting for the dead rank: no error")
+    except so.HorovodInternalError as exc:
+        check(fragment in str(exc), f"the collective waiting for the dead rank: {exc}")
+        # Note [Error details]: the culprit as data, for the launcher
+        check(exc.culprit_ranks == (victim,), f"culprits of {exc!r}: {exc.culprit_ranks}")
 else:
     big = np.ones(1 << 21)  # 16 MiB from every rank
     if r == victim:
@@ -50,6 +55,7 @@ else:
         check(False, f"no error within 60 s of busy allgathers ({rounds} rounds)")
     except so.HorovodInternalError as exc:
         check(fragment in str(exc), f"the busy allgather's error names the dead rank: {exc}")
+        check(exc.culprit_ranks == (victim,), f"culprits of {exc!r}: {exc.culprit_ranks}")
 expect_error(so.ShutDownError, lambda: so.allreduce(np.ones(4), name="later"), fragment,
              what="a later collective")
 print(f"rank {r}: survived the death of rank {victim} in {time.monotonic() - start:.1f} s",

@@ -94,6 +94,10 @@ def body():
     check(D.process_set_id == 4 and D.ranks == [0, n - 1], f"added {D}")
     expect_error(so.InvalidArgumentError, lambda: so.add_process_set([0, n - 1]),
                  "has these ranks already", what="a duplicate set")
+    try:  # Note [Error details]: the existing set's id comes as data
+        so.add_process_set([0, n - 1])
+    except so.InvalidArgumentError as e:
+        check(e.process_set_id == 4 and e.culprit_ranks == (), f"a duplicate's details: {e!r}")
     if D.included():
         check_close(so.allreduce(np.array([1.0]), op=so.Sum, process_set=D), [2.0], "on D")
     pending = None

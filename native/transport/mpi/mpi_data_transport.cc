@@ -119,7 +119,7 @@ Status MpiDataTransport::Wait(MPI_Request* request, const char* what) {
       Status s = interrupted_();
       if (!s.ok()) {
         // The request stays with MPI: nothing can complete or free it now.
-        return broken_ = Status(s.code(), s.message() + " (this rank gave up waiting in " + what + ")");
+        return broken_ = s.Reworded(s.message() + " (this rank gave up waiting in " + what + ")");
       }
     }
     if (sleepy_) {
