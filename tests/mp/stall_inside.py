@@ -28,7 +28,9 @@ collective = sys.argv[1]
 if r == victim:
     me = os.getpid()
     # Later it ends, as a rank that exits (os._exit) when woken: not by a signal, after which
-    # MPICH's launcher stops relaying the survivors' output.
+    # MPICH's launcher stops relaying the survivors' output. The sleep and the timer are the
+    # scenario, not waits for an event: a stop of argv[2] s, longer than the stall check time,
+    # that starts half a second in, while the large collectives below are in flight.
     signal.signal(signal.SIGUSR2, lambda *_: os._exit(9))
     subprocess.Popen(["sh", "-c", f"sleep {float(sys.argv[2])}; kill -USR2 {me}; kill -CONT {me}"],
                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
