@@ -20,10 +20,6 @@ __all__ = ["StderrRelay", "BannerFilter"]
 # A rank's output line, as the wrapper prefixes it: "[3] text", or with
 # --prefix-output-with-timestamp "Tue Jun 13 10:00:00 2023[3] text".
 _RANK_LINE = re.compile(r"^(?:\w{3} \w{3} +\d+ [\d:]+ \d{4})?\[(\d+)\] (.*)$")
-# Words of a scaleout error raised because another rank failed (a ShutDownError or a
-# TransportError): which rank it blames. Read until the core's errors send their culprits as
-# records (Note [Rank reports]).
-_BLAMES = re.compile(r"\brank (\d+) (?:\(pid \d+(?: on \S+)?\) died|has shut down|has died)")
 _LAST_LINES = 8
 
 
@@ -70,9 +66,6 @@ class StderrRelay:
             if rank_line is not None:
                 rank, said = rank_line.groups()
                 self.last_lines.setdefault(rank, deque(maxlen=_LAST_LINES)).append(said)
-                blame = _BLAMES.search(said)
-                if blame is not None and blame.group(1) != rank:
-                    self.blamed.setdefault(rank, (int(blame.group(1)),))
             report = parse_report(text)
             if report is not None:
                 self.reports.append(report)

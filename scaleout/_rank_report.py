@@ -8,7 +8,7 @@ sends it as a record:
     datagram socket and names it in the program's environment, in VARIABLE ("@name": Linux's
     abstract namespace, which leaves no file behind);
   - the program sends each record as one datagram: a JSON object, e.g. the culprits of an error
-    of scaleout's core (report_culprits):
+    of scaleout's core (scaleout._errors.from_core calls report_culprits):
         {"error": "ShutDownError", "culprit_ranks": [1, 2]}
   - the wrapper forwards each on its stderr as one line, "scaleoutrun: rank R reports <record>"
     (launcher/exit_report.py), beside its other reports, and scaleoutrun's relay
