@@ -15,6 +15,7 @@ import keras
 import tensorflow as tf
 
 from scaleout._errors import InvalidArgumentError, NotYetImplementedError
+from scaleout._naming import member, part
 from scaleout._native import Adasum, Average, Sum
 from scaleout._process_sets import global_process_set, process_set_id
 from scaleout._topk import TopK
@@ -241,8 +242,8 @@ def adasum_changes(deltas, variables, prefix, compression):
         wire, ctx = compression.compress(delta)
         wires.append(wire)
         contexts.append(ctx)
-        requests.append(request("allreduce", f"{prefix}.delta.{i}.{_variable_label(v)}",
-                                Adasum))
+        name = part(member(part(prefix, "delta"), i), _variable_label(v))
+        requests.append(request("allreduce", name, Adasum))
     outs = run_batch(requests, wires, "scaleout_adasum_deltas")
     return [compression.decompress(o, ctx) for o, ctx in zip(outs, contexts)]
 
