@@ -40,6 +40,7 @@ LAYERS: List[Set[str]] = [
     {"torch", "tensorflow"},  # the framework shims (each a package with its own modules)
 ]
 SHIMS = {"torch", "tensorflow"}
+EXTENSIONS = {"scaleout._binding"}  # compiled modules: no .py file to find
 
 
 def _layer_key(module: str) -> str:
@@ -65,7 +66,7 @@ def _imports(module: str, path: Path) -> Iterator[Tuple[str, int, bool]]:
     top = {id(n) for stmt in tree.body if not isinstance(stmt, (ast.FunctionDef, ast.ClassDef,
                                                                  ast.AsyncFunctionDef))
            for n in ast.walk(stmt)}
-    known = _modules()
+    known = set(_modules()) | EXTENSIONS
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
@@ -75,8 +76,8 @@ def _imports(module: str, path: Path) -> Iterator[Tuple[str, int, bool]]:
                 base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1]
                                 + ([base] if base else []))
             # `from scaleout import _runtime` imports a module; `from scaleout import size` a name
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known
-                       or a.name in ("_binding",) else base for a in node.names]
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base
+                       for a in node.names]
         else:
             continue
         for target in targets:
