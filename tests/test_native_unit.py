@@ -76,6 +76,17 @@ NATIVE_TEST_FILES = sorted(path.name for path in (NATIVE / "tests").glob("test_*
                            if path.name != "test_main.cc")
 
 
+def test_every_native_test_is_in_a_test_file(native_tests_binary: Path):
+    # A test registered elsewhere (a header, a file not named test_*.cc) would run under no id.
+    proc = subprocess.run([str(native_tests_binary), "--list"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    files = {line.split(" ", 1)[0] for line in proc.stdout.splitlines()}
+    assert files, "the native test binary lists no test"
+    outside = sorted(files - set(NATIVE_TEST_FILES))
+    assert not outside, f"native tests registered outside native/tests/test_*.cc: {outside}"
+
+
 @pytest.mark.parametrize("test_file", NATIVE_TEST_FILES)
 def test_native_unit_tests_pass(native_tests_binary: Path, test_file: str):
     try:

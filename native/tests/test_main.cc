@@ -4,6 +4,7 @@
 //   native_tests Reduce                    the tests whose name contains "Reduce"
 //   native_tests --file test_adasum.cc     the tests defined in that file (its base name)
 //   native_tests --file test_adasum.cc Sum both filters at once
+//   native_tests --list                    `file test` per registered test, running none
 //
 // Prints one line per failed check (at most kMaxLinesPerTest per test, then a count) and, as
 // the last line, `N passed, M failed`. Exit code 0 only when no test failed and at least one
@@ -114,13 +115,22 @@ int main(int argc, char** argv) {
   using scaleout::test::Registry;
   std::string file;    // empty: every file
   std::string filter;  // empty: every name
+  bool list = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--file" && i + 1 < argc) {
       file = argv[++i];
+    } else if (arg == "--list") {
+      list = true;
     } else {
       filter = arg;
     }
+  }
+  if (list) {
+    for (const auto& test : Registry()) {
+      scaleout::test::PrintLine(scaleout::test::BaseName(test.file) + " " + test.name);
+    }
+    return 0;
   }
   int passed = 0;
   int failed = 0;
