@@ -84,7 +84,8 @@ class Controller {
   // only; returns true if it shut the job down now.
   bool StallShutdown(double now, double threshold);
 
-  // Note [Stalls]: collectives that have waited past the stall threshold (rank 0 only); each
+  // Note [Stalls]
+  // Collectives that have waited past the stall threshold (rank 0 only); each
   // line also goes to every live worker, which logs it, so every rank names the missing ranks.
   std::vector<std::string> StallReport(double now, double threshold);
 

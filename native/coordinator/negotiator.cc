@@ -240,7 +240,8 @@ std::string Negotiator::Validate(const std::string& name, const Entry& e, int* c
   bool agree = true;  // the common case, checked without formatting anything
   for (const auto& req : br) agree = agree && (!req || req->SameParams(*first));
   if (!agree) return FieldMismatch(name, br, *first, job_ranks_);
-  // Note [Join]: joined ranks stand in (with zeros) for allreduce and barrier only. Allgather,
+  // Note [Join]
+  // Joined ranks stand in (with zeros) for allreduce and barrier only. Allgather,
   // broadcast, alltoall and reducescatter fail while a rank has joined, as in Horovod (whose
   // precondition error this is; its users' scripts expect it).
   std::vector<int> joined_missing;
