@@ -425,7 +425,7 @@ _hosts_cache: dict = {}
 def _host_sets() -> Optional[_Hosts]:
     """The sets of Note [Hierarchical top-k] when the job's allreduces are hierarchical over
     machines of equal size, else None. Collective the first time (every rank adds them)."""
-    if not _runtime.config().get("allreduce_algorithm", "").startswith("hierarchical:"):
+    if _binding.algorithms()["allreduce"] != "hierarchical":  # Note [Algorithm plan]
         return None
     local_size, count = _runtime.local_size(), _runtime.cross_size()
     if local_size < 2 or count < 2 or local_size * count != _runtime.size():

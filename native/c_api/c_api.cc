@@ -181,6 +181,13 @@ SO_EXPORT int so_traffic(int64_t* out) {
   });
 }
 
+SO_EXPORT int so_algorithms(int32_t* out) {
+  return WithRuntime([&](Runtime& rt) -> int {
+    for (int entry = 0; entry < SO_PLAN_COUNT; ++entry) out[entry] = rt.plan().of(entry);
+    return SO_OK;
+  });
+}
+
 SO_EXPORT int so_peer_died(void) { return scaleout::PeerLiveness::LostAPeer() ? 1 : 0; }
 
 SO_EXPORT int so_add_process_set(const int32_t* ranks, int nranks, int32_t* id_out) {

@@ -30,6 +30,10 @@ extern "C" {
  * SO_REDUCE_OP_TABLE(X): X(ENUM, name, code).
  * SO_COLLECTIVE_TABLE(X): X(ENUM, name, code).
  * SO_TRAFFIC_TABLE(X): X(ENUM, name, code): the counters so_traffic gives per collective kind.
+ * SO_PLAN_TABLE(X): X(ENUM, name, code): what the algorithm plan decides for (Note [Algorithm
+ *   plan] in collectives/algorithm_plan.h): the collectives that move data, and Adasum
+ *   allreduces apart; in the order config() lists them.
+ * SO_ALGORITHM_TABLE(X): X(ENUM, name, code): the algorithms a plan entry can name.
  */
 #define SO_ERROR_TABLE(X)                                                                        \
   X(INVALID_ARGUMENT, 1) /* bad input on this rank (dtype, shape, op, root, ...) */             \
@@ -67,6 +71,17 @@ extern "C" {
   X(REDUCE_NS, reduce_ns, 4) /* nanoseconds in scaleout's own reduction kernels */               \
   X(WAIT_NS, wait_ns, 5)     /* nanoseconds waiting for other ranks (MPI requests, shm syncs) */
 
+#define SO_PLAN_TABLE(X)                                                                         \
+  X(ALLREDUCE, allreduce, 0) X(BROADCAST, broadcast, 1) X(ALLTOALL, alltoall, 2)                \
+  X(ALLGATHER, allgather, 3) X(REDUCESCATTER, reducescatter, 4) X(ADASUM, adasum, 5)
+
+#define SO_ALGORITHM_TABLE(X)                                                                    \
+  X(MPI, mpi, 0)                     /* MPI's own collective (Adasum: its tree over MPI) */      \
+  X(SHARED_MEMORY, shared_memory, 1) /* staged through shared memory, every rank on one machine */ \
+  X(HIERARCHICAL, hierarchical, 2)   /* inside each machine, then between machines */            \
+  X(HIERARCHICAL_LEADER_BASED, hierarchical_leader_based, 3) /* machines of different sizes */  \
+  X(SHARED_MEMORY_AND_MPI, shared_memory_and_mpi, 4) /* shared memory inside, MPI between */
+
 /* Status codes (so_status_name() gives the name of one). */
 #define SO_ENUM_ERROR_(NAME, code) SO_ERR_##NAME = code,
 enum { SO_OK = 0, SO_ERROR_TABLE(SO_ENUM_ERROR_) SO_STATUS_COUNT };
@@ -82,6 +97,12 @@ enum { SO_COLLECTIVE_TABLE(SO_ENUM_CODE_) SO_COLLECTIVE_COUNT };
 #define SO_ENUM_TRAFFIC_(ENUM, name, code) SO_TRAFFIC_##ENUM = code,
 enum { SO_TRAFFIC_TABLE(SO_ENUM_TRAFFIC_) SO_TRAFFIC_COUNT };
 #undef SO_ENUM_TRAFFIC_
+#define SO_ENUM_PLAN_(ENUM, name, code) SO_PLAN_##ENUM = code,
+enum { SO_PLAN_TABLE(SO_ENUM_PLAN_) SO_PLAN_COUNT };
+#undef SO_ENUM_PLAN_
+#define SO_ENUM_ALGORITHM_(ENUM, name, code) SO_ALGORITHM_##ENUM = code,
+enum { SO_ALGORITHM_TABLE(SO_ENUM_ALGORITHM_) SO_ALGORITHM_COUNT };
+#undef SO_ENUM_ALGORITHM_
 #undef SO_ENUM_CODE_
 
 /* Handle ids: the runtime's epoch (counting so_init calls in this process) in the bits from
@@ -126,6 +147,9 @@ int so_stats(int64_t* out);
 /* out[SO_COLLECTIVE_COUNT * SO_TRAFFIC_COUNT]: out[collective * SO_TRAFFIC_COUNT + counter],
  * this process's counts since so_init (Note [Traffic]). */
 int so_traffic(int64_t* out);
+/* out[SO_PLAN_COUNT]: the algorithm (SO_ALGORITHM_...) of each SO_PLAN_... entry on every rank
+ * of the job (Note [Algorithm plan]). */
+int so_algorithms(int32_t* out);
 /* 1 once this process has seen a peer rank die (Note [Liveness]), under any runtime, else 0: MPI
  * cannot be finalized then (MPI_Finalize waits for the dead peer forever). */
 int so_peer_died(void);

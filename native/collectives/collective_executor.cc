@@ -36,6 +36,36 @@ double PostFactor(const Response& r, int size) {
 
 }  // namespace
 
+CollectiveExecutor::CollectiveExecutor(const DataPlane& plane, EndpointPool* endpoints)
+    : transports_(plane.transports), endpoints_(endpoints), adasum_(plane.transports[0]) {
+  const AlgorithmPlan& plan = plane.plan;
+  if (!plane.cross.empty()) machines_ = std::make_unique<MachineReduce>(plane.cross, endpoints);
+  if (plan.allreduce() != SO_ALGORITHM_MPI) {
+    staged_ = std::make_unique<StagedAllreduce>(
+        plane.peers, machines_.get(), plan.allreduce() == SO_ALGORITHM_HIERARCHICAL_LEADER_BASED);
+  }
+  alltoall_ = plan.alltoall() == SO_ALGORITHM_SHARED_MEMORY
+                  ? std::make_unique<StagedAlltoall>(plane.peers)
+                  : std::make_unique<StagedAlltoall>(plane.peers, plane.transports[0],
+                                                     plane.machine_of, plane.local_rank_of);
+  if (plan.broadcast() != SO_ALGORITHM_MPI) {
+    staged_broadcast_ = std::make_unique<StagedBroadcast>(plane.peers, plane.leaders,
+                                                          plane.transports[0]->rank(),
+                                                          plane.machine_of, plane.local_rank_of);
+  }
+  if (plan.allgather() == SO_ALGORITHM_SHARED_MEMORY) {
+    staged_allgather_ = std::make_unique<StagedAllgather>(plane.peers);
+  } else if (plan.allgather() == SO_ALGORITHM_HIERARCHICAL) {
+    hierarchical_allgather_ = std::make_unique<HierarchicalAllgather>(
+        plane.local, plane.leaders, plane.transports[0]->rank(), plane.machine_of,
+        plane.local_rank_of);
+  }
+  if (plan.adasum() == SO_ALGORITHM_HIERARCHICAL) {
+    machine_sum_ = std::make_unique<StagedAllreduce>(plane.peers);
+    if (plane.leaders != nullptr) machine_adasum_ = std::make_unique<Adasum>(plane.leaders);
+  }
+}
+
 Status CollectiveExecutor::ReduceSplit(const void* in, void* out, size_t count, DataType dtype,
                                        ReduceOp op) {
   const size_t esize = DataTypeSize(dtype);

@@ -29,37 +29,8 @@ namespace scaleout {
 class CollectiveExecutor {
  public:
   // plane.transports[i] belongs to endpoint server i of `endpoints` (at least one).
-  CollectiveExecutor(const DataPlane& plane, EndpointPool* endpoints)
-      : transports_(plane.transports), endpoints_(endpoints), adasum_(plane.transports[0]),
-        machines_(plane.cross.empty() ? nullptr
-                                      : std::make_unique<MachineReduce>(plane.cross, endpoints)),
-        staged_(plane.peers != nullptr && (plane.machines == 1 || plane.hierarchical_allreduce)
-                    ? std::make_unique<StagedAllreduce>(plane.peers, machines_.get(),
-                                                        plane.leader_based)
-                    : nullptr),
-        alltoall_(plane.peers != nullptr && plane.machines == 1
-                      ? std::make_unique<StagedAlltoall>(plane.peers)
-                      : std::make_unique<StagedAlltoall>(plane.peers, plane.transports[0],
-                                                         plane.machine_of, plane.local_rank_of)),
-        staged_broadcast_(plane.peers != nullptr
-                              ? std::make_unique<StagedBroadcast>(
-                                    plane.peers, plane.leaders, plane.transports[0]->rank(),
-                                    plane.machine_of, plane.local_rank_of)
-                              : nullptr),
-        staged_allgather_(plane.peers != nullptr && plane.machines == 1
-                              ? std::make_unique<StagedAllgather>(plane.peers)
-                              : nullptr),
-        hierarchical_allgather_(plane.hierarchical_allgather
-                                    ? std::make_unique<HierarchicalAllgather>(
-                                          plane.local, plane.leaders,
-                                          plane.transports[0]->rank(), plane.machine_of,
-                                          plane.local_rank_of)
-                                    : nullptr),
-        machine_sum_(plane.HierarchicalAdasum() ? std::make_unique<StagedAllreduce>(plane.peers)
-                                                : nullptr),
-        machine_adasum_(machine_sum_ != nullptr && plane.leaders != nullptr
-                            ? std::make_unique<Adasum>(plane.leaders)
-                            : nullptr) {}
+  // Makes the algorithms plane.plan names (Note [Algorithm plan]).
+  CollectiveExecutor(const DataPlane& plane, EndpointPool* endpoints);
 
   // entries[i] is this rank's entry for response.tensors[i], or nullptr where this rank joined
   // instead of submitting (it then contributes zeros or no rows). Results go into the entries.

@@ -35,7 +35,7 @@
   X(so_abi_version) X(so_version) X(so_build_info) X(so_last_error) X(so_last_error_details) X(so_init) X(so_shutdown)   \
   X(so_is_initialized) X(so_topology) X(so_config_string) X(so_enqueue) X(so_poll) X(so_wait)   \
   X(so_result_shape) X(so_result_take) X(so_buffer_free) X(so_result_splits)                   \
-  X(so_result_join_rank) X(so_release) X(so_timeline) X(so_stats) X(so_traffic) X(so_peer_died) X(so_add_process_set) X(so_remove_process_set)   \
+  X(so_result_join_rank) X(so_release) X(so_timeline) X(so_stats) X(so_traffic) X(so_algorithms) X(so_peer_died) X(so_add_process_set) X(so_remove_process_set)   \
   X(so_process_set) X(so_process_set_ids)
 
 #define SO_POINTER_(fn) __typeof__(&fn) fn;
@@ -269,6 +269,33 @@ static PyObject* traffic(PyObject* self, PyObject* unused) {
     PyTuple_SET_ITEM(kinds, c, row);
   }
   return kinds;
+}
+
+/* algorithms() -> {plan entry: algorithm}, names from the header's tables (Note [Algorithm
+ * plan]): {"allreduce": "hierarchical", ...}. */
+static PyObject* algorithms(PyObject* self, PyObject* unused) {
+  static const char* const entries[SO_PLAN_COUNT] = {
+#define SO_PLAN_NAME_(ENUM, name, code) [code] = #name,
+      SO_PLAN_TABLE(SO_PLAN_NAME_)
+#undef SO_PLAN_NAME_
+  };
+  static const char* const names[SO_ALGORITHM_COUNT] = {
+#define SO_ALGORITHM_NAME_(ENUM, name, code) [code] = #name,
+      SO_ALGORITHM_TABLE(SO_ALGORITHM_NAME_)
+#undef SO_ALGORITHM_NAME_
+  };
+  if (!require_loaded()) return NULL;
+  int32_t plan[SO_PLAN_COUNT];
+  int rc = api.so_algorithms(plan);
+  if (rc != 0) return raise_status(rc);
+  PyObject* out = PyDict_New();
+  for (int i = 0; out != NULL && i < SO_PLAN_COUNT; ++i) {
+    const char* name = plan[i] >= 0 && plan[i] < SO_ALGORITHM_COUNT ? names[plan[i]] : "unknown";
+    PyObject* v = PyUnicode_FromString(name);
+    if (v == NULL || PyDict_SetItemString(out, entries[i], v) != 0) Py_CLEAR(out);
+    Py_XDECREF(v);
+  }
+  return out;
 }
 
 /* add_process_set(ranks: sequence of int) -> id; collective over every rank (blocks). */
@@ -1157,6 +1184,8 @@ static PyMethodDef methods[] = {
      "topology() -> (rank, size, local_rank, local_size, cross_rank, cross_size)"},
     {"stats", stats, METH_NOARGS, "stats() -> (handles registered, names in flight)"},
     {"traffic", traffic, METH_NOARGS, "traffic() -> per collective kind, its counters"},
+    {"algorithms", algorithms, METH_NOARGS,
+     "algorithms() -> {collective: algorithm}: the job's algorithm plan"},
     {"peer_died", peer_died, METH_NOARGS, "whether this process has seen a peer rank die"},
     {"add_process_set", add_process_set, METH_O, "add_process_set(ranks) -> id (collective)"},
     {"remove_process_set", remove_process_set, METH_O, "remove_process_set(id) (collective)"},

@@ -45,7 +45,7 @@ Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, int64_t epoch
   if (!s.ok()) return s;
   // What config() reports: the paths in use.
   rt->config_.shm = rt->plane_->view.peers != nullptr;
-  rt->config_.algorithms = rt->plane_->view.Algorithms();
+  rt->config_.algorithms = rt->plane_->view.plan.Describe();
   rt->coordinator_ = std::make_shared<Coordinator>(rt->config_, rt->channel_.get(),
                                                    rt->plane_->view, &rt->handles_, &rt->queue_,
                                                    liveness);
@@ -54,8 +54,8 @@ Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, int64_t epoch
   return Status::OK();
 }
 
-// Note [Hierarchical allreduce]: the layout decides the data plane. Every rank of the
-// communicator computes the same topology, so all choose alike.
+// Makes what the plan needs (Note [Algorithm plan]), then settles the plan once shared memory is
+// known to be up on every machine, or not.
 Status OwnedDataPlane::Create(const MpiContext& mpi, const Config& config,
                               PeerLiveness* liveness, const std::string& who,
                               std::unique_ptr<OwnedDataPlane>* out) {
@@ -68,47 +68,27 @@ Status OwnedDataPlane::Create(const MpiContext& mpi, const Config& config,
     plane->transports.push_back(transport(mpi.data_comm(i)));
     plane->view.transports.push_back(plane->transports.back().get());
   }
-  // Only what every rank knows alike decides (Topology's machines, uniform, max_local_size).
   const Topology& t = mpi.topology();
-  const bool one_machine = t.size > 1 && t.machines == 1;
-  const bool machines = t.machines > 1 && t.max_local_size > 1;
-  std::string flat_why;
-  if (machines && !config.shm) {
-    flat_why = "SCALEOUT_SHM=0";
-  } else if (!machines) {
-    flat_why = t.machines == 1 ? "every rank is on one machine" : "one rank per machine";
+  std::vector<std::string> warnings;
+  AlgorithmPlan plan = AlgorithmPlan::Decide(
+      {t.size, t.machines, t.max_local_size, t.local_size, t.uniform, config.shm,
+       config.hierarchical_allreduce, config.hierarchical_allgather},
+      &warnings);
+  if (t.rank == 0) {
+    for (const std::string& warning : warnings) SO_LOG(kWarning, who << warning);
   }
-  if (config.hierarchical_allreduce == 1 && !flat_why.empty() && t.rank == 0) {
-    SO_LOG(kWarning, who << "SCALEOUT_HIERARCHICAL_ALLREDUCE=1, but " << flat_why
-                         << ": allreduces are not hierarchical");
-  }
-  if (config.hierarchical_allgather == 1 && !machines && t.rank == 0) {
-    SO_LOG(kWarning, who << "SCALEOUT_HIERARCHICAL_ALLGATHER=1, but "
-                         << (t.machines == 1 ? "every rank is on one machine" : "one rank per machine")
-                         << ": allgathers are not hierarchical");
-  }
-  const bool hierarchical_allreduce = flat_why.empty() && config.hierarchical_allreduce != 0;
-  const bool hierarchical_allgather = machines && config.hierarchical_allgather != 0;
-  if (machines) {
+  if (plan.spans_machines()) {
     plane->local = transport(mpi.local_data_comm());
-    plane->view.machines = t.machines;
     // The machines' first ranks link the machines (broadcasts, allgathers); with machines of
     // the same size and hierarchical allreduces, every rank's cross communicators link its
     // local rank, one per endpoint server (Note [Hierarchical allreduce]).
-    if ((hierarchical_allreduce && t.uniform) || t.local_rank == 0) {
-      const int channels = hierarchical_allreduce ? mpi.data_channels() : 1;
+    if (plan.allreduce() == SO_ALGORITHM_HIERARCHICAL || t.local_rank == 0) {
+      const int channels = plan.hierarchical_allreduce() ? mpi.data_channels() : 1;
       for (int i = 0; i < channels; ++i) plane->cross.push_back(transport(mpi.cross_data_comm(i)));
     }
   }
-  DataTransport* bootstrap = nullptr;
-  if (config.shm && one_machine) {
-    bootstrap = plane->transports[0].get();
-  } else if (config.shm && machines) {
-    // Machines of different sizes: only the first ranks cross.
-    plane->view.leader_based = hierarchical_allreduce && !t.uniform;
-    bootstrap = plane->local.get();
-  }
-  if (bootstrap != nullptr) {
+  if (plan.tries_shared_memory()) {
+    DataTransport* bootstrap = plan.spans_machines() ? plane->local.get() : plane->transports[0].get();
     Status s = ShmPeerMemory::Create(bootstrap, config.shm_area_bytes, &plane->peers);
     if (!s.ok()) {
       SO_LOG(kWarning, who << "shared memory unavailable (" << s.message()
@@ -121,23 +101,20 @@ Status OwnedDataPlane::Create(const MpiContext& mpi, const Config& config,
     if (!s.ok()) return s;
     if (!everywhere) {
       plane->peers.reset();
-      plane->view.leader_based = false;
+      plan = plan.WithoutSharedMemory();
     }
   }
+  plane->view.plan = plan;
   plane->view.peers = plane->peers.get();
-  plane->view.hierarchical_allreduce = plane->peers != nullptr && hierarchical_allreduce;
-  plane->view.hierarchical_asked = config.hierarchical_allreduce == 1;
-  if (plane->view.hierarchical_allreduce) {
+  if (plan.hierarchical_allreduce()) {
     for (auto& c : plane->cross) plane->view.cross.push_back(c.get());
   }
   if (!plane->cross.empty() && t.local_rank == 0) plane->view.leaders = plane->cross[0].get();
   plane->view.machine_of = t.machine_of;
   plane->view.local_rank_of = t.local_rank_of;
   plane->view.local = plane->local.get();
-  plane->view.hierarchical_allgather = hierarchical_allgather;
-  if (plane->peers == nullptr && !hierarchical_allgather) plane->view.machines = 1;
   if (t.rank == 0) {
-    for (const auto& [collective, algorithm] : plane->view.Algorithms()) {
+    for (const auto& [collective, algorithm] : plan.Describe()) {
       SO_LOG(kInfo, who << collective << ": " << algorithm);
     }
   }

@@ -99,6 +99,8 @@ class Runtime {
   HandleTable& handles() { return handles_; }
   const Topology& topology() const { return mpi_->topology(); }
   const Config& config() const { return config_; }
+  // The job's algorithm plan (the global set's; Note [Algorithm plan]).
+  const AlgorithmPlan& plan() const { return plane_->view.plan; }
   int64_t epoch() const { return handles_.epoch(); }
 
  private:
