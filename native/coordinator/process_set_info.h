@@ -8,8 +8,9 @@
 
 namespace scaleout {
 
-// A set's id, and the job's rank of each of its ranks (empty for the global set, id 0, where
-// they are the same). Negotiation counts the set's ranks; what users read names the job's.
+// A set's id, and the job's rank of each of its ranks (the global set, id 0: 0, 1, ...; empty
+// also means the same numbers). Negotiation counts the set's ranks; what users read names the
+// job's.
 struct ProcessSetInfo {
   int32_t id = 0;
   std::vector<int> ranks;

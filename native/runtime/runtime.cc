@@ -18,38 +18,36 @@ Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, int64_t epoch
   Status s = Config::FromEnvironment(&rt->config_);
   if (!s.ok()) return s;
   // Settings that change how ranks take part in collectives must be the same on every rank.
+  auto global = std::make_shared<ProcessSet>();
   s = MpiContext::Create(has_comm, comm_fortran_handle, rt->config_.ep_servers,
                          {{"SCALEOUT_SHM", rt->config_.shm ? 1 : 0},
                           {"SCALEOUT_SHM_AREA", static_cast<int64_t>(rt->config_.shm_area_bytes)},
                           {"SCALEOUT_HIERARCHICAL_ALLREDUCE", rt->config_.hierarchical_allreduce},
                           {"SCALEOUT_HIERARCHICAL_ALLGATHER", rt->config_.hierarchical_allgather}},
-                         &rt->mpi_);
+                         &global->mpi);
   if (!s.ok()) return s;
-  const Topology& topo = rt->mpi_->topology();
+  const Topology& topo = global->mpi->topology();
+  global->rank = topo.rank;
+  for (int r = 0; r < topo.size; ++r) global->info.ranks.push_back(r);
+  rt->global_ = global;
+  {
+    std::lock_guard<std::mutex> lock(rt->sets_mu_);
+    rt->sets_[0] = global;
+  }
   SetLogContext(topo.rank, rt->config_.log_level);
   if (topo.rank == 0) {
     for (const std::string& note : rt->config_.notes) SO_LOG(kWarning, note);
   }
   std::string unpinned;
-  const int core = rt->config_.CoordinatorCore(topo.local_rank, topo.local_size, &unpinned);
-  rt->coordinator_core_ = core;
+  rt->coordinator_core_ = rt->config_.CoordinatorCore(topo.local_rank, topo.local_size, &unpinned);
   if (!unpinned.empty()) SO_LOG(kWarning, unpinned);
-  s = PeerLiveness::Create(rt->mpi_->control_comm(), rt->mpi_->local_comm(),
+  s = PeerLiveness::Create(global->mpi->control_comm(), global->mpi->local_comm(),
                            {rt->config_.heartbeat_timeout_seconds, rt->config_.network_interface,
                             rt->config_.stall_check_disable ? 0 : rt->config_.stall_check_seconds},
                            &rt->liveness_);
   if (!s.ok()) return s;
-  PeerLiveness* liveness = rt->liveness_.get();
-  rt->channel_ = std::make_unique<MpiControlChannel>(rt->mpi_->control_comm());
-  s = OwnedDataPlane::Create(*rt->mpi_, rt->config_, liveness, "", &rt->plane_);
+  s = rt->StartProcessSet(global.get());
   if (!s.ok()) return s;
-  // What config() reports: the paths in use.
-  rt->config_.shm = rt->plane_->view.peers != nullptr;
-  rt->config_.algorithms = rt->plane_->view.plan.Describe();
-  rt->coordinator_ = std::make_shared<Coordinator>(rt->config_, rt->channel_.get(),
-                                                   rt->plane_->view, &rt->handles_, &rt->queue_,
-                                                   liveness);
-  rt->coordinator_->Start(topo.rank, core);
   *out = std::move(rt);
   return Status::OK();
 }
@@ -126,29 +124,27 @@ Runtime::~Runtime() { Shutdown(); }
 
 void Runtime::Shutdown() {
   {
-    // Process sets first, each with its own members (every rank shuts down).
+    // The added sets first, each with its own members (every rank shuts down).
     std::lock_guard<std::mutex> change(change_mu_);
     std::map<int32_t, std::shared_ptr<ProcessSet>> sets;
     {
       std::lock_guard<std::mutex> lock(sets_mu_);
       sets.swap(sets_);
+      if (global_) sets_[0] = sets[0];  // the global set stays, as long as the runtime
+      sets.erase(0);
     }
     for (auto& kv : sets) StopProcessSet(kv.second.get());
   }
-  std::shared_ptr<Coordinator> coordinator;
-  {
-    std::lock_guard<std::mutex> lock(coordinator_mu_);
-    coordinator.swap(coordinator_);
-  }
-  if (coordinator) coordinator->Stop();
+  // The global set's resources stay until the runtime goes: the job's MPI with them.
+  if (global_) StopCoordinator(global_.get());
   handles_.FailAll(Status::ShutDown("scaleout was shut down on this rank"));
   result_memory::Trim();  // Note [Result memory]: nothing more to reuse it for
   if (liveness_) {
     liveness_->Stop();
     // Note [Liveness]: with a dead peer, what MPI still holds can never complete.
-    if (liveness_->AnyDead()) {
-      if (channel_) channel_->Abandon();
-      if (mpi_) mpi_->Abandon();
+    if (liveness_->AnyDead() && global_) {
+      if (global_->channel) global_->channel->Abandon();
+      if (global_->mpi) global_->mpi->Abandon();
     }
   }
 }
@@ -156,8 +152,8 @@ void Runtime::Shutdown() {
 Status Runtime::SetTimeline(const std::string& path, bool mark_cycles) {
   std::shared_ptr<Coordinator> coordinator;
   {
-    std::lock_guard<std::mutex> lock(coordinator_mu_);
-    coordinator = coordinator_;
+    std::lock_guard<std::mutex> lock(coordinators_mu_);
+    if (global_) coordinator = global_->coordinator;
   }
   if (!coordinator) return Status::ShutDown("scaleout is shut down: the timeline cannot be changed");
   return coordinator->SetTimeline(path, mark_cycles);
@@ -265,27 +261,31 @@ std::string RankText(const std::vector<int>& ranks) {
 Status Runtime::Enqueue(const EnqueueArgs& args, int64_t* handle) {
   auto entry = std::make_shared<TensorEntry>();
   entry->process_set = args.process_set;
-  std::shared_ptr<ProcessSet> set;  // kept while the entry is handed over
-  int size = topology().size;
+  // The global set lives as long as the runtime: found without the lock, on the fast path.
+  std::shared_ptr<ProcessSet> added;  // another set, kept while the entry is handed over
+  ProcessSet* set = global_.get();
   if (args.process_set != 0) {
     {
       std::lock_guard<std::mutex> lock(sets_mu_);
       auto it = sets_.find(args.process_set);
-      if (it != sets_.end()) set = it->second;
+      if (it != sets_.end()) added = it->second;
     }
-    if (!set) {
+    if (!added) {
       return Status::InvalidArgument("process set " + std::to_string(args.process_set) +
                                      " does not exist (never added, or removed)");
     }
-    if (set->rank < 0) {
-      return Status::InvalidArgument("rank " + std::to_string(topology().rank) + " is not in process set " +
-                                     std::to_string(args.process_set) + " (ranks " + RankText(set->info.ranks) +
-                                     "): only its ranks may run its collectives");
-    }
-    size = static_cast<int>(set->info.ranks.size());
+    set = added.get();
   }
+  if (set->rank < 0) {
+    return Status::InvalidArgument("rank " + std::to_string(topology().rank) + " is not in process set " +
+                                   std::to_string(args.process_set) + " (ranks " + RankText(set->info.ranks) +
+                                   "): only its ranks may run its collectives");
+  }
+  const int size = static_cast<int>(set->info.ranks.size());
   EnqueueArgs a = args;
-  if (set && a.collective == SO_BROADCAST) {
+  // The global set's ranks are the job's: nothing to translate (a root out of range is
+  // Validate's to refuse).
+  if (set->info.id != 0 && a.collective == SO_BROADCAST) {
     // As in Horovod, a root is the job's rank; the set's coordinator needs its place in the set.
     const std::vector<int>& ranks = set->info.ranks;
     auto it = std::find(ranks.begin(), ranks.end(), a.root);
@@ -301,7 +301,7 @@ Status Runtime::Enqueue(const EnqueueArgs& args, int64_t* handle) {
   s = handles_.Add(entry);
   if (!s.ok()) return s;
   *handle = entry->handle;
-  (set ? set->queue : queue_).Push(std::move(entry));
+  set->queue.Push(std::move(entry));
   return Status::OK();
 }
 
@@ -333,7 +333,7 @@ Status Runtime::AddProcessSet(const std::vector<int>& ranks, int32_t* id) {
   uint64_t hash = 1469598103934665603ull;
   for (int r : ranks) hash = (hash ^ static_cast<uint64_t>(r)) * 1099511628211ull;
   bool same = false;
-  Status s = SameEverywhere(mpi_->admin_comm(), {static_cast<int64_t>(ranks.size()),
+  Status s = SameEverywhere(mpi().admin_comm(), {static_cast<int64_t>(ranks.size()),
                                                  static_cast<int64_t>(hash >> 1), valid ? 1 : 0},
                             &same);
   if (!s.ok()) return s;
@@ -347,8 +347,9 @@ Status Runtime::AddProcessSet(const std::vector<int>& ranks, int32_t* id) {
   }
   {
     std::lock_guard<std::mutex> lock(sets_mu_);
+    // Not the global set: as in Horovod, a set of every rank may be added beside it.
     for (const auto& kv : sets_) {
-      if (kv.second->info.ranks == ranks) {
+      if (kv.first != 0 && kv.second->info.ranks == ranks) {
         return Status::InvalidArgument(what + ": process set " + std::to_string(kv.first) +
                                        " has these ranks already")
             .WithProcessSet(kv.first);
@@ -362,7 +363,7 @@ Status Runtime::AddProcessSet(const std::vector<int>& ranks, int32_t* id) {
     if (ranks[i] == topo.rank) set->rank = static_cast<int>(i);
   }
   MPI_Comm comm = MPI_COMM_NULL;
-  int rc = MPI_Comm_split(mpi_->admin_comm(), set->rank >= 0 ? 0 : MPI_UNDEFINED, topo.rank, &comm);
+  int rc = MPI_Comm_split(mpi().admin_comm(), set->rank >= 0 ? 0 : MPI_UNDEFINED, topo.rank, &comm);
   if (rc != MPI_SUCCESS) return MpiError("MPI_Comm_split", rc);
   Status made;
   if (set->rank >= 0) {
@@ -372,7 +373,7 @@ Status Runtime::AddProcessSet(const std::vector<int>& ranks, int32_t* id) {
   }
   // Every rank learns whether it worked everywhere (members only could fail).
   int32_t ok = made.ok() ? 1 : 0;
-  rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT32_T, MPI_MIN, mpi_->admin_comm());
+  rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT32_T, MPI_MIN, mpi().admin_comm());
   if (rc != MPI_SUCCESS) return MpiError("MPI_Allreduce", rc);
   if (!ok) {
     StopProcessSet(set.get());
@@ -388,26 +389,42 @@ Status Runtime::AddProcessSet(const std::vector<int>& ranks, int32_t* id) {
 Status Runtime::StartProcessSet(ProcessSet* set) {
   const Topology& t = set->mpi->topology();
   PeerLiveness* liveness = liveness_.get();
+  const int32_t id = set->info.id;
   Status s = OwnedDataPlane::Create(*set->mpi, config_, liveness,
-                                    "process set " + std::to_string(set->info.id) + ": ",
+                                    id == 0 ? "" : "process set " + std::to_string(id) + ": ",
                                     &set->plane);
   if (!s.ok()) return s;
+  if (id == 0) {
+    // What config() reports: the job's paths in use.
+    config_.shm = set->plane->view.peers != nullptr;
+    config_.algorithms = set->plane->view.plan.Describe();
+  }
   set->channel = std::make_unique<MpiControlChannel>(set->mpi->control_comm());
-  set->coordinator = std::make_shared<Coordinator>(config_, set->channel.get(), set->plane->view,
+  auto coordinator = std::make_shared<Coordinator>(config_, set->channel.get(), set->plane->view,
                                                    &handles_, &set->queue, liveness, set->info);
-  set->coordinator->Start(t.rank, coordinator_core_);
+  coordinator->Start(t.rank, coordinator_core_);
+  std::lock_guard<std::mutex> lock(coordinators_mu_);
+  set->coordinator = std::move(coordinator);
   return Status::OK();
 }
 
+void Runtime::StopCoordinator(ProcessSet* set) {
+  std::shared_ptr<Coordinator> coordinator;
+  {
+    std::lock_guard<std::mutex> lock(coordinators_mu_);
+    coordinator.swap(set->coordinator);
+  }
+  if (coordinator) coordinator->Stop();
+}
+
 void Runtime::StopProcessSet(ProcessSet* set) {
-  if (set->coordinator) set->coordinator->Stop();
+  StopCoordinator(set);
   handles_.CloseSet(set->info.id, Status::InvalidArgument(
       "process set " + std::to_string(set->info.id) + " was removed"));
   if (liveness_ && liveness_->AnyDead()) {
     if (set->channel) set->channel->Abandon();
     if (set->mpi) set->mpi->Abandon();
   }
-  set->coordinator.reset();
   set->channel.reset();
   set->plane.reset();
   set->mpi.reset();
@@ -426,10 +443,10 @@ Status Runtime::RemoveProcessSet(int32_t id) {
   const int size = topology().size;
   int32_t mine[2] = {set ? 1 : 0, set ? handles_.Unfinished(id) : 0};
   std::vector<int32_t> all(2 * static_cast<size_t>(size));
-  int rc = MPI_Allgather(mine, 2, MPI_INT32_T, all.data(), 2, MPI_INT32_T, mpi_->admin_comm());
+  int rc = MPI_Allgather(mine, 2, MPI_INT32_T, all.data(), 2, MPI_INT32_T, mpi().admin_comm());
   if (rc != MPI_SUCCESS) return MpiError("MPI_Allgather", rc);
   bool same = false;
-  Status s = SameEverywhere(mpi_->admin_comm(), {id}, &same);
+  Status s = SameEverywhere(mpi().admin_comm(), {id}, &same);
   if (!s.ok()) return s;
   std::vector<int> unknown, busy;
   for (int r = 0; r < size; ++r) {
@@ -455,12 +472,6 @@ Status Runtime::RemoveProcessSet(int32_t id) {
 }
 
 Status Runtime::DescribeProcessSet(int32_t id, std::vector<int>* ranks, int* rank) const {
-  if (id == 0) {
-    ranks->resize(topology().size);
-    for (int r = 0; r < topology().size; ++r) (*ranks)[r] = r;
-    *rank = topology().rank;
-    return Status::OK();
-  }
   std::lock_guard<std::mutex> lock(sets_mu_);
   auto it = sets_.find(id);
   if (it == sets_.end()) {
@@ -472,7 +483,7 @@ Status Runtime::DescribeProcessSet(int32_t id, std::vector<int>* ranks, int* ran
 }
 
 std::vector<int32_t> Runtime::ProcessSetIds() const {
-  std::vector<int32_t> ids{0};
+  std::vector<int32_t> ids;
   std::lock_guard<std::mutex> lock(sets_mu_);
   for (const auto& kv : sets_) ids.push_back(kv.first);
   return ids;

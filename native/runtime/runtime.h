@@ -58,7 +58,8 @@ struct OwnedDataPlane {
 
 // Note [Process sets]
 // Groups of ranks that run collectives among themselves (Horovod's process sets). Set 0 is every
-// rank. Others are added and removed collectively, by every rank of the job in the same order,
+// rank: made at init like the others, on the job's communicator, and living as long as the
+// runtime (it cannot be removed). Others are added and removed collectively, by every rank of the job in the same order,
 // and get ids 1, 2, ... in that order. Each set is a job of its own on its members: its own
 // communicators (split from the job's, then duplicated as the job's are), negotiation (its
 // first rank coordinates), response cache, fusion, shared memory when its ranks share a
@@ -66,7 +67,7 @@ struct OwnedDataPlane {
 // other, overlapping sets included (one thread per set: no order between sets to deadlock on),
 // and names are scoped per set. Liveness is the job's: a death anywhere ends every set.
 struct ProcessSet {
-  ProcessSetInfo info;  // id and the job's rank of each member
+  ProcessSetInfo info;  // id and the job's rank of each member (set 0: 0, 1, ..., size - 1)
   int rank = -1;        // this rank's place in it; -1: not a member (nothing below is made)
   std::unique_ptr<MpiContext> mpi;
   std::unique_ptr<MpiControlChannel> channel;
@@ -97,33 +98,36 @@ class Runtime {
   std::vector<int32_t> ProcessSetIds() const;
 
   HandleTable& handles() { return handles_; }
-  const Topology& topology() const { return mpi_->topology(); }
+  const Topology& topology() const { return mpi().topology(); }
   const Config& config() const { return config_; }
   // The job's algorithm plan (the global set's; Note [Algorithm plan]).
-  const AlgorithmPlan& plan() const { return plane_->view.plan; }
+  const AlgorithmPlan& plan() const { return global_->plane->view.plan; }
   int64_t epoch() const { return handles_.epoch(); }
 
  private:
   Runtime() = default;
   Status Validate(const EnqueueArgs& a, int size, TensorEntry* entry) const;
+  // Makes the set's data plane, control channel and coordinator over set->mpi, and starts it.
   Status StartProcessSet(ProcessSet* set);
+  // Stops the set's coordinator (its pending work fails) and lets its resources go.
   void StopProcessSet(ProcessSet* set);
+  void StopCoordinator(ProcessSet* set);
+  // The job's MPI, the global set's: topology, liveness and set changes run on it.
+  const MpiContext& mpi() const { return *global_->mpi; }
 
   Config config_;
-  std::unique_ptr<MpiContext> mpi_;
+  // Set 0 (Note [Process sets]); also in sets_. Declared before what uses its communicators.
+  std::shared_ptr<ProcessSet> global_;
   std::unique_ptr<PeerLiveness> liveness_;  // Note [Liveness]; before what uses it
-  std::unique_ptr<MpiControlChannel> channel_;
-  std::unique_ptr<OwnedDataPlane> plane_;
   HandleTable handles_;
-  RequestQueue queue_;
-  // Shared so that SetTimeline, on a user thread, keeps it alive while Shutdown stops it.
-  std::mutex coordinator_mu_;
-  std::shared_ptr<Coordinator> coordinator_;  // guarded by coordinator_mu_
   int coordinator_core_ = -1;
+  // Guards each set's coordinator pointer: SetTimeline, on a user thread, keeps the global
+  // set's alive while Shutdown stops it.
+  std::mutex coordinators_mu_;
   // Note [Process sets]: one change at a time; lookups from any thread.
   std::mutex change_mu_;
   mutable std::mutex sets_mu_;
-  std::map<int32_t, std::shared_ptr<ProcessSet>> sets_;  // guarded by sets_mu_; not set 0
+  std::map<int32_t, std::shared_ptr<ProcessSet>> sets_;  // guarded by sets_mu_; set 0 too
   int32_t next_set_id_ = 1;                              // guarded by change_mu_
 };
 
