@@ -33,7 +33,7 @@ def test_compression_casts_floats_only():
 
 def test_gpu_placement_is_refused_with_a_clear_message():
     from scaleout import InvalidArgumentError
-    from scaleout.tensorflow._collectives import check_device
+    from scaleout.tensorflow._arguments import check_device
 
     check_device("")
     check_device("/job:localhost/replica:0/task:0/device:CPU:0")

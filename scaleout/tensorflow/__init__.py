@@ -12,7 +12,7 @@ Nothing is compiled against TensorFlow: collectives run through scaleout's numpy
 eagerly or as `tf.numpy_function` ops inside tf.function and tf.compat.v1 graphs, so any
 TensorFlow 2.x from 2.16 on works as installed. Tensors are host (CPU) tensors; GPU tensors are
 not supported yet. XLA-compiled functions (`jit_compile=True`) cannot contain these ops: see
-_collectives.py. Errors are scaleout's classes and also the tf.errors classes Horovod raises
+_op_runner.py. Errors are scaleout's classes and also the tf.errors classes Horovod raises
 (_errors.py). Keras: `scaleout.tensorflow.keras`.
 """
 try:
@@ -26,12 +26,12 @@ from scaleout._frontend_api import *  # noqa: F401,F403
 from scaleout.tensorflow._collectives import (allgather, allreduce, alltoall, barrier, broadcast,
                                               broadcast_, broadcast_variables, grouped_allgather,
                                               grouped_allreduce, grouped_reducescatter, join,
-                                              local_rank_op, local_size_op,
-                                              process_set_included_op, rank_op, reducescatter,
-                                              size_op)
+                                              reducescatter)
 from scaleout.tensorflow._compression import Compression
 from scaleout.tensorflow._gradients import DistributedGradientTape, PartialDistributedGradientTape
 from scaleout.tensorflow._optimizer import DistributedOptimizer
+from scaleout.tensorflow._queries import (local_rank_op, local_size_op, process_set_included_op,
+                                          rank_op, size_op)
 from scaleout.tensorflow._sync_batch_norm import SyncBatchNormalization
 from scaleout.tensorflow._v1 import (BroadcastGlobalVariablesHook, allgather_object,
                                      broadcast_global_variables, broadcast_object,

@@ -18,17 +18,17 @@ from scaleout._native import Average, Sum, resolve_op
 from scaleout._naming import INDICES, VALUES, member, part
 from scaleout._process_sets import global_process_set, set_size
 from scaleout._topk import TopK, given_momentum
-from scaleout.tensorflow._collectives import (_not_converted, _variable_label, as_tensor,
-                                              check_device, request, run_batch, set_id)
+from scaleout.tensorflow._arguments import as_tensor, check_device, set_id, variable_label
 from scaleout.tensorflow._compression import Compression
 from scaleout.tensorflow._errors import UnsupportedError, tf_errors
+from scaleout.tensorflow._op_runner import not_converted, request, run_batch
 from scaleout.tensorflow._topk import TopKVariables
 
 __all__ = ["DistributedGradientTape", "PartialDistributedGradientTape", "reduce_gradients",
            "check_groups", "LocalSources"]
 
 
-@_not_converted
+@not_converted
 def reduce_gradients(grads: Sequence[Any], sources: Sequence[Any], prefix: str,
                      op: int = Average, compression=Compression.none,
                      sparse_as_dense: bool = False,
@@ -53,7 +53,7 @@ def reduce_gradients(grads: Sequence[Any], sources: Sequence[Any], prefix: str,
             continue
         label = part(prefix, f"grad_{i}") if generic_names else member(prefix, i)
         var_label = ("" if generic_names or isinstance(source, tf.Tensor)
-                     else _variable_label(source))
+                     else variable_label(source))
         if var_label:
             label = part(label, var_label)
         if isinstance(grad, tf.IndexedSlices) and (sparse_as_dense or topk):
@@ -231,14 +231,14 @@ class DistributedGradientTape(tf.GradientTape):
         """Keeps `source`'s gradient local to this rank: not reduced (see LocalSources)."""
         self._scaleout_local.add(source)
 
-    @_not_converted
+    @not_converted
     def gradient(self, target, sources, output_gradients=None, use_generic_names: bool = False,
                  unconnected_gradients=tf.UnconnectedGradients.NONE):
         grads = super().gradient(target, sources, output_gradients=output_gradients,
                                  unconnected_gradients=unconnected_gradients)
         return _reduce_structure(self, grads, sources, use_generic_names)
 
-    @_not_converted
+    @not_converted
     def get_local_and_global_gradients(self, target, sources, output_gradients=None,
                                        use_generic_names: bool = False):
         """As Horovod's: (local, global), two lists of (source, gradient) pairs: the sources

@@ -19,10 +19,11 @@ from scaleout._naming import member, part
 from scaleout._native import Adasum, Average, Sum
 from scaleout._process_sets import global_process_set, process_set_id
 from scaleout._topk import TopK
-from scaleout.tensorflow._collectives import _variable_label, request, run_batch
+from scaleout.tensorflow._arguments import variable_label
 from scaleout.tensorflow._compression import Compression
 from scaleout.tensorflow._errors import tf_errors
 from scaleout.tensorflow._gradients import LocalSources, _configure, tape_topk_state
+from scaleout.tensorflow._op_runner import request, run_batch
 from scaleout.tensorflow.keras import _optimizer as keras_optimizer
 
 __all__ = ["DistributedOptimizer"]
@@ -242,7 +243,7 @@ def adasum_changes(deltas, variables, prefix, compression):
         wire, ctx = compression.compress(delta)
         wires.append(wire)
         contexts.append(ctx)
-        name = part(member(part(prefix, "delta"), i), _variable_label(v))
+        name = part(member(part(prefix, "delta"), i), variable_label(v))
         requests.append(request("allreduce", name, Adasum))
     outs = run_batch(requests, wires, "scaleout_adasum_deltas")
     return [compression.decompress(o, ctx) for o, ctx in zip(outs, contexts)]

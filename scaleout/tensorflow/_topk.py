@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from scaleout._topk import Momentum, TopK, TopKExchange, residual_dtype
-from scaleout.tensorflow._collectives import call
+from scaleout.tensorflow._op_runner import call
 
 __all__ = ["TopKVariables"]
 

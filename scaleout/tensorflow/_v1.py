@@ -12,7 +12,8 @@ import tensorflow as tf
 
 from scaleout import _objects
 from scaleout._process_sets import global_process_set
-from scaleout.tensorflow._collectives import broadcast_variables, check_device, set_id
+from scaleout.tensorflow._arguments import check_device, set_id
+from scaleout.tensorflow._collectives import broadcast_variables
 from scaleout.tensorflow._errors import tf_errors
 
 __all__ = ["broadcast_global_variables", "BroadcastGlobalVariablesHook", "broadcast_object",

@@ -6,7 +6,7 @@ import numpy as np
 
 from tf_common import expect_graph_error, so, tf  # noqa: F401  (sets TensorFlow up first)
 import scaleout.tensorflow as hvd
-from scaleout.tensorflow._collectives import check_device
+from scaleout.tensorflow._arguments import check_device
 from _harness import check, check_close, expect_error, main_tests
 
 DTYPES = [tf.uint8, tf.int8, tf.int16, tf.int32, tf.int64, tf.float16, tf.bfloat16, tf.float32,

@@ -29,8 +29,10 @@ import tensorflow as tf
 from scaleout._native import Average, Min, Sum
 from scaleout._process_sets import global_process_set
 from scaleout._gradient_rules import predivided
-from scaleout.tensorflow._collectives import _not_converted, allreduce, check_device, set_id
+from scaleout.tensorflow._arguments import check_device, set_id
+from scaleout.tensorflow._collectives import allreduce
 from scaleout.tensorflow._compression import Compression
+from scaleout.tensorflow._op_runner import not_converted
 from scaleout._topk import Momentum, TopK, check_optimizer_momentum
 from scaleout.tensorflow._gradients import LocalSources, check_groups
 from scaleout.tensorflow._topk import TopKVariables
@@ -158,7 +160,7 @@ def _aggregated_apply(optimizer, state: _State, grads: List[Any], variables: Lis
     tf.cond(tf.equal(state.counter, 0), update, count_only)
 
 
-@_not_converted
+@not_converted
 def _distributed_apply(self, grads, trainable_variables=None):
     state = _scaleout_state(self)
     grads = list(grads)

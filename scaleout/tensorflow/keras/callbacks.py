@@ -16,7 +16,8 @@ import numpy as np
 import tensorflow as tf
 
 import scaleout as _so
-from scaleout.tensorflow._collectives import broadcast_variables, check_device
+from scaleout.tensorflow._arguments import check_device
+from scaleout.tensorflow._collectives import broadcast_variables
 
 __all__ = ["BroadcastGlobalVariablesCallback", "MetricAverageCallback",
            "LearningRateScheduleCallback", "LearningRateWarmupCallback", "BestModelCheckpoint"]
