@@ -313,7 +313,7 @@ def find_notes(root: Path = ROOT) -> tuple[list[Note], dict[str, list[str]]]:
 
 
 def notes_page(root: Path = ROOT) -> str:
-    definitions, references = find_notes(root)
+    definitions, _ = find_notes(root)
     out = [GENERATED, "", "# Notes", "",
            "A Note is the rationale for a decision the code makes, written once where the code "
            "it explains lives and cited wherever that decision matters, as PyTorch's c10d does. "
@@ -322,10 +322,10 @@ def notes_page(root: Path = ROOT) -> str:
            "(\"see Note [Name]\"). `tests/test_docs.py` checks that every Note cited has exactly "
            "one definition. To read one, open the file at the line given.", "",
            f"{len(definitions)} Notes.", "",
-           "| Note | defined at | cited | what it says first |", "|---|---|---:|---|"]
+           "| Note | defined at | what it says first |", "|---|---|---|"]
     for note in sorted(definitions, key=lambda n: n.name.lower()):
         out.append(f"| {_cell(note.name)} | `{note.path}:{note.line}` | "
-                   f"{len(references.get(note.name, []))} | {_cell(note.first_sentence)} |")
+                   f"{_cell(note.first_sentence)} |")
     return "\n".join(out) + "\n"
 
 
