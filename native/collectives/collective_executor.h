@@ -20,6 +20,7 @@
 #include "collectives/staged_alltoall.h"
 #include "collectives/staged_broadcast.h"
 #include "coordinator/message.h"
+#include "fusion/fused_tensors.h"
 #include "fusion/fusion_buffer.h"
 #include "runtime/tensor_entry.h"
 #include "transport/data_transport.h"
@@ -37,7 +38,6 @@ class CollectiveExecutor {
   Status Execute(const Response& response, const std::vector<TensorEntry*>& entries);
 
  private:
-  class FusedTensors;
   Status Run(const Response& r, const std::vector<TensorEntry*>& entries);  // by collective
   Status Allreduce(const Response& r, const std::vector<TensorEntry*>& entries);
   Status MachinesAdasum(const Response& r, const FusedTensors& fused);

@@ -20,7 +20,8 @@ Controller::Controller(ControlChannel* channel, const Config& config, ProcessSet
       set_(std::move(set)),
       rank_(channel->rank()),
       size_(channel->size()),
-      cache_(config.cache_capacity, channel->size()) {
+      cache_(config.cache_capacity, channel->size()),
+      hold_(config.cycle_time_ms, config.fusion_threshold_bytes) {
   if (rank_ == 0) {
     negotiator_ = std::make_unique<Negotiator>(size_, &cache_, set_.ranks);
     live_.assign(size_, true);
@@ -261,31 +262,15 @@ Status Controller::PollCoordinator(double now, std::vector<Response>* out) {
   return Dispatch(now, out);
 }
 
-// Note [Dispatch]
-// Ready work is sent at once, except while other collectives are half-submitted (some ranks
-// have sent them, others not yet): then more work is about to become ready and fusing it saves
-// messages, so rank 0 holds the ready work back for at most SCALEOUT_CYCLE_TIME, or until it
-// fills the fusion buffer. A lone collective is never held, so there is no latency floor.
+// Note [Dispatch] (fusion/fusion_hold.h).
 Status Controller::Dispatch(double now, std::vector<Response>* out) {
   if (!negotiator_->HasReady()) return Status::OK();
-  if (first_ready_time_ < 0) first_ready_time_ = now;
-  if (config_.cycle_time_ms > 0 && negotiator_->HasPartial() &&
-      now - first_ready_time_ < config_.cycle_time_ms * 1e-3) {
-    // Count only what became ready since the last poll: this runs on every poll while holding.
-    const std::vector<Response>& ready = negotiator_->ready();
-    for (; held_count_ < ready.size(); ++held_count_) {
-      const Response& r = ready[held_count_];
-      if (!r.tensors.empty()) held_bytes_ += FusedBytes(r, r.tensors[0]);
-    }
-    if (held_bytes_ < config_.fusion_threshold_bytes) return Status::OK();
-  }
+  if (hold_.Hold(now, negotiator_->HasPartial(), negotiator_->ready())) return Status::OK();
   return SendReady(now, out);
 }
 
 Status Controller::SendReady(double now, std::vector<Response>* out) {
-  first_ready_time_ = -1;
-  held_count_ = 0;
-  held_bytes_ = 0;
+  hold_.Sent();
   std::vector<Response> plan = PlanFusion(negotiator_->TakeReady(), config_.fusion_threshold_bytes);
   std::vector<uint8_t> bytes = EncodeResponses(plan);
   for (int r = 1; r < size_; ++r) {

@@ -25,6 +25,7 @@
 #include "coordinator/negotiator.h"
 #include "coordinator/process_set_info.h"
 #include "coordinator/response_cache.h"
+#include "fusion/fusion_hold.h"
 #include "transport/control_channel.h"
 
 namespace scaleout {
@@ -131,9 +132,7 @@ class Controller {
   std::unique_ptr<Negotiator> negotiator_;
   std::vector<bool> live_;           // workers that have not shut down
   std::vector<bool> awaiting_ack_;   // during our own shutdown
-  double first_ready_time_ = -1;     // when the oldest held-back ready response became ready
-  size_t held_count_ = 0;            // ready responses counted into held_bytes_
-  size_t held_bytes_ = 0;            // fusion-buffer bytes of the held-back ready responses
+  FusionHold hold_;                  // Note [Dispatch]
 };
 
 }  // namespace scaleout
