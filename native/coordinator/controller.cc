@@ -63,7 +63,7 @@ Status Controller::SetBlocked(bool blocked, double now) {
     negotiator_->SetBlocked(0, blocked, now);
     return Status::OK();
   }
-  if (coordinator_gone_) return Status::OK();
+  if (rank_zero_gone_) return Status::OK();
   // At once, with whatever was queued: a rank about to execute must not look blocked to rank 0.
   outgoing_.blocked = blocked ? 1 : 0;
   return SendOutgoing();
@@ -102,8 +102,8 @@ void Controller::PeerDied(int rank, const std::string& why) {
 }
 
 void Controller::Halt(const std::string& why, int culprit) {
-  if (coordinator_gone_) return;
-  coordinator_gone_ = true;
+  if (rank_zero_gone_) return;
+  rank_zero_gone_ = true;
   halt_status_ = Status::ShutDown(why + "; collectives can no longer complete").WithCulprits({culprit});
   state_ = State::kDone;
 }
@@ -122,7 +122,7 @@ bool Controller::busy() const {
 
 void Controller::BeginShutdown() {
   if (state_ != State::kRunning) return;
-  if (coordinator_gone_) {
+  if (rank_zero_gone_) {
     state_ = State::kDone;
     return;
   }
@@ -136,11 +136,11 @@ void Controller::BeginShutdown() {
 
 Status Controller::Poll(double now, std::vector<Response>* out) {
   if (state_ == State::kDone) return Status::OK();
-  return rank_ == 0 ? PollCoordinator(now, out) : PollWorker(out);
+  return rank_ == 0 ? PollRankZero(now, out) : PollWorker(out);
 }
 
 Status Controller::PollWorker(std::vector<Response>* out) {
-  if (has_outgoing_ && state_ == State::kRunning && !coordinator_gone_) {
+  if (has_outgoing_ && state_ == State::kRunning && !rank_zero_gone_) {
     Status s = SendOutgoing();
     if (!s.ok()) return s;
   }
@@ -161,7 +161,7 @@ Status Controller::PollWorker(std::vector<Response>* out) {
       case MessageType::kShutdown: {
         // Rank 0 is leaving: everything before this message has been received and returned.
         channel_->Send(0, EncodeSignal(MessageType::kAck));
-        coordinator_gone_ = true;
+        rank_zero_gone_ = true;
         const std::string reason = DecodeShutdownReason(bytes);
         // A plain shutdown is rank 0's own doing; one with a reason (a stall) blames no rank.
         halt_status_ = reason.empty()
@@ -202,7 +202,7 @@ void Controller::Resolve(std::vector<Response>* responses) {
   }
 }
 
-Status Controller::PollCoordinator(double now, std::vector<Response>* out) {
+Status Controller::PollRankZero(double now, std::vector<Response>* out) {
   for (;;) {
     bool got = false;
     int src = -1;

@@ -1,6 +1,7 @@
 // Note [Negotiation]
-// Rank 0 is the coordinator. Every other rank sends the requests its user submitted (in full, or
-// as response-cache slots; see Note [Response cache]) to rank 0 as soon as they are enqueued.
+// Rank 0 of the communicator negotiates (see Note [Coordinator]: that word names a thread, not
+// this rank). Every other rank sends the requests its user submitted (in full, or as
+// response-cache slots; see Note [Response cache]) to rank 0 as soon as they are enqueued.
 // Rank 0 records them in its Negotiator, and when a name has been submitted by every rank (or
 // the missing ranks have joined), it validates that all ranks agree, plans fusion, and sends the
 // same list of responses to every rank, then executes it itself. Every rank executes every
@@ -69,7 +70,7 @@ class Controller {
   void BeginShutdown();
   bool shutdown_complete() const { return state_ == State::kDone; }
   // Set when rank 0 shut down while this rank was running.
-  bool coordinator_gone() const { return coordinator_gone_; }
+  bool rank_zero_gone() const { return rank_zero_gone_; }
   // Set when collectives can no longer complete because rank 0 ended the job (it left, or the
   // stall shutdown below): halt_status() says why, for every pending and later collective.
   bool halted() const { return !halt_status_.ok(); }
@@ -102,7 +103,7 @@ class Controller {
  private:
   enum class State { kRunning, kShuttingDown, kDone };
 
-  Status PollCoordinator(double now, std::vector<Response>* out);
+  Status PollRankZero(double now, std::vector<Response>* out);
   Status PollWorker(std::vector<Response>* out);
   Status Dispatch(double now, std::vector<Response>* out);
   Status SendReady(double now, std::vector<Response>* out);
@@ -118,7 +119,7 @@ class Controller {
   int rank_;
   int size_;
   State state_ = State::kRunning;
-  bool coordinator_gone_ = false;
+  bool rank_zero_gone_ = false;
   Status halt_status_;
   ResponseCache cache_;
   Stats stats_;
@@ -128,7 +129,7 @@ class Controller {
   bool has_outgoing_ = false;
   std::unordered_map<std::string, Request> sent_;  // sent, response not yet received
 
-  // Coordinator side.
+  // Rank 0's side.
   std::unique_ptr<Negotiator> negotiator_;
   std::vector<bool> live_;           // workers that have not shut down
   std::vector<bool> awaiting_ack_;   // during our own shutdown

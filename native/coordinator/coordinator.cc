@@ -100,7 +100,7 @@ void Coordinator::Loop() {
   Status fatal;
   try {
     // After rank 0 has left, keep serving (failing) this rank's requests until its own shutdown.
-    while (!controller_.shutdown_complete() || (controller_.coordinator_gone() && !stop_requested_)) {
+    while (!controller_.shutdown_complete() || (controller_.rank_zero_gone() && !stop_requested_)) {
       bool progress = false;
       fatal = Step(Now(), &progress);
       if (!fatal.ok()) break;

@@ -1,6 +1,11 @@
-// The background thread that owns all communication of one rank: takes submitted entries from
-// the RequestQueue, drives the Controller (negotiation), executes the agreed responses through
-// the CollectiveExecutor, completes handles, and reports stalls.
+// Note [Coordinator]
+// ~~~~~~~~~~~~~~~~~~
+// "Coordinator" means one thing: the background thread of one rank (one per process set on that
+// rank), this class, that owns all its communication (Horovod's background thread). It takes
+// submitted entries from the RequestQueue, drives the Controller (negotiation), executes the
+// agreed responses through the CollectiveExecutor, completes handles, and reports stalls. Every
+// rank has one. The rank that negotiates (Note [Negotiation]) is called rank 0 (of its set),
+// never the coordinator.
 //
 // Threading: Start/Stop from the runtime's owner; everything else runs on the thread. The
 // thread never calls into Python.

@@ -1,5 +1,5 @@
-// What ranks tell each other to agree on collectives: requests (worker -> coordinator rank) and
-// responses (coordinator rank -> every rank), and their encoding on the control channel.
+// What ranks tell each other to agree on collectives: requests (worker -> rank 0) and
+// responses (rank 0 -> every rank), and their encoding on the control channel.
 #ifndef SCALEOUT_COORDINATOR_MESSAGE_H_
 #define SCALEOUT_COORDINATOR_MESSAGE_H_
 
@@ -64,11 +64,11 @@ struct Response {
 
 // Control messages.
 enum class MessageType : uint8_t {
-  kRequests = 1,   // worker -> coordinator: new requests (full or by cache slot), join
-  kResponses = 2,  // coordinator -> worker: responses to execute in order
+  kRequests = 1,   // worker -> rank 0: new requests (full or by cache slot), join
+  kResponses = 2,  // rank 0 -> worker: responses to execute in order
   kShutdown = 3,   // either way: this rank is shutting down (from rank 0: maybe with a reason)
   kAck = 4,        // reply to kShutdown
-  kNotice = 5,     // coordinator -> worker: a warning every rank logs (stalled collectives)
+  kNotice = 5,     // rank 0 -> worker: a warning every rank logs (stalled collectives)
 };
 
 struct RequestMessage {

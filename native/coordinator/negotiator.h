@@ -1,4 +1,4 @@
-// The coordinator rank's book of requests: which named collectives each rank has submitted,
+// Rank 0's book of requests: which named collectives each rank has submitted,
 // when a name is ready (submitted, or joined, on every rank), and whether the ranks agree.
 //
 // Pure logic, no communication and no clock of its own: driven by the Controller, unit-tested

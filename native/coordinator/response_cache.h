@@ -1,9 +1,9 @@
 // Note [Response cache]
-// Training repeats the same named collectives every step. Once a name has been agreed, the
-// coordinator rank gives it a slot, and every rank learns the slot from the response that
+// Training repeats the same named collectives every step. Once a name has been agreed, rank 0
+// gives it a slot, and every rank learns the slot from the response that
 // created it. Afterwards a rank whose request has the same parameters as the last one it sent for
 // that name sends only the slot number (4 bytes instead of the name and parameters), and the
-// coordinator sends the slot instead of the name back. Slots are never reassigned (when the cache
+// rank 0 sends the slot instead of the name back. Slots are never reassigned (when the cache
 // is full, new names simply travel in full), and a rank's cached parameters change only when it
 // sends that name in full again; since a rank never has the same name in flight twice and
 // control messages between two ranks arrive in order, the coordinator always resolves a slot to
@@ -30,7 +30,7 @@ class ResponseCache {
 
   int Lookup(const std::string& name) const;  // the slot, or -1
   const std::string& NameOf(int slot) const;
-  // Coordinator rank: gives `name` the next free slot; -1 when the cache is full or disabled.
+  // Rank 0: gives `name` the next free slot; -1 when the cache is full or disabled.
   int Assign(const std::string& name);
   // Other ranks: records the slot the coordinator assigned.
   void Record(int slot, const std::string& name);

@@ -819,7 +819,7 @@ SO_TEST(NegotiationWorkerShutdownCompletesAfterAckAndFailsWhatNeededIt) {
     EXPECT_FALSE(c.at(k).shutdown_complete());  // not before rank 0 answers
     c.Settle();
     EXPECT_TRUE(c.at(k).shutdown_complete());
-    EXPECT_FALSE(c.at(k).coordinator_gone());
+    EXPECT_FALSE(c.at(k).rank_zero_gone());
     for (int r = 0; r < k; ++r) EXPECT_FALSE(c.at(r).shutdown_complete());
     for (int r = 0; r < k; ++r) c.Submit(r, Make("later"));
     c.Settle();
@@ -909,7 +909,7 @@ SO_TEST(NegotiationWorkerShutdownFailsAPendingJoin) {
   }
 }
 
-SO_TEST(NegotiationCoordinatorShutdownReachesEveryWorker) {
+SO_TEST(NegotiationRankZeroShutdownReachesEveryWorker) {
   for (int n : kWorldSizes) {
     for (bool worker_leaves_too : {false, true}) {
       Cluster c(n, Immediate());
@@ -920,7 +920,7 @@ SO_TEST(NegotiationCoordinatorShutdownReachesEveryWorker) {
       c.Settle();
       for (int r = 0; r < n; ++r) EXPECT_TRUE(c.at(r).shutdown_complete());
       for (int r = 1; r < n; ++r) {
-        if (!worker_leaves_too || r != 1) EXPECT_TRUE(c.at(r).coordinator_gone());
+        if (!worker_leaves_too || r != 1) EXPECT_TRUE(c.at(r).rank_zero_gone());
       }
       EXPECT_EQ(c.net().in_flight(), 0);  // nothing stale for a later init()
       for (int r = 0; r < n; ++r) EXPECT_EQ(c.history(r).size(), 0);
@@ -933,7 +933,7 @@ SO_TEST(NegotiationCoordinatorShutdownReachesEveryWorker) {
   }
 }
 
-SO_TEST(NegotiationCoordinatorDoesNotWaitForWorkersThatLeft) {
+SO_TEST(NegotiationRankZeroDoesNotWaitForWorkersThatLeft) {
   for (int n : kWorldSizes) {
     Cluster c(n, Immediate());
     c.at(n - 1).BeginShutdown();
