@@ -86,8 +86,8 @@ FILE_ONLY_KEYS: dict[str, Setter] = {
         "the core's coordinator thread needs MPI_THREAD_MULTIPLE"),
     "library_options.num_nccl_streams": _refused("scaleout has no GPU (NCCL) support yet"),
     "library_options.thread_affinity": _refused(
-        "the core's coordinator thread is not pinned on its own; --ep-affinity pins the "
-        "endpoint-server threads"),
+        "set SCALEOUT_THREAD_AFFINITY (one CPU per local rank) for the core to pin its "
+        "coordinator thread; --ep-affinity pins the endpoint-server threads"),
     "library_options.gloo_timeout_seconds": _refused("scaleout has no Gloo controller"),
     "logging.with_timestamp": _only_off("the core's log lines carry no timestamp "
                                         "(--prefix-output-with-timestamp timestamps every "

@@ -373,8 +373,9 @@ HOROVOD_ONLY: tuple[Refusal, ...] = (
                         "the MPI's own settings with --mpi-args"),
     Refusal(("--binding-args",), "scaleoutrun binds each rank itself: use --bind-to and "
                                  "--map-by (and --mpi-args for other launcher arguments)"),
-    Refusal(("--thread-affinity",), "the core's coordinator thread is not pinned on its own; "
-                                    "--ep-affinity pins the endpoint-server threads"),
+    Refusal(("--thread-affinity",), "set SCALEOUT_THREAD_AFFINITY (one CPU per local rank) for "
+                                    "the core to pin its coordinator thread; --ep-affinity pins "
+                                    "the endpoint-server threads"),
     Refusal(("--mpi-threads-disable",), "the core's coordinator thread needs "
                                         "MPI_THREAD_MULTIPLE, so MPI's thread support stays on"),
     Refusal(("--log-with-timestamp", "--no-log-hide-timestamp"), _LOG_TIME),
