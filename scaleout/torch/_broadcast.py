@@ -13,6 +13,7 @@ from scaleout._process_sets import global_process_set, process_set_id
 from scaleout._runtime import rank
 from scaleout.torch._collectives import _broadcast_async
 from scaleout.torch._optimizer import _DistributedMixin
+from scaleout.torch._reductions import STATE_KEY
 
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state"]
 
@@ -132,7 +133,7 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int, 
 
 
 def _without_topk(state_dict: dict) -> dict:
-    return {k: v for k, v in state_dict.items() if k != "scaleout_topk"}
+    return {k: v for k, v in state_dict.items() if k != STATE_KEY}
 
 
 def _initialize_state(optimizer: torch.optim.Optimizer) -> None:

@@ -18,33 +18,22 @@ import weakref
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
-from torch.autograd.graph import increment_version
 
 from scaleout._errors import InvalidArgumentError, NotYetImplementedError, ScaleoutError
 from scaleout._gradient_rules import predivided
-from scaleout._naming import parameter_gradient
-from scaleout._native import Adasum, Average, Handle, Sum, resolve_op, synchronize, wait_all
+from scaleout._native import Adasum, Average, Sum, resolve_op
 from scaleout._process_sets import global_process_set, process_set_id, set_rank, set_size
-from scaleout._topk import Momentum, TopK, TopKExchange, check_optimizer_momentum
-from scaleout.torch._collectives import _allreduce_async, check_device, sparse_allreduce_async
+from scaleout.torch._collectives import check_device
 from scaleout.torch._compression import Compression
+from scaleout.torch._reductions import STATE_KEY, reduction_for
 
 __all__ = ["DistributedOptimizer"]
 
 
 class _DistributedMixin:
     """Methods layered over a torch.optim.Optimizer subclass. Attributes are prefixed `_so_` so
-    they cannot collide with the optimizer's own.
-
-    Note [Adasum optimizer]
-    With op=Adasum, as Horovod's optimizer for it: when backward has produced a parameter's
-    gradient (backward_passes_per_step times), the hook keeps the parameter's value, runs the
-    wrapped optimizer's step for that parameter alone, and starts an in-place Adasum allreduce
-    of the change (the parameter minus the kept value). step() starts those backward did not
-    reach, waits, and sets each parameter to its kept value plus the combined change; the
-    wrapped optimizer is not stepped again. synchronize() does nothing; skip_synchronize()
-    raises. Adasum adapts to how aligned the ranks' updates are, so the learning rate is not
-    scaled with the number of ranks."""
+    they cannot collide with the optimizer's own. How the gradients are combined is the
+    strategy's (`_so_reduction`, scaleout/torch/_reductions.py), chosen here once."""
 
     # ---- set-up ----
 
@@ -54,10 +43,6 @@ class _DistributedMixin:
         self._so_ps = process_set_id(process_set, "DistributedOptimizer")
         # As Horovod's: on a rank outside the set, step() is the wrapped optimizer's alone.
         self._so_included = set_rank(self._so_ps) >= 0
-        # Note [Adasum optimizer]: with op=Adasum (and more than one rank) the wrapped
-        # optimizer steps each parameter locally as soon as its gradient is ready, and the
-        # parameter's change is what the ranks combine.
-        self._so_adasum = resolve_op(op) == Adasum and set_size(self._so_ps) > 1
         if resolve_op(op) == Adasum:
             if self._so_ps != 0:  # as Horovod
                 raise NotYetImplementedError("Adasum does not support non-global process sets "
@@ -71,18 +56,17 @@ class _DistributedMixin:
         # Horovod's public attributes.
         self.op = op
         self.process_set = process_set
-        self._so_op, self._so_prescale, self._so_postscale = predivided(
-            op, gradient_predivide_factor, set_size(self._so_ps))
-        self._so_compression = compression or Compression.none
-        self._so_sparse_as_dense = sparse_as_dense
-        self._so_topk = self._so_topk_setup(compression)
-        self._so_starts: Dict[torch.Tensor, torch.Tensor] = {}  # Adasum: parameters before
+        reduce_op, prescale, postscale = predivided(op, gradient_predivide_factor,
+                                                    set_size(self._so_ps))
+        self._so_reduction = reduction_for(self, op, compression or Compression.none, reduce_op,
+                                           prescale, postscale, self._so_ps, process_set,
+                                           sparse_as_dense)
         self._so_names: Dict[torch.Tensor, str] = {}
         self._so_group_index: Dict[torch.Tensor, int] = {}  # parameter -> its group's index
         self._so_named = None if named_parameters is None else _check_names(named_parameters)
         self._so_passes = 1
         self._so_passes_left: Dict[torch.Tensor, int] = {}
-        self._so_handles: Dict[torch.Tensor, Tuple[Handle, object]] = {}
+        self._so_handles: Dict[torch.Tensor, object] = {}  # what the strategy started
         self._so_hooks = []
         self._so_synchronized = False
         self._so_skip = False
@@ -95,32 +79,6 @@ class _DistributedMixin:
         for group_index, group in enumerate(self.param_groups):
             self._so_register(group_index, group["params"])
         self._so_set_groups(num_groups, groups)
-
-    def _so_topk_setup(self, compression) -> Optional["_TopKState"]:
-        """Note [Top-k sparsification] (scaleout/_topk.py): the exchange and its state."""
-        if not isinstance(compression, TopK):
-            return None
-        if resolve_op(self.op) == Adasum:
-            raise InvalidArgumentError("Compression.topk cannot be combined with op=Adasum")
-        if check_optimizer_momentum(compression, "DistributedOptimizer"):
-            self._so_check_sgd()
-        return _TopKState(TopKExchange(compression, self._so_op, self._so_prescale,
-                                       self._so_postscale, self._so_ps))
-
-    def _so_check_sgd(self) -> None:
-        """Momentum correction moves SGD's momentum (and weight decay) into the compression;
-        the wrapped SGD then steps without them (_so_momentum_moved)."""
-        if not isinstance(self, torch.optim.SGD):
-            raise InvalidArgumentError(
-                "Compression.topk(momentum_correction=True) moves the optimizer's momentum into "
-                "the compression (Deep Gradient Compression): it needs torch.optim.SGD with "
-                f"momentum > 0, not {type(self).__name__}")
-        for group in self.param_groups:
-            if not group["momentum"] > 0 or group["dampening"] != 0:
-                raise InvalidArgumentError(
-                    "Compression.topk(momentum_correction=True) needs SGD with momentum > 0 and "
-                    f"dampening 0 in every parameter group; got momentum={group['momentum']}, "
-                    f"dampening={group['dampening']}")
 
     @property
     def _parameter_names(self) -> Dict[torch.Tensor, str]:
@@ -230,187 +188,53 @@ class _DistributedMixin:
                 self._so_start(member)
 
     def _so_start(self, p: torch.Tensor) -> None:
-        if self._so_adasum:
-            return self._so_start_delta(p)
-        if p.grad is None:
-            # Not used on this rank this step: contribute zeros so other ranks don't wait.
-            p.grad = torch.zeros_like(p)
-        elif p.grad.layout != torch.strided and self._so_topk is not None:
-            p.grad = p.grad.to_dense()  # top-k is its own sparsification
-        elif p.grad.layout != torch.strided:
-            if not self._so_sparse_as_dense:
-                # Horovod's default: indices and values allgathered (no compression).
-                self._so_handles[p] = (sparse_allreduce_async(
-                    p.grad, parameter_gradient(self._so_names[p]), self._so_op,
-                    self.process_set), _SPARSE)
-                return
-            p.grad = p.grad.to_dense()
-        if self._so_topk is not None:
-            self._so_handles[p] = (self._so_start_topk(p), None)
-            return
-        wire, ctx = self._so_compression.compress(p.grad)
-        handle = _allreduce_async(wire, parameter_gradient(self._so_names[p]), self._so_op,
-                                  self._so_prescale, self._so_postscale, True, self._so_ps)
-        self._so_handles[p] = (handle, ctx)
+        self._so_handles[p] = self._so_reduction.start(self, p, self._so_names[p])
 
-    def _so_start_topk(self, p: torch.Tensor):
-        """Note [Top-k sparsification]: p's gradient plus its residual, sparsified and sent.
-        The result is written into p.grad at synchronize()."""
-        state, name = self._so_topk, self._so_names[p]
-        grad = p.grad.detach()
-        slots = state.slots.get(name)
-        if slots is None:
-            # 16-bit gradients accumulate in float32 (small entries must still add up).
-            dtype = torch.float64 if grad.dtype == torch.float64 else torch.float32
-            slots = state.slots[name] = {"residual": torch.zeros(p.numel(), dtype=dtype)}
-            if state.momentum:
-                slots["velocity"] = torch.zeros(p.numel(), dtype=dtype)
-        residual = slots["residual"]
-        momentum = None
-        flat = grad.reshape(-1)
-        if flat.dtype != residual.dtype:
-            flat = flat.to(residual.dtype)
-        if state.momentum:
-            group = self.param_groups[self._so_group_index[p]]
-            momentum = Momentum(group["momentum"], group["nesterov"])
-            if group["weight_decay"]:  # folded into the gradient before the momentum, as SGD
-                flat = flat + group["weight_decay"] * p.detach().reshape(-1).to(flat.dtype)
-        out = grad.view(-1) if grad.dtype == residual.dtype and grad.is_contiguous() else \
-            torch.empty(p.numel(), dtype=residual.dtype)
-        pending = state.exchange.start(
-            parameter_gradient(name), flat.numpy(), residual.numpy(), state.steps,
-            slots["velocity"].numpy() if state.momentum else None, momentum, out.numpy())
-        return pending, out
-
-    def _so_finish_topk(self, pending: dict) -> None:
-        state = self._so_topk
+    def _so_finish_all(self) -> None:
+        """Starts the reductions backward did not (a gradient this rank did not produce) and
+        waits for all of them; the aggregation window starts again."""
+        for p in self._so_passes_left:
+            if p not in self._so_handles:
+                self._so_start(p)
+        pending, self._so_handles = self._so_handles, {}
         try:
-            state.exchange.finish_all([(started, out.numpy())
-                                       for (started, out), _ in pending.values()])
+            self._so_reduction.finish(self, pending)
         finally:
-            state.steps += 1
-        for p, ((_, out), _) in pending.items():
-            if out.data_ptr() != p.grad.data_ptr():
-                p.grad.detach().copy_(out.view_as(p.grad))
-            increment_version(p.grad)
+            self._so_reset_counts()
 
-    @contextlib.contextmanager
-    def _so_momentum_moved(self) -> Iterator[None]:
-        """With momentum correction the compression applied the momentum and weight decay:
-        the wrapped SGD steps without them."""
-        if self._so_topk is None or not self._so_topk.momentum:
-            yield
-            return
-        saved = [(g["momentum"], g["weight_decay"]) for g in self.param_groups]
-        for g in self.param_groups:
-            g["momentum"], g["weight_decay"] = 0.0, 0.0
-        try:
-            yield
-        finally:
-            for g, (m, wd) in zip(self.param_groups, saved):
-                g["momentum"], g["weight_decay"] = m, wd
+    def _so_wrapped_step(self):
+        """The wrapped optimizer's own step (Note [Adasum optimizer] runs it per parameter)."""
+        return super().step()
 
     def state_dict(self):
         """The wrapped optimizer's state_dict; with Compression.topk also the residuals (and
         velocities) by parameter name and the step count, under 'scaleout_topk'."""
         out = super().state_dict()
-        if self._so_topk is not None:
-            out["scaleout_topk"] = {"steps": self._so_topk.steps,
-                                    "slots": {name: dict(slots) for name, slots
-                                              in self._so_topk.slots.items()}}
+        saved = self._so_reduction.state()
+        if saved is not None:
+            out[STATE_KEY] = saved
         return out
 
     def load_state_dict(self, state_dict) -> None:
         state_dict = dict(state_dict)
-        saved = state_dict.pop("scaleout_topk", None)
+        saved = state_dict.pop(STATE_KEY, None)
         super().load_state_dict(state_dict)
-        if self._so_topk is not None and saved is not None:
-            self._so_topk.steps = int(saved["steps"])
-            self._so_topk.slots = {
-                name: {key: t.detach().to("cpu", copy=True).reshape(-1)
-                       for key, t in slots.items()}
-                for name, slots in saved["slots"].items()}
-
-    def _so_start_delta(self, p: torch.Tensor) -> None:
-        """Note [Adasum optimizer]: the wrapped optimizer's step for p alone, then the Adasum
-        allreduce of p's change, in place in p (the start is kept to add the result to)."""
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-        elif p.grad.layout != torch.strided:
-            if not self._so_sparse_as_dense:
-                raise InvalidArgumentError(f"op=Adasum steps with dense gradients only; "
-                                           f"'{self._so_names[p]}' has a sparse one (pass "
-                                           "sparse_as_dense=True)")
-            p.grad = p.grad.to_dense()
-        start = self._so_starts.get(p)
-        if start is None:
-            start = self._so_starts[p] = torch.empty_like(p, memory_format=torch.contiguous_format)
-        with torch.no_grad():
-            start.copy_(p)
-            groups = [group["params"] for group in self.param_groups]
-            try:
-                for group, params in zip(self.param_groups, groups):
-                    group["params"] = [p] if any(q is p for q in params) else []
-                super().step()
-            finally:
-                for group, params in zip(self.param_groups, groups):
-                    group["params"] = params
-            p.sub_(start)
-        wire, ctx = self._so_compression.compress(p.data)
-        handle = _allreduce_async(wire, f"delta.{self._so_names[p]}", Adasum, 1.0, 1.0, True,
-                                  self._so_ps)
-        self._so_handles[p] = (handle, ctx)
-
-    def _so_step_deltas(self) -> None:
-        """Note [Adasum optimizer]: every parameter's combined change added to its start."""
-        for p in self._so_passes_left:
-            if p not in self._so_handles:
-                self._so_start_delta(p)
-        pending, self._so_handles = self._so_handles, {}
-        try:
-            wait_all([handle for handle, ctx in pending.values()])
-        finally:
-            self._so_reset_counts()
-        with torch.no_grad():
-            for p, (handle, ctx) in pending.items():
-                start = self._so_starts[p]
-                start.add_(self._so_compression.decompress(synchronize(handle), ctx))
-                p.copy_(start)
+        self._so_reduction.load_state(saved)
 
     def synchronize(self) -> None:
         """Waits for every gradient's reduction (starting those backward did not produce) and
         leaves the reduced gradients in p.grad. Follow with `with
         optimizer.skip_synchronize(): optimizer.step()` to modify gradients in between.
         With op=Adasum it does nothing (as Horovod's): step() does the work."""
-        if self._so_adasum:
+        if self._so_reduction.combines_updates:
             return
-        for p in self._so_passes_left:
-            if p not in self._so_handles:
-                self._so_start(p)
-        pending, self._so_handles = self._so_handles, {}
-        if self._so_topk is not None:
-            try:
-                self._so_finish_topk(pending)
-            finally:
-                self._so_reset_counts()
-            self._so_synchronized = True
-            return
-        try:  # waits for all, even after a failure, so no buffer is left in use
-            wait_all([handle for handle, ctx in pending.values() if ctx is not _SPARSE])
-            for p, (handle, ctx) in pending.items():
-                if ctx is _SPARSE:
-                    p.grad = handle()
-        finally:
-            self._so_reset_counts()
-        for p, (handle, ctx) in pending.items():
-            if ctx is not None and ctx is not _SPARSE:
-                p.grad.copy_(self._so_compression.decompress(synchronize(handle), ctx))
+        self._so_finish_all()
         self._so_synchronized = True
 
     @contextlib.contextmanager
     def skip_synchronize(self) -> Iterator[None]:
         """step() inside this block does not reduce: use after an explicit synchronize()."""
-        if self._so_adasum:
+        if self._so_reduction.combines_updates:
             raise AssertionError("skip_synchronize() cannot be used with op=Adasum (as in "
                                  "Horovod): step() steps locally and combines the changes")
         self._so_skip = True
@@ -426,8 +250,8 @@ class _DistributedMixin:
             # the wrapped step uses them.
             with torch.enable_grad():
                 loss = closure()
-        if self._so_adasum:
-            self._so_step_deltas()
+        if self._so_reduction.combines_updates:
+            self._so_finish_all()  # Note [Adasum optimizer]: the wrapped step ran per parameter
             return loss
         if self._so_skip:
             if self._so_handles:
@@ -444,7 +268,7 @@ class _DistributedMixin:
                               stacklevel=2)
             self.synchronize()
         self._so_synchronized = False
-        with self._so_momentum_moved():
+        with self._so_reduction.stepping(self):
             super().step()
         return loss
 
@@ -470,21 +294,6 @@ class _DistributedMixin:
             self._so_passes_left[p] = self._so_passes
         for ready in self._so_group_ready.values():
             ready.clear()
-
-
-_SPARSE = object()  # marks a sparse gradient's pending reduction (a callable, not a Handle)
-
-
-class _TopKState:
-    """A DistributedOptimizer's top-k exchange, its state by parameter name (flat 'residual'
-    and, with momentum correction, 'velocity' tensors) and its count of finished steps."""
-
-    def __init__(self, exchange: TopKExchange) -> None:
-        self.exchange = exchange
-        # momentum correction: SGD's momentum moved into the compression
-        self.momentum = exchange.config.momentum_correction is True
-        self.slots: Dict[str, Dict[str, torch.Tensor]] = {}
-        self.steps = 0
 
 
 def _grad_ready(optimizer_ref, param: torch.Tensor) -> None:
