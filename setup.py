@@ -44,7 +44,11 @@ setup(
     ext_modules=[
         NativeLibrary("scaleout._scaleout_core"),
         # The one Python binding of the C ABI (it opens the core itself: importing it loads no MPI).
-        Extension("scaleout._binding", sources=["native/python/binding.c"],
+        Extension("scaleout._binding",
+                  sources=["native/python/binding.c", "native/python/binding_runtime.c",
+                           "native/python/binding_names.c", "native/python/binding_handle.c",
+                           "native/python/binding_args.c", "native/python/binding_submit.c",
+                           "native/python/binding_completion.c"],
                   include_dirs=["native"], extra_compile_args=["-O2"], libraries=["dl"]),
     ],
     cmdclass={"build_ext": BuildNative},

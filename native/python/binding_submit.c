@@ -1,0 +1,228 @@
+/* scaleout._binding: submit, the fast path from a Python call to so_enqueue (Note [Request
+ * record]). */
+#include "python/binding.h"
+
+/*
+ * submit(collective, name, data, address, dtype, shape, output, out_address, op, root,
+ *        prescale, postscale, splits, finish, process_set) -> Handle
+ *
+ * Every argument may be given by keyword (Note [Request record]); those not given take the
+ * defaults listed at SUBMIT_ARGS.
+ * data: the input's owner, kept alive until completion. When address is None, data is read
+ *   as a registered tensor (register_tensor_type) or through the buffer protocol (C-contiguous),
+ *   and dtype and shape (when None) come from it; a tensor or buffer that the core cannot take
+ *   as it is raises BufferError (the caller then passes the address, dtype and shape itself, or
+ *   explains). Otherwise address is the input's first byte and dtype (a code) and shape (a
+ *   tuple) describe it.
+ * output: for allreduce and broadcast, the result object (may be data itself: in place), at
+ *   out_address, or when out_address is None at a registered tensor's data_ptr() or through the
+ *   buffer protocol. For allgather,
+ *   alltoall and reducescatter, whose result shape is known only at completion, an allocator
+ *   alloc(shape, buffer) -> object, called at completion with the result's bytes (a writable
+ *   buffer of the core's, not copied): the object views them and keeps the buffer alive (or
+ *   copies them). None for barrier and join.
+ * splits: alltoall's rows per destination rank, a C-contiguous int64 buffer, or None.
+ * finish: None or a callable applied to the result at completion (alltoall's result is
+ *   (received, received_splits as a list); join's the last rank to join; barrier's None).
+ * name None generates one (auto_name).
+ */
+/* submit's arguments in positional order; only collective has no default (Note [Request
+ * record]): name, data, address, dtype, shape, output, out_address, splits and finish None, op
+ * Average, root 0, prescale and postscale 1.0, process_set 0. */
+#define SUBMIT_ARGS(X)                                                                          \
+  X(collective) X(name) X(data) X(address) X(dtype) X(shape) X(output) X(out_address) X(op)      \
+  X(root) X(prescale) X(postscale) X(splits) X(finish) X(process_set)
+enum {
+#define SO_ARG_INDEX_(n) ARG_##n,
+  SUBMIT_ARGS(SO_ARG_INDEX_)
+#undef SO_ARG_INDEX_
+  SUBMIT_NARGS
+};
+static PyObject* submit_keywords[SUBMIT_NARGS]; /* interned names, made at module init */
+
+/* Puts submit's positional and keyword arguments in order into a[] (NULL: not given), without
+ * allocating: keywords are matched by identity first (callers' names are interned), then by
+ * value. */
+static int submit_parse(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** a) {
+  if (nargs > SUBMIT_NARGS) {
+    PyErr_Format(PyExc_TypeError, "submit takes at most %d arguments, got %zd", SUBMIT_NARGS, nargs);
+    return -1;
+  }
+  for (int i = 0; i < SUBMIT_NARGS; ++i) a[i] = i < nargs ? args[i] : NULL;
+  const Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+  for (Py_ssize_t k = 0; k < nkw; ++k) {
+    PyObject* key = PyTuple_GET_ITEM(kwnames, k);
+    int found = -1;
+    for (int i = 0; i < SUBMIT_NARGS && found < 0; ++i) {
+      if (key == submit_keywords[i]) found = i;
+    }
+    for (int i = 0; i < SUBMIT_NARGS && found < 0; ++i) {
+      if (PyUnicode_Compare(key, submit_keywords[i]) == 0) found = i;
+    }
+    if (found < 0) {
+      PyErr_Format(PyExc_TypeError, "submit() got an unexpected keyword argument %R", key);
+      return -1;
+    }
+    if (a[found] != NULL) {
+      PyErr_Format(PyExc_TypeError, "submit() got multiple values for argument %R", key);
+      return -1;
+    }
+    a[found] = args[nargs + k];
+  }
+  if (a[ARG_collective] == NULL) {
+    PyErr_SetString(PyExc_TypeError, "submit() missing required argument 'collective'");
+    return -1;
+  }
+  return 0;
+}
+
+static PyObject* submit(PyObject* self, PyObject* const* argv, Py_ssize_t nargs, PyObject* kwnames) {
+  PyObject* args[SUBMIT_NARGS];
+  if (submit_parse(argv, nargs, kwnames, args) != 0) return NULL;
+  if (!require_loaded()) return NULL;
+  /* Numbers not given take their defaults; given, they must be numbers (None too is refused). */
+  int collective, dtype = -1, op = SO_AVERAGE, root = 0, process_set = 0;
+  double pre = 1.0, post = 1.0;
+  if (!as_int(args[ARG_collective], "collective", &collective) ||
+      (args[ARG_op] && !as_int(args[ARG_op], "op", &op)) ||
+      (args[ARG_root] && !as_int(args[ARG_root], "root_rank", &root)) ||
+      (args[ARG_prescale] && !as_double(args[ARG_prescale], "prescale_factor", &pre)) ||
+      (args[ARG_postscale] && !as_double(args[ARG_postscale], "postscale_factor", &post)) ||
+      (args[ARG_process_set] && !as_int(args[ARG_process_set], "process_set", &process_set))) {
+    return NULL;
+  }
+  for (int i = 0; i < SUBMIT_NARGS; ++i) {
+    if (args[i] == NULL) args[i] = Py_None;
+  }
+  PyObject *data = args[ARG_data], *address = args[ARG_address], *output = args[ARG_output];
+  PyObject *out_address = args[ARG_out_address], *splits_obj = args[ARG_splits];
+  PyObject *finish = args[ARG_finish];
+  if (PyList_GET_SIZE(orphans) != 0) sweep_orphans();
+
+  Py_buffer in = {0}, out = {0}, sp = {0};
+  int have_in = 0, have_out = 0, have_sp = 0, described = 0;
+  PyObject* result = NULL;
+  PyObject* name = NULL;
+  int64_t shape[SO_MAX_NDIM];
+  int ndim = 0;
+  const void* in_ptr = NULL;
+  void* out_ptr = NULL;
+
+  if (address == Py_None && is_tensor(data)) {
+    void* p = NULL;
+    if (describe_tensor(data, &p, &dtype, shape, &ndim) != 0) goto done;
+    in_ptr = p;
+    described = 1;
+  } else if (address == Py_None) {
+    const int writable = output == data && (collective == SO_ALLREDUCE || collective == SO_BROADCAST);
+    if (get_buffer(data, &in, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) != 0) {
+      goto done;
+    }
+    have_in = 1;
+    in_ptr = in.buf;
+    dtype = format_dtype(&in);
+    if (dtype < 0) {
+      PyErr_Format(PyExc_BufferError, "buffer format '%s' has no scaleout dtype", in.format);
+      goto done;
+    }
+    if (in.ndim > SO_MAX_NDIM) {
+      raise_invalid("tensors have at most %d dimensions, not %d", SO_MAX_NDIM, in.ndim);
+      goto done;
+    }
+    ndim = in.ndim;
+    for (int i = 0; i < ndim; ++i) shape[i] = in.shape[i];
+  } else {
+    in_ptr = PyLong_AsVoidPtr(address);
+    if (in_ptr == NULL && PyErr_Occurred()) goto done;
+  }
+  if (args[ARG_dtype] != Py_None && !as_int(args[ARG_dtype], "dtype", &dtype)) goto done;
+  if (args[ARG_shape] != Py_None) {
+    PyObject* shape_obj = args[ARG_shape];
+    if (!PyTuple_Check(shape_obj)) {
+      PyErr_SetString(PyExc_TypeError, "shape must be a tuple");
+      goto done;
+    }
+    ndim = (int)PyTuple_GET_SIZE(shape_obj);
+    if (ndim > SO_MAX_NDIM) {
+      raise_invalid("tensors have at most %d dimensions, not %d", SO_MAX_NDIM, ndim);
+      goto done;
+    }
+    for (int i = 0; i < ndim; ++i) shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape_obj, i));
+    if (PyErr_Occurred()) goto done;
+  }
+  if (collective == SO_ALLREDUCE || collective == SO_BROADCAST) {
+    if (out_address != Py_None) {
+      out_ptr = PyLong_AsVoidPtr(out_address);
+      if (out_ptr == NULL && PyErr_Occurred()) goto done;
+    } else if (output == data && (have_in || described)) {
+      /* in place (a buffer was taken writable, or a tensor described) */
+      out_ptr = (void*)in_ptr;
+    } else if (output != Py_None && is_tensor(output)) {
+      out_ptr = tensor_address(output);
+      if (out_ptr == NULL && PyErr_Occurred()) goto done;
+    } else if (output != Py_None) {
+      if (get_buffer(output, &out, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) != 0) goto done;
+      have_out = 1;
+      out_ptr = out.buf;
+      if (have_in && out.len != in.len) {
+        raise_invalid("the output has %zd bytes, the input %zd", out.len, in.len);
+        goto done;
+      }
+    }
+  }
+  const int64_t* splits = NULL;
+  int nsplits = 0;
+  if (splits_obj != Py_None) {
+    if (get_buffer(splits_obj, &sp, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) goto done;
+    have_sp = 1;
+    if (sp.itemsize != 8 || format_dtype(&sp) != SO_INT64) {
+      raise_invalid("splits must be int64");
+      goto done;
+    }
+    splits = (const int64_t*)sp.buf;
+    nsplits = (int)(sp.len / 8);
+  }
+  name = name_or_auto(collective, args[ARG_name], process_set);
+  if (name == NULL) goto done;
+  const char* name_utf8 = PyUnicode_AsUTF8(name);
+  if (name_utf8 == NULL) goto done;
+  int64_t id = 0;
+  const so_request request = {
+      .struct_size = sizeof(so_request), .collective = collective, .name = name_utf8,
+      .dtype = dtype, .ndim = ndim, .shape = shape, .input = in_ptr, .output = out_ptr,
+      .reduce_op = op, .root_rank = root, .prescale_factor = pre, .postscale_factor = post,
+      .splits = splits, .nsplits = nsplits, .process_set = process_set};
+  int rc = api.so_enqueue(&request, &id);
+  if (rc != 0) {
+    raise_status(rc);
+    goto done;
+  }
+  PyObject* keep = PyTuple_Pack(2, data, splits_obj);
+  if (keep == NULL) goto done;
+  result = (PyObject*)new_handle(id, collective, dtype, name, keep, output, finish);
+  Py_DECREF(keep);
+
+done:
+  Py_XDECREF(name);
+  if (have_in) PyBuffer_Release(&in);
+  if (have_out) PyBuffer_Release(&out);
+  if (have_sp) PyBuffer_Release(&sp);
+  return result;
+}
+
+int submit_init(void) {
+#define SO_ARG_NAME_(n) \
+  if ((submit_keywords[ARG_##n] = PyUnicode_InternFromString(#n)) == NULL) return -1;
+  SUBMIT_ARGS(SO_ARG_NAME_)
+#undef SO_ARG_NAME_
+  return 0;
+}
+
+static PyMethodDef methods[] = {
+    {"submit", (PyCFunction)(void (*)(void))submit, METH_FASTCALL | METH_KEYWORDS,
+     "submit(collective, name=None, data=None, address=None, dtype=None, shape=None, "
+     "output=None, out_address=None, op=Average, root=0, prescale=1.0, postscale=1.0, "
+     "splits=None, finish=None, process_set=0) -> Handle"},
+    {NULL, NULL, 0, NULL},
+};
+PyMethodDef* const submit_methods = methods;
