@@ -19,36 +19,21 @@
 
 #include "common/logging.h"
 #include "common/process.h"
+#include "runtime/liveness_link.h"
 #include "transport/mpi/mpi_context.h"
 
 namespace scaleout {
+
+using namespace liveness_link;  // the TCP star's wire; this file is the policy over it
+
 namespace {
 
-// Every message is one Frame; a connecting rank's first adds the job's secret.
-constexpr uint32_t kMagic = 0x534f4c56;
-enum Kind : uint32_t { kHello = 1, kWelcome = 2, kBeat = 3, kBye = 4, kGone = 5 };
-struct Frame {
-  uint32_t magic;
-  uint32_t kind;
-  // kHello: the sender; kWelcome: the receiver; kGone: the dead rank; kBeat from rank 0: the
-  // first suspect of a stall, or -1 (Note [Stalls inside a collective])
-  int32_t rank;
-  // kGone: PeerLiveness::Cause; kBeat to rank 0: whether the sender is inside a collective;
-  // kBeat from rank 0: the suspect's Suspicion
-  int32_t cause;
-  uint64_t progress;  // kBeat to rank 0: collectives the sender has started executing
-};
 enum Suspicion : int32_t { kBehind = 1, kQuiet = 2 };
 constexpr double kQuietSeconds = 3.0;  // three heartbeats missed
-constexpr size_t kSecretBytes = 16;
-constexpr size_t kHelloBytes = sizeof(Frame) + kSecretBytes;
 
 constexpr double kBeatSeconds = 1.0;
 constexpr double kPollSeconds = 0.25;
 constexpr double kProcessCheckSeconds = 0.25;
-constexpr double kConnectSeconds = 2.0;
-constexpr double kHandshakeSeconds = 5.0;
-constexpr int kMaxAddresses = 8;
 constexpr int kHostBytes = 64;
 
 std::atomic<bool> g_lost_a_peer{false};  // PeerLiveness::LostAPeer
@@ -58,124 +43,6 @@ double Now() {
   return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
 
-// What rank 0 sends every rank over MPI: where to connect and the secret that proves a
-// connection comes from this job.
-struct Invitation {
-  int32_t ok;
-  uint16_t port;
-  uint8_t secret[kSecretBytes];
-  char addresses[kMaxAddresses][INET_ADDRSTRLEN];
-  char error[256];
-};
-
-// Rank 0's listening socket: on `interface`'s IPv4 address, or on every address (`addresses`
-// then lists the up interfaces' ones, loopback last).
-Status Listen(const std::string& interface, int* fd_out, uint16_t* port,
-              std::vector<std::string>* addresses) {
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return Status::Transport(SystemError("getifaddrs", errno));
-  std::vector<std::string> outside, loopback;
-  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
-    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET || !(a->ifa_flags & IFF_UP)) continue;
-    if (!interface.empty() && interface != a->ifa_name) continue;
-    char text[INET_ADDRSTRLEN] = {0};
-    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof(text));
-    ((a->ifa_flags & IFF_LOOPBACK) ? loopback : outside).push_back(text);
-  }
-  ::freeifaddrs(list);
-  if (!interface.empty() && outside.empty() && loopback.empty()) {
-    return Status::InvalidArgument("SCALEOUT_NETWORK_INTERFACE names " + interface +
-                                   ", which is not an up interface with an IPv4 address here");
-  }
-  *addresses = outside;
-  addresses->insert(addresses->end(), loopback.begin(), loopback.end());
-  if (addresses->size() > static_cast<size_t>(kMaxAddresses)) addresses->resize(kMaxAddresses);
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) return Status::Transport(SystemError("socket", errno));
-  sockaddr_in at{};
-  at.sin_family = AF_INET;
-  at.sin_port = 0;
-  at.sin_addr.s_addr = htonl(INADDR_ANY);
-  if (!interface.empty()) ::inet_pton(AF_INET, (*addresses)[0].c_str(), &at.sin_addr);
-  socklen_t len = sizeof(at);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&at), sizeof(at)) != 0 || ::listen(fd, 4096) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&at), &len) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return Status::Transport(SystemError("listening for the other ranks", err));
-  }
-  *fd_out = fd;
-  *port = ntohs(at.sin_port);
-  return Status::OK();
-}
-
-bool WaitFor(int fd, short events, double seconds) {
-  pollfd p{fd, events, 0};
-  int rc;
-  do {
-    rc = ::poll(&p, 1, static_cast<int>(seconds * 1000));
-  } while (rc < 0 && errno == EINTR);
-  return rc > 0 && (p.revents & events);
-}
-
-// Connects to rank 0 at address:port and proves this rank belongs to the job; -1 and *why if not.
-int Join(const std::string& address, uint16_t port, int rank, const uint8_t* secret, std::string* why) {
-  sockaddr_in at{};
-  at.sin_family = AF_INET;
-  at.sin_port = htons(port);
-  if (::inet_pton(AF_INET, address.c_str(), &at.sin_addr) != 1) {
-    *why = address + " is not an IPv4 address";
-    return -1;
-  }
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) {
-    *why = SystemError("socket", errno);
-    return -1;
-  }
-  auto fail = [&](const std::string& what) {
-    *why = address + ":" + std::to_string(port) + ": " + what;
-    ::close(fd);
-    return -1;
-  };
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&at), sizeof(at)) != 0 && errno != EINPROGRESS) {
-    return fail(std::strerror(errno));
-  }
-  if (!WaitFor(fd, POLLOUT, kConnectSeconds)) return fail("no connection within 2 s");
-  int err = 0;
-  socklen_t len = sizeof(err);
-  ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-  if (err != 0) return fail(std::strerror(err));
-  uint8_t hello[kHelloBytes];
-  const Frame f{kMagic, kHello, rank, 0, 0};
-  std::memcpy(hello, &f, sizeof(f));
-  std::memcpy(hello + sizeof(f), secret, kSecretBytes);
-  if (::send(fd, hello, sizeof(hello), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(hello))) {
-    return fail(std::strerror(errno));
-  }
-  Frame welcome{};
-  size_t got = 0;
-  while (got < sizeof(welcome)) {
-    if (!WaitFor(fd, POLLIN, kHandshakeSeconds)) return fail("no answer within 5 s");
-    ssize_t n = ::recv(fd, reinterpret_cast<uint8_t*>(&welcome) + got, sizeof(welcome) - got, 0);
-    if (n <= 0 && !(n < 0 && (errno == EAGAIN || errno == EINTR))) {
-      return fail("closed by the other side (not this job's rank 0)");
-    }
-    if (n > 0) got += static_cast<size_t>(n);
-  }
-  if (welcome.magic != kMagic || welcome.kind != kWelcome || welcome.rank != rank) {
-    return fail("not this job's rank 0");
-  }
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  return fd;
-}
-
-void SendFrame(int fd, Kind kind, int32_t rank = 0, int32_t cause = 0, uint64_t progress = 0) {
-  // A few bytes into an almost empty socket buffer: all or nothing. A full buffer (a peer that
-  // has stopped reading) drops the frame, as its silence is found anyway.
-  const Frame f{kMagic, kind, rank, cause, progress};
-  (void)::send(fd, &f, sizeof(f), MSG_NOSIGNAL | MSG_DONTWAIT);
-}
 
 }  // namespace
 
