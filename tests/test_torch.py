@@ -30,7 +30,7 @@ def test_n_ranks_with_batch_b_train_like_one_process_with_batch_nb(np_):
 
 def test_gpu_tensors_get_a_clear_error():
     from scaleout import InvalidArgumentError
-    from scaleout.torch._collectives import check_device
+    from scaleout.torch._tensors import check_device
     check_device(torch.device("cpu"))
     with pytest.raises(InvalidArgumentError, match="GPU tensors are not supported yet"):
         check_device(torch.device("cuda", 0))

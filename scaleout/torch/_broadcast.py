@@ -11,9 +11,9 @@ from scaleout._native import synchronize
 from scaleout._objects import broadcast_object
 from scaleout._process_sets import global_process_set, process_set_id
 from scaleout._runtime import rank
-from scaleout.torch._collectives import _broadcast_async
 from scaleout.torch._optimizer import _DistributedMixin
 from scaleout.torch._reductions import STATE_KEY
+from scaleout.torch._tensors import start_broadcast
 
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state"]
 
@@ -60,7 +60,7 @@ def broadcast_parameters(params: Union[Mapping[str, torch.Tensor], Iterable[Any]
             raise InvalidArgumentError(f"broadcast_parameters: '{key}' is a "
                                        f"{type(tensor).__name__}, not a tensor")
         label = key if key is not None else f"#{index}"
-        handles.append(_broadcast_async(tensor, root_rank, member(name, label), True, ps))
+        handles.append(start_broadcast(tensor, root_rank, member(name, label), True, ps))
     _wait_all(handles)
 
 
@@ -125,7 +125,7 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int, 
                                 process_set=process_set)
     if not is_root:
         _collect_slots(skeleton, tensors)
-    handles = [_broadcast_async(t, root_rank, member(name, i), True, ps)
+    handles = [start_broadcast(t, root_rank, member(name, i), True, ps)
                for i, t in enumerate(tensors)]
     _wait_all(handles)
     if not is_root:

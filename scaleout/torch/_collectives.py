@@ -1,28 +1,27 @@
-"""Collectives on torch CPU tensors.
+"""Collectives on torch CPU tensors, with Horovod's names and signatures.
 
-The core reads and writes a contiguous tensor's memory directly through `data_ptr()` (no copy,
-no compiled code against torch); a non-contiguous tensor goes through a contiguous copy. The
-tensor forms of the numpy-level API keep its names, defaults and handles: a handle returned here
-is a `scaleout.Handle`, finished by `synchronize` / `poll`.
-
-The out-of-place forms are differentiable (see the autograd functions at the end).
+The tensor forms of the numpy-level API keep its names, defaults and handles: a handle returned
+here is a `scaleout.Handle`, finished by `synchronize` / `poll`. How a tensor reaches the core is
+_tensors.py's. The out-of-place forms are differentiable (the autograd Functions are in
+_autograd.py).
 """
 from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
 
-import numpy as np
 import torch
-from torch.autograd.graph import increment_version
 
-from scaleout import _gradient_rules, _naming
-from scaleout._arrays import splits_array
+from scaleout import _naming
 from scaleout._errors import InvalidArgumentError
-from scaleout._native import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, DTYPE_CODES,
-                              REDUCESCATTER, Average, Handle, Sum, auto_name, group, poll,
-                              register_tensor_type, resolve_op, submit, synchronize, wait_all)
+from scaleout._native import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCESCATTER, Average,
+                              Handle, Sum, auto_name, group, poll, resolve_op, synchronize,
+                              wait_all)
 from scaleout._ops import barrier as _barrier_np, join as _join_np
 from scaleout._process_sets import global_process_set, process_set_id, set_size
+from scaleout.torch._autograd import (AllgatherFn, AllreduceFn, AlltoallFn, BroadcastFn,
+                                      GroupedAllreduceFn, ReducescatterFn)
+from scaleout.torch._tensors import (start_allreduce, start_alltoall, start_broadcast,
+                                     start_grouped_allreduce, start_reducescatter, submit_owned)
 
 __all__ = ["allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
            "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
@@ -36,125 +35,8 @@ __all__ = ["allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "gr
 # default). Below the public functions it travels as the core's id (`ps`, 0: the global set).
 _GLOBAL = global_process_set
 
-# The core's element type codes, by torch dtype (from the core's table).
-_DTYPE_CODES = {getattr(torch, name): code for name, code in DTYPE_CODES.items()
-                if isinstance(getattr(torch, name, None), torch.dtype)}
-
-
-register_tensor_type(torch.Tensor, _DTYPE_CODES, torch.strided)
-
-
-def check_device(device: torch.device) -> None:
-    """Raises the error a tensor on `device` gets: only CPU tensors are supported so far."""
-    if device.type == "cpu":
-        return
-    if device.type in ("cuda", "xpu", "mps", "hip"):
-        raise InvalidArgumentError(
-            f"GPU tensors are not supported yet: got a tensor on '{device}'. scaleout reduces CPU "
-            "tensors; move it with tensor.cpu() (and the result back with .to(device)).")
-    raise InvalidArgumentError(f"tensors on device '{device}' are not supported; scaleout "
-                               "works on CPU tensors")
-
-
-def _dtype_code(tensor, what: str) -> int:
-    if isinstance(tensor, torch.Tensor):
-        code = _DTYPE_CODES.get(tensor.dtype)
-        if code is not None and tensor.is_cpu and tensor.layout is torch.strided:
-            return code
-    _refuse(tensor, what)
-
-
-def _refuse(tensor, what: str):
-    """Raises the error that says why the core cannot take `tensor`."""
-    if not isinstance(tensor, torch.Tensor):
-        raise InvalidArgumentError(f"{what} takes a torch.Tensor, not {type(tensor).__name__} "
-                                   "(use scaleout's numpy API for arrays)")
-    check_device(tensor.device)
-    if tensor.layout != torch.strided:
-        raise InvalidArgumentError(f"{what}: {tensor.layout} tensors are not supported; "
-                                   "convert with tensor.to_dense()")
-    raise InvalidArgumentError(
-        f"{what}: dtype {tensor.dtype} is not supported; scaleout handles "
-        f"{', '.join(str(d).replace('torch.', '') for d in _DTYPE_CODES)}")
-
-
-def _dense(tensor: torch.Tensor) -> torch.Tensor:
-    """The tensor itself when the core can use its memory as it is, else a contiguous copy."""
-    return tensor if tensor.is_contiguous() else tensor.detach().contiguous()
-
-
-def _allocator(dtype: torch.dtype):
-    """A core-owned result (allgather, alltoall, reducescatter) as a tensor viewing the core's
-    bytes (no copy; the tensor keeps them alive)."""
-    def alloc(shape, buffer):
-        if 0 in shape:
-            return torch.empty(shape, dtype=dtype)  # frombuffer refuses an empty buffer
-        return torch.frombuffer(buffer, dtype=dtype).reshape(shape)
-    return alloc
-
-
-def _bumped(tensor: torch.Tensor) -> torch.Tensor:
-    """Finishes an in-place collective that wrote into the tensor's own memory: tells autograd
-    (its version counter)."""
-    increment_version(tensor)
-    return tensor
-
-
-def _copied_back(tensor: torch.Tensor):
-    """Finishes an in-place collective that went through a contiguous stand-in."""
-    def finish(result: torch.Tensor) -> torch.Tensor:
-        tensor.detach().copy_(result)
-        return tensor
-    return finish
-
-
-def _submit_into(collective: int, tensor, name: Optional[str], inplace: bool, op: int,
-                 root: int, prescale: float, postscale: float, what: str, ps: int) -> Handle:
-    """allreduce / broadcast: the result in a new tensor, or written into `tensor`."""
-    if inplace:
-        # The hot path of every DistributedOptimizer hook: the binding reads the tensor itself.
-        try:
-            return submit(collective, name=name, data=tensor, output=tensor, op=op,
-                          root_rank=root, prescale_factor=prescale, postscale_factor=postscale,
-                          finish=_bumped, process_set=ps)
-        except BufferError:
-            pass  # not a contiguous CPU tensor of a core dtype: explained or copied below
-    code = _dtype_code(tensor, what)
-    src = _dense(tensor)
-    if inplace:
-        ptr = src.data_ptr()
-        return submit(collective, name=name, data=src, address=ptr, dtype=code, shape=src.shape,
-                      output=src, out_address=ptr, op=op, root_rank=root,
-                      prescale_factor=prescale, postscale_factor=postscale,
-                      finish=_copied_back(tensor), process_set=ps)
-    dst = torch.empty_like(src, memory_format=torch.contiguous_format)
-    return submit(collective, name=name, data=src, address=src.data_ptr(), dtype=code,
-                  shape=src.shape, output=dst, out_address=dst.data_ptr(), op=op,
-                  root_rank=root, prescale_factor=prescale, postscale_factor=postscale,
-                  process_set=ps)
-
-
-def _submit_owned(collective: int, tensor, name: Optional[str], what: str, ps: int,
-                  op: int = Sum, prescale: float = 1.0, postscale: float = 1.0, splits=None,
-                  finish=None) -> Handle:
-    """allgather / alltoall / reducescatter: the core owns the result until completion."""
-    code = _dtype_code(tensor, what)
-    src = _dense(tensor)
-    if collective == ALLGATHER and src.dim() == 0:
-        src = src.reshape(1)
-    return submit(collective, name=name, data=src, address=src.data_ptr(), dtype=code,
-                  shape=src.shape, output=_allocator(src.dtype), op=op,
-                  prescale_factor=prescale, postscale_factor=postscale, splits=splits,
-                  finish=finish, process_set=ps)
-
 
 # ---- allreduce ----
-
-def _allreduce_async(tensor, name: Optional[str], op: int, prescale_factor: float,
-                     postscale_factor: float, inplace: bool, ps: int) -> Handle:
-    return _submit_into(ALLREDUCE, tensor, name, inplace, op, 0, prescale_factor,
-                        postscale_factor, "allreduce", ps)
-
 
 def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
                     name: Optional[str] = None, op: Optional[int] = None,
@@ -162,8 +44,8 @@ def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
                     process_set=_GLOBAL) -> Handle:
     """Starts reducing `tensor` across ranks (default op Average); synchronize() returns a new
     tensor. Not differentiable (use allreduce for that)."""
-    return _allreduce_async(tensor, name, resolve_op(op, average), prescale_factor,
-                            postscale_factor, False, process_set_id(process_set, "allreduce"))
+    return start_allreduce(tensor, name, resolve_op(op, average), prescale_factor,
+                           postscale_factor, False, process_set_id(process_set, "allreduce"))
 
 
 def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None,
@@ -171,9 +53,8 @@ def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None,
                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                      process_set=_GLOBAL) -> Handle:
     """In-place form: the result is written into `tensor` (its memory, when contiguous)."""
-    return _submit_into(ALLREDUCE, tensor, name, True, resolve_op(op, average), 0,
-                        prescale_factor, postscale_factor, "allreduce",
-                        process_set_id(process_set, "allreduce_"))
+    return start_allreduce(tensor, name, resolve_op(op, average), prescale_factor,
+                           postscale_factor, True, process_set_id(process_set, "allreduce_"))
 
 
 def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
@@ -204,10 +85,10 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
     if compression is not None:
         tensor, ctx = compression.compress(tensor)
     if _differentiable(tensor):
-        out = _AllreduceFn.apply(tensor, name, op, prescale_factor, postscale_factor, ps)
+        out = AllreduceFn.apply(tensor, name, op, prescale_factor, postscale_factor, ps)
     else:
-        out = synchronize(_allreduce_async(tensor, name, op, prescale_factor, postscale_factor,
-                                           False, ps))
+        out = synchronize(start_allreduce(tensor, name, op, prescale_factor, postscale_factor,
+                                          False, ps))
     return compression.decompress(out, ctx) if compression is not None else out
 
 
@@ -225,23 +106,15 @@ def _decompress_all(compression, outs: List[torch.Tensor], ctxs) -> List[torch.T
     return [compression.decompress(o, c) for o, c in zip(outs, ctxs)]
 
 
-def _grouped_async(tensors, average, name, op, prescale_factor, postscale_factor,
-                   inplace, ps: int) -> Handle:
-    op = resolve_op(op, average)
-    base = auto_name(ALLREDUCE, name, ps)
-    return group([_allreduce_async(t, _naming.member(base, i), op, prescale_factor,
-                                   postscale_factor, inplace, ps)
-                  for i, t in enumerate(tensors)], base)
-
-
 def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
                             name: Optional[str] = None, op: Optional[int] = None,
                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                             process_set=_GLOBAL) -> Handle:
     """Reduces a list of tensors together (fused whenever they fit the buffer); synchronize()
     returns the list of results."""
-    return _grouped_async(tensors, average, name, op, prescale_factor, postscale_factor, False,
-                          process_set_id(process_set, "grouped_allreduce"))
+    return start_grouped_allreduce(tensors, average, name, op, prescale_factor,
+                                   postscale_factor, False,
+                                   process_set_id(process_set, "grouped_allreduce"))
 
 
 def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
@@ -249,8 +122,9 @@ def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[
                              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                              process_set=_GLOBAL) -> Handle:
     """In-place form of grouped_allreduce_async."""
-    return _grouped_async(tensors, average, name, op, prescale_factor, postscale_factor, True,
-                          process_set_id(process_set, "grouped_allreduce_"))
+    return start_grouped_allreduce(tensors, average, name, op, prescale_factor,
+                                   postscale_factor, True,
+                                   process_set_id(process_set, "grouped_allreduce_"))
 
 
 def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
@@ -273,11 +147,11 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] =
     name = auto_name(ALLREDUCE, name, ps)
     tensors, ctxs = _compress_all(compression, tensors)
     if _differentiable(*tensors):
-        outs = list(_GroupedAllreduceFn.apply(name, op, prescale_factor, postscale_factor, ps,
-                                              *tensors))
+        outs = list(GroupedAllreduceFn.apply(name, op, prescale_factor, postscale_factor, ps,
+                                             *tensors))
     else:
-        outs = synchronize(_grouped_async(tensors, None, name, op, prescale_factor,
-                                          postscale_factor, False, ps))
+        outs = synchronize(start_grouped_allreduce(tensors, None, name, op, prescale_factor,
+                                                   postscale_factor, False, ps))
     return _decompress_all(compression, outs, ctxs)
 
 
@@ -286,8 +160,8 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] =
 def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
                     process_set=_GLOBAL) -> Handle:
     """Concatenates every rank's tensor along the first dimension (which may differ by rank)."""
-    return _submit_owned(ALLGATHER, tensor, name, "allgather",
-                         process_set_id(process_set, "allgather"))
+    return submit_owned(ALLGATHER, tensor, name, "allgather",
+                        process_set_id(process_set, "allgather"))
 
 
 def allgather(tensor: torch.Tensor, name: Optional[str] = None,
@@ -297,8 +171,8 @@ def allgather(tensor: torch.Tensor, name: Optional[str] = None,
     ps = process_set_id(process_set, "allgather")
     name = auto_name(ALLGATHER, name, ps)
     if _differentiable(tensor):
-        return _AllgatherFn.apply(tensor, name, ps)
-    return synchronize(_submit_owned(ALLGATHER, tensor, name, "allgather", ps))
+        return AllgatherFn.apply(tensor, name, ps)
+    return synchronize(submit_owned(ALLGATHER, tensor, name, "allgather", ps))
 
 
 def _grouped_names(collective: int, name: Optional[str], count: int,
@@ -314,7 +188,7 @@ def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str]
     ps = process_set_id(process_set, "grouped_allgather")
     tensors = list(tensors)
     base, names = _grouped_names(ALLGATHER, name, len(tensors), ps)
-    return group([_submit_owned(ALLGATHER, t, n, "grouped_allgather", ps)
+    return group([submit_owned(ALLGATHER, t, n, "grouped_allgather", ps)
                   for t, n in zip(tensors, names)], base)
 
 
@@ -325,28 +199,22 @@ def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = Non
     tensors = list(tensors)
     if _differentiable(*tensors):
         _, names = _grouped_names(ALLGATHER, name, len(tensors), ps)
-        return [_AllgatherFn.apply(t, n, ps) for t, n in zip(tensors, names)]
+        return [AllgatherFn.apply(t, n, ps) for t, n in zip(tensors, names)]
     return synchronize(grouped_allgather_async(tensors, name, process_set))
-
-
-def _broadcast_async(tensor, root_rank: int, name: Optional[str], inplace: bool,
-                     ps: int) -> Handle:
-    return _submit_into(BROADCAST, tensor, name, inplace, Sum, root_rank, 1.0, 1.0,
-                        "broadcast", ps)
 
 
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                     process_set=_GLOBAL) -> Handle:
     """Starts sending root_rank's tensor to every rank; synchronize() returns a new tensor."""
-    return _broadcast_async(tensor, root_rank, name, False,
-                            process_set_id(process_set, "broadcast"))
+    return start_broadcast(tensor, root_rank, name, False,
+                           process_set_id(process_set, "broadcast"))
 
 
 def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                      process_set=_GLOBAL) -> Handle:
     """In-place form: root_rank's values are written into `tensor` on every rank."""
-    return _broadcast_async(tensor, root_rank, name, True,
-                            process_set_id(process_set, "broadcast_"))
+    return start_broadcast(tensor, root_rank, name, True,
+                           process_set_id(process_set, "broadcast_"))
 
 
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
@@ -361,25 +229,8 @@ def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
     ps = process_set_id(process_set, "broadcast")
     name = auto_name(BROADCAST, name, ps)
     if _differentiable(tensor):
-        return _BroadcastFn.apply(tensor, root_rank, name, ps)
-    return synchronize(_broadcast_async(tensor, root_rank, name, False, ps))
-
-
-def _splits_array(splits) -> Optional[np.ndarray]:
-    if isinstance(splits, torch.Tensor):
-        check_device(splits.device)
-        splits = splits.detach().cpu().numpy()
-    return splits_array(splits)
-
-
-def _with_received_splits(result):
-    out, received = result
-    return out, torch.tensor(received, dtype=torch.int32)
-
-
-def _alltoall_async(tensor, splits, name: Optional[str], ps: int) -> Handle:
-    return _submit_owned(ALLTOALL, tensor, name, "alltoall", ps, splits=_splits_array(splits),
-                         finish=_with_received_splits)
+        return BroadcastFn.apply(tensor, root_rank, name, ps)
+    return synchronize(start_broadcast(tensor, root_rank, name, False, ps))
 
 
 def alltoall_async(tensor: torch.Tensor, splits=None, name: Optional[str] = None,
@@ -387,7 +238,7 @@ def alltoall_async(tensor: torch.Tensor, splits=None, name: Optional[str] = None
     """Sends splits[i] rows of `tensor` (default: equal parts) to rank i. synchronize() returns
     (received rows, rows received from each rank as an int32 tensor), as Horovod's does,
     whether or not splits were given."""
-    return _alltoall_async(tensor, splits, name, process_set_id(process_set, "alltoall"))
+    return start_alltoall(tensor, splits, name, process_set_id(process_set, "alltoall"))
 
 
 def alltoall(tensor: torch.Tensor, splits=None, name: Optional[str] = None,
@@ -397,16 +248,10 @@ def alltoall(tensor: torch.Tensor, splits=None, name: Optional[str] = None,
     ps = process_set_id(process_set, "alltoall")
     name = auto_name(ALLTOALL, name, ps)
     if _differentiable(tensor):
-        out, received = _AlltoallFn.apply(tensor, splits, name, ps)
+        out, received = AlltoallFn.apply(tensor, splits, name, ps)
     else:
-        out, received = synchronize(_alltoall_async(tensor, splits, name, ps))
+        out, received = synchronize(start_alltoall(tensor, splits, name, ps))
     return (out, received) if splits is not None else out
-
-
-def _reducescatter_async(tensor, name: Optional[str], op: int, prescale_factor: float,
-                         postscale_factor: float, ps: int) -> Handle:
-    return _submit_owned(REDUCESCATTER, tensor, name, "reducescatter", ps, op, prescale_factor,
-                         postscale_factor)
 
 
 def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None,
@@ -414,8 +259,8 @@ def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None,
                         prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> Handle:
     """Reduces `tensor` across ranks (default Average); rank r gets slice r of the first
     dimension (the first dim % size ranks get one row more)."""
-    return _reducescatter_async(tensor, name, resolve_op(op, None), prescale_factor,
-                                postscale_factor, process_set_id(process_set, "reducescatter"))
+    return start_reducescatter(tensor, name, resolve_op(op, None), prescale_factor,
+                               postscale_factor, process_set_id(process_set, "reducescatter"))
 
 
 def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, compression=None,
@@ -431,10 +276,10 @@ def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, compression=
     if compression is not None:
         tensor, ctx = compression.compress(tensor)
     if _differentiable(tensor):
-        out = _ReducescatterFn.apply(tensor, name, op, prescale_factor, postscale_factor, ps)
+        out = ReducescatterFn.apply(tensor, name, op, prescale_factor, postscale_factor, ps)
     else:
-        out = synchronize(_reducescatter_async(tensor, name, op, prescale_factor,
-                                               postscale_factor, ps))
+        out = synchronize(start_reducescatter(tensor, name, op, prescale_factor,
+                                              postscale_factor, ps))
     return compression.decompress(out, ctx) if compression is not None else out
 
 
@@ -447,7 +292,7 @@ def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: Optional[
     tensors = list(tensors)
     op = resolve_op(op, None)
     base, names = _grouped_names(REDUCESCATTER, name, len(tensors), ps)
-    return group([_reducescatter_async(t, n, op, prescale_factor, postscale_factor, ps)
+    return group([start_reducescatter(t, n, op, prescale_factor, postscale_factor, ps)
                   for t, n in zip(tensors, names)], base)
 
 
@@ -462,7 +307,7 @@ def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: Optional[str] =
     tensors, ctxs = _compress_all(compression, tensors)
     if _differentiable(*tensors):
         _, names = _grouped_names(REDUCESCATTER, name, len(tensors), ps)
-        outs = [_ReducescatterFn.apply(t, n, op, prescale_factor, postscale_factor, ps)
+        outs = [ReducescatterFn.apply(t, n, op, prescale_factor, postscale_factor, ps)
                 for t, n in zip(tensors, names)]
     else:
         outs = synchronize(grouped_reducescatter_async(tensors, name, op, process_set,
@@ -482,11 +327,11 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int, process_set
         raise InvalidArgumentError("sparse_allreduce_async reduces with op=Average or op=Sum")
     t = tensor.coalesce() if not tensor.is_coalesced() else tensor
     # allgather concatenates along dim 0, so the (ndim, nnz) indices travel as (nnz, ndim).
-    indices_handle = _submit_owned(ALLGATHER, t.indices().t().contiguous(),
-                                   _naming.part(name, _naming.INDICES), "sparse_allreduce_async",
-                                   ps)
-    values_handle = _submit_owned(ALLGATHER, t.values().contiguous(),
-                                  _naming.part(name, _naming.VALUES), "sparse_allreduce_async", ps)
+    indices_handle = submit_owned(ALLGATHER, t.indices().t().contiguous(),
+                                  _naming.part(name, _naming.INDICES), "sparse_allreduce_async",
+                                  ps)
+    values_handle = submit_owned(ALLGATHER, t.values().contiguous(),
+                                 _naming.part(name, _naming.VALUES), "sparse_allreduce_async", ps)
     world = set_size(ps)
 
     def wait() -> torch.Tensor:
@@ -508,122 +353,3 @@ def join(device: int = -1, process_set=_GLOBAL) -> int:
     (`device` is accepted for Horovod compatibility and ignored: scaleout works on CPU
     tensors.)"""
     return _join_np(process_set)
-
-
-# ---- autograd ----
-#
-# The backward passes apply the rules of scaleout._gradient_rules (Horovod's definitions, shared
-# with scaleout.tensorflow) to torch tensors.
-
-class _TorchOps(_gradient_rules.Ops):
-    """The gradient rules' primitives on torch tensors, on one process set (the forward's)."""
-
-    def allreduce_async(self, x, name, op, prescale, postscale):
-        return _allreduce_async(x, name, op, prescale, postscale, False, self.process_set)
-
-    def allgather_async(self, x, name):
-        return _submit_owned(ALLGATHER, x, name, "allgather", self.process_set)
-
-    def alltoall(self, x, splits, name):
-        return synchronize(_alltoall_async(x, splits, name, self.process_set))
-
-    def rows_tensor(self, rows):
-        return torch.tensor([rows], dtype=torch.int64)
-
-    def narrow(self, x, start, length):
-        return x.narrow(0, start, length)
-
-    def zeros_like(self, x):
-        return torch.zeros_like(x)
-
-    def scale(self, x, factor):
-        return x * factor
-
-
-class _AllreduceFn(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, ps):
-        ctx.args = (name, op, prescale_factor, postscale_factor)
-        ctx.ps = ps
-        return synchronize(_allreduce_async(tensor, name, op, prescale_factor, postscale_factor,
-                                            False, ps))
-
-    @staticmethod
-    def backward(ctx, grad):
-        g = _gradient_rules.gradient("allreduce")(_TorchOps(ctx.ps), grad, *ctx.args)
-        return g, None, None, None, None, None
-
-
-class _GroupedAllreduceFn(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, name, op, prescale_factor, postscale_factor, ps, *tensors):
-        ctx.args = (name, op, prescale_factor, postscale_factor, ps)
-        return tuple(synchronize(_grouped_async(tensors, None, name, op, prescale_factor,
-                                                postscale_factor, False, ps)))
-
-    @staticmethod
-    def backward(ctx, *grads):
-        name, op, pre, post, ps = ctx.args
-        _gradient_rules.check_gradient_op("allreduce", op)
-        gs = synchronize(_grouped_async(grads, None, _naming.gradient(name), op, pre, post,
-                                        False, ps))
-        return (None, None, None, None, None, *gs)
-
-
-class _AllgatherFn(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, tensor, name, ps):
-        ctx.name = name
-        ctx.shape = tensor.shape
-        ctx.ps = ps
-        return synchronize(_submit_owned(ALLGATHER, tensor, name, "allgather", ps))
-
-    @staticmethod
-    def backward(ctx, grad):
-        rows = ctx.shape[0] if len(ctx.shape) else 1
-        g = _gradient_rules.gradient("allgather")(_TorchOps(ctx.ps), grad, ctx.name, rows)
-        return g.reshape(ctx.shape), None, None
-
-
-class _BroadcastFn(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, tensor, root_rank, name, ps):
-        ctx.args = (root_rank, name)
-        ctx.ps = ps
-        return synchronize(_broadcast_async(tensor, root_rank, name, False, ps))
-
-    @staticmethod
-    def backward(ctx, grad):
-        root_rank, name = ctx.args
-        g = _gradient_rules.gradient("broadcast")(_TorchOps(ctx.ps), grad, name, root_rank)
-        return g, None, None, None
-
-
-class _AlltoallFn(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, tensor, splits, name, ps):
-        out, received = synchronize(_alltoall_async(tensor, splits, name, ps))
-        ctx.args = (received, name)
-        ctx.ps = ps
-        ctx.mark_non_differentiable(received)
-        return out, received
-
-    @staticmethod
-    def backward(ctx, grad, _grad_received):
-        received, name = ctx.args
-        g = _gradient_rules.gradient("alltoall")(_TorchOps(ctx.ps), grad, name, received)
-        return g, None, None, None
-
-
-class _ReducescatterFn(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, ps):
-        ctx.args = (name, op, prescale_factor, postscale_factor)
-        ctx.ps = ps
-        return synchronize(_reducescatter_async(tensor, name, op, prescale_factor,
-                                                postscale_factor, ps))
-
-    @staticmethod
-    def backward(ctx, grad):
-        g = _gradient_rules.gradient("reducescatter")(_TorchOps(ctx.ps), grad, *ctx.args)
-        return g, None, None, None, None, None

@@ -23,9 +23,9 @@ from scaleout._errors import InvalidArgumentError, NotYetImplementedError, Scale
 from scaleout._gradient_rules import predivided
 from scaleout._native import Adasum, Average, Sum, resolve_op
 from scaleout._process_sets import global_process_set, process_set_id, set_rank, set_size
-from scaleout.torch._collectives import check_device
 from scaleout.torch._compression import Compression
 from scaleout.torch._reductions import STATE_KEY, reduction_for
+from scaleout.torch._tensors import check_device
 
 __all__ = ["DistributedOptimizer"]
 

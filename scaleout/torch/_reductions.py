@@ -25,7 +25,8 @@ from scaleout._naming import parameter_gradient
 from scaleout._native import Adasum, Handle, resolve_op, synchronize, wait_all
 from scaleout._process_sets import set_size
 from scaleout._topk import Momentum, TopK, TopKExchange, check_optimizer_momentum
-from scaleout.torch._collectives import _allreduce_async, sparse_allreduce_async
+from scaleout.torch._collectives import sparse_allreduce_async
+from scaleout.torch._tensors import start_allreduce
 
 __all__ = ["Reduction", "Allreduce", "TopKReduction", "AdasumDeltas", "reduction_for",
            "STATE_KEY"]
@@ -104,8 +105,8 @@ class Allreduce(Reduction):
                                                         self.op, self.process_set))
             p.grad = p.grad.to_dense()
         wire, ctx = self.compression.compress(p.grad)
-        return _InPlace(_allreduce_async(wire, parameter_gradient(name), self.op, self.prescale,
-                                         self.postscale, True, self.ps), ctx)
+        return _InPlace(start_allreduce(wire, parameter_gradient(name), self.op, self.prescale,
+                                        self.postscale, True, self.ps), ctx)
 
     def finish(self, opt, pending):
         in_place = {p: q for p, q in pending.items() if isinstance(q, _InPlace)}
@@ -266,7 +267,7 @@ class AdasumDeltas(Reduction):
                     group["params"] = params
             p.sub_(start)
         wire, ctx = self.compression.compress(p.data)
-        return _InPlace(_allreduce_async(wire, f"delta.{name}", Adasum, 1.0, 1.0, True, self.ps),
+        return _InPlace(start_allreduce(wire, f"delta.{name}", Adasum, 1.0, 1.0, True, self.ps),
                         ctx)
 
     def finish(self, opt, pending):

@@ -11,7 +11,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from scaleout._naming import gradient, part
 from scaleout._native import Sum, synchronize
 from scaleout._runtime import size
-from scaleout.torch._collectives import _allreduce_async, allgather_async, check_device
+from scaleout.torch._collectives import allgather_async
+from scaleout.torch._tensors import check_device, start_allreduce
 
 __all__ = ["SyncBatchNorm"]
 
@@ -132,8 +133,8 @@ class _SyncBatchNormFn(torch.autograd.Function):
         grad_bias = sum_dy.to(bias_dtype) if bias_dtype is not None else None
         # Each output depends on every rank's inputs through the mean and variance, so the two
         # channel sums are taken over the global batch.
-        both = synchronize(_allreduce_async(torch.cat([sum_dy, sum_dy_xhat]), gradient(name),
-                                            Sum, 1.0, 1.0, False, 0))
+        both = synchronize(start_allreduce(torch.cat([sum_dy, sum_dy_xhat]), gradient(name),
+                                           Sum, 1.0, 1.0, False, 0))
         mean_dy, mean_dy_xhat = (both / total).split(sum_dy.numel())
         scale = invstd if weight is None else invstd * weight.detach().to(invstd.dtype)
         dx = scale.view(shape) * (dy - mean_dy.view(shape) - xhat * mean_dy_xhat.view(shape))

@@ -175,7 +175,7 @@ def test_gather_broadcast_alltoall_reducescatter(r, n):
 def test_errors(r, n):
     for device in ("cuda", "cuda:1"):
         expect_error(hvd.InvalidArgumentError,
-                     lambda: hvd._collectives.check_device(torch.device(device)),
+                     lambda: hvd._tensors.check_device(torch.device(device)),
                      "GPU tensors are not supported yet", what=f"{device} tensor")
     expect_error(hvd.InvalidArgumentError, lambda: hvd.allreduce(torch.empty(2, device="meta")),
                  "device 'meta'", what="meta tensor")
@@ -204,7 +204,7 @@ def test_errors(r, n):
 
 def test_gradients(r, n):
     """Each rank's loss is sum(output * W_r); the expected input gradients follow from the
-    definitions in scaleout.torch._collectives."""
+    definitions in scaleout.torch._autograd."""
     ws = lambda shape: [weights(k, shape) for k in range(n)]  # noqa: E731
 
     for op, pre, post in [(hvd.Sum, 1.0, 1.0), (hvd.Average, 1.0, 1.0), (hvd.Sum, 2.0, 0.25)]:
