@@ -194,11 +194,8 @@ Status CollectiveExecutor::Allgather(const Response& r, const std::vector<Tensor
     e->result_shape[0] = static_cast<int64_t>(rows);
   };
   if (nt == 1) {
+    // Note [Join]: an allgather never runs while a rank has joined, so the entry is this rank's.
     TensorEntry* e = entries[0];
-    if (e == nullptr) {  // joined: contributes no rows, discards the result
-      zeros_.resize(total);
-      return Allgatherv(nullptr, 0, zeros_.data(), recv_bytes);
-    }
     prepare_result(0, e);
     return Allgatherv(e->input, send_bytes, e->result.data(), recv_bytes);
   }
@@ -243,13 +240,10 @@ Status CollectiveExecutor::Allgatherv(const void* in, size_t in_bytes, void* out
 }
 
 Status CollectiveExecutor::Broadcast(const Response& r, TensorEntry* e) {
-  const size_t bytes = Elements(e != nullptr ? e->request.shape : r.tensors[0].shape) *
-                       DataTypeSize(r.dtype);
-  void* buf = e != nullptr ? e->output : nullptr;
-  if (e == nullptr) {  // joined: take part, discard the data
-    zeros_.resize(bytes);
-    buf = zeros_.data();
-  } else if (transports_[0]->rank() == r.root && e->input != e->output && bytes > 0) {
+  // Note [Join]: a broadcast never runs while a rank has joined, so the entry is this rank's.
+  const size_t bytes = Elements(e->request.shape) * DataTypeSize(r.dtype);
+  void* buf = e->output;
+  if (transports_[0]->rank() == r.root && e->input != e->output && bytes > 0) {
     CopyBytes(e->output, e->input, bytes);
   }
   if (staged_broadcast_ != nullptr) return staged_broadcast_->Run(buf, bytes, r.root);

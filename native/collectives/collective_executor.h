@@ -68,7 +68,6 @@ class CollectiveExecutor {
   Status Allgatherv(const void* in, size_t in_bytes, void* out,
                     const std::vector<size_t>& recv_bytes);
   FusionBuffer fusion_;
-  std::vector<uint8_t> zeros_;
 };
 
 }  // namespace scaleout
