@@ -1,9 +1,10 @@
 """DistributedOptimizer: averages gradients across ranks, overlapped with back-propagation.
 
 Each parameter gets a post-accumulate-grad hook. When backward has produced a parameter's
-gradient (backward_passes_per_step times), the hook starts an in-place allreduce of `p.grad` at
-once, so the core reduces (and fuses) the last layers' gradients while autograd still computes
-the earlier layers'. step() waits for all of them, then runs the wrapped optimizer's step.
+gradient (backward_passes_per_step times), the hook starts its reduction at once (by default an
+in-place allreduce of `p.grad`; the strategies are in _reductions.py), so the core reduces (and
+fuses) the last layers' gradients while autograd still computes the earlier layers'. step()
+waits for all of them, then runs the wrapped optimizer's step.
 
 The returned object is an instance of a subclass of the wrapped optimizer's class (so
 isinstance checks, LR schedulers, state_dict() and load_state_dict() work) that shares the
