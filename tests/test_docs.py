@@ -40,6 +40,15 @@ def test_configuration_page_lists_every_option_and_setting():
         assert f"| `{setting.name}` |" in page
 
 
+def test_the_settings_table_reads_the_same_from_the_header_and_the_binding():
+    # Where the binding is not built the page is made from the header; both must agree.
+    _binding = pytest.importorskip("scaleout._binding")
+    if not hasattr(_binding, "SETTINGS"):
+        pytest.skip("this build of the binding has no SETTINGS")
+    assert gen_pages.settings_from_header() == tuple(
+        gen_pages.CoreSetting(*row) for row in _binding.SETTINGS)
+
+
 def test_every_variable_the_core_parses_is_on_the_configuration_page():
     # The page's core table comes from the documented Config fields (or the binding's table):
     # a setting parsed without its documenting comment would be missing from it.

@@ -3,9 +3,9 @@ from it (tests/test_docs.py checks the committed pages against this script's out
 
 - docs/configuration.md, from scaleoutrun's option table (OPTIONS and the refused horovodrun
   flags, HOROVOD_ONLY, in scaleout.launcher.options, or scaleout.launcher.config before that
-  module existed) and from the core's settings table (scaleout._binding.SETTINGS when the
-  binding has it, else the documented fields of native/common/config.h and the Horovod twins
-  of native/common/config.cc, the table the core's parser reads);
+  module existed) and from the core's settings table, SO_SETTINGS_TABLE (Note [Settings
+  table]: scaleout._binding.SETTINGS, or native/common/settings_table.h itself where the
+  binding is not built), the table the core's parser reads;
 - docs/notes.md, the index of the code's Notes: where each `Note [Name]` is defined and its
   first sentence (see find_notes for how a definition is told from a reference).
 
@@ -58,55 +58,20 @@ def horovod_refusals():
     return ()
 
 
-def _default_text(expression: str, comment: str) -> str:
-    expression = expression.strip()
-    shifted = re.fullmatch(r"size_t\((\d+)\)\s*<<\s*(\d+)", expression)
-    if shifted:
-        value = int(shifted.group(1)) << int(shifted.group(2))
-        for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-            if value % (1 << shift) == 0:
-                return f"{value} ({value >> shift} {unit})"
-        return str(value)
-    if expression in ("true", "false"):
-        return "1" if expression == "true" else "0"
-    if expression == "-1" and "-1 auto" in comment:
-        return "auto"
-    if re.fullmatch(r"-?\d+(\.\d+)?", expression):
-        return expression[:-2] if expression.endswith(".0") else expression
-    return expression
-
-
 def settings_from_header() -> tuple[CoreSetting, ...]:
-    """The documented fields of struct Config: a `// SCALEOUT_X ...: text` comment above the
-    field; the twins are kTwins of config.cc, which the parser reads."""
-    header = (ROOT / "native/common/config.h").read_text().splitlines()
-    source = (ROOT / "native/common/config.cc").read_text()
-    twins_block = re.search(r"kTwins\[\]\s*=\s*\{(.*?)\};", source, re.S)
-    twins = set(re.findall(r'"([A-Z_]+)"', twins_block.group(1))) if twins_block else set()
-    settings, comment = [], []
-    for line in header:
-        text = line.strip()
-        if text.startswith("//"):
-            comment.append(text[2:].strip())
-            continue
-        field = re.match(r"[\w:<>, ]+?\s+(\w+)(?:\s*=\s*(.*?))?;$", text)
-        joined = " ".join(comment)
-        named = re.match(r"(SCALEOUT_[A-Z_]+)(\s*\([^)]*\))?:\s*(.*)", joined)
-        if field and named:
-            name, unit, description = named.group(1), named.group(2) or "", named.group(3)
-            suffix = name[len("SCALEOUT_"):]
-            default = _default_text(field.group(2) or '""', joined)
-            if default == "-1" and "as above" in joined and settings and \
-                    settings[-1].default == "auto":
-                default = "auto"
-            if default == '""':
-                default = "(empty)"
-            elif default == "{}" or field.group(2) is None:
-                default = "(empty)"
-            settings.append(CoreSetting(name, "HOROVOD_" + suffix if suffix in twins else None,
-                                        default, (unit.strip() + " " if unit else "") + description))
-        comment = []
-    return tuple(settings)
+    """The rows of SO_SETTINGS_TABLE (native/common/settings_table.h, Note [Settings table]),
+    read from the header where the binding is not built: X(SUFFIX, twin, "default",
+    "description" in adjacent C string pieces)."""
+    text = (ROOT / "native/common/settings_table.h").read_text()
+    body = text[text.index("#define SO_SETTINGS_TABLE(X)"):].split("#endif")[0]
+    body = body.replace("\\\n", " ")
+    rows = []
+    for suffix, twin, default, description in re.findall(
+            r'X\((\w+),\s*([01]),\s*"([^"]*)",\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\)', body):
+        words = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', description)).replace('\\"', '"')
+        rows.append(CoreSetting("SCALEOUT_" + suffix, "HOROVOD_" + suffix if twin == "1" else None,
+                                default, words))
+    return tuple(rows)
 
 
 def horovod_without_effect() -> list[tuple[str, str]]:
@@ -123,19 +88,31 @@ def horovod_without_effect() -> list[tuple[str, str]]:
 
 
 def core_settings() -> tuple[str, tuple[CoreSetting, ...]]:
-    """(where the table came from, its rows)."""
+    """(where the table came from, its rows): the binding's SETTINGS, else the header."""
     try:
         from scaleout import _binding
     except ImportError:
         _binding = None
     rows = getattr(_binding, "SETTINGS", None)
     if rows is not None:
-        return ("`scaleout._binding.SETTINGS`, the table the core's parser reads "
-                "(`native/common/config.cc`)",
-                tuple(CoreSetting(name, horovod, str(default), description)
-                      for name, horovod, default, description in rows))
-    return ("the documented fields of `struct Config` in `native/common/config.h` and the "
-            "Horovod twins (`kTwins`) of `native/common/config.cc`", settings_from_header())
+        settings = tuple(CoreSetting(name, horovod, str(default), description)
+                         for name, horovod, default, description in rows)
+    else:
+        settings = settings_from_header()
+    return ("`SO_SETTINGS_TABLE` (`native/common/settings_table.h`, Note [Settings table]), "
+            "the table the core's parser reads, as `scaleout._binding.SETTINGS` gives it",
+            settings)
+
+
+def _default_shown(setting: CoreSetting) -> str:
+    if setting.default == "":
+        return "(empty)"
+    if setting.default.isdigit() and "bytes" in setting.description:
+        value = int(setting.default)
+        for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+            if value and value % (1 << shift) == 0:
+                return f"{value} ({value >> shift} {unit})"
+    return setting.default
 
 
 def _cell(text: object) -> str:
@@ -175,7 +152,7 @@ def configuration_page() -> str:
         option = flag_of.get(s.name)
         flag = f"`{option.flags[0]}`" if option else ""
         out.append(f"| `{s.name}` | {'`' + s.horovod + '`' if s.horovod else ''} | "
-                   f"{_cell(s.default)} | {flag} | {_cell(s.description)} |")
+                   f"{_cell(_default_shown(s))} | {flag} | {_cell(s.description)} |")
 
     twins = [s for s in settings if s.horovod]
     ignored = horovod_without_effect()
