@@ -1,6 +1,7 @@
 """The documentation stays true to the code: the generated pages (configuration, Notes) match
 what docs/gen/gen_pages.py makes from the code's tables now, every Note cited has exactly one
 definition, the README stays short and keeps its commands, and the site builds strictly."""
+
 import importlib.util
 import re
 import shutil
@@ -26,8 +27,9 @@ gen_pages = _load("gen_pages", ROOT / "docs/gen/gen_pages.py")
 
 def test_configuration_page_is_what_the_option_and_settings_tables_make():
     committed = (ROOT / "docs/configuration.md").read_text()
-    assert committed == gen_pages.configuration_page(), \
+    assert committed == gen_pages.configuration_page(), (
         "docs/configuration.md is stale: run python docs/gen/gen_pages.py"
+    )
 
 
 def test_configuration_page_lists_every_option_and_setting():
@@ -46,7 +48,8 @@ def test_the_settings_table_reads_the_same_from_the_header_and_the_binding():
     if not hasattr(_binding, "SETTINGS"):
         pytest.skip("this build of the binding has no SETTINGS")
     assert gen_pages.settings_from_header() == tuple(
-        gen_pages.CoreSetting(*row) for row in _binding.SETTINGS)
+        gen_pages.CoreSetting(*row) for row in _binding.SETTINGS
+    )
 
 
 def test_every_variable_the_core_parses_is_on_the_configuration_page():
@@ -77,10 +80,12 @@ def test_a_definition_is_a_title_followed_by_its_text(tmp_path):
     (tmp_path / "native" / "a.cc").write_text(
         f"// {n} [Alpha]\n// Alpha's text. More.\nint x;\n"
         f"// {n} [Alpha]\nint y;  // a bare title before code marks where Alpha applies\n"
-        f"// {n} [Beta]\n// ~~~~~~~~~~~\n// Beta in c10d's form.\n")
+        f"// {n} [Beta]\n// ~~~~~~~~~~~\n// Beta in c10d's form.\n"
+    )
     (tmp_path / "scaleout").mkdir()
     (tmp_path / "scaleout" / "b.py").write_text(
-        f'"""Module.\n\n{n} [Gamma]\nGamma in a docstring.\n"""\n# see {n} [Alpha]\n')
+        f'"""Module.\n\n{n} [Gamma]\nGamma in a docstring.\n"""\n# see {n} [Alpha]\n'
+    )
     (tmp_path / "README.md").write_text(f"{n} [Beta] is cited here.\n")
     definitions, references = gen_pages.find_notes(tmp_path)
     assert [(d.name, d.path, d.line, d.first_sentence) for d in definitions] == [
@@ -88,8 +93,7 @@ def test_a_definition_is_a_title_followed_by_its_text(tmp_path):
         ("Beta", "native/a.cc", 6, "Beta in c10d's form."),
         ("Gamma", "scaleout/b.py", 3, "Gamma in a docstring."),
     ]
-    assert references == {"Alpha": ["native/a.cc:4", "scaleout/b.py:6"],
-                          "Beta": ["README.md:1"]}
+    assert references == {"Alpha": ["native/a.cc:4", "scaleout/b.py:6"], "Beta": ["README.md:1"]}
 
 
 def test_notes_page_indexes_every_definition():
@@ -99,18 +103,22 @@ def test_notes_page_indexes_every_definition():
         return re.sub(r"(`[^`]+):\d+`", r"\1`", text)
 
     committed = (ROOT / "docs/notes.md").read_text()
-    assert without_lines(committed) == without_lines(gen_pages.notes_page()), \
+    assert without_lines(committed) == without_lines(gen_pages.notes_page()), (
         "docs/notes.md is stale: run python docs/gen/gen_pages.py"
+    )
 
 
 def test_readme_is_short_and_keeps_its_commands():
     readme = (ROOT / "README.md").read_text()
     assert len(readme.splitlines()) <= 150
     # The quick start and the test command, exactly as a newcomer types them.
-    assert ("python3 -m venv venv && . venv/bin/activate && pip install . && "
-            "scaleoutrun -np 2 python examples/hello_allreduce.py") in readme
-    assert ("python3 -m venv venv && . venv/bin/activate && pip install -e '.[all]' && "
-            "pytest -q tests") in readme
+    assert (
+        "python3 -m venv venv && . venv/bin/activate && pip install . && "
+        "scaleoutrun -np 2 python examples/hello_allreduce.py"
+    ) in readme
+    assert (
+        "python3 -m venv venv && . venv/bin/activate && pip install -e '.[all]' && pytest -q tests"
+    ) in readme
     assert (ROOT / "examples/hello_allreduce.py").exists()
     ci = (ROOT / ".ci/run").read_text()
     assert "pip install -q -e '.[all]'" in ci and "pytest -q tests" in ci
@@ -120,10 +128,14 @@ def test_readme_is_short_and_keeps_its_commands():
 
 def test_every_file_the_pages_cite_exists():
     # Modules get renamed and split; a page naming a file that is gone misleads a newcomer.
-    cited = re.compile(r"(?<![\w/.])((?:scaleout|native|launcher|tests|examples|benchmarks|docs"
-                       r"|\.ci)/[\w/.\-]*\w)(?![\w*])")
-    pages = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md",
-                                                    ROOT / "docs/gen/configuration_intro.md"]
+    cited = re.compile(
+        r"(?<![\w/.])((?:scaleout|native|launcher|tests|examples|benchmarks|docs"
+        r"|\.ci)/[\w/.\-]*\w)(?![\w*])"
+    )
+    pages = sorted((ROOT / "docs").glob("*.md")) + [
+        ROOT / "README.md",
+        ROOT / "docs/gen/configuration_intro.md",
+    ]
     missing = []
     for page in pages:
         for number, line in enumerate(page.read_text().splitlines(), 1):
@@ -155,7 +167,12 @@ def test_site_builds_strictly(tmp_path):
     pytest.importorskip("mkdocs")
     pytest.importorskip("material")
     mkdocs = shutil.which("mkdocs") or str(Path(sys.executable).with_name("mkdocs"))
-    result = subprocess.run([mkdocs, "build", "--strict", "-q", "-d", str(tmp_path / "site")],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [mkdocs, "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "site" / "configuration" / "index.html").exists()

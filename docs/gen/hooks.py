@@ -1,6 +1,7 @@
 """mkdocs hook: the generated pages are rendered from the code as it is at build time, so the
 site never shows a stale table or Note line (the committed copies, which tests/test_docs.py
 checks, are for reading the docs without building them)."""
+
 from __future__ import annotations
 
 import sys

@@ -4,6 +4,7 @@ names the date and the command of its measurement.
 
     python docs/gen/plots.py        # writes docs/img/*.png (needs matplotlib)
 """
+
 from __future__ import annotations
 
 import json
@@ -35,6 +36,7 @@ def _footer(fig, *records) -> None:
 
 def _log_axes(ax, sizes, times) -> None:
     import matplotlib.ticker as ticker
+
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xticks(sizes)
@@ -52,8 +54,14 @@ def allreduce(data, plt):
         ax.plot(main["sizes"], times, marker="o", label=label)
     for (label, times), marker in zip(others["series"].items(), ("s", "^", "D")):
         # Three sizes only: markers, no line, so nothing between them is implied.
-        ax.plot(others["sizes"], times, marker=marker, markersize=8, linestyle="none",
-                label=label + " (separate runs)")
+        ax.plot(
+            others["sizes"],
+            times,
+            marker=marker,
+            markersize=8,
+            linestyle="none",
+            label=label + " (separate runs)",
+        )
     _log_axes(ax, main["sizes"], None)
     ax.set_title(f"allreduce, 2 ranks, float32, one machine ({main['date']})")
     ax.legend(fontsize=8)
@@ -76,6 +84,7 @@ def many_small(data, plt):
     ax.invert_yaxis()
     ax.set_xscale("log")
     import matplotlib.ticker as ticker
+
     ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: _time_label(v)))
     ax.set_xlabel("time for all 200 (median)")
     ax.set_title(f"{rec['what']} ({rec['date']})")
@@ -87,19 +96,25 @@ def many_small(data, plt):
 
 def _grouped_bars(ax, groups, series, unit_scale, unit):
     import numpy as np
+
     x = np.arange(len(groups))
     width = 0.8 / len(series)
     for i, (label, values) in enumerate(series.items()):
         shown = [v / unit_scale if v is not None else 0 for v in values]
         bars = ax.bar(x + (i - (len(series) - 1) / 2) * width, shown, width, label=label)
         for bar, v in zip(bars, values):
-            ax.annotate("n/a" if v is None else f"{v / unit_scale:.3g}",
-                        (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                        ha="center", va="bottom", fontsize=7)
+            ax.annotate(
+                "n/a" if v is None else f"{v / unit_scale:.3g}",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
     ax.set_xticks(x)
     ax.set_xticklabels([g.replace(", ", "\n") for g in groups], fontsize=8)
     ax.set_ylabel(unit)
-    ax.set_ylim(0, max(v for vs in series.values() for v in vs if v is not None) / unit_scale * 1.35)
+    tallest = max(v for values in series.values() for v in values if v is not None)
+    ax.set_ylim(0, tallest / unit_scale * 1.35)
     ax.legend(fontsize=8, loc="upper left")
 
 
@@ -119,8 +134,13 @@ def multihost(data, plt):
     rec = data["multihost"]
     fig, ax = plt.subplots(figsize=(8, 5.4))
     for label, times in rec["series"].items():
-        ax.plot(rec["sizes"], times, marker="o", linestyle="-" if "scaleout" in label else "--",
-                label=label)
+        ax.plot(
+            rec["sizes"],
+            times,
+            marker="o",
+            linestyle="-" if "scaleout" in label else "--",
+            label=label,
+        )
     _log_axes(ax, rec["sizes"], None)
     ax.set_title(f"allreduce across 2 hosts x 2 ranks, float32 ({rec['date']})")
     ax.legend(fontsize=8)
@@ -152,8 +172,10 @@ FIGURES = (
 
 def main() -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     # Fixed metadata so that drawing again from the same figures gives the same files.
     data = json.loads(DATA.read_text())
     OUT.mkdir(parents=True, exist_ok=True)
