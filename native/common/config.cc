@@ -13,13 +13,24 @@ extern char** environ;
 namespace scaleout {
 namespace {
 
-// Settings Horovod 0.28.1 has too: read from SCALEOUT_<suffix>, else HOROVOD_<suffix>.
-const char* const kTwins[] = {
-    "FUSION_THRESHOLD", "CYCLE_TIME", "CACHE_CAPACITY", "TIMELINE", "TIMELINE_MARK_CYCLES",
-    "STALL_CHECK_TIME_SECONDS", "STALL_CHECK_DISABLE", "STALL_SHUTDOWN_TIME_SECONDS",
-    "LOG_LEVEL", "THREAD_AFFINITY", "DYNAMIC_PROCESS_SETS", "HIERARCHICAL_ALLREDUCE",
-    "HIERARCHICAL_ALLGATHER",
+// Every setting's suffix, and whether Horovod 0.28.1 has it too (read from SCALEOUT_<suffix>,
+// else HOROVOD_<suffix>): Note [Settings table].
+struct Setting {
+  const char* suffix;
+  bool twin;
 };
+const Setting kSettings[] = {
+#define SO_SETTING_(SUFFIX, twin, default_text, description) {#SUFFIX, twin != 0},
+    SO_SETTINGS_TABLE(SO_SETTING_)
+#undef SO_SETTING_
+};
+
+const Setting* FindSetting(const std::string& suffix) {
+  for (const Setting& s : kSettings) {
+    if (suffix == s.suffix) return &s;
+  }
+  return nullptr;
+}
 
 // Horovod 0.28.1's run-time variables that scaleout does not implement, and what they control
 // (from horovod/common/common.h, logging.cc, gloo/gloo_context.cc and the docs).
@@ -74,8 +85,8 @@ bool StartsWith(const std::string& s, const char* prefix) {
 
 // The line for a HOROVOD_* variable that has no effect; empty for one scaleout honours.
 std::string NoteFor(const std::string& name) {
-  for (const char* suffix : kTwins) {
-    if (name == std::string("HOROVOD_") + suffix) return "";
+  for (const Setting& s : kSettings) {
+    if (s.twin && name == std::string("HOROVOD_") + s.suffix) return "";
   }
   for (const Unimplemented& u : kUnimplemented) {
     if (name == u.name) {
@@ -102,11 +113,13 @@ class Reader {
   // The raw value of SCALEOUT_<suffix> (or, for a twin, HOROVOD_<suffix>); nullptr if neither
   // is set. *var is the variable it came from.
   const char* Raw(const std::string& suffix, std::string* var) {
+    const Setting* setting = FindSetting(suffix);
+    SO_CHECK(setting != nullptr, "SCALEOUT_" + suffix + " has no row in SO_SETTINGS_TABLE");
     const std::string mine = "SCALEOUT_" + suffix;
     c_->sources[mine] = "default";
     *var = mine;
     const char* value = Nonempty(getenv_(mine.c_str()));
-    if (!IsTwin(suffix)) {
+    if (!setting->twin) {
       if (value != nullptr) c_->sources[mine] = mine;
       return value;
     }
@@ -205,12 +218,6 @@ class Reader {
 
  private:
   static const char* Nonempty(const char* v) { return v != nullptr && *v != '\0' ? v : nullptr; }
-  static bool IsTwin(const std::string& suffix) {
-    for (const char* t : kTwins) {
-      if (suffix == t) return true;
-    }
-    return false;
-  }
 
   const std::function<const char*(const char*)>& getenv_;
   Config* c_;

@@ -18,10 +18,12 @@
 #include <utility>
 #include <vector>
 
+#include "common/settings_table.h"
 #include "common/status.h"
 
 namespace scaleout {
 
+// Each setting below is a row of SO_SETTINGS_TABLE (Note [Settings table]).
 struct Config {
   // SCALEOUT_FUSION_THRESHOLD: bytes of one fused buffer; 0 disables fusion.
   size_t fusion_threshold_bytes = size_t(64) << 20;

@@ -23,6 +23,8 @@
 
 #include "python/binding.h"
 
+#include "common/settings_table.h"
+
 struct so_api api;
 int api_loaded = 0;
 
@@ -197,6 +199,17 @@ static PyObject* status_rows(void) {
 #undef SO_SARGS_
 }
 
+/* Note [Settings table]: (SCALEOUT name, HOROVOD twin or None, default as text, description). */
+static PyObject* settings_rows(void) {
+#define SO_SETTING_FMT_(SUFFIX, twin, default_text, description) "(szss)"
+#define SO_SETTING_ARGS_(SUFFIX, twin, default_text, description) \
+  , "SCALEOUT_" #SUFFIX, twin ? "HOROVOD_" #SUFFIX : NULL, default_text, description
+  return Py_BuildValue("(" SO_SETTINGS_TABLE(SO_SETTING_FMT_) ")"
+                       SO_SETTINGS_TABLE(SO_SETTING_ARGS_));
+#undef SO_SETTING_FMT_
+#undef SO_SETTING_ARGS_
+}
+
 PyMODINIT_FUNC PyInit__binding(void) {
   if (PyType_Ready(&HandleType) < 0 || PyType_Ready(&ResultBufferType) < 0) return NULL;
   if (args_init() != 0 || submit_init() != 0) return NULL;
@@ -218,6 +231,7 @@ PyMODINIT_FUNC PyInit__binding(void) {
       add(m, "COLLECTIVES", SO_CODE_ROWS_(SO_COLLECTIVE_TABLE)) < 0 ||
       add(m, "STATUSES", status_rows()) < 0 ||
       add(m, "TRAFFIC", SO_CODE_ROWS_(SO_TRAFFIC_TABLE)) < 0 ||
+      add(m, "SETTINGS", settings_rows()) < 0 ||
       PyModule_AddIntConstant(m, "MAX_NDIM", SO_MAX_NDIM) < 0 ||
       PyModule_AddIntConstant(m, "ABI_VERSION", SCALEOUT_ABI_VERSION) < 0) {
     Py_DECREF(m);

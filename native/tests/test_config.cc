@@ -2,6 +2,7 @@
 // variables]), where each value came from, log level names, and the notes about HOROVOD_*
 // variables that have no effect.
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -190,6 +191,52 @@ SO_TEST(ConfigToStringNamesEachSource) {
   EXPECT_TRUE(text.find("SCALEOUT_CYCLE_TIME=2\nSCALEOUT_CYCLE_TIME.source=HOROVOD_CYCLE_TIME\n") != std::string::npos);
   EXPECT_TRUE(text.find("SCALEOUT_SHM=0\nSCALEOUT_SHM.source=SCALEOUT_SHM\n") != std::string::npos);
   EXPECT_TRUE(text.find("SCALEOUT_FUSION_THRESHOLD.source=default\n") != std::string::npos);
+}
+
+// Note [Settings table]: config()'s settings and their defaults are the table's rows, in order.
+SO_TEST(ConfigSettingsAreTheTablesRowsWithItsDefaults) {
+  Config c;
+  ASSERT_TRUE(FakeEnv{}.Parse(&c).ok());
+  std::vector<std::pair<std::string, std::string>> shown;
+  std::istringstream lines(c.ToString());
+  for (std::string line; std::getline(lines, line);) {
+    const size_t eq = line.find('=');
+    const std::string key = line.substr(0, eq);
+    if (key.rfind("SCALEOUT_", 0) != 0 || key.find('.') != std::string::npos) continue;
+    shown.emplace_back(key, line.substr(eq + 1));
+  }
+  const std::vector<std::pair<std::string, std::string>> table = {
+#define SO_ROW_(SUFFIX, twin, default_text, description) {"SCALEOUT_" #SUFFIX, default_text},
+      SO_SETTINGS_TABLE(SO_ROW_)
+#undef SO_ROW_
+  };
+  ASSERT_EQ(shown.size(), table.size());
+  for (size_t i = 0; i < table.size(); ++i) {
+    EXPECT_EQ(shown[i].first, table[i].first);
+    EXPECT_EQ(shown[i].second, table[i].second);
+  }
+}
+
+// A twin is read from its HOROVOD_* name (1 is a valid value of each); another setting is not.
+SO_TEST(ConfigTwinsAreTheTablesTwins) {
+  struct Row {
+    const char* suffix;
+    bool twin;
+  };
+  const Row rows[] = {
+#define SO_ROW_(SUFFIX, twin, default_text, description) {#SUFFIX, twin != 0},
+      SO_SETTINGS_TABLE(SO_ROW_)
+#undef SO_ROW_
+  };
+  for (const Row& row : rows) {
+    const std::string mine = std::string("SCALEOUT_") + row.suffix;
+    const std::string theirs = std::string("HOROVOD_") + row.suffix;
+    FakeEnv env;
+    env.vars[theirs] = "1";
+    Config c;
+    ASSERT_TRUE(env.Parse(&c).ok());
+    if (!EXPECT_EQ(c.sources[mine], row.twin ? theirs : std::string("default"))) ADD_FAILURE(mine);
+  }
 }
 
 }  // namespace
