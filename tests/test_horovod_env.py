@@ -96,6 +96,7 @@ def test_hierarchical_allreduce_asked_for_on_one_machine_says_why(tmp_path):
         assert report["config"]["SCALEOUT_HIERARCHICAL_ALLREDUCE.source"] == \
             "HOROVOD_HIERARCHICAL_ALLREDUCE"
         assert report["config"]["allreduce_algorithm"] == "shared memory"
+        assert report["plan"]["allreduce"] == "shared_memory"  # Note [Algorithm plan]
 
 
 @pytest.mark.parametrize("var", ["HOROVOD_LOG_LEVEL", "SCALEOUT_LOG_LEVEL"])

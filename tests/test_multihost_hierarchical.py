@@ -51,6 +51,11 @@ def test_every_op_and_dtype_across_machines(hosts, slots, algorithm, area):
         assert got["allgather"].startswith("hierarchical: gathered inside each of 2"), got
         assert got["alltoall"].startswith("shared memory between the ranks of each of 2"), got
         assert got["adasum"].startswith("mpi: Adasum tree"), got  # auto: flat, as Horovod's
+        # Note [Algorithm plan]: the codes Python reads say what the words say
+        assert got["plan"] == {
+            "allreduce": "hierarchical" if slots["hostB"] > 1 else "hierarchical_leader_based",
+            "broadcast": "hierarchical", "alltoall": "shared_memory_and_mpi",
+            "allgather": "hierarchical", "reducescatter": "mpi", "adasum": "mpi"}, got
         assert got["failures"] == [], (rank, got)
         assert got["same_bits"], (rank, got)
 

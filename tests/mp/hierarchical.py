@@ -12,6 +12,7 @@ import sys
 import numpy as np
 
 import scaleout as so
+from scaleout import _binding
 
 so.init(process_sets="dynamic")
 r, n = so.rank(), so.size()
@@ -198,6 +199,6 @@ print("RESULT " + json.dumps({
     "broadcast": so.config()["broadcast_algorithm"],
     "allgather": so.config()["allgather_algorithm"],
     "alltoall": so.config()["alltoall_algorithm"],
-    "adasum": so.config()["adasum_algorithm"], "failures": failures,
+    "adasum": so.config()["adasum_algorithm"], "plan": _binding.algorithms(), "failures": failures,
     "same_bits": len(set(digests)) == 1}), flush=True)
 so.shutdown()

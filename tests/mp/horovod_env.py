@@ -15,6 +15,7 @@ import numpy as np
 
 import scaleout as so
 from _harness import check_close, main
+from scaleout import _binding
 
 
 def thread_cpus() -> dict:
@@ -28,7 +29,8 @@ def thread_cpus() -> dict:
 
 
 def run():
-    report = {"config": so.config(), "local_rank": so.local_rank(), "threads": thread_cpus()}
+    report = {"config": so.config(), "plan": _binding.algorithms(), "local_rank": so.local_rank(),
+              "threads": thread_cpus()}
     (Path(sys.argv[1]) / f"rank{so.rank()}.json").write_text(json.dumps(report))
     check_close(so.allreduce(np.ones(3), op=so.Sum, name="env.sum"), np.full(3, so.size()),
                 "collectives work with the Horovod variables set")
