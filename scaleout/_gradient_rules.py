@@ -1,6 +1,8 @@
 """What each collective means, written once for every front end: the reduce ops it accepts, its
 gradient (Horovod's definitions), the error raised where a gradient is not defined, and gradient
-predivision. (The compression classes are scaleout._compression's.)
+predivision, and the argument rules of the gradient reducers (DistributedOptimizer,
+DistributedGradientTape): backward_passes_per_step, the predivide factor, Adasum's limits. (The
+compression classes are scaleout._compression's.)
 
 The gradient rules are functions over a small set of primitives a front end supplies (`Ops`):
 scaleout.torch passes torch tensors, scaleout.tensorflow passes the numpy arrays its gradient ops
@@ -22,12 +24,14 @@ import numpy as np
 
 from scaleout import _naming, _process_sets, _runtime
 from scaleout._arrays import splits_array, submit_into, submit_owned
-from scaleout._errors import InvalidArgumentError, NoGradientError
-from scaleout._native import (ALLGATHER, ALLREDUCE, ALLTOALL, OP_NAMES, Average, Handle, Max, Min,
-                              Product, Sum, synchronize, wait_all)
+from scaleout._errors import InvalidArgumentError, NoGradientError, NotYetImplementedError
+from scaleout._native import (ALLGATHER, ALLREDUCE, ALLTOALL, OP_NAMES, Adasum, Average, Handle,
+                              Max, Min, Product, Sum, synchronize, wait_all)
 
 __all__ = ["Collective", "COLLECTIVES", "Ops", "check_gradient_op", "gradient", "predivided",
-           "numpy_ops"]
+           "numpy_ops", "check_backward_passes_per_step", "check_predivide_op",
+           "check_adasum_process_set", "check_adasum_compression",
+           "check_adasum_aggregation", "check_adasum_keras"]
 
 ALL_OPS = (Average, Sum, Min, Max, Product)
 
@@ -148,19 +152,64 @@ def gradient(what: str) -> Callable[..., Any]:
     return _GRADIENTS[what]
 
 
+# ---- the gradient reducers' argument rules ----
+# Each rule is written once, in one wording, and each front end calls it where (and in the
+# order) it checks. Where Horovod has words for a rule, they begin the message. `error`: the
+# class a front end raises, where front ends differ (Horovod's TensorFlow and Keras raise
+# ValueError, scaleout.torch InvalidArgumentError, a ValueError too; the TensorFlow shim turns
+# a scaleout error into a TensorFlow-typed one, so it passes ValueError to keep raising that).
+
+def check_backward_passes_per_step(passes, error: type = InvalidArgumentError) -> None:
+    """backward_passes_per_step is an int >= 1 (the TensorFlow front ends pass int() of it, as
+    Horovod's check converts it)."""
+    if not isinstance(passes, int) or passes < 1:
+        raise error(f"backward_passes_per_step must be > 0 (an int >= 1), not {passes!r}")
+
+
+def check_predivide_op(op, gradient_predivide_factor) -> None:
+    """A predivide factor other than 1 needs op=Average (it splits Average's division)."""
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise InvalidArgumentError("gradient_predivide_factor not supported with op != Average: "
+                                   "predivision needs op=Average")
+
+
+def check_adasum_process_set(process_set_id: int) -> None:
+    """op=Adasum reduces over the global set only (as Horovod's)."""
+    if process_set_id != 0:
+        raise NotYetImplementedError("Adasum does not support non-global process sets yet")
+
+
+def check_adasum_compression(op, uses_topk: bool) -> None:
+    """op=Adasum combines whole updates: top-k's sparse exchange cannot carry them. (`uses_topk`
+    because Compression.topk's class is a layer above.)"""
+    if op == Adasum and uses_topk:
+        raise InvalidArgumentError("Compression.topk cannot be combined with op=Adasum")
+
+
+def check_adasum_aggregation(average_aggregated_gradients: bool) -> None:
+    """op=Adasum sums locally aggregated gradients (the TF1 DistributedOptimizer's option)."""
+    if average_aggregated_gradients:
+        raise ValueError("Adasum does not support average_aggregated_gradients == True")
+
+
+def check_adasum_keras(op) -> None:
+    """No op=Adasum for a Keras optimizer (Horovod refuses it)."""
+    if op == Adasum:
+        raise ValueError("op == Adasum is not supported with Keras optimizers (as in Horovod)")
+
+
 # ---- gradient predivision (DistributedOptimizer, DistributedGradientTape) ----
 
 def predivided(op: int, gradient_predivide_factor: float, world_size: int
                ) -> Tuple[int, float, float]:
     """(op, prescale, postscale) for reducing gradients: with a predivide factor f, Average
     becomes a Sum of g / f multiplied by f / size afterwards (smaller partial sums in low
-    precision). Raises for a factor with another op, or a non-positive one."""
+    precision). Raises for a non-positive factor, or a factor with another op."""
     if not gradient_predivide_factor > 0:
         raise InvalidArgumentError("gradient_predivide_factor must be positive")
     if gradient_predivide_factor == 1.0:
         return op, 1.0, 1.0
-    if op != Average:
-        raise InvalidArgumentError("gradient_predivide_factor needs op=Average")
+    check_predivide_op(op, gradient_predivide_factor)
     return Sum, 1.0 / gradient_predivide_factor, gradient_predivide_factor / world_size
 
 

@@ -12,8 +12,7 @@ from typing import Any, List, Optional, Sequence
 
 import tensorflow as tf
 
-from scaleout._errors import InvalidArgumentError
-from scaleout._gradient_rules import predivided
+from scaleout._gradient_rules import check_predivide_op, predivided
 from scaleout._native import Average, Sum, resolve_op
 from scaleout._naming import INDICES, VALUES, member, part
 from scaleout._process_sets import global_process_set, set_size
@@ -270,8 +269,7 @@ def _configure(what: str, device_dense, device_sparse, op, gradient_predivide_fa
                num_groups, groups, process_set):
     """The checks Horovod's DistributedGradientTape and DistributedOptimizer make, in its order;
     returns the groups to use."""
-    if gradient_predivide_factor != 1.0 and resolve_op(op, None) != Average:
-        raise InvalidArgumentError("gradient_predivide_factor not supported with op != Average")
+    check_predivide_op(resolve_op(op, None), gradient_predivide_factor)
     predivided(resolve_op(op, None), float(gradient_predivide_factor), 1)  # > 0
     groups = check_groups(num_groups, groups)
     for device in (device_dense, device_sparse):

@@ -14,7 +14,10 @@ from typing import Optional
 import keras
 import tensorflow as tf
 
-from scaleout._errors import InvalidArgumentError, NotYetImplementedError
+from scaleout._errors import InvalidArgumentError
+from scaleout._gradient_rules import (check_adasum_aggregation, check_adasum_compression,
+                                      check_adasum_keras, check_adasum_process_set,
+                                      check_backward_passes_per_step)
 from scaleout._naming import member, part
 from scaleout._native import Adasum, Average, Sum
 from scaleout._process_sets import global_process_set, process_set_id
@@ -314,9 +317,7 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None, use_locking: boo
     set's ranks only (Average divides by its size); only its ranks may compute gradients.
     """
     if isinstance(optimizer, keras.optimizers.Optimizer):
-        if op == Adasum:
-            raise ValueError("op == Adasum is not supported with Keras optimizers (as in "
-                             "Horovod)")
+        check_adasum_keras(op)
         if op != Average:
             warnings.warn("scaleout.tensorflow.DistributedOptimizer of a Keras optimizer averages "
                           "whatever `op` says (as Horovod's does); for Sum use "
@@ -335,20 +336,15 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None, use_locking: boo
     _configure("DistributedOptimizer", device_dense, device_sparse, op,
                gradient_predivide_factor, num_groups, groups, process_set)
     if op == Adasum:
-        if isinstance(compression, TopK):
-            raise InvalidArgumentError("Compression.topk cannot be combined with op=Adasum")
-        if average_aggregated_gradients:
-            raise ValueError("Adasum does not support average_aggregated_gradients == True")
-        if process_set_id(process_set, "DistributedOptimizer") != 0:
-            raise NotYetImplementedError("Adasum does not support process sets yet")
-        if int(backward_passes_per_step) <= 0:
-            raise ValueError("backward_passes_per_step must be > 0")
+        check_adasum_compression(op, isinstance(compression, TopK))
+        check_adasum_aggregation(average_aggregated_gradients)
+        check_adasum_process_set(process_set_id(process_set, "DistributedOptimizer"))
+        check_backward_passes_per_step(int(backward_passes_per_step), ValueError)
         return _AdasumDistributedOptimizer(optimizer, name, use_locking, compression,
                                            backward_passes_per_step)
     if op not in (Average, Sum):
         raise InvalidArgumentError("DistributedOptimizer: op must be Average or Sum")
-    if int(backward_passes_per_step) <= 0:
-        raise ValueError("backward_passes_per_step must be > 0")
+    check_backward_passes_per_step(int(backward_passes_per_step), ValueError)
     return _LegacyDistributedOptimizer(optimizer, name, use_locking, compression,
                                        sparse_as_dense, op, gradient_predivide_factor,
                                        scale_local_gradients, backward_passes_per_step,

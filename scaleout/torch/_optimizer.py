@@ -20,8 +20,9 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 
-from scaleout._errors import InvalidArgumentError, NotYetImplementedError, ScaleoutError
-from scaleout._gradient_rules import predivided
+from scaleout._errors import InvalidArgumentError, ScaleoutError
+from scaleout._gradient_rules import (check_adasum_process_set, check_backward_passes_per_step,
+                                      check_predivide_op, predivided)
 from scaleout._native import Adasum, Average, Sum, resolve_op
 from scaleout._process_sets import global_process_set, process_set_id, set_rank, set_size
 from scaleout.torch._compression import Compression
@@ -45,12 +46,8 @@ class _DistributedMixin:
         # As Horovod's: on a rank outside the set, step() is the wrapped optimizer's alone.
         self._so_included = set_rank(self._so_ps) >= 0
         if resolve_op(op) == Adasum:
-            if self._so_ps != 0:  # as Horovod
-                raise NotYetImplementedError("Adasum does not support non-global process sets "
-                                             "yet")
-            if gradient_predivide_factor != 1.0:
-                raise InvalidArgumentError("gradient_predivide_factor not supported with "
-                                           "op=Adasum")
+            check_adasum_process_set(self._so_ps)
+            check_predivide_op(Adasum, gradient_predivide_factor)
         elif resolve_op(op) not in (Average, Sum):
             raise InvalidArgumentError("DistributedOptimizer reduces gradients with op=Average, "
                                        "op=Sum or op=Adasum")
@@ -152,9 +149,7 @@ class _DistributedMixin:
 
     def set_backward_passes_per_step(self, passes: int) -> None:
         """How many backward passes accumulate locally before the gradients are reduced."""
-        if not isinstance(passes, int) or passes < 1:
-            raise InvalidArgumentError(f"backward_passes_per_step must be an int >= 1, "
-                                       f"not {passes!r}")
+        check_backward_passes_per_step(passes)
         if self._so_handles:
             raise ScaleoutError("set_backward_passes_per_step() while gradient reductions are "
                                 "pending; call it after step()")

@@ -21,6 +21,7 @@ import torch
 from torch.autograd.graph import increment_version
 
 from scaleout._errors import InvalidArgumentError
+from scaleout._gradient_rules import check_adasum_compression
 from scaleout._naming import parameter_gradient
 from scaleout._native import Adasum, Handle, resolve_op, synchronize, wait_all
 from scaleout._process_sets import set_size
@@ -285,8 +286,7 @@ def reduction_for(opt, op: int, compression, reduce_op: int, prescale: float, po
     """The strategy for a DistributedOptimizer's arguments (checked already, but for top-k's):
     `op` as given, `reduce_op`/`prescale`/`postscale` after the predivide factor."""
     if isinstance(compression, TopK):
-        if resolve_op(op) == Adasum:
-            raise InvalidArgumentError("Compression.topk cannot be combined with op=Adasum")
+        check_adasum_compression(resolve_op(op), uses_topk=True)
         return TopKReduction(opt, compression, reduce_op, prescale, postscale, ps)
     # Note [Adasum optimizer]: on one rank there are no updates to combine, and the gradients
     # are reduced (a copy) as with any op.

@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from scaleout._native import Average, Min, Sum
 from scaleout._process_sets import global_process_set
-from scaleout._gradient_rules import predivided
+from scaleout._gradient_rules import check_backward_passes_per_step, predivided
 from scaleout.tensorflow._arguments import check_device, set_id
 from scaleout.tensorflow._collectives import allreduce
 from scaleout.tensorflow._compression import Compression
@@ -289,8 +289,7 @@ def _settings(optimizer, name=None, device_dense="", device_sparse="",
         op = Average
     if op not in (Average, Sum):
         raise ValueError("DistributedOptimizer: op must be Average or Sum (as in Horovod)")
-    if int(backward_passes_per_step) <= 0:
-        raise ValueError("backward_passes_per_step must be > 0")
+    check_backward_passes_per_step(int(backward_passes_per_step), ValueError)
     for device in (device_dense, device_sparse):
         if device:
             check_device(device, "DistributedOptimizer")
