@@ -122,11 +122,13 @@ def submit(collective: int, *, name: Optional[str], data: Any = None, address: O
       received_splits list); join's is the last rank to join.
     - name None generates "<kind>.noname.<n>" (see auto_name).
     - process_set: the core's id of the set (0: the global set).
-    Values go to the binding as given: it checks them (a float root rank is an error, not
-    truncated)."""
-    return _binding.submit(collective, name, data, address, dtype, shape, output, out_address, op,
-                           root_rank, prescale_factor, postscale_factor, splits, finish,
-                           process_set)
+    Values go to the binding as given, field by field under the same names: it checks them (a
+    float root rank is an error, not truncated)."""
+    return _binding.submit(collective, name=name, data=data, address=address, dtype=dtype,
+                           shape=shape, output=output, out_address=out_address, op=op,
+                           root_rank=root_rank, prescale_factor=prescale_factor,
+                           postscale_factor=postscale_factor, splits=splits, finish=finish,
+                           process_set=process_set)
 
 
 # register_tensor_type(cls, {dtype object: DTYPE_CODES value}, strided_layout): submit then

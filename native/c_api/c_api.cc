@@ -219,17 +219,6 @@ SO_EXPORT int so_process_set(int32_t id, int32_t* rank_out, int32_t* size_out, i
   });
 }
 
-SO_EXPORT int so_process_set_ids(int32_t* ids_out, int capacity, int32_t* count_out) {
-  return WithRuntime([&](Runtime& rt) -> int {
-    const std::vector<int32_t> ids = rt.ProcessSetIds();
-    *count_out = static_cast<int32_t>(ids.size());
-    for (int i = 0; ids_out != nullptr && i < capacity && i < static_cast<int>(ids.size()); ++i) {
-      ids_out[i] = ids[i];
-    }
-    return SO_OK;
-  });
-}
-
 SO_EXPORT int so_timeline(const char* path, int mark_cycles) {
   return WithRuntime([&](Runtime& rt) -> int {
     Status s = rt.SetTimeline(path == nullptr ? std::string() : std::string(path), mark_cycles != 0);

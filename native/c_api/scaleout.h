@@ -163,8 +163,6 @@ int so_remove_process_set(int32_t id);
 /* *size_out: the set's size; *rank_out: this rank's place in it (-1: not a member); ranks_out, if
  * not NULL: up to `capacity` of its ranks (the job's). */
 int so_process_set(int32_t id, int32_t* rank_out, int32_t* size_out, int32_t* ranks_out, int capacity);
-/* The ids of the sets (0 first); *count_out: how many, up to `capacity` written. */
-int so_process_set_ids(int32_t* ids_out, int capacity, int32_t* count_out);
 
 /* ---- collectives ---- */
 /*

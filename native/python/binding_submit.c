@@ -3,8 +3,8 @@
 #include "python/binding.h"
 
 /*
- * submit(collective, name, data, address, dtype, shape, output, out_address, op, root,
- *        prescale, postscale, splits, finish, process_set) -> Handle
+ * submit(collective, name, data, address, dtype, shape, output, out_address, op, root_rank,
+ *        prescale_factor, postscale_factor, splits, finish, process_set) -> Handle
  *
  * Every argument may be given by keyword (Note [Request record]); those not given take the
  * defaults listed at SUBMIT_ARGS.
@@ -28,10 +28,10 @@
  */
 /* submit's arguments in positional order; only collective has no default (Note [Request
  * record]): name, data, address, dtype, shape, output, out_address, splits and finish None, op
- * Average, root 0, prescale and postscale 1.0, process_set 0. */
+ * Average, root_rank 0, prescale_factor and postscale_factor 1.0, process_set 0. */
 #define SUBMIT_ARGS(X)                                                                          \
   X(collective) X(name) X(data) X(address) X(dtype) X(shape) X(output) X(out_address) X(op)      \
-  X(root) X(prescale) X(postscale) X(splits) X(finish) X(process_set)
+  X(root_rank) X(prescale_factor) X(postscale_factor) X(splits) X(finish) X(process_set)
 enum {
 #define SO_ARG_INDEX_(n) ARG_##n,
   SUBMIT_ARGS(SO_ARG_INDEX_)
@@ -85,9 +85,9 @@ static PyObject* submit(PyObject* self, PyObject* const* argv, Py_ssize_t nargs,
   double pre = 1.0, post = 1.0;
   if (!as_int(args[ARG_collective], "collective", &collective) ||
       (args[ARG_op] && !as_int(args[ARG_op], "op", &op)) ||
-      (args[ARG_root] && !as_int(args[ARG_root], "root_rank", &root)) ||
-      (args[ARG_prescale] && !as_double(args[ARG_prescale], "prescale_factor", &pre)) ||
-      (args[ARG_postscale] && !as_double(args[ARG_postscale], "postscale_factor", &post)) ||
+      (args[ARG_root_rank] && !as_int(args[ARG_root_rank], "root_rank", &root)) ||
+      (args[ARG_prescale_factor] && !as_double(args[ARG_prescale_factor], "prescale_factor", &pre)) ||
+      (args[ARG_postscale_factor] && !as_double(args[ARG_postscale_factor], "postscale_factor", &post)) ||
       (args[ARG_process_set] && !as_int(args[ARG_process_set], "process_set", &process_set))) {
     return NULL;
   }
@@ -221,8 +221,8 @@ int submit_init(void) {
 static PyMethodDef methods[] = {
     {"submit", (PyCFunction)(void (*)(void))submit, METH_FASTCALL | METH_KEYWORDS,
      "submit(collective, name=None, data=None, address=None, dtype=None, shape=None, "
-     "output=None, out_address=None, op=Average, root=0, prescale=1.0, postscale=1.0, "
-     "splits=None, finish=None, process_set=0) -> Handle"},
+     "output=None, out_address=None, op=Average, root_rank=0, prescale_factor=1.0, "
+     "postscale_factor=1.0, splits=None, finish=None, process_set=0) -> Handle"},
     {NULL, NULL, 0, NULL},
 };
 PyMethodDef* const submit_methods = methods;

@@ -482,11 +482,4 @@ Status Runtime::DescribeProcessSet(int32_t id, std::vector<int>* ranks, int* ran
   return Status::OK();
 }
 
-std::vector<int32_t> Runtime::ProcessSetIds() const {
-  std::vector<int32_t> ids;
-  std::lock_guard<std::mutex> lock(sets_mu_);
-  for (const auto& kv : sets_) ids.push_back(kv.first);
-  return ids;
-}
-
 }  // namespace scaleout

@@ -95,7 +95,6 @@ class Runtime {
   Status RemoveProcessSet(int32_t id);
   // A set's ranks (the job's) and this rank's place in it (-1 if not a member).
   Status DescribeProcessSet(int32_t id, std::vector<int>* ranks, int* rank) const;
-  std::vector<int32_t> ProcessSetIds() const;
 
   HandleTable& handles() { return handles_; }
   const Topology& topology() const { return mpi().topology(); }
