@@ -1,4 +1,5 @@
 """Builds scaleout: the Python packages and the native core (native/, C++17 over MPI)."""
+
 import sys
 from pathlib import Path
 
@@ -23,8 +24,12 @@ class BuildNative(build_ext):
             return super().build_extension(ext)
         output = Path(self.get_ext_fullpath(ext.name)).resolve()
         try:
-            build_native.build(output, Path(self.build_temp).resolve() / "native", shared=True,
-                               jobs=self.parallel or None)
+            build_native.build(
+                output,
+                Path(self.build_temp).resolve() / "native",
+                shared=True,
+                jobs=self.parallel or None,
+            )
         except build_native.BuildError as exc:
             sys.exit(f"scaleout: building the native core failed: {exc}")
 
@@ -36,20 +41,36 @@ TEST = ["pytest>=7", "pytest-timeout", "ml_dtypes", "scikit-learn", "hypothesis"
 setup(
     name="scaleout",
     version="0.1.0",
-    description="Data-parallel distributed training over MPI with tensor fusion, Horovod-compatible",
+    description=(
+        "Data-parallel distributed training over MPI with tensor fusion, Horovod-compatible"
+    ),
     python_requires=">=3.9",
-    packages=["scaleout", "scaleout.torch", "scaleout.tensorflow", "scaleout.tensorflow.keras",
-              "scaleout.launcher"],
+    packages=[
+        "scaleout",
+        "scaleout.torch",
+        "scaleout.tensorflow",
+        "scaleout.tensorflow.keras",
+        "scaleout.launcher",
+    ],
     package_dir={"scaleout.launcher": "launcher"},
     ext_modules=[
         NativeLibrary("scaleout._scaleout_core"),
         # The one Python binding of the C ABI (it opens the core itself: importing it loads no MPI).
-        Extension("scaleout._binding",
-                  sources=["native/python/binding.c", "native/python/binding_runtime.c",
-                           "native/python/binding_names.c", "native/python/binding_handle.c",
-                           "native/python/binding_args.c", "native/python/binding_submit.c",
-                           "native/python/binding_completion.c"],
-                  include_dirs=["native"], extra_compile_args=["-O2"], libraries=["dl"]),
+        Extension(
+            "scaleout._binding",
+            sources=[
+                "native/python/binding.c",
+                "native/python/binding_runtime.c",
+                "native/python/binding_names.c",
+                "native/python/binding_handle.c",
+                "native/python/binding_args.c",
+                "native/python/binding_submit.c",
+                "native/python/binding_completion.c",
+            ],
+            include_dirs=["native"],
+            extra_compile_args=["-O2"],
+            libraries=["dl"],
+        ),
     ],
     cmdclass={"build_ext": BuildNative},
     install_requires=["numpy", "cloudpickle", "mpi4py>=3.1", "mpich", "pyyaml"],

@@ -2,6 +2,7 @@
 core's identity and a free port. Imports MPI only when a Bench is used, so a launcher process
 (dlrm.py's and multihost.py's parents, dlrm.py's DDP workers) can import this without starting
 MPI."""
+
 from __future__ import annotations
 
 import datetime
@@ -10,8 +11,16 @@ import os
 import socket
 from time import perf_counter as perf
 
-__all__ = ["Bench", "CheckFailed", "core_info", "cpu_model", "cpuset", "fmt_time", "free_port",
-           "table"]
+__all__ = [
+    "Bench",
+    "CheckFailed",
+    "core_info",
+    "cpu_model",
+    "cpuset",
+    "fmt_time",
+    "free_port",
+    "table",
+]
 
 
 class CheckFailed(Exception):
@@ -28,6 +37,7 @@ class Bench:
     def run_block(self, fn, iters: int):
         import numpy as np
         from mpi4py import MPI
+
         local = np.empty(iters, dtype=np.float64)
         for i in range(iters):
             self.comm.Barrier()
@@ -43,6 +53,7 @@ class Bench:
         blocks (order reversed every round), so machine noise hits them alike; returns one
         array of per-iteration times per fn."""
         import numpy as np
+
         for fn in fns:
             for _ in range(warmup):
                 fn()
@@ -73,11 +84,22 @@ def table(rows: list, headers: list, align: list) -> list:
     widths = [max(len(str(r[i])) for r in rows + [headers]) for i in range(len(headers))]
 
     def line(cells):
-        return "| " + " | ".join(
-            (str(c).rjust(w) if a == "r" else str(c).ljust(w))
-            for c, w, a in zip(cells, widths, align)) + " |"
-    sep = "|" + "|".join(("-" * (w + 1) + ":") if a == "r" else ("-" * (w + 2))
-                         for w, a in zip(widths, align)) + "|"
+        return (
+            "| "
+            + " | ".join(
+                (str(c).rjust(w) if a == "r" else str(c).ljust(w))
+                for c, w, a in zip(cells, widths, align)
+            )
+            + " |"
+        )
+
+    sep = (
+        "|"
+        + "|".join(
+            ("-" * (w + 1) + ":") if a == "r" else ("-" * (w + 2)) for w, a in zip(widths, align)
+        )
+        + "|"
+    )
     return [line(headers), sep] + [line(r) for r in rows]
 
 
@@ -116,12 +138,15 @@ def core_info() -> str:
     runs, so a table can be tied to the binary that produced it."""
     try:
         from scaleout import _native
+
         info = _native.build_info()
         path = info["library"]
         with open(path, "rb") as f:
             digest = hashlib.sha256(f.read()).hexdigest()[:12]
         mtime = datetime.datetime.fromtimestamp(os.path.getmtime(path)).astimezone()
-        return (f"{info['build']}; {os.path.basename(path)} sha256:{digest} "
-                f"built {mtime.strftime('%Y-%m-%d %H:%M:%S %Z')}")
+        return (
+            f"{info['build']}; {os.path.basename(path)} sha256:{digest} "
+            f"built {mtime.strftime('%Y-%m-%d %H:%M:%S %Z')}"
+        )
     except Exception as e:  # informational only
         return f"unavailable ({type(e).__name__}: {e})"

@@ -50,6 +50,7 @@ that machine noise hits both alike; a barrier before every timed iteration; an i
 is the maximum over ranks (MPI MAX allreduce of the per-rank times); tables report medians.
 Bus bandwidth = bytes * 2(n-1)/n / time (GB/s = 1e9 B/s). Rank 0 prints; other ranks are silent.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,15 +61,14 @@ import sys
 import time
 
 import numpy as np
+from _common import Bench, CheckFailed, core_info, cpu_model, cpuset, fmt_time, table
 from mpi4py import MPI
 
 import scaleout as so
-from _common import Bench, CheckFailed, core_info, cpu_model, cpuset, fmt_time, table
 
 KiB = 1024
 MiB = 1024 * KiB
-SIZES = [4 * KiB, 16 * KiB, 64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB,
-         256 * MiB]
+SIZES = [4 * KiB, 16 * KiB, 64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB]
 SMALL_COUNT = 200
 SMALL_FLOATS = 4096  # 16 KiB of float32
 
@@ -76,51 +76,103 @@ perf = time.perf_counter
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--max-mb", type=float, default=256.0,
-                   help="largest message in MiB (default 256; --quick: 16)")
-    p.add_argument("--iters", type=int, default=None,
-                   help="timed iterations at the small sizes (default 1000; --quick: 100); "
-                        "sizes above 1 MiB get proportionally fewer, at least --min-iters")
-    p.add_argument("--min-iters", type=int, default=None,
-                   help="fewest timed iterations at any size (default 10; --quick: 3)")
-    p.add_argument("--small-iters", type=int, default=None,
-                   help="timed iterations of the 200 x 16 KiB case (default 60; --quick: 10)")
-    p.add_argument("--average-mb", type=float, default=64.0,
-                   help="size in MiB of the extra Average-op row (default 64, capped by "
-                        "--max-mb; 0 skips it)")
-    p.add_argument("--no-inplace", action="store_true",
-                   help="time so.allreduce (new result array) instead of so.allreduce_")
-    p.add_argument("--no-mpi-in-place", action="store_true",
-                   help="leave out the comm.Allreduce(MPI.IN_PLACE, x) column (scaleout's core "
-                        "calls MPI_Allreduce in place, so that column is the like-for-like one)")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--max-mb",
+        type=float,
+        default=256.0,
+        help="largest message in MiB (default 256; --quick: 16)",
+    )
+    p.add_argument(
+        "--iters",
+        type=int,
+        default=None,
+        help="timed iterations at the small sizes (default 1000; --quick: 100); "
+        "sizes above 1 MiB get proportionally fewer, at least --min-iters",
+    )
+    p.add_argument(
+        "--min-iters",
+        type=int,
+        default=None,
+        help="fewest timed iterations at any size (default 10; --quick: 3)",
+    )
+    p.add_argument(
+        "--small-iters",
+        type=int,
+        default=None,
+        help="timed iterations of the 200 x 16 KiB case (default 60; --quick: 10)",
+    )
+    p.add_argument(
+        "--average-mb",
+        type=float,
+        default=64.0,
+        help="size in MiB of the extra Average-op row (default 64, capped by --max-mb; 0 skips it)",
+    )
+    p.add_argument(
+        "--no-inplace",
+        action="store_true",
+        help="time so.allreduce (new result array) instead of so.allreduce_",
+    )
+    p.add_argument(
+        "--no-mpi-in-place",
+        action="store_true",
+        help="leave out the comm.Allreduce(MPI.IN_PLACE, x) column (scaleout's core "
+        "calls MPI_Allreduce in place, so that column is the like-for-like one)",
+    )
     p.add_argument("--no-small", action="store_true", help="skip the 200 x 16 KiB tables")
-    p.add_argument("--no-halves", action="store_true",
-                   help="skip the half-precision table (table 1b)")
-    p.add_argument("--no-allgather", action="store_true",
-                   help="skip the allgather table (table 1c)")
-    p.add_argument("--no-frameworks", action="store_true",
-                   help="leave torch and TensorFlow out of the front-end table (table 2b)")
-    p.add_argument("--quick", action="store_true",
-                   help="a short run: max 16 MiB, 10x fewer iterations")
-    p.add_argument("--spread", action="store_true",
-                   help="also print p10 and p90 of each measurement")
-    p.add_argument("--ep-servers", type=ep_server_list, default=None, metavar="LIST",
-                   help="also time scaleout with each number of endpoint servers in LIST, "
-                        "e.g. 1,2,3, at the large sizes (table 3; default: not run)")
-    p.add_argument("--ep-min-mb", type=float, default=1.0,
-                   help="smallest size in MiB of the endpoint-server table (default 1)")
-    p.add_argument("--contended", action="store_true",
-                   help="run every table with a CPU hog on every core (see above)")
-    p.add_argument("--second-job", action="store_true",
-                   help="run every table beside a second scaleout job on the same machine "
-                        "(see above)")
-    p.add_argument("--wait-cost", action="store_true",
-                   help="time the CPU a rank spends waiting 5 s for a late peer (on with "
-                        "--contended)")
-    p.add_argument("--ep-only", action="store_true",
-                   help="run only the endpoint-server table (needs --ep-servers)")
+    p.add_argument(
+        "--no-halves", action="store_true", help="skip the half-precision table (table 1b)"
+    )
+    p.add_argument(
+        "--no-allgather", action="store_true", help="skip the allgather table (table 1c)"
+    )
+    p.add_argument(
+        "--no-frameworks",
+        action="store_true",
+        help="leave torch and TensorFlow out of the front-end table (table 2b)",
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="a short run: max 16 MiB, 10x fewer iterations"
+    )
+    p.add_argument(
+        "--spread", action="store_true", help="also print p10 and p90 of each measurement"
+    )
+    p.add_argument(
+        "--ep-servers",
+        type=ep_server_list,
+        default=None,
+        metavar="LIST",
+        help="also time scaleout with each number of endpoint servers in LIST, "
+        "e.g. 1,2,3, at the large sizes (table 3; default: not run)",
+    )
+    p.add_argument(
+        "--ep-min-mb",
+        type=float,
+        default=1.0,
+        help="smallest size in MiB of the endpoint-server table (default 1)",
+    )
+    p.add_argument(
+        "--contended",
+        action="store_true",
+        help="run every table with a CPU hog on every core (see above)",
+    )
+    p.add_argument(
+        "--second-job",
+        action="store_true",
+        help="run every table beside a second scaleout job on the same machine (see above)",
+    )
+    p.add_argument(
+        "--wait-cost",
+        action="store_true",
+        help="time the CPU a rank spends waiting 5 s for a late peer (on with --contended)",
+    )
+    p.add_argument(
+        "--ep-only",
+        action="store_true",
+        help="run only the endpoint-server table (needs --ep-servers)",
+    )
     a = p.parse_args()
     if a.quick:
         if a.max_mb == 256.0:
@@ -142,7 +194,7 @@ def ep_server_list(text: str) -> list:
     try:
         ks = [int(word) for word in text.split(",") if word.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list of numbers like 1,2,3")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of numbers like 1,2,3") from None
     if not ks or min(ks) < 1 or len(set(ks)) != len(ks):
         raise argparse.ArgumentTypeError(f"{text!r}: give distinct numbers of servers, each >= 1")
     return ks
@@ -162,14 +214,10 @@ def fmt_size(nbytes: int) -> str:
     return f"{nbytes // KiB} KiB"
 
 
-
-
 def busbw(nbytes: int, sec: float, n: int) -> str:
     if n < 2 or not sec > 0:
         return "-"
     return f"{nbytes * 2 * (n - 1) / n / sec / 1e9:.2f}"
-
-
 
 
 def stats(t: np.ndarray) -> tuple:
@@ -194,8 +242,11 @@ def header(args, n: int, affinity: str) -> list:
     mpi_lib = MPI.Get_library_version().strip().splitlines()[0].strip()
     mpi_lib = " ".join(mpi_lib.split())
     knobs = {k: v for k, v in sorted(os.environ.items()) if k.startswith("SCALEOUT_")}
-    mpich_knobs = {k: v for k, v in sorted(os.environ.items())
-                   if k.startswith(("MPIR_CVAR_", "MPICH_", "OMP_NUM_THREADS"))}
+    mpich_knobs = {
+        k: v
+        for k, v in sorted(os.environ.items())
+        if k.startswith(("MPIR_CVAR_", "MPICH_", "OMP_NUM_THREADS"))
+    }
     now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
     lines = [
         f"# scaleout allreduce benchmark  {now}  host={socket.gethostname()}",
@@ -205,16 +256,24 @@ def header(args, n: int, affinity: str) -> list:
         f"# MPI library: {mpi_lib}  (thread level {thread_level_name()})",
         f"# scaleout core: {core_info()}",
         f"# cpu affinity: {affinity}",
-        "# scaleout allreduce data path: " + ("shared memory (SCALEOUT_SHM=1)"
-                                              if so.config().get("SCALEOUT_SHM") == "1"
-                                              else "MPI (SCALEOUT_SHM=0)"),
-        "# env: " + (" ".join(f"{k}={v}" for k, v in knobs.items()) or "no SCALEOUT_* set")
+        "# scaleout allreduce data path: "
+        + (
+            "shared memory (SCALEOUT_SHM=1)"
+            if so.config().get("SCALEOUT_SHM") == "1"
+            else "MPI (SCALEOUT_SHM=0)"
+        ),
+        "# env: "
+        + (" ".join(f"{k}={v}" for k, v in knobs.items()) or "no SCALEOUT_* set")
         + ("  " + " ".join(f"{k}={v}" for k, v in mpich_knobs.items()) if mpich_knobs else ""),
         f"# scaleout call: so.{'allreduce' if args.no_inplace else 'allreduce_'}(x, op=so.Sum, "
-        f"name=<fixed per size>)  ({'new result array' if args.no_inplace else 'in place, preallocated'}); "
+        f"name=<fixed per size>)  "
+        f"({'new result array' if args.no_inplace else 'in place, preallocated'}); "
         "mpi4py calls: comm.Allreduce(x, y, op=MPI.SUM) (y preallocated)"
-        + ("" if args.no_mpi_in_place else
-           " and comm.Allreduce(MPI.IN_PLACE, x, op=MPI.SUM) (column IP)")
+        + (
+            ""
+            if args.no_mpi_in_place
+            else " and comm.Allreduce(MPI.IN_PLACE, x, op=MPI.SUM) (column IP)"
+        )
         + " on COMM_WORLD.Dup()",
         "# float32; time = max over ranks per iteration, median over iterations; "
         "barrier before each iteration; libraries interleaved in blocks; "
@@ -225,12 +284,12 @@ def header(args, n: int, affinity: str) -> list:
 
 def thread_level_name() -> str:
     lvl = MPI.Query_thread()
-    return {MPI.THREAD_SINGLE: "SINGLE", MPI.THREAD_FUNNELED: "FUNNELED",
-            MPI.THREAD_SERIALIZED: "SERIALIZED", MPI.THREAD_MULTIPLE: "MULTIPLE"}.get(lvl, lvl)
-
-
-
-
+    return {
+        MPI.THREAD_SINGLE: "SINGLE",
+        MPI.THREAD_FUNNELED: "FUNNELED",
+        MPI.THREAD_SERIALIZED: "SERIALIZED",
+        MPI.THREAD_MULTIPLE: "MULTIPLE",
+    }.get(lvl, lvl)
 
 
 def check_close(what: str, got: np.ndarray, want: float) -> None:
@@ -248,16 +307,19 @@ def measure(args, comm, bench, nbytes: int, op: int, warmup: int) -> dict:
     name = f"bench.allreduce.{opname}.{nbytes}"
     want = (n + 1) / 2.0 if op == so.Average else n * (n + 1) / 2.0  # rank r gives r+1
     buf = np.full(count, rank + 1, dtype=np.float32)  # scaleout's (in place unless told)
-    x = np.full(count, rank + 1, dtype=np.float32)    # mpi4py send buffer
-    y = np.empty_like(x)                               # mpi4py receive buffer
+    x = np.full(count, rank + 1, dtype=np.float32)  # mpi4py send buffer
+    y = np.empty_like(x)  # mpi4py receive buffer
     fns = {}
 
     # Correctness once per size (also the first warm-up of each). Sum in place would grow the
     # values every iteration, so such buffers are zeroed afterwards (zeros stay zeros);
     # Average keeps (n+1)/2 where it is.
     if args.no_inplace:
-        check_close(f"scaleout allreduce {opname} {fmt_size(nbytes)}",
-                    so.allreduce(buf, op=op, name=name), want)
+        check_close(
+            f"scaleout allreduce {opname} {fmt_size(nbytes)}",
+            so.allreduce(buf, op=op, name=name),
+            want,
+        )
         fns["so"] = lambda: so.allreduce(buf, op=op, name=name)
     else:
         so.allreduce_(buf, op=op, name=name)
@@ -300,11 +362,15 @@ def main() -> int:
     for line in header(args, n, affinity_line(comm)):
         out(line)
     if args.contended:
-        out(f"# contended: {comm.allreduce(len(hogs))} CPU hogs (busy loops) on this job's "
-            "machines, one per core")
+        out(
+            f"# contended: {comm.allreduce(len(hogs))} CPU hogs (busy loops) on this job's "
+            "machines, one per core"
+        )
     if second is not None:
-        out(f"# contended: a second scaleout job ({second[2]} ranks, 1 MiB allreduces back to "
-            "back) on this machine")
+        out(
+            f"# contended: a second scaleout job ({second[2]} ranks, 1 MiB allreduces back to "
+            "back) on this machine"
+        )
     out()
 
     if not args.ep_only:
@@ -343,18 +409,21 @@ def main() -> int:
 def start_hogs(comm) -> list:
     """One busy-loop process per core of this machine, started by its local rank 0."""
     import subprocess
+
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
     hogs = []
     if local.rank == 0:
-        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-                for _ in range(os.cpu_count() or 1)]
+        hogs = [
+            subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(os.cpu_count() or 1)
+        ]
     local.Barrier()
     local.Free()
     time.sleep(0.5)  # let them reach their loops
     return hogs
 
 
-SECOND_JOB = '''
+SECOND_JOB = """
 import os, sys
 import numpy as np
 import scaleout as so
@@ -371,7 +440,7 @@ while True:
 if so.rank() == 0:
     print(rounds, flush=True)
 so.shutdown()
-'''
+"""
 
 
 def start_second_job(comm):
@@ -379,6 +448,7 @@ def start_second_job(comm):
     this job has on rank 0's machine; returns (process, stop file, ranks) on rank 0, else None."""
     import subprocess
     import tempfile
+
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
     ranks = local.size
     local.Free()
@@ -387,12 +457,26 @@ def start_second_job(comm):
         mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
         stop = os.path.join(tempfile.mkdtemp(prefix="second-job-"), "stop")
         # Not this job's launcher settings: the second job is a job of its own.
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "HYDI_", "MPI_LOCAL", "OMPI_"))}
-        process = subprocess.Popen([mpiexec if os.path.exists(mpiexec) else "mpiexec", "-n",
-                                    str(ranks), sys.executable, "-c", SECOND_JOB, stop],
-                                   env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   text=True)
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "HYDI_", "MPI_LOCAL", "OMPI_"))
+        }
+        process = subprocess.Popen(
+            [
+                mpiexec if os.path.exists(mpiexec) else "mpiexec",
+                "-n",
+                str(ranks),
+                sys.executable,
+                "-c",
+                SECOND_JOB,
+                stop,
+            ],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         job = (process, stop, ranks)
     comm.Barrier()
     time.sleep(2.0)  # its ranks start and reach their loop
@@ -433,12 +517,17 @@ def wait_cost_table(comm, rank: int, n: int, out, late: float = 5.0) -> None:
 
     scaleout_cpu = waited(lambda: so.allreduce_(x, op=so.Sum, name="bench.wait"))
     mpi_cpu = waited(lambda: comm.Allreduce(MPI.IN_PLACE, x, op=MPI.SUM))
-    out(f"## cost of waiting {late:g} s for a late rank (CPU seconds of a waiting rank's "
-        "process, the maximum over the waiting ranks)")
-    rows = [["scaleout allreduce_", f"{scaleout_cpu:.2f}", f"{scaleout_cpu / late:.0%}"],
-            ["mpi4py Allreduce", f"{mpi_cpu:.2f}", f"{mpi_cpu / late:.0%}"]]
-    for line in table(rows, ["library", "CPU s while waiting", "share of the wait"],
-                      ["l", "r", "r"]):
+    out(
+        f"## cost of waiting {late:g} s for a late rank (CPU seconds of a waiting rank's "
+        "process, the maximum over the waiting ranks)"
+    )
+    rows = [
+        ["scaleout allreduce_", f"{scaleout_cpu:.2f}", f"{scaleout_cpu / late:.0%}"],
+        ["mpi4py Allreduce", f"{mpi_cpu:.2f}", f"{mpi_cpu / late:.0%}"],
+    ]
+    for line in table(
+        rows, ["library", "CPU s while waiting", "share of the wait"], ["l", "r", "r"]
+    ):
         out(line)
 
 
@@ -460,8 +549,13 @@ def sizes_table(args, comm, bench, n, out) -> None:
         r = measure(args, comm, bench, nbytes, op, warmup=2 if nbytes >= 16 * MiB else 10)
         m = {k: float(np.median(v)) for k, v in r.items() if k != "iters"}
         label = fmt_size(nbytes) + (" Average" if op == so.Average else "")
-        row = [label, r["iters"], fmt_time(m["so"]), fmt_time(m["mpi"]),
-               f"{m['so'] / m['mpi']:.2f}"]
+        row = [
+            label,
+            r["iters"],
+            fmt_time(m["so"]),
+            fmt_time(m["mpi"]),
+            f"{m['so'] / m['mpi']:.2f}",
+        ]
         if ip:
             row += [fmt_time(m["mpi_ip"]), f"{m['so'] / m['mpi_ip']:.2f}"]
         row += [busbw(nbytes, m["so"], n), busbw(nbytes, m["mpi"], n)]
@@ -476,9 +570,12 @@ def sizes_table(args, comm, bench, n, out) -> None:
         spread_rows.append(srow)
 
     so_call = "so.allreduce" if args.no_inplace else "so.allreduce_"
-    out(f"## allreduce, float32, op Sum; medians. scaleout = {so_call}; "
-        "mpi4py = Allreduce(x, y)" + ("; mpi4py IP = Allreduce(IN_PLACE, x)" if ip else "")
-        + "; ratio = scaleout / mpi4py")
+    out(
+        f"## allreduce, float32, op Sum; medians. scaleout = {so_call}; "
+        "mpi4py = Allreduce(x, y)"
+        + ("; mpi4py IP = Allreduce(IN_PLACE, x)" if ip else "")
+        + "; ratio = scaleout / mpi4py"
+    )
     hdr = ["size", "iters", "scaleout", "mpi4py", "ratio"]
     if ip:
         hdr += ["mpi4py IP", "ratio IP"]
@@ -509,25 +606,33 @@ def halves_table(args, comm, bench, n, out) -> None:
         count = nbytes // 4
         f32 = np.ones(count, np.float32)
         f16 = np.ones(count, np.float16)
-        fns = [lambda: so.allreduce_(f32, op=so.Average, name=f"bench.half.f32.{nbytes}"),
-               lambda: so.allreduce_(f16, op=so.Average, name=f"bench.half.f16.{nbytes}")]
+        fns = [
+            lambda: so.allreduce_(f32, op=so.Average, name=f"bench.half.f32.{nbytes}"),
+            lambda: so.allreduce_(f16, op=so.Average, name=f"bench.half.f16.{nbytes}"),
+        ]
         if torch is not None:
             bf16 = torch.ones(count, dtype=torch.bfloat16)
-            fns.append(lambda: so_torch.allreduce_(bf16, op=so_torch.Average,
-                                                    name=f"bench.half.bf16.{nbytes}"))
+            fns.append(
+                lambda: so_torch.allreduce_(
+                    bf16, op=so_torch.Average, name=f"bench.half.bf16.{nbytes}"
+                )
+            )
         for fn in fns:
             fn()
         check_close(f"float16 Average {fmt_size(nbytes)}", f16.astype(np.float32), 1.0)
         if torch is not None:
             check_close(f"bfloat16 Average {fmt_size(nbytes)}", bf16.float().numpy(), 1.0)
-        times = bench.interleaved(fns, iterations(nbytes, args),
-                                  warmup=2 if nbytes >= 16 * MiB else 10)
+        times = bench.interleaved(
+            fns, iterations(nbytes, args), warmup=2 if nbytes >= 16 * MiB else 10
+        )
         m = [float(np.median(t)) for t in times]
         row = [fmt_size(nbytes), f"{count:,}", fmt_time(m[0]), fmt_time(m[1]), f"{m[1] / m[0]:.2f}"]
         row += [fmt_time(m[2]), f"{m[2] / m[0]:.2f}"] if torch is not None else ["-", "-"]
         rows.append(row)
-    out("## half precision: N elements, op Average, in place; size = N float32s; ratio = this "
-        "/ float32 (float16 through numpy, bfloat16 through scaleout.torch)")
+    out(
+        "## half precision: N elements, op Average, in place; size = N float32s; ratio = this "
+        "/ float32 (float16 through numpy, bfloat16 through scaleout.torch)"
+    )
     hdr = ["size", "N", "float32", "float16", "ratio", "bfloat16", "ratio"]
     for line in table(rows, hdr, ["l"] + ["r"] * (len(hdr) - 1)):
         out(line)
@@ -548,13 +653,17 @@ def allgather_table(args, comm, bench, n, out) -> None:
         comm.Allgather(mine, gathered)
         if not np.array_equal(gathered, want):
             raise CheckFailed(f"mpi4py Allgather {fmt_size(nbytes)}: wrong result")
-        times = bench.interleaved([lambda: so.allgather(mine, name=name),
-                                   lambda: comm.Allgather(mine, gathered)],
-                                  iterations(n * nbytes, args), warmup=3)
+        times = bench.interleaved(
+            [lambda: so.allgather(mine, name=name), lambda: comm.Allgather(mine, gathered)],
+            iterations(n * nbytes, args),
+            warmup=3,
+        )
         m = [float(np.median(t)) for t in times]
         rows.append([fmt_size(nbytes), fmt_time(m[0]), fmt_time(m[1]), f"{m[0] / m[1]:.2f}"])
-    out(f"## allgather, float32, size = each rank's block; scaleout = so.allgather (algorithm: "
-        f"{so.config()['allgather_algorithm']}); mpi4py = Allgather into a preallocated array")
+    out(
+        f"## allgather, float32, size = each rank's block; scaleout = so.allgather (algorithm: "
+        f"{so.config()['allgather_algorithm']}); mpi4py = Allgather into a preallocated array"
+    )
     for line in table(rows, ["size", "scaleout", "mpi4py", "ratio"], ["l", "r", "r", "r"]):
         out(line)
 
@@ -581,8 +690,10 @@ def ep_table(args, comm, bench, rank, n, out) -> None:
     max_bytes = int(args.max_mb * MiB)
     sizes = [s for s in SIZES if args.ep_min_mb * MiB <= s <= max_bytes]
     if not sizes:
-        out(f"## endpoint servers: no sizes between --ep-min-mb {args.ep_min_mb} and "
-            f"--max-mb {args.max_mb}")
+        out(
+            f"## endpoint servers: no sizes between --ep-min-mb {args.ep_min_mb} and "
+            f"--max-mb {args.max_mb}"
+        )
         return
     before = os.environ.get("SCALEOUT_EP_SERVERS")
     shm_before = os.environ.get("SCALEOUT_SHM")
@@ -591,15 +702,16 @@ def ep_table(args, comm, bench, rank, n, out) -> None:
     times = {(k, nbytes): [] for k in ks for nbytes in sizes}
     want = n * (n + 1) / 2.0
     for round_index in range(rounds):
-        for k in (ks if round_index % 2 == 0 else ks[::-1]):
+        for k in ks if round_index % 2 == 0 else ks[::-1]:
             reinit_with_servers(k)
             for nbytes in sizes:
                 buf = np.full(nbytes // 4, rank + 1, dtype=np.float32)
                 name = f"bench.ep.{nbytes}"
                 so.allreduce_(buf, op=so.Sum, name=name)
-                check_close(f"scaleout allreduce_ {fmt_size(nbytes)} with {k} endpoint servers",
-                            buf, want)
-                buf[...] = 0.0   # zeros stay zeros under Sum
+                check_close(
+                    f"scaleout allreduce_ {fmt_size(nbytes)} with {k} endpoint servers", buf, want
+                )
+                buf[...] = 0.0  # zeros stay zeros under Sum
                 iters = max(1, iterations(nbytes, args) // rounds)
                 warmup = 1 if nbytes >= 16 * MiB else 3
                 fn = lambda: so.allreduce_(buf, op=so.Sum, name=name)  # noqa: E731
@@ -619,18 +731,29 @@ def ep_table(args, comm, bench, rank, n, out) -> None:
         row += [busbw(nbytes, med[k], n) for k in ks]
         row += [f"{med[k] / med[first]:.2f}" for k in ks[1:]]
         rows.append(row)
-    out(f"## endpoint servers: so.allreduce_ over MPI (SCALEOUT_SHM=0), float32, Sum, with K "
+    out(
+        f"## endpoint servers: so.allreduce_ over MPI (SCALEOUT_SHM=0), float32, Sum, with K "
         f"servers per rank; medians over {rounds} rounds; ratio = time with K / time with "
-        f"K={first}")
-    hdr = (["size", "iters"] + [f"K={k}" for k in ks] + [f"busbw K={k}" for k in ks]
-           + [f"K={k} / K={first}" for k in ks[1:]])
+        f"K={first}"
+    )
+    hdr = (
+        ["size", "iters"]
+        + [f"K={k}" for k in ks]
+        + [f"busbw K={k}" for k in ks]
+        + [f"K={k} / K={first}" for k in ks[1:]]
+    )
     for line in table(rows, hdr, ["l"] + ["r"] * (len(hdr) - 1)):
         out(line)
-    pinned = (f"servers pinned to SCALEOUT_EP_CORES={','.join(ep_cores)} (rank 0's; servers "
-              f"beyond {len(ep_cores)} run unpinned)" if ep_cores
-              else "no SCALEOUT_EP_CORES: servers unpinned")
-    out(f"(busbw in GB/s; {pinned}; an allreduce is split only at 256 KiB or more per server; "
-        f"{os.cpu_count()} CPUs on this host)")
+    pinned = (
+        f"servers pinned to SCALEOUT_EP_CORES={','.join(ep_cores)} (rank 0's; servers "
+        f"beyond {len(ep_cores)} run unpinned)"
+        if ep_cores
+        else "no SCALEOUT_EP_CORES: servers unpinned"
+    )
+    out(
+        f"(busbw in GB/s; {pinned}; an allreduce is split only at 256 KiB or more per server; "
+        f"{os.cpu_count()} CPUs on this host)"
+    )
 
 
 def small_table(args, comm, bench, rank, n, out) -> None:
@@ -689,13 +812,14 @@ def small_table(args, comm, bench, rank, n, out) -> None:
     rows = []
     for label, m, t in zip(labels, med, times):
         p = stats(t)
-        row = [label, fmt_time(m), f"{m / med[2]:.2f}", f"{m / med[3]:.2f}",
-               busbw(total, m, n)]
+        row = [label, fmt_time(m), f"{m / med[2]:.2f}", f"{m / med[3]:.2f}", busbw(total, m, n)]
         if args.spread:
             row += [fmt_time(p[1]), fmt_time(p[2])]
         rows.append(row)
-    out(f"## {SMALL_COUNT} x 16 KiB float32 (3.2 MB in all), Sum, end to end; "
-        f"median of {iters} iterations")
+    out(
+        f"## {SMALL_COUNT} x 16 KiB float32 (3.2 MB in all), Sum, end to end; "
+        f"median of {iters} iterations"
+    )
     hdr = ["case", "median", "/ packed", "/ 200 mpi4py", "busbw GB/s"]
     align = ["l", "r", "r", "r", "r"]
     if args.spread:
@@ -719,33 +843,53 @@ def frontends_table(args, comm, bench, rank, n, out) -> None:
             pending = submit()
             submit_times[label].append((perf() - t0) / SMALL_COUNT)
             finish(pending)
+
         return fn
 
     arrays = [np.full(SMALL_FLOATS, rank + 1, dtype=np.float32) for _ in range(SMALL_COUNT)]
     names = [f"bench.fe.np.{i}" for i in range(SMALL_COUNT)]
-    cases = [("numpy: so.allreduce_async_", timed(
-        "numpy", lambda: [so.allreduce_async_(a, op=so.Sum, name=nm)
-                          for a, nm in zip(arrays, names)],
-        lambda hs: [so.synchronize(h) for h in hs]))]
+    cases = [
+        (
+            "numpy: so.allreduce_async_",
+            timed(
+                "numpy",
+                lambda: [
+                    so.allreduce_async_(a, op=so.Sum, name=nm) for a, nm in zip(arrays, names)
+                ],
+                lambda hs: [so.synchronize(h) for h in hs],
+            ),
+        )
+    ]
     checks = [lambda: arrays[-1]]
     resets = [lambda: [a.fill(0.0) for a in arrays]]
     if not args.no_frameworks:
         try:
             import torch
+
             import scaleout.torch as sot
         except ImportError:
             torch = None
         if torch is not None:
             tensors = [torch.full((SMALL_FLOATS,), float(rank + 1)) for _ in range(SMALL_COUNT)]
             tnames = [f"bench.fe.torch.{i}" for i in range(SMALL_COUNT)]
-            cases.append(("torch: scaleout.torch.allreduce_async_", timed(
-                "torch", lambda: [sot.allreduce_async_(t, op=sot.Sum, name=nm)
-                                  for t, nm in zip(tensors, tnames)],
-                lambda hs: [sot.synchronize(h) for h in hs])))
+            cases.append(
+                (
+                    "torch: scaleout.torch.allreduce_async_",
+                    timed(
+                        "torch",
+                        lambda: [
+                            sot.allreduce_async_(t, op=sot.Sum, name=nm)
+                            for t, nm in zip(tensors, tnames)
+                        ],
+                        lambda hs: [sot.synchronize(h) for h in hs],
+                    ),
+                )
+            )
             checks.append(lambda: tensors[-1].numpy())
             resets.append(lambda: [t.zero_() for t in tensors])
         try:
             import tensorflow as tf
+
             import scaleout.tensorflow as sotf
         except ImportError:
             tf = None
@@ -755,6 +899,7 @@ def frontends_table(args, comm, bench, rank, n, out) -> None:
 
             def tf_step():
                 tf_out[0] = sotf.grouped_allreduce(tf_in, op=sotf.Sum, name="bench.fe.tf")
+
             cases.append(("TensorFlow: eager grouped_allreduce of 200", tf_step))
             checks.append(lambda: tf_out[0][-1].numpy())
     labels = [c[0] for c in cases]
@@ -776,10 +921,13 @@ def frontends_table(args, comm, bench, rank, n, out) -> None:
         else:
             per_call = "n/a (one call)"
         rows.append([label, fmt_time(m), f"{m / med[0]:.2f}", per_call])
-    out(f"## {SMALL_COUNT} x 16 KiB float32 through each front end, Sum, end to end; "
-        f"median of {iters} iterations")
-    for line in table(rows, ["case", "median", "/ numpy", "submit one (median)"],
-                      ["l", "r", "r", "r"]):
+    out(
+        f"## {SMALL_COUNT} x 16 KiB float32 through each front end, Sum, end to end; "
+        f"median of {iters} iterations"
+    )
+    for line in table(
+        rows, ["case", "median", "/ numpy", "submit one (median)"], ["l", "r", "r", "r"]
+    ):
         out(line)
 
 

@@ -17,6 +17,7 @@ Phases, each the slowest rank's time with a barrier before, medians over --iters
               rank, unpacked and loaded into the model
   baseline    rank 0 torch.save(model.state_dict(), file) into the temporary directory
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,11 @@ def timed(fn, iters: int) -> float:
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    worst = hvd.allreduce(torch.tensor(times, dtype=torch.float64), op=hvd.Max,
-                          name=f"elastic_commit.times.{fn.__name__}")
+    worst = hvd.allreduce(
+        torch.tensor(times, dtype=torch.float64),
+        op=hvd.Max,
+        name=f"elastic_commit.times.{fn.__name__}",
+    )
     return statistics.median(worst.tolist())
 
 
@@ -90,25 +94,36 @@ def main() -> int:
                 torch.save(model.state_dict(), target)
 
         serialize()
-        results = {name: timed(fn, args.iters) for name, fn in
-                   (("serialize", serialize), ("commit", commit_state), ("restore", restore),
-                    ("state.commit", state_commit), ("baseline", baseline))}
+        results = {
+            name: timed(fn, args.iters)
+            for name, fn in (
+                ("serialize", serialize),
+                ("commit", commit_state),
+                ("restore", restore),
+                ("state.commit", state_commit),
+                ("baseline", baseline),
+            )
+        }
     if store is not None:
         state_store.clear()
         store.clear()
     if hvd.rank() == 0:
-        print(f"# {nbytes / 2**20:.0f} MiB state ({layers} x Linear({width}, {width})), "
-              f"{hvd.size()} ranks on {hvd.cross_size()} host(s), median of {args.iters}, "
-              "slowest rank")
+        print(
+            f"# {nbytes / 2**20:.0f} MiB state ({layers} x Linear({width}, {width})), "
+            f"{hvd.size()} ranks on {hvd.cross_size()} host(s), median of {args.iters}, "
+            "slowest rank"
+        )
         print("| phase | time |")
         print("|---|---:|")
         for name, seconds in results.items():
             print(f"| {name} | {seconds * 1e3:.1f} ms |")
         total = results["serialize"] + results["commit"]
-        print(f"# commit (serialize + commit) {total * 1e3:.1f} ms = "
-              f"{total / results['baseline']:.2f}x rank 0's torch.save to a file; "
-              f"TorchState.commit() {results['state.commit'] * 1e3:.1f} ms = "
-              f"{results['state.commit'] / results['baseline']:.2f}x")
+        print(
+            f"# commit (serialize + commit) {total * 1e3:.1f} ms = "
+            f"{total / results['baseline']:.2f}x rank 0's torch.save to a file; "
+            f"TorchState.commit() {results['state.commit'] * 1e3:.1f} ms = "
+            f"{results['state.commit'] / results['baseline']:.2f}x"
+        )
     return 0
 
 

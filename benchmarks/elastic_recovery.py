@@ -17,6 +17,7 @@ hostB:1, scaleoutrun on hostA, ranks started over ssh) and the whole of hostB is
                newest commit, synced, trained a step and committed)
 Medians over --repeats. A commit follows every step, so at most the step under way is lost.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,13 +39,27 @@ def one_run(workdir: Path, kill_at: int, hosts=None) -> dict:
     command = [sys.executable, str(EXAMPLE), "--epochs", "30"]
     started = time.monotonic()
     if hosts is None:
-        job = ElasticJob(workdir, "localhost:2\n127.0.0.1:1\n", ["-np", "3", "--min-np", "2"],
-                         command)
+        job = ElasticJob(
+            workdir, "localhost:2\n127.0.0.1:1\n", ["-np", "3", "--min-np", "2"], command
+        )
     else:
-        job = ElasticJob(workdir, "hostA:2\nhostB:1\n",
-                         ["-np", "3", "--min-np", "2", "--ssh-port", str(SSH_PORT),
-                          "--network-interface", INTERFACE], command, env=NETWORK_ENV,
-                         runner=hosts._enter("hostA") + [sys.executable])
+        job = ElasticJob(
+            workdir,
+            "hostA:2\nhostB:1\n",
+            [
+                "-np",
+                "3",
+                "--min-np",
+                "2",
+                "--ssh-port",
+                str(SSH_PORT),
+                "--network-interface",
+                INTERFACE,
+            ],
+            command,
+            env=NETWORK_ENV,
+            runner=hosts._enter("hostA") + [sys.executable],
+        )
     try:
         job.wait_for_commit(0)
         first = time.monotonic()
@@ -56,41 +71,52 @@ def one_run(workdir: Path, kill_at: int, hosts=None) -> dict:
         else:
             hosts.kill_host("hostB")
         job.wait_for("generation 1", lambda: "generation 1:" in job.err_path.read_text())
-        relaunched, before = time.monotonic(), job.newest_commit()   # generation 0 has ended
+        relaunched, before = time.monotonic(), job.newest_commit()  # generation 0 has ended
         job.wait_for("a commit of generation 1", lambda: job.newest_commit() > before)
         resumed = time.monotonic()
     finally:
         job.stop()
-    return {"cold start": first - started, "relaunch": relaunched - killed,
-            "resume": resumed - killed}
+    return {
+        "cold start": first - started,
+        "relaunch": relaunched - killed,
+        "resume": resumed - killed,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--kill-at", type=int, default=10)
-    parser.add_argument("--namespaces", action="store_true",
-                        help="two hosts of network namespaces; hostB is lost")
+    parser.add_argument(
+        "--namespaces", action="store_true", help="two hosts of network namespaces; hostB is lost"
+    )
     args = parser.parse_args()
     runs = []
     for repeat in range(args.repeats):
         with tempfile.TemporaryDirectory(prefix="elastic-recovery-") as workdir:
-            if args.namespaces:   # fresh hosts every repeat: the last one lost hostB
+            if args.namespaces:  # fresh hosts every repeat: the last one lost hostB
                 (Path(workdir) / "hosts").mkdir()
                 with made_hosts(Path(workdir) / "hosts", 2) as hosts:
                     runs.append(one_run(Path(workdir), args.kill_at, hosts))
             else:
                 runs.append(one_run(Path(workdir), args.kill_at))
-        print(f"repeat {repeat + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in runs[-1].items()),
-              flush=True)
-    where = ("hostA:2 + hostB:1 (network namespaces), hostB lost" if args.namespaces else
-             "localhost:2 + 127.0.0.1:1, rank 2 killed")
+        print(
+            f"repeat {repeat + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in runs[-1].items()),
+            flush=True,
+        )
+    where = (
+        "hostA:2 + hostB:1 (network namespaces), hostB lost"
+        if args.namespaces
+        else "localhost:2 + 127.0.0.1:1, rank 2 killed"
+    )
     print(f"\nelastic job at 3 ranks on {where}; medians of {args.repeats}")
     print(f"{'phase':<12} {'seconds':>8}")
     for key in ("cold start", "relaunch", "resume"):
         print(f"{key:<12} {statistics.median(r[key] for r in runs):8.2f}")
-    print(f"resume / cold start: "
-          f"{statistics.median(r['resume'] / r['cold start'] for r in runs):.2f}x")
+    print(
+        f"resume / cold start: "
+        f"{statistics.median(r['resume'] / r['cold start'] for r in runs):.2f}x"
+    )
 
 
 if __name__ == "__main__":

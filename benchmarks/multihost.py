@@ -44,6 +44,7 @@ The script is its own launcher: run it as root with plain python (not under mpie
 scaleoutrun); it runs itself with --worker in the jobs. Where the hosts cannot be made (not root,
 no ip, tc or sshd ...) it prints why in one line and exits 0.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,40 +62,53 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
-
 from _common import Bench, CheckFailed, core_info, cpu_model, fmt_time, table
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))   # the hosts are the tests' (tests/_hosts.py)
+sys.path.insert(0, str(REPO / "tests"))  # the hosts are the tests' (tests/_hosts.py)
 
 KiB = 1024
 MiB = 1024 * KiB
 SIZES = [1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB]
 SMALL_COUNT = 200
-SMALL_FLOATS = 4096       # 16 KiB of float32
-JOB_TIMEOUT = 3600        # seconds: a job that takes longer is stuck
-MODES = {"0": "flat", "1": "hierarchical"}   # SCALEOUT_HIERARCHICAL_ALLREDUCE -> scaleout row
+SMALL_FLOATS = 4096  # 16 KiB of float32
+JOB_TIMEOUT = 3600  # seconds: a job that takes longer is stuck
+MODES = {"0": "flat", "1": "hierarchical"}  # SCALEOUT_HIERARCHICAL_ALLREDUCE -> scaleout row
 
 perf = time.perf_counter
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rates", default="1gbit,10gbit",
-                   help="link rates in tc's notation, comma-separated (default 1gbit,10gbit)")
-    p.add_argument("--max-mb", type=float, default=256.0,
-                   help="largest allreduce in MiB, from 1 MiB (default 256; --quick: 16)")
-    p.add_argument("--iters", type=int, default=None,
-                   help="timed iterations at 1 MiB (default 30; --quick: 10); larger sizes get "
-                        "proportionally fewer, at least 5 (--quick: 3)")
-    p.add_argument("--quick", action="store_true",
-                   help="a short run: up to 16 MiB, few iterations and steps")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--rates",
+        default="1gbit,10gbit",
+        help="link rates in tc's notation, comma-separated (default 1gbit,10gbit)",
+    )
+    p.add_argument(
+        "--max-mb",
+        type=float,
+        default=256.0,
+        help="largest allreduce in MiB, from 1 MiB (default 256; --quick: 16)",
+    )
+    p.add_argument(
+        "--iters",
+        type=int,
+        default=None,
+        help="timed iterations at 1 MiB (default 30; --quick: 10); larger sizes get "
+        "proportionally fewer, at least 5 (--quick: 3)",
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="a short run: up to 16 MiB, few iterations and steps"
+    )
     p.add_argument("--hosts", type=int, default=2, help="namespace hosts (default 2)")
     p.add_argument("--ranks-per-host", type=int, default=2, help="ranks on each host (default 2)")
     p.add_argument("--no-torch", action="store_true", help="leave out the torch MLP step")
-    p.add_argument("--torch-only", action="store_true",
-                   help="only the torch MLP step (dense and top-k 1%%)")
+    p.add_argument(
+        "--torch-only", action="store_true", help="only the torch MLP step (dense and top-k 1%%)"
+    )
     # What the parent hands its jobs (not for users).
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--min-iters", type=int, default=None, help=argparse.SUPPRESS)
@@ -106,8 +120,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     quick = a.quick
     if quick and a.max_mb == 256.0:
         a.max_mb = 16.0
-    defaults = {"iters": (30, 10), "min_iters": (5, 3), "small_iters": (30, 10),
-                "steps": (20, 5), "rounds": (4, 2)}
+    defaults = {
+        "iters": (30, 10),
+        "min_iters": (5, 3),
+        "small_iters": (30, 10),
+        "steps": (20, 5),
+        "rounds": (4, 2),
+    }
     for name, (normal, short) in defaults.items():
         if getattr(a, name) is None:
             setattr(a, name, short if quick else normal)
@@ -117,6 +136,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     a.rates = [r.strip() for r in a.rates.split(",") if r.strip()]
     if not a.worker:
         from _hosts import LinkLimit
+
         try:
             a.limits = [LinkLimit(r) for r in a.rates]
         except ValueError as exc:
@@ -149,13 +169,15 @@ def fmt_mib(nbytes: Optional[float]) -> str:
 # In the jobs (--worker): every rank runs this.
 # ============================================================================================
 
+
 def tcp_bytes_sent_off_host(pids: set) -> Optional[dict]:
     """{pid: bytes_sent} over the established TCP sockets of each pid in `pids` whose peer is
     another address than the socket's own (so on another host: ranks of one host reach each
     other at the host's own address); None where ss cannot tell."""
     try:
-        out = subprocess.run(["ss", "-Htinp", "state", "established"], capture_output=True,
-                             text=True, timeout=20)
+        out = subprocess.run(
+            ["ss", "-Htinp", "state", "established"], capture_output=True, text=True, timeout=20
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if out.returncode != 0:
@@ -164,7 +186,7 @@ def tcp_bytes_sent_off_host(pids: set) -> Optional[dict]:
     owner = None
     details = counters = 0
     for line in out.stdout.splitlines():
-        if line[:1].isspace():   # the details of the socket on the line before
+        if line[:1].isspace():  # the details of the socket on the line before
             details += 1
             match = re.search(r"\bbytes_sent:(\d+)", line)
             counters += match is not None
@@ -177,8 +199,9 @@ def tcp_bytes_sent_off_host(pids: set) -> Optional[dict]:
         users = [int(p) for p in re.findall(r"pid=(\d+)", line)]
         mine = [p for p in users if p in pids]
         if len(addresses) == 2 and mine:
-            local, peer = (a.rsplit(":", 1)[0].strip("[]").replace("::ffff:", "")
-                           for a in addresses)
+            local, peer = (
+                a.rsplit(":", 1)[0].strip("[]").replace("::ffff:", "") for a in addresses
+            )
             if local != peer:
                 owner = mine[0]
     # A kernel without tcpi_bytes_sent (before 4.19) prints none: say so rather than 0.
@@ -202,8 +225,10 @@ class LinkMeter:
         self.comm.Barrier()
         mine = None
         if self.reader:
-            mine = {"tx": int((self.statistics / "tx_bytes").read_text()),
-                    "sent": tcp_bytes_sent_off_host(self.host_pids)}
+            mine = {
+                "tx": int((self.statistics / "tx_bytes").read_text()),
+                "sent": tcp_bytes_sent_off_host(self.host_pids),
+            }
         got = self.comm.gather(mine, root=0)
         if self.comm.rank != 0:
             return None
@@ -214,8 +239,10 @@ class LinkMeter:
                 sent = None
                 break
             sent.update(g["sent"])
-        return {"tx": [g["tx"] for g in readings],
-                "sent": None if sent is None else [sent.get(p, 0) for p in self.pids]}
+        return {
+            "tx": [g["tx"] for g in readings],
+            "sent": None if sent is None else [sent.get(p, 0) for p in self.pids],
+        }
 
 
 class Tally:
@@ -223,13 +250,13 @@ class Tally:
 
     def __init__(self):
         self.times, self.iters = [], 0
-        self.tx: list = []     # per host
-        self.sent: Optional[list] = []   # per rank; None where ss could not tell
+        self.tx: list = []  # per host
+        self.sent: Optional[list] = []  # per rank; None where ss could not tell
 
     def add(self, times, before: Optional[dict], after: Optional[dict]) -> None:
         self.times.extend(float(t) for t in times)
         self.iters += len(times)
-        if before is None:   # not rank 0
+        if before is None:  # not rank 0
             return
         deltas = [a - b for a, b in zip(after["tx"], before["tx"])]
         self.tx = deltas if not self.tx else [t + d for t, d in zip(self.tx, deltas)]
@@ -241,9 +268,13 @@ class Tally:
 
     def summary(self) -> dict:
         per_rank = None if not self.sent else [s / self.iters for s in self.sent]
-        return {"median": float(np.median(self.times)), "iters": self.iters,
-                "link": sum(self.tx) / self.iters,
-                "busiest_host": max(self.tx, default=0) / self.iters, "per_rank": per_rank}
+        return {
+            "median": float(np.median(self.times)),
+            "iters": self.iters,
+            "link": sum(self.tx) / self.iters,
+            "busiest_host": max(self.tx, default=0) / self.iters,
+            "per_rank": per_rank,
+        }
 
 
 def measured(bench: Bench, meter: LinkMeter, fns: list, iters: int, warmup: int) -> list:
@@ -279,11 +310,14 @@ def worker(args) -> int:
     rank, n = comm.rank, comm.size
     meter = LinkMeter(comm, args.interface, so.local_rank())
     bench = Bench(comm)
-    want = n * (n + 1) / 2.0   # rank r gives r + 1
-    result = {"algorithm": so.config()["allreduce_algorithm"], "ranks": n,
-              "others_algorithms": {c: so.config()[f"{c}_algorithm"]
-                                    for c in ("allgather", "alltoall")},
-              "affinity": comm.allgather(sorted(os.sched_getaffinity(0))), "sizes": []}
+    want = n * (n + 1) / 2.0  # rank r gives r + 1
+    result = {
+        "algorithm": so.config()["allreduce_algorithm"],
+        "ranks": n,
+        "others_algorithms": {c: so.config()[f"{c}_algorithm"] for c in ("allgather", "alltoall")},
+        "affinity": comm.allgather(sorted(os.sched_getaffinity(0))),
+        "sizes": [],
+    }
 
     # The timing's own traffic: an iteration with nothing in it.
     result["empty"] = measured(bench, meter, [lambda: None], 20, 0)[0]
@@ -292,11 +326,17 @@ def worker(args) -> int:
         for nbytes in [s for s in SIZES if s <= args.max_mb * MiB]:
             result["sizes"].append(size_case(args, comm, bench, meter, nbytes, want))
         result["small"] = small_case(args, comm, bench, meter, want)
-        result["halves"] = [half_case(args, comm, bench, meter, nbytes)
-                            for nbytes in (4 * MiB, 16 * MiB) if nbytes <= args.max_mb * MiB]
-        result["others"] = [case(args, comm, bench, meter, nbytes)
-                            for case in (allgather_case, alltoall_case)
-                            for nbytes in (MiB, 8 * MiB) if nbytes <= args.max_mb * MiB]
+        result["halves"] = [
+            half_case(args, comm, bench, meter, nbytes)
+            for nbytes in (4 * MiB, 16 * MiB)
+            if nbytes <= args.max_mb * MiB
+        ]
+        result["others"] = [
+            case(args, comm, bench, meter, nbytes)
+            for case in (allgather_case, alltoall_case)
+            for nbytes in (MiB, 8 * MiB)
+            if nbytes <= args.max_mb * MiB
+        ]
     if not args.no_torch:
         result["torch"] = torch_case(args, meter)
     if rank == 0:
@@ -312,6 +352,7 @@ def size_case(args, comm, bench: Bench, meter: LinkMeter, nbytes: int, want: flo
     from mpi4py import MPI
 
     import scaleout as so
+
     name = f"bench.multihost.{nbytes}"
     buf = np.full(nbytes // 4, comm.rank + 1, dtype=np.float32)
     so.allreduce_(buf, op=so.Sum, name=name)
@@ -319,12 +360,18 @@ def size_case(args, comm, bench: Bench, meter: LinkMeter, nbytes: int, want: flo
     z = np.full(nbytes // 4, comm.rank + 1, dtype=np.float32)
     comm.Allreduce(MPI.IN_PLACE, z, op=MPI.SUM)
     check_close(f"mpi4py Allreduce IN_PLACE {fmt_size(nbytes)}", z, want)
-    buf[...] = 0.0   # zeros stay zeros under Sum
+    buf[...] = 0.0  # zeros stay zeros under Sum
     z[...] = 0.0
-    mpi_r, so_r = measured(bench, meter,
-                           [lambda: comm.Allreduce(MPI.IN_PLACE, z, op=MPI.SUM),
-                            lambda: so.allreduce_(buf, op=so.Sum, name=name)],
-                           iterations(nbytes, args), warmup=1 if nbytes >= 16 * MiB else 3)
+    mpi_r, so_r = measured(
+        bench,
+        meter,
+        [
+            lambda: comm.Allreduce(MPI.IN_PLACE, z, op=MPI.SUM),
+            lambda: so.allreduce_(buf, op=so.Sum, name=name),
+        ],
+        iterations(nbytes, args),
+        warmup=1 if nbytes >= 16 * MiB else 3,
+    )
     return {"bytes": nbytes, "mpi": mpi_r, "so": so_r}
 
 
@@ -334,6 +381,7 @@ def small_case(args, comm, bench: Bench, meter: LinkMeter, want: float) -> dict:
     from mpi4py import MPI
 
     import scaleout as so
+
     rank = comm.rank
     names = [f"bench.multihost.small.{i}" for i in range(SMALL_COUNT)]
     tensors = [np.full(SMALL_FLOATS, rank + 1, dtype=np.float32) for _ in range(SMALL_COUNT)]
@@ -352,9 +400,11 @@ def small_case(args, comm, bench: Bench, meter: LinkMeter, want: float) -> dict:
         for a in each:
             comm.Allreduce(MPI.IN_PLACE, a, op=MPI.SUM)
 
-    for fn, arrays, what in ((so_async, tensors, "scaleout 200 x 16 KiB"),
-                             (mpi_packed, [packed], "mpi4py packed 3.2 MB"),
-                             (mpi_each, each, "mpi4py 200 x 16 KiB")):
+    for fn, arrays, what in (
+        (so_async, tensors, "scaleout 200 x 16 KiB"),
+        (mpi_packed, [packed], "mpi4py packed 3.2 MB"),
+        (mpi_each, each, "mpi4py 200 x 16 KiB"),
+    ):
         fn()
         for a in arrays:
             check_close(what, a, want)
@@ -367,11 +417,14 @@ def half_case(args, comm, bench: Bench, meter: LinkMeter, nbytes: int) -> dict:
     """N = nbytes / 4 elements: scaleout's allreduce_ (Average) in float32 beside float16 (Note
     [Halves on the wire]: half the bytes should cross)."""
     import scaleout as so
+
     count = nbytes // 4
     f32 = np.ones(count, np.float32)
     f16 = np.ones(count, np.float16)
-    fns = [lambda: so.allreduce_(f32, op=so.Average, name=f"bench.multihost.f32.{nbytes}"),
-           lambda: so.allreduce_(f16, op=so.Average, name=f"bench.multihost.f16.{nbytes}")]
+    fns = [
+        lambda: so.allreduce_(f32, op=so.Average, name=f"bench.multihost.f32.{nbytes}"),
+        lambda: so.allreduce_(f16, op=so.Average, name=f"bench.multihost.f16.{nbytes}"),
+    ]
     for fn in fns:
         fn()
     check_close(f"float16 Average {fmt_size(nbytes)}", f16.astype(np.float32), 1.0)
@@ -383,32 +436,55 @@ def allgather_case(args, comm, bench: Bench, meter: LinkMeter, nbytes: int) -> d
     """Every rank gives `nbytes` (float32): mpi4py's Allgather beside scaleout's allgather
     (hierarchical in the HIER=1 job: SCALEOUT_HIERARCHICAL_ALLGATHER follows the mode)."""
     import scaleout as so
+
     n, count = comm.size, nbytes // 4
     mine = np.full(count, comm.rank, dtype=np.float32)
     gathered = np.empty(n * count, dtype=np.float32)
     return compared_case(
-        "allgather", nbytes, bench, meter, iterations(n * nbytes, args),
+        "allgather",
+        nbytes,
+        bench,
+        meter,
+        iterations(n * nbytes, args),
         lambda: so.allgather(mine, name=f"bench.multihost.allgather.{nbytes}"),
-        lambda: comm.Allgather(mine, gathered), gathered,
-        np.repeat(np.arange(n, dtype=np.float32), count))
+        lambda: comm.Allgather(mine, gathered),
+        gathered,
+        np.repeat(np.arange(n, dtype=np.float32), count),
+    )
 
 
 def alltoall_case(args, comm, bench: Bench, meter: LinkMeter, nbytes: int) -> dict:
     """Every rank sends nbytes / size (float32) to each rank: mpi4py's Alltoall beside
     scaleout's alltoall (the same algorithm in both jobs: Note [Staged alltoall])."""
     import scaleout as so
+
     n, count = comm.size, nbytes // 4 // comm.size
     mine = np.repeat(np.arange(n, dtype=np.float32) + 100 * comm.rank, count)
     received = np.empty(n * count, dtype=np.float32)
     return compared_case(
-        "alltoall", nbytes, bench, meter, iterations(nbytes, args),
+        "alltoall",
+        nbytes,
+        bench,
+        meter,
+        iterations(nbytes, args),
         lambda: so.alltoall(mine, name=f"bench.multihost.alltoall.{nbytes}"),
-        lambda: comm.Alltoall(mine, received), received,
-        np.repeat(100 * np.arange(n, dtype=np.float32) + comm.rank, count))
+        lambda: comm.Alltoall(mine, received),
+        received,
+        np.repeat(100 * np.arange(n, dtype=np.float32) + comm.rank, count),
+    )
 
 
-def compared_case(what: str, nbytes: int, bench: Bench, meter: LinkMeter, iters: int,
-                  so_call, mpi_call, mpi_out: np.ndarray, want: np.ndarray) -> dict:
+def compared_case(
+    what: str,
+    nbytes: int,
+    bench: Bench,
+    meter: LinkMeter,
+    iters: int,
+    so_call,
+    mpi_call,
+    mpi_out: np.ndarray,
+    want: np.ndarray,
+) -> dict:
     """scaleout's so_call() (returning its result) beside mpi4py's mpi_call() (filling
     mpi_out), each checked against `want` once, then timed interleaved."""
     if not np.array_equal(so_call(), want):
@@ -441,18 +517,25 @@ def torch_case(args, meter: LinkMeter) -> dict:
             before = meter.snapshot()
             times = torch_step.timed_steps(steppers[mode], args.steps)
             tallies[mode].add(times, before, meter.snapshot())
-    return {"model": label, "batch": batch, "grad_bytes": grad_bytes,
-            **{mode: tallies[mode].summary() for mode in modes}}
+    return {
+        "model": label,
+        "batch": batch,
+        "grad_bytes": grad_bytes,
+        **{mode: tallies[mode].summary() for mode in modes},
+    }
 
 
 # ============================================================================================
 # The parent: makes the hosts, runs the jobs, prints the tables.
 # ============================================================================================
 
+
 def header(args, hosts_count: int) -> list:
     import importlib.metadata as md
+
     import mpi4py
-    mpi4py.rc.initialize = False   # the library's version only: no MPI in this process
+
+    mpi4py.rc.initialize = False  # the library's version only: no MPI in this process
     mpi4py.rc.finalize = False
     from mpi4py import MPI
 
@@ -464,13 +547,21 @@ def header(args, hosts_count: int) -> list:
 
     cpu = cpu_model()
     mpi_lib = " ".join(MPI.Get_library_version().strip().splitlines()[0].split())
-    knobs = " ".join(f"{k}={v}" for k, v in sorted(os.environ.items())
-                     if k.startswith(("SCALEOUT_", "MPIR_CVAR_", "UCX_")))
+    knobs = " ".join(
+        f"{k}={v}"
+        for k, v in sorted(os.environ.items())
+        if k.startswith(("SCALEOUT_", "MPIR_CVAR_", "UCX_"))
+    )
     now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
-    links = ("one veth pair" if hosts_count == 2
-             else f"{hosts_count} veth pairs to a bridge in a switch namespace")
-    rates = ", ".join(f"{lim.rate} (burst {lim.burst_bytes // KiB} KiB, latency {lim.latency})"
-                      for lim in args.limits)
+    links = (
+        "one veth pair"
+        if hosts_count == 2
+        else f"{hosts_count} veth pairs to a bridge in a switch namespace"
+    )
+    rates = ", ".join(
+        f"{lim.rate} (burst {lim.burst_bytes // KiB} KiB, latency {lim.latency})"
+        for lim in args.limits
+    )
     return [
         f"# scaleout multi-host benchmark  {now}  host={socket.gethostname()}",
         f"# cpu={cpu}  nproc={os.cpu_count()}  kernel={platform.release()}  "
@@ -496,17 +587,50 @@ def run_job(hosts, args, mode: str) -> tuple[Optional[dict], str]:
     """One scaleoutrun job across the hosts with SCALEOUT_HIERARCHICAL_ALLREDUCE=mode: rank 0's
     RESULT, and a line about the job."""
     from _hosts import INTERFACE, NETWORK_ENV, SSH_PORT
+
     spec = ",".join(f"{h}:{args.ranks_per_host}" for h in hosts.names)
-    worker_args = ["--worker", "--interface", INTERFACE, "--max-mb", str(args.max_mb),
-                   "--iters", str(args.iters), "--min-iters", str(args.min_iters),
-                   "--small-iters", str(args.small_iters), "--steps", str(args.steps),
-                   "--rounds", str(args.rounds)] + (["--no-torch"] if args.no_torch else []) \
+    worker_args = (
+        [
+            "--worker",
+            "--interface",
+            INTERFACE,
+            "--max-mb",
+            str(args.max_mb),
+            "--iters",
+            str(args.iters),
+            "--min-iters",
+            str(args.min_iters),
+            "--small-iters",
+            str(args.small_iters),
+            "--steps",
+            str(args.steps),
+            "--rounds",
+            str(args.rounds),
+        ]
+        + (["--no-torch"] if args.no_torch else [])
         + (["--torch-only"] if args.torch_only else [])
-    command = [sys.executable, "-m", "scaleout.launcher.main", "-H", spec, "--ssh-port",
-               str(SSH_PORT), "--network-interface", INTERFACE, "--mpi-yield", "on",
-               sys.executable, str(Path(__file__).resolve()), *worker_args]
-    env = {**NETWORK_ENV, "SCALEOUT_HIERARCHICAL_ALLREDUCE": mode,
-           "SCALEOUT_HIERARCHICAL_ALLGATHER": mode}
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "scaleout.launcher.main",
+        "-H",
+        spec,
+        "--ssh-port",
+        str(SSH_PORT),
+        "--network-interface",
+        INTERFACE,
+        "--mpi-yield",
+        "on",
+        sys.executable,
+        str(Path(__file__).resolve()),
+        *worker_args,
+    ]
+    env = {
+        **NETWORK_ENV,
+        "SCALEOUT_HIERARCHICAL_ALLREDUCE": mode,
+        "SCALEOUT_HIERARCHICAL_ALLGATHER": mode,
+    }
     drops = hosts.qdisc_drops()
     started = perf()
     try:
@@ -524,8 +648,10 @@ def run_job(hosts, args, mode: str) -> tuple[Optional[dict], str]:
         return None, f"failed (exit {done.returncode}) after {took:.0f} s:\n{tail}"
     dropped = hosts.qdisc_drops() - drops
     affinity = " ".join(f"r{r}:{cpu_list(c)}" for r, c in enumerate(found["affinity"]))
-    return found, (f"{took:.0f} s; scaleout's algorithm: {found['algorithm']}; "
-                   f"packets tbf dropped: {dropped}; cpu affinity {affinity}")
+    return found, (
+        f"{took:.0f} s; scaleout's algorithm: {found['algorithm']}; "
+        f"packets tbf dropped: {dropped}; cpu affinity {affinity}"
+    )
 
 
 def cpu_list(cores: list) -> str:
@@ -551,36 +677,73 @@ def sizes_table(jobs: dict, out) -> None:
             for key, label in (("mpi", "MPI flat (mpi4py)"), ("so", f"scaleout {MODES[mode]}")):
                 s = got[key]
                 speedup = got["mpi"]["median"] / s["median"]
-                rows.append([fmt_size(nbytes), mode, label, s["iters"], fmt_time(s["median"]),
-                             f"{speedup:.2f}" if key == "so" else "1", fmt_mib(s["link"]),
-                             f"{s['link'] / nbytes:.2f}", per_rank_cell(s),
-                             "-" if not s["per_rank"] else f"{max(s['per_rank']) / nbytes:.2f}"])
-    hdr = ["size", "HIER", "method", "iters", "time", "MPI/this", "link MiB", "link/size",
-           "per rank MiB max (min)", "max/size"]
-    out("## allreduce_ / Allreduce(IN_PLACE), float32 Sum; HIER = the job's "
-        "SCALEOUT_HIERARCHICAL_ALLREDUCE; MPI/this = speed-up over flat MPI in the same job")
+                rows.append(
+                    [
+                        fmt_size(nbytes),
+                        mode,
+                        label,
+                        s["iters"],
+                        fmt_time(s["median"]),
+                        f"{speedup:.2f}" if key == "so" else "1",
+                        fmt_mib(s["link"]),
+                        f"{s['link'] / nbytes:.2f}",
+                        per_rank_cell(s),
+                        "-" if not s["per_rank"] else f"{max(s['per_rank']) / nbytes:.2f}",
+                    ]
+                )
+    hdr = [
+        "size",
+        "HIER",
+        "method",
+        "iters",
+        "time",
+        "MPI/this",
+        "link MiB",
+        "link/size",
+        "per rank MiB max (min)",
+        "max/size",
+    ]
+    out(
+        "## allreduce_ / Allreduce(IN_PLACE), float32 Sum; HIER = the job's "
+        "SCALEOUT_HIERARCHICAL_ALLREDUCE; MPI/this = speed-up over flat MPI in the same job"
+    )
     for line in table(rows, hdr, ["l", "r", "l"] + ["r"] * 7):
         out(line)
 
 
 def small_table(jobs: dict, out) -> None:
     rows = []
-    labels = {"so": "scaleout: 200 x allreduce_async_, then synchronize",
-              "mpi_packed": "mpi4py: 1 x Allreduce of 3.2 MB, pre-packed",
-              "mpi_each": "mpi4py: 200 x Allreduce of 16 KiB, one after another"}
+    labels = {
+        "so": "scaleout: 200 x allreduce_async_, then synchronize",
+        "mpi_packed": "mpi4py: 1 x Allreduce of 3.2 MB, pre-packed",
+        "mpi_each": "mpi4py: 200 x Allreduce of 16 KiB, one after another",
+    }
     for mode, job in jobs.items():
         if not job:
             continue
         small = job["small"]
         for key, label in labels.items():
             s = small[key]
-            rows.append([mode, label, s["iters"], fmt_time(s["median"]),
-                         f"{small['mpi_packed']['median'] / s['median']:.2f}",
-                         fmt_mib(s["link"]), per_rank_cell(s)])
-    out(f"## {SMALL_COUNT} x 16 KiB float32 (3.2 MB in all), Sum, end to end; bytes per "
-        "iteration; packed/this = speed-up over the pre-packed mpi4py Allreduce in the same job")
-    for line in table(rows, ["HIER", "case", "iters", "time", "packed/this", "link MiB",
-                             "per rank MiB max (min)"], ["r", "l", "r", "r", "r", "r", "r"]):
+            rows.append(
+                [
+                    mode,
+                    label,
+                    s["iters"],
+                    fmt_time(s["median"]),
+                    f"{small['mpi_packed']['median'] / s['median']:.2f}",
+                    fmt_mib(s["link"]),
+                    per_rank_cell(s),
+                ]
+            )
+    out(
+        f"## {SMALL_COUNT} x 16 KiB float32 (3.2 MB in all), Sum, end to end; bytes per "
+        "iteration; packed/this = speed-up over the pre-packed mpi4py Allreduce in the same job"
+    )
+    for line in table(
+        rows,
+        ["HIER", "case", "iters", "time", "packed/this", "link MiB", "per rank MiB max (min)"],
+        ["r", "l", "r", "r", "r", "r", "r"],
+    ):
         out(line)
 
 
@@ -590,15 +753,38 @@ def halves_table(jobs: dict, out) -> None:
         for got in (job or {}).get("halves", []):
             for key in ("float32", "float16"):
                 s = got[key]
-                rows.append([fmt_size(got["bytes"]), mode, key, s["iters"], fmt_time(s["median"]),
-                             f"{s['median'] / got['float32']['median']:.2f}",
-                             fmt_mib(s["link"]), per_rank_cell(s)])
+                rows.append(
+                    [
+                        fmt_size(got["bytes"]),
+                        mode,
+                        key,
+                        s["iters"],
+                        fmt_time(s["median"]),
+                        f"{s['median'] / got['float32']['median']:.2f}",
+                        fmt_mib(s["link"]),
+                        per_rank_cell(s),
+                    ]
+                )
     if not rows:
         return
-    out("## scaleout allreduce_ of N elements (size = N float32s), Average, float32 and float16; "
-        "this/f32 = time over float32's in the same job; bytes per allreduce")
-    for line in table(rows, ["size", "HIER", "dtype", "iters", "time", "this/f32", "link MiB",
-                             "per rank MiB max (min)"], ["l", "r", "l", "r", "r", "r", "r", "r"]):
+    out(
+        "## scaleout allreduce_ of N elements (size = N float32s), Average, float32 and float16; "
+        "this/f32 = time over float32's in the same job; bytes per allreduce"
+    )
+    for line in table(
+        rows,
+        [
+            "size",
+            "HIER",
+            "dtype",
+            "iters",
+            "time",
+            "this/f32",
+            "link MiB",
+            "per rank MiB max (min)",
+        ],
+        ["l", "r", "l", "r", "r", "r", "r", "r"],
+    ):
         out(line)
 
 
@@ -618,20 +804,46 @@ def others_table(jobs: dict, out) -> None:
             nbytes = got["bytes"]
             for key in ("mpi", "so"):
                 s = got[key]
-                label = (f"mpi4py {got['what'].capitalize()}" if key == "mpi" else
-                         "scaleout " + algorithm_label(job["others_algorithms"][got["what"]]))
-                rows.append([got["what"], fmt_size(nbytes), mode, label, s["iters"],
-                             fmt_time(s["median"]),
-                             f"{got['mpi']['median'] / s['median']:.2f}" if key == "so" else "1",
-                             fmt_mib(s["link"]), per_rank_cell(s)])
+                label = (
+                    f"mpi4py {got['what'].capitalize()}"
+                    if key == "mpi"
+                    else "scaleout " + algorithm_label(job["others_algorithms"][got["what"]])
+                )
+                rows.append(
+                    [
+                        got["what"],
+                        fmt_size(nbytes),
+                        mode,
+                        label,
+                        s["iters"],
+                        fmt_time(s["median"]),
+                        f"{got['mpi']['median'] / s['median']:.2f}" if key == "so" else "1",
+                        fmt_mib(s["link"]),
+                        per_rank_cell(s),
+                    ]
+                )
     if not rows:
         return
-    out("## allgather (size: each rank's block) and alltoall (size: what each rank sends in "
+    out(
+        "## allgather (size: each rank's block) and alltoall (size: what each rank sends in "
         "all), float32; HIER = the job's SCALEOUT_HIERARCHICAL_ALLREDUCE and _ALLGATHER; "
-        "MPI/this = speed-up over mpi4py in the same job; bytes per iteration")
-    for line in table(rows, ["collective", "size", "HIER", "method", "iters", "time",
-                             "MPI/this", "link MiB", "per rank MiB max (min)"],
-                      ["l", "r", "r", "l", "r", "r", "r", "r", "r"]):
+        "MPI/this = speed-up over mpi4py in the same job; bytes per iteration"
+    )
+    for line in table(
+        rows,
+        [
+            "collective",
+            "size",
+            "HIER",
+            "method",
+            "iters",
+            "time",
+            "MPI/this",
+            "link MiB",
+            "per rank MiB max (min)",
+        ],
+        ["l", "r", "r", "l", "r", "r", "r", "r", "r"],
+    ):
         out(line)
 
 
@@ -650,21 +862,42 @@ def torch_table(jobs: dict, out) -> None:
         for key in [k for k in t if isinstance(t[k], dict)]:
             s = t[key]
             label = {"no comm": "no communication", "scaleout": f"scaleout {MODES[mode]}"}.get(
-                key, key)
+                key, key
+            )
             comm = s["median"] - base
-            rows.append([mode, label, s["iters"], fmt_time(s["median"]),
-                         "-" if key == "no comm" else "+" + fmt_time(comm),
-                         "-" if key in ("no comm", "scaleout") or comm <= 0
-                         else f"{dense / comm:.2f}x",
-                         fmt_mib(s["link"]), per_rank_cell(s)])
+            rows.append(
+                [
+                    mode,
+                    label,
+                    s["iters"],
+                    fmt_time(s["median"]),
+                    "-" if key == "no comm" else "+" + fmt_time(comm),
+                    "-" if key in ("no comm", "scaleout") or comm <= 0 else f"{dense / comm:.2f}x",
+                    fmt_mib(s["link"]),
+                    per_rank_cell(s),
+                ]
+            )
     if not rows:
         return
-    out(f"## torch_step.py's {about['model']}, batch {about['batch']} per rank, "
+    out(
+        f"## torch_step.py's {about['model']}, batch {about['batch']} per rank, "
         f"{about['grad_bytes'] / MiB:.1f} MiB of gradients, 1 thread per rank; step = the "
-        "slowest rank's; bytes per step; modes alternated in rounds")
-    for line in table(rows, ["HIER", "mode", "steps", "step", "communication",
-                             "dense comm / this", "link MiB", "per rank MiB max (min)"],
-                      ["r", "l", "r", "r", "r", "r", "r", "r"]):
+        "slowest rank's; bytes per step; modes alternated in rounds"
+    )
+    for line in table(
+        rows,
+        [
+            "HIER",
+            "mode",
+            "steps",
+            "step",
+            "communication",
+            "dense comm / this",
+            "link MiB",
+            "per rank MiB max (min)",
+        ],
+        ["r", "l", "r", "r", "r", "r", "r", "r"],
+    ):
         out(line)
 
 
@@ -685,26 +918,33 @@ def goal_lines(jobs: dict, local_size: int, limit, out) -> None:
             if not (h["so"]["per_rank"] and of["per_rank"]):
                 return "-"
             return f"{max(h['so']['per_rank']) / max(of['per_rank']):.2f}"
+
         floor = h["so"]["busiest_host"] * 8 / limit.bits_per_second
-        out(f"# goal at {fmt_size(f['bytes'])}: hierarchical is {speedup:.2f}x flat MPI's speed "
+        out(
+            f"# goal at {fmt_size(f['bytes'])}: hierarchical is {speedup:.2f}x flat MPI's speed "
             f"(goal >= 1.6); its largest per-rank bytes are {share(h['mpi'])} of flat MPI's and "
             f"{share(f['so'])} of scaleout flat's (goal <= 1/{local_size} = "
             f"{1 / local_size:.2f}); the link's floor {fmt_time(floor)} (busiest host's bytes / "
             f"{limit.rate}): hierarchical takes {h['so']['median'] / floor:.2f}x it, flat MPI "
             f"{h['mpi']['median'] / floor:.2f}x (HIER=1 job) and {f['mpi']['median'] / floor:.2f}x "
-            "(HIER=0 job)")
+            "(HIER=0 job)"
+        )
 
 
 def empty_line(jobs: dict) -> str:
-    parts = [f"HIER={mode}: {fmt_time(job['empty']['median'])}, link "
-             f"{job['empty']['link']:.0f} B, per rank max "
-             + ("-" if not job["empty"]["per_rank"] else f"{max(job['empty']['per_rank']):.0f} B")
-             for mode, job in jobs.items() if job]
+    parts = [
+        f"HIER={mode}: {fmt_time(job['empty']['median'])}, link "
+        f"{job['empty']['link']:.0f} B, per rank max "
+        + ("-" if not job["empty"]["per_rank"] else f"{max(job['empty']['per_rank']):.0f} B")
+        for mode, job in jobs.items()
+        if job
+    ]
     return "# an empty iteration (the barrier and the timing's own traffic): " + "; ".join(parts)
 
 
 def main(args) -> int:
     from _hosts import HostsUnavailable, made_hosts, missing_prerequisite
+
     missing = missing_prerequisite(rate_limited=True)
     if missing:
         print(f"multihost benchmark skipped: {missing}")
@@ -720,13 +960,18 @@ def main(args) -> int:
                     hosts.limit_links(limit)
                     jobs, notes = {}, []
                     for mode in MODES:
-                        print(f"# running {limit.rate}, SCALEOUT_HIERARCHICAL_ALLREDUCE={mode} ...",
-                              file=sys.stderr, flush=True)
+                        print(
+                            f"# running {limit.rate}, SCALEOUT_HIERARCHICAL_ALLREDUCE={mode} ...",
+                            file=sys.stderr,
+                            flush=True,
+                        )
                         jobs[mode], note = run_job(hosts, args, mode)
                         notes.append(f"# job HIER={mode}: {note}")
                     out()
-                    out(f"# ===== links at {limit.rate}: {args.hosts} hosts x "
-                        f"{args.ranks_per_host} ranks =====")
+                    out(
+                        f"# ===== links at {limit.rate}: {args.hosts} hosts x "
+                        f"{args.ranks_per_host} ranks ====="
+                    )
                     for note in notes:
                         out(note)
                     if not any(jobs.values()):
@@ -761,5 +1006,6 @@ if __name__ == "__main__":
         sys.exit(worker(arguments))
     except CheckFailed as e:
         from mpi4py import MPI
+
         print(f"rank {MPI.COMM_WORLD.rank}: {e}", file=sys.stderr, flush=True)
         MPI.COMM_WORLD.Abort(1)

@@ -24,6 +24,7 @@ a step's time is the maximum over ranks, and the table reports medians (and p10/
 rank. MultiWorkerMirroredStrategy must exist before TensorFlow runs any op, so it is created
 first; it exists (idle) while the other modes run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,16 +36,17 @@ import sys
 import time
 
 import numpy as np
+from _common import free_port
 
 import scaleout as so
-from _common import free_port
 
 perf = time.perf_counter
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--steps", type=int, default=40, help="timed steps per mode per round")
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--warmup", type=int, default=10)
@@ -55,17 +57,18 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-
-
 args = parse_args()
 so.init()
 RANK, SIZE = so.rank(), so.size()
 if not args.no_mwms:
     # Every rank picks its own free port; TF_CONFIG must be set before TensorFlow starts.
     ports = so.allgather_object(free_port())
-    os.environ["TF_CONFIG"] = json.dumps({
-        "cluster": {"worker": [f"localhost:{p}" for p in ports]},
-        "task": {"type": "worker", "index": RANK}})
+    os.environ["TF_CONFIG"] = json.dumps(
+        {
+            "cluster": {"worker": [f"localhost:{p}" for p in ports]},
+            "task": {"type": "worker", "index": RANK},
+        }
+    )
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
@@ -77,7 +80,9 @@ strategy = None
 if not args.no_mwms:
     strategy = tf.distribute.MultiWorkerMirroredStrategy(
         communication_options=tf.distribute.experimental.CommunicationOptions(
-            implementation=tf.distribute.experimental.CommunicationImplementation.RING))
+            implementation=tf.distribute.experimental.CommunicationImplementation.RING
+        )
+    )
 
 import keras  # noqa: E402
 
@@ -93,12 +98,19 @@ x_t, y_t = tf.constant(X), tf.constant(Y)
 
 def mlp() -> keras.Model:
     keras.utils.set_random_seed(0)
-    return keras.Sequential([keras.Input((784,)), keras.layers.Dense(1024, activation="relu"),
-                             keras.layers.Dense(1024, activation="relu"), keras.layers.Dense(10)])
+    return keras.Sequential(
+        [
+            keras.Input((784,)),
+            keras.layers.Dense(1024, activation="relu"),
+            keras.layers.Dense(1024, activation="relu"),
+            keras.layers.Dense(10),
+        ]
+    )
 
 
 def steps_of(step):
     """A block of `steps` calls of `step`: returns the time of each."""
+
     def run(steps):
         times = np.empty(steps)
         for i in range(steps):
@@ -106,6 +118,7 @@ def steps_of(step):
             step()
             times[i] = perf() - t0
         return times
+
     return run
 
 
@@ -122,6 +135,7 @@ def custom_step(distributed: bool):
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
+
     return model, steps_of(lambda: step(x_t, y_t))
 
 
@@ -130,16 +144,18 @@ def keras_step(distributed: bool):
     optimizer = keras.optimizers.SGD(0.01)
     if distributed:
         optimizer = hvd_keras.DistributedOptimizer(optimizer)
-    model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(
-        from_logits=True), jit_compile=False)
+    model.compile(
+        optimizer=optimizer,
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=False,
+    )
     return model, steps_of(lambda: model.train_on_batch(X, Y))
 
 
 def mwms_custom_step():
     with strategy.scope():
         model, optimizer = mlp(), keras.optimizers.SGD(0.01)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(
-        from_logits=True, reduction="none")
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
     @tf.function
     def step(x, y):
@@ -150,7 +166,9 @@ def mwms_custom_step():
             grads = tape.gradient(loss, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables))  # sums over workers
             return loss
+
         return strategy.run(replica_step, args=(x, y))
+
     return model, steps_of(lambda: step(x_t, y_t))
 
 
@@ -163,7 +181,7 @@ modes = {  # (kind, way) -> (model, step function, trained together with the oth
 if strategy is not None:
     modes[("custom loop", "mwms")] = (*mwms_custom_step(), True)
 
-for key, (model, run_steps, _) in modes.items():
+for _model, run_steps, _ in modes.values():
     run_steps(args.warmup)
 # Distributed models start from the same weights (mlp() is seeded), but make sure.
 for key, (model, _, together) in modes.items():
@@ -173,12 +191,14 @@ for key, (model, _, together) in modes.items():
 times = {key: [] for key in modes}
 order = list(modes)
 for rnd in range(args.rounds):
-    for key in (order if rnd % 2 == 0 else order[::-1]):
+    for key in order if rnd % 2 == 0 else order[::-1]:
         so.barrier()
         times[key].append(modes[key][1](args.steps))
 
-worst = {key: so.allreduce(np.concatenate(blocks), op=so.Max, name=f"times.{'.'.join(key)}")
-         for key, blocks in times.items()}
+worst = {
+    key: so.allreduce(np.concatenate(blocks), op=so.Max, name=f"times.{'.'.join(key)}")
+    for key, blocks in times.items()
+}
 
 in_sync = {}
 for key, (model, _, together) in modes.items():
@@ -188,15 +208,22 @@ for key, (model, _, together) in modes.items():
         in_sync[key] = all(d == everyone[0] for d in everyone)
 
 if RANK == 0:
+
     def ms(values, q):
         return f"{np.percentile(values, q) * 1e3:.1f} ms"
 
-    print(f"# benchmarks/tf_step.py  {datetime.datetime.now():%Y-%m-%d %H:%M}  "
-          f"host {platform.node()}  nproc {os.cpu_count()}")
-    print(f"# TensorFlow {tf.__version__}, Keras {keras.__version__}, scaleout {so.__version__}, "
-          f"{SIZE} ranks, {args.threads} TF thread(s) per rank")
-    print(f"# MLP 784-1024-1024-10 float32, SGD, batch {B} per rank; median step time "
-          f"(max over ranks), {args.rounds} rounds x {args.steps} steps per mode")
+    print(
+        f"# benchmarks/tf_step.py  {datetime.datetime.now():%Y-%m-%d %H:%M}  "
+        f"host {platform.node()}  nproc {os.cpu_count()}"
+    )
+    print(
+        f"# TensorFlow {tf.__version__}, Keras {keras.__version__}, scaleout {so.__version__}, "
+        f"{SIZE} ranks, {args.threads} TF thread(s) per rank"
+    )
+    print(
+        f"# MLP 784-1024-1024-10 float32, SGD, batch {B} per rank; median step time "
+        f"(max over ranks), {args.rounds} rounds x {args.steps} steps per mode"
+    )
     ways = [("none", "no communication"), ("scaleout", "scaleout")]
     if strategy is not None:
         ways.append(("mwms", "MultiWorkerMirroredStrategy"))
@@ -219,11 +246,17 @@ if RANK == 0:
             cells.append(cell)
         print(f"| {kind} | " + " | ".join(cells) + " |")
     if strategy is not None:
-        print("\n(*) Keras 3.15 cannot train under MultiWorkerMirroredStrategy here: "
-              "train_on_batch fails in\n    reduce_per_replica ('Invalid reduction dimension 0 "
-              "for input with 0 dimensions') and fit\n    in _maybe_symbolic_build "
-              "(strategy.reduce of the first batch: 'unsupported type PerReplica').")
+        print(
+            "\n(*) Keras 3.15 cannot train under MultiWorkerMirroredStrategy here: "
+            "train_on_batch fails in\n    reduce_per_replica ('Invalid reduction dimension 0 "
+            "for input with 0 dimensions') and fit\n    in _maybe_symbolic_build "
+            "(strategy.reduce of the first batch: 'unsupported type PerReplica')."
+        )
     print()
-    print("weights identical on every rank after training: " + ", ".join(
-        f"{kind} / {way}: {'yes' if ok else 'NO'}" for (kind, way), ok in in_sync.items()))
+    print(
+        "weights identical on every rank after training: "
+        + ", ".join(
+            f"{kind} / {way}: {'yes' if ok else 'NO'}" for (kind, way), ok in in_sync.items()
+        )
+    )
     sys.stdout.flush()

@@ -9,6 +9,7 @@ For each size (float32, standard normal entries) and density: the median time of
 selections by each method, methods interleaved per iteration, and the ratios. Every method's
 selection is checked to hold the same magnitudes as a full sort's first k.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,8 +21,8 @@ from time import perf_counter as perf
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
-
 from _common import CheckFailed, cpu_model, fmt_time, table  # noqa: E402
+
 from scaleout._topk import select_topk, topk_count  # noqa: E402
 
 SIZES = [65_536, 1 << 20, 4 << 20, 16 << 20]
@@ -34,12 +35,16 @@ def main() -> int:
     args = p.parse_args()
     try:
         import torch
+
         torch.set_num_threads(1)
     except ImportError:
         torch = None
-    print(f"# top-k selection, float32; cpu={cpu_model()} python={platform.python_version()} "
-          f"numpy={np.__version__}" + (f" torch={torch.__version__}" if torch else "")
-          + f"; median of {args.iters}, 1 thread")
+    print(
+        f"# top-k selection, float32; cpu={cpu_model()} python={platform.python_version()} "
+        f"numpy={np.__version__}"
+        + (f" torch={torch.__version__}" if torch else "")
+        + f"; median of {args.iters}, 1 thread"
+    )
     rows = []
     rng = np.random.default_rng(0)
     for n in SIZES:
@@ -49,7 +54,7 @@ def main() -> int:
             k = topk_count(n, density)
             methods = {
                 "scaleout (sampled)": lambda: select_topk(x, k, 7, scratch),
-                "np.argpartition": lambda: np.argpartition(np.abs(x), n - k)[n - k:],
+                "np.argpartition": lambda: np.argpartition(np.abs(x), n - k)[n - k :],
             }
             if torch is not None:
                 t = torch.from_numpy(x)
@@ -67,11 +72,14 @@ def main() -> int:
                     times[name].append(perf() - t0)
             med = {name: statistics.median(v) for name, v in times.items()}
             ours = med["scaleout (sampled)"]
-            rows.append([f"{n:,}", f"{density:g}", f"{k:,}"]
-                        + [fmt_time(med[m]) for m in methods]
-                        + [f"{med[m] / ours:.1f}x" for m in methods if m != "scaleout (sampled)"])
-    headers = ["entries", "density", "k", *methods] + \
-        [f"{m} / scaleout" for m in methods if m != "scaleout (sampled)"]
+            rows.append(
+                [f"{n:,}", f"{density:g}", f"{k:,}"]
+                + [fmt_time(med[m]) for m in methods]
+                + [f"{med[m] / ours:.1f}x" for m in methods if m != "scaleout (sampled)"]
+            )
+    headers = ["entries", "density", "k", *methods] + [
+        f"{m} / scaleout" for m in methods if m != "scaleout (sampled)"
+    ]
     for line in table(rows, headers, ["r"] * len(headers)):
         print(line)
     return 0

@@ -21,6 +21,7 @@ A step is zero_grad + forward + backward + optimizer step. The modes run in alte
 step together (a barrier), a step's time is the maximum over ranks, and the table reports the
 median over all timed steps. Rank 0 prints.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,16 +33,17 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from _common import free_port
 
 import scaleout.torch as hvd
-from _common import free_port
 
 perf = time.perf_counter
 
 
 def parse_args():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--steps", type=int, default=40, help="timed steps per mode per round")
     p.add_argument("--rounds", type=int, default=6, help="alternating rounds")
     p.add_argument("--warmup", type=int, default=10, help="untimed steps per mode first")
@@ -77,11 +79,10 @@ MODELS = {"mlp": ("MLP 784-1024-1024-10", MLP, 64), "cnn": ("CNN (MNIST example 
 MODES = ["no comm", "scaleout", "DDP gloo"]
 
 
-
-
 def start_gloo():
-    port = hvd.broadcast_object(free_port() if hvd.rank() == 0 else None, root_rank=0,
-                                name="torch_step.port")
+    port = hvd.broadcast_object(
+        free_port() if hvd.rank() == 0 else None, root_rank=0, name="torch_step.port"
+    )
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=hvd.rank(), world_size=hvd.size())
@@ -101,6 +102,7 @@ def make_steppers(model_cls, batch, modes=tuple(MODES)):
             opt.zero_grad()
             F.cross_entropy(model(x), y).backward()
             opt.step()
+
         return step
 
     def copy():
@@ -113,19 +115,24 @@ def make_steppers(model_cls, batch, modes=tuple(MODES)):
         steppers["no comm"] = stepper(m, torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9))
     if "scaleout" in modes:
         m = copy()
-        opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9),
-                                       named_parameters=m.named_parameters())
+        opt = hvd.DistributedOptimizer(
+            torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9),
+            named_parameters=m.named_parameters(),
+        )
         steppers["scaleout"] = stepper(m, opt)
     if TOPK in modes:  # benchmarks/multihost.py's: 1% of each gradient, error feedback
         m = copy()
-        opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9),
-                                       named_parameters=m.named_parameters(),
-                                       compression=hvd.Compression.topk(0.01))
+        opt = hvd.DistributedOptimizer(
+            torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9),
+            named_parameters=m.named_parameters(),
+            compression=hvd.Compression.topk(0.01),
+        )
         steppers[TOPK] = stepper(m, opt)
     if "DDP gloo" in modes:
         ddp = nn.parallel.DistributedDataParallel(copy())
-        steppers["DDP gloo"] = stepper(ddp, torch.optim.SGD(ddp.parameters(), lr=0.01,
-                                                            momentum=0.9))
+        steppers["DDP gloo"] = stepper(
+            ddp, torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+        )
     grad_bytes = sum(p.numel() * p.element_size() for p in base.parameters())
     return steppers, grad_bytes
 
@@ -138,8 +145,9 @@ def timed_steps(step, count):
         step()
         times.append(perf() - t0)
     # a step's time is the slowest rank's
-    return hvd.allreduce(torch.tensor(times, dtype=torch.float64), op=hvd.Max,
-                         name="torch_step.times").tolist()
+    return hvd.allreduce(
+        torch.tensor(times, dtype=torch.float64), op=hvd.Max, name="torch_step.times"
+    ).tolist()
 
 
 def main():
@@ -164,17 +172,24 @@ def main():
         medians = {mode: statistics.median(samples[mode]) * 1e3 for mode in MODES}
         rows.append((label, batch, grad_bytes, medians))
     if hvd.rank() == 0:
-        print(f"torch {torch.__version__}, {hvd.size()} ranks, {args.threads} thread(s) per rank, "
-              f"median of {args.rounds * args.steps} steps per mode (max over ranks)")
-        head = "| model | batch/rank | gradients | " + " | ".join(MODES) + \
-               " | scaleout overhead | DDP overhead |"
+        print(
+            f"torch {torch.__version__}, {hvd.size()} ranks, {args.threads} thread(s) per rank, "
+            f"median of {args.rounds * args.steps} steps per mode (max over ranks)"
+        )
+        head = (
+            "| model | batch/rank | gradients | "
+            + " | ".join(MODES)
+            + " | scaleout overhead | DDP overhead |"
+        )
         print(head)
         print("|" + "---|" * (head.count("|") - 1))
         for label, batch, grad_bytes, med in rows:
             base = med["no comm"]
             cells = " | ".join(f"{med[m]:.1f} ms" for m in MODES)
-            print(f"| {label} | {batch} | {grad_bytes / 2**20:.1f} MiB | {cells} | "
-                  f"+{med['scaleout'] - base:.1f} ms | +{med['DDP gloo'] - base:.1f} ms |")
+            print(
+                f"| {label} | {batch} | {grad_bytes / 2**20:.1f} MiB | {cells} | "
+                f"+{med['scaleout'] - base:.1f} ms | +{med['DDP gloo'] - base:.1f} ms |"
+            )
     dist.destroy_process_group()
 
 

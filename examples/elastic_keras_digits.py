@@ -11,6 +11,7 @@ starts it again on the hosts there are; `hvd.elastic.run` resumes it from the la
 runs the reset callbacks (which rescale the learning rate to the new number of ranks) and the
 interrupted epoch goes on with the steps it had left.
 """
+
 import argparse
 import os
 
@@ -39,20 +40,25 @@ keras.utils.set_random_seed(1234 + hvd.rank())  # each rank starts elsewhere; ra
 digits = load_digits()
 x = (digits.data / 16.0).astype("float32")
 y = digits.target.astype("int32")
-x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.25, random_state=0,
-                                                    stratify=y)
+x_train, x_test, y_train, y_test = train_test_split(
+    x, y, test_size=0.25, random_state=0, stratify=y
+)
 
-model = keras.Sequential([
-    keras.Input((64,)),
-    keras.layers.Dense(128, activation="relu"),
-    keras.layers.Dense(64, activation="relu"),
-    keras.layers.Dense(10),
-])
+model = keras.Sequential(
+    [
+        keras.Input((64,)),
+        keras.layers.Dense(128, activation="relu"),
+        keras.layers.Dense(64, activation="relu"),
+        keras.layers.Dense(10),
+    ]
+)
 # The global batch is size() times larger: scale the learning rate with it.
 optimizer = hvd.DistributedOptimizer(keras.optimizers.Adam(args.lr * hvd.size()))
-model.compile(optimizer=optimizer,
-              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-              metrics=["accuracy"])
+model.compile(
+    optimizer=optimizer,
+    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    metrics=["accuracy"],
+)
 
 # What survives a restart: the model, the optimizer, and where the training was.
 state = hvd.elastic.KerasState(model, epoch=0, batch=0)
@@ -63,8 +69,9 @@ def on_state_reset():
     # for the old one.
     state.model.optimizer.learning_rate = args.lr * hvd.size()
     if hvd.rank() == 0:
-        print(f"resumed at epoch {state.epoch}, batch {state.batch} on {hvd.size()} ranks",
-              flush=True)
+        print(
+            f"resumed at epoch {state.epoch}, batch {state.batch} on {hvd.size()} ranks", flush=True
+        )
 
 
 state.register_reset_callbacks([on_state_reset])
@@ -85,11 +92,16 @@ def train(state):
     # Each rank trains on its own shard of the ranks there are now, all of the same length (so
     # that every rank runs the same number of steps).
     rows = len(x_train) // hvd.size()
-    x_shard = x_train[hvd.rank()::hvd.size()][:rows]
-    y_shard = y_train[hvd.rank()::hvd.size()][:rows]
-    state.model.fit(x_shard, y_shard, batch_size=args.batch_size,
-                    epochs=args.epochs - state.epoch, callbacks=callbacks,
-                    verbose=2 if hvd.rank() == 0 else 0)
+    x_shard = x_train[hvd.rank() :: hvd.size()][:rows]
+    y_shard = y_train[hvd.rank() :: hvd.size()][:rows]
+    state.model.fit(
+        x_shard,
+        y_shard,
+        batch_size=args.batch_size,
+        epochs=args.epochs - state.epoch,
+        callbacks=callbacks,
+        verbose=2 if hvd.rank() == 0 else 0,
+    )
 
 
 train(state)

@@ -23,6 +23,7 @@ The ElasticSampler resumes an epoch where the last commit left it, sharded over 
 there are then, so every sample of an epoch is trained once (a few more at the end of an epoch,
 to give every rank the same number of batches).
 """
+
 import argparse
 
 import numpy as np
@@ -40,9 +41,12 @@ parser.add_argument("--batch-size", type=int, default=16, help="per rank")
 parser.add_argument("--lr", type=float, default=0.02, help="per rank: scaled by the ranks")
 parser.add_argument("--batches-per-commit", type=int, default=1)
 parser.add_argument("--seed", type=int, default=42)
-parser.add_argument("--count-samples", action="store_true",
-                    help="count, in the committed state, how often each training sample was "
-                         "trained on, and print the counts at the end")
+parser.add_argument(
+    "--count-samples",
+    action="store_true",
+    help="count, in the committed state, how often each training sample was "
+    "trained on, and print the counts at the end",
+)
 args = parser.parse_args()
 
 hvd.init()
@@ -52,10 +56,12 @@ torch.set_num_threads(1)
 digits = load_digits()
 images = torch.tensor(digits.data / 16.0, dtype=torch.float32)
 labels = torch.tensor(digits.target)
-train_idx, test_idx = train_test_split(np.arange(len(labels)), test_size=0.25,
-                                       random_state=0, stratify=digits.target)
-train_set = torch.utils.data.TensorDataset(torch.arange(len(train_idx)), images[train_idx],
-                                           labels[train_idx])
+train_idx, test_idx = train_test_split(
+    np.arange(len(labels)), test_size=0.25, random_state=0, stratify=digits.target
+)
+train_set = torch.utils.data.TensorDataset(
+    torch.arange(len(train_idx)), images[train_idx], labels[train_idx]
+)
 
 model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
 optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=0.9)
@@ -65,8 +71,13 @@ loader = torch.utils.data.DataLoader(train_set, batch_size=args.batch_size, samp
 
 # What a restart goes back to: the model, the optimizer, the sampler's place in the epoch, and
 # the epoch itself (and, with --count-samples, how often each sample was trained on).
-state = hvd.elastic.TorchState(model=model, optimizer=optimizer, sampler=sampler, epoch=0,
-                               times_seen=np.zeros(len(train_set), np.int64))
+state = hvd.elastic.TorchState(
+    model=model,
+    optimizer=optimizer,
+    sampler=sampler,
+    epoch=0,
+    times_seen=np.zeros(len(train_set), np.int64),
+)
 
 
 def on_reset():
@@ -97,22 +108,32 @@ def train(state):
         state.sampler.set_epoch(state.epoch)
         state.commit()
         if hvd.rank() == 0:
-            print(f"epoch {state.epoch:3d}/{args.epochs}  {hvd.size()} ranks  "
-                  f"last loss {loss.item():.4f}", flush=True)
+            print(
+                f"epoch {state.epoch:3d}/{args.epochs}  {hvd.size()} ranks  "
+                f"last loss {loss.item():.4f}",
+                flush=True,
+            )
 
 
 train(state)
 
 model.eval()
-mine = torch.arange(hvd.rank(), len(test_idx), hvd.size())   # each rank scores a part
+mine = torch.arange(hvd.rank(), len(test_idx), hvd.size())  # each rank scores a part
 with torch.no_grad():
     correct = (model(images[test_idx][mine]).argmax(1) == labels[test_idx][mine]).sum()
-total = hvd.allreduce(torch.tensor([float(correct), float(len(mine))]), op=hvd.Sum,
-                      name="test_counts")
+total = hvd.allreduce(
+    torch.tensor([float(correct), float(len(mine))]), op=hvd.Sum, name="test_counts"
+)
 if hvd.rank() == 0:
-    print(f"test accuracy {(total[0] / total[1]).item():.4f} on {len(test_idx)} images, "
-          f"{hvd.size()} ranks at the end", flush=True)
+    print(
+        f"test accuracy {(total[0] / total[1]).item():.4f} on {len(test_idx)} images, "
+        f"{hvd.size()} ranks at the end",
+        flush=True,
+    )
     if args.count_samples:
         counts = np.bincount(state.times_seen, minlength=args.epochs + 2).tolist()
-        print(f"times each of the {len(train_set)} training samples was trained on: "
-              f"{dict((n, c) for n, c in enumerate(counts) if c)}", flush=True)
+        print(
+            f"times each of the {len(train_set)} training samples was trained on: "
+            f"{dict((n, c) for n, c in enumerate(counts) if c)}",
+            flush=True,
+        )

@@ -10,6 +10,7 @@ process; each rank computes its slice of every global batch and DistributedOptim
 gradients, so N ranks take the same steps as one process (synchronous SGD) and reach the same
 test accuracy, each rank doing 1/N of the arithmetic.
 """
+
 import argparse
 
 import numpy as np
@@ -28,10 +29,18 @@ parser.add_argument("--lr", type=float, default=0.05)
 parser.add_argument("--momentum", type=float, default=0.9)
 parser.add_argument("--seed", type=int, default=42)
 parser.add_argument("--fp16-allreduce", action="store_true", help="compress gradients")
-parser.add_argument("--topk", type=float, default=0.0, metavar="DENSITY",
-                    help="send only this fraction of each gradient (top-k with error feedback)")
-parser.add_argument("--momentum-correction", action="store_true",
-                    help="with --topk: move SGD's momentum into the compression (DGC)")
+parser.add_argument(
+    "--topk",
+    type=float,
+    default=0.0,
+    metavar="DENSITY",
+    help="send only this fraction of each gradient (top-k with error feedback)",
+)
+parser.add_argument(
+    "--momentum-correction",
+    action="store_true",
+    help="with --topk: move SGD's momentum into the compression (DGC)",
+)
 parser.add_argument("--warmup-steps", type=int, default=0, help="with --topk: dense steps first")
 parser.add_argument("--threads", type=int, default=1, help="torch threads per rank")
 args = parser.parse_args()
@@ -59,8 +68,9 @@ class Net(nn.Module):
 digits = load_digits()
 images = torch.tensor(digits.images / 16.0, dtype=torch.float32).unsqueeze(1)
 labels = torch.tensor(digits.target)
-train_idx, test_idx = train_test_split(np.arange(len(labels)), test_size=0.25,
-                                       random_state=0, stratify=digits.target)
+train_idx, test_idx = train_test_split(
+    np.arange(len(labels)), test_size=0.25, random_state=0, stratify=digits.target
+)
 train_x, train_y = images[train_idx], labels[train_idx]
 test_x, test_y = images[test_idx], labels[test_idx]
 
@@ -71,10 +81,12 @@ hvd.broadcast_parameters(model.state_dict(), root_rank=0)
 hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
 if args.topk:
-    compression = hvd.Compression.topk(args.topk, momentum_correction=args.momentum_correction,
-                                       warmup_steps=args.warmup_steps)
-optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                     compression=compression)
+    compression = hvd.Compression.topk(
+        args.topk, momentum_correction=args.momentum_correction, warmup_steps=args.warmup_steps
+    )
+optimizer = hvd.DistributedOptimizer(
+    optimizer, named_parameters=model.named_parameters(), compression=compression
+)
 scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs)
 
 
@@ -82,7 +94,7 @@ def my_part(batch):
     """This rank's slice of a global batch (equal parts; the first ranks take the remainder)."""
     per_rank, extra = divmod(len(batch), hvd.size())
     start = hvd.rank() * per_rank + min(hvd.rank(), extra)
-    return batch[start:start + per_rank + (hvd.rank() < extra)]
+    return batch[start : start + per_rank + (hvd.rank() < extra)]
 
 
 def metric_average(value, name):
@@ -94,8 +106,9 @@ def evaluate():
     mine = torch.arange(hvd.rank(), len(test_y), hvd.size())  # each rank scores a part
     with torch.no_grad():
         correct = (model(test_x[mine]).argmax(1) == test_y[mine]).sum()
-    total = hvd.allreduce(torch.tensor([float(correct), float(len(mine))]), op=hvd.Sum,
-                          name="test_counts")
+    total = hvd.allreduce(
+        torch.tensor([float(correct), float(len(mine))]), op=hvd.Sum, name="test_counts"
+    )
     return (total[0] / total[1]).item()
 
 
@@ -104,7 +117,7 @@ for epoch in range(args.epochs):
     order = torch.randperm(len(train_y), generator=torch.Generator().manual_seed(epoch))
     losses = []
     for start in range(0, len(order), args.batch_size):
-        global_batch = order[start:start + args.batch_size]
+        global_batch = order[start : start + args.batch_size]
         mine = my_part(global_batch)
         optimizer.zero_grad()
         # This rank's share of the global batch's mean loss (its samples' sum over the global
@@ -113,7 +126,8 @@ for epoch in range(args.epochs):
         # short batch: it contributes zeros, and still takes part in the step.
         out = model(train_x[mine])
         loss = F.cross_entropy(out, train_y[mine], reduction="sum") * (
-            hvd.size() / len(global_batch))
+            hvd.size() / len(global_batch)
+        )
         loss.backward()
         optimizer.step()
         losses.append(loss.item())  # averaged over ranks below: the global batch's mean loss
@@ -124,5 +138,8 @@ for epoch in range(args.epochs):
 
 accuracy = evaluate()
 if hvd.rank() == 0:
-    print(f"test accuracy {accuracy:.4f} on {len(test_y)} images, {hvd.size()} rank(s), "
-          f"global batch {args.batch_size}", flush=True)
+    print(
+        f"test accuracy {accuracy:.4f} on {len(test_y)} images, {hvd.size()} rank(s), "
+        f"global batch {args.batch_size}",
+        flush=True,
+    )

@@ -7,6 +7,7 @@ A Horovod script (swap the import for `import horovod.torch as hvd`). The models
 built in (no torchvision needed), sized for CPUs: a ResNet-style CNN on 3x32x32 images or an
 MLP on 784 features.
 """
+
 import argparse
 import timeit
 
@@ -38,9 +39,11 @@ class Block(nn.Module):
         self.bn1 = nn.BatchNorm2d(cout)
         self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
         self.bn2 = nn.BatchNorm2d(cout)
-        self.skip = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                   nn.BatchNorm2d(cout)) if stride != 1 or cin != cout
-                     else nn.Identity())
+        self.skip = (
+            nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+            if stride != 1 or cin != cout
+            else nn.Identity()
+        )
 
     def forward(self, x):
         y = F.relu(self.bn1(self.conv1(x)))
@@ -48,22 +51,32 @@ class Block(nn.Module):
 
 
 def small_resnet():
-    return nn.Sequential(nn.Conv2d(3, 32, 3, 1, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
-                         Block(32, 32, 1), Block(32, 64, 2), Block(64, 128, 2),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10))
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, 1, 1, bias=False),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        Block(32, 32, 1),
+        Block(32, 64, 2),
+        Block(64, 128, 2),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(128, 10),
+    )
 
 
 if args.model == "cnn":
     model, shape = small_resnet(), (3, 32, 32)
 else:
-    model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
-                          nn.Linear(1024, 10))
+    model = nn.Sequential(
+        nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10)
+    )
     shape = (784,)
 
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size(), momentum=0.9)
 compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
-optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                     compression=compression)
+optimizer = hvd.DistributedOptimizer(
+    optimizer, named_parameters=model.named_parameters(), compression=compression
+)
 hvd.broadcast_parameters(model.state_dict(), root_rank=0)
 hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
@@ -82,8 +95,10 @@ def log(text):
         print(text, flush=True)
 
 
-log(f"Model: {args.model}, batch size {args.batch_size} per rank, {hvd.size()} rank(s), "
-    f"{args.threads} thread(s) per rank")
+log(
+    f"Model: {args.model}, batch size {args.batch_size} per rank, {hvd.size()} rank(s), "
+    f"{args.threads} thread(s) per rank"
+)
 timeit.timeit(benchmark_step, number=args.num_warmup_batches)
 img_secs = []
 for i in range(args.num_iters):

@@ -9,6 +9,7 @@ Every rank trains on its own shard of the training set with the same per-rank ba
 learning rate is scaled by the number of ranks and warmed up, and the final test accuracy (on
 the whole test set) matches the one-process run.
 """
+
 import argparse
 import os
 
@@ -38,23 +39,28 @@ keras.utils.set_random_seed(1234 + hvd.rank())  # each rank starts elsewhere; ra
 digits = load_digits()
 x = (digits.data / 16.0).astype("float32")
 y = digits.target.astype("int32")
-x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.25, random_state=0,
-                                                    stratify=y)
+x_train, x_test, y_train, y_test = train_test_split(
+    x, y, test_size=0.25, random_state=0, stratify=y
+)
 # Each rank trains on its own shard.
-x_shard, y_shard = x_train[hvd.rank()::hvd.size()], y_train[hvd.rank()::hvd.size()]
+x_shard, y_shard = x_train[hvd.rank() :: hvd.size()], y_train[hvd.rank() :: hvd.size()]
 
-model = keras.Sequential([
-    keras.Input((64,)),
-    keras.layers.Dense(128, activation="relu"),
-    keras.layers.Dense(64, activation="relu"),
-    keras.layers.Dense(10),
-])
+model = keras.Sequential(
+    [
+        keras.Input((64,)),
+        keras.layers.Dense(128, activation="relu"),
+        keras.layers.Dense(64, activation="relu"),
+        keras.layers.Dense(10),
+    ]
+)
 # The global batch is size() times larger: scale the learning rate with it.
 scaled_lr = args.lr * hvd.size()
 optimizer = hvd.DistributedOptimizer(keras.optimizers.Adam(scaled_lr))
-model.compile(optimizer=optimizer,
-              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-              metrics=["accuracy"])
+model.compile(
+    optimizer=optimizer,
+    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    metrics=["accuracy"],
+)
 
 callbacks = [
     # Rank 0's initial weights (and optimizer state) on every rank.
@@ -64,18 +70,27 @@ callbacks = [
     # Start at the one-process learning rate and reach the scaled one after 3 epochs.
     hvd.callbacks.LearningRateWarmupCallback(initial_lr=scaled_lr, warmup_epochs=3),
 ]
-model.fit(x_shard, y_shard, batch_size=args.batch_size, epochs=args.epochs,
-          validation_data=(x_test, y_test), callbacks=callbacks,
-          verbose=2 if hvd.rank() == 0 else 0)
+model.fit(
+    x_shard,
+    y_shard,
+    batch_size=args.batch_size,
+    epochs=args.epochs,
+    validation_data=(x_test, y_test),
+    callbacks=callbacks,
+    verbose=2 if hvd.rank() == 0 else 0,
+)
 
 # Each rank evaluates a shard of the test set; summing correct answers over ranks gives the
 # accuracy on the whole test set.
-test_x, test_y = x_test[hvd.rank()::hvd.size()], y_test[hvd.rank()::hvd.size()]
+test_x, test_y = x_test[hvd.rank() :: hvd.size()], y_test[hvd.rank() :: hvd.size()]
 _, accuracy = model.evaluate(test_x, test_y, verbose=0)
-counts = hvd.allreduce(np.array([accuracy * len(test_y), len(test_y)]), op=hvd.Sum,
-                       name="test_accuracy").numpy()
+counts = hvd.allreduce(
+    np.array([accuracy * len(test_y), len(test_y)]), op=hvd.Sum, name="test_accuracy"
+).numpy()
 if hvd.rank() == 0:
-    print(f"ranks: {hvd.size()}, per-rank batch: {args.batch_size}, "
-          f"test accuracy: {counts[0] / counts[1]:.4f}")
+    print(
+        f"ranks: {hvd.size()}, per-rank batch: {args.batch_size}, "
+        f"test accuracy: {counts[0] / counts[1]:.4f}"
+    )
     if args.save:
         model.save(args.save)

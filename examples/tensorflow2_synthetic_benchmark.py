@@ -8,6 +8,7 @@ DistributedGradientTape, in images per second.
 Each iteration runs --num-batches-per-iter training steps on one random batch per rank; the
 script reports the mean and spread of the per-rank rate and the total over ranks.
 """
+
 import argparse
 import os
 import timeit
@@ -20,8 +21,9 @@ import tensorflow as tf  # noqa: E402
 
 import scaleout.tensorflow as hvd  # noqa: E402  (was: import horovod.tensorflow)
 
-parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+parser = argparse.ArgumentParser(
+    description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+)
 parser.add_argument("--model", default="ResNet50", help="a keras.applications model")
 parser.add_argument("--image-size", type=int, default=224)
 parser.add_argument("--batch-size", type=int, default=32, help="per rank")
@@ -30,8 +32,12 @@ parser.add_argument("--num-batches-per-iter", type=int, default=5)
 parser.add_argument("--num-iters", type=int, default=5)
 parser.add_argument("--fp16-allreduce", action="store_true", help="send gradients as float16")
 parser.add_argument("--eager", action="store_true", help="run the step eagerly")
-parser.add_argument("--threads", type=int, default=0,
-                    help="TensorFlow intra-op threads per rank (0: TensorFlow's choice)")
+parser.add_argument(
+    "--threads",
+    type=int,
+    default=0,
+    help="TensorFlow intra-op threads per rank (0: TensorFlow's choice)",
+)
 args = parser.parse_args()
 
 hvd.init()
@@ -40,14 +46,16 @@ if args.threads:
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
 
 model = getattr(keras.applications, args.model)(
-    weights=None, input_shape=(args.image_size, args.image_size, 3), classes=1000)
+    weights=None, input_shape=(args.image_size, args.image_size, 3), classes=1000
+)
 optimizer = keras.optimizers.SGD(0.01)
 loss_fn = keras.losses.SparseCategoricalCrossentropy()
 compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
 
 rng = np.random.default_rng(hvd.rank())
-images = tf.constant(rng.random((args.batch_size, args.image_size, args.image_size, 3),
-                                dtype=np.float32))
+images = tf.constant(
+    rng.random((args.batch_size, args.image_size, args.image_size, 3), dtype=np.float32)
+)
 labels = tf.constant(rng.integers(0, 1000, args.batch_size))
 
 
@@ -71,9 +79,11 @@ def log(text: str) -> None:
         print(text, flush=True)
 
 
-log(f"Model: {args.model}, image size {args.image_size}, batch size {args.batch_size} per "
+log(
+    f"Model: {args.model}, image size {args.image_size}, batch size {args.batch_size} per "
     f"rank, {hvd.size()} ranks, {'eager' if args.eager else 'tf.function'}, "
-    f"{'fp16' if args.fp16_allreduce else 'no'} compression")
+    f"{'fp16' if args.fp16_allreduce else 'no'} compression"
+)
 train_step(True)
 timeit.timeit(lambda: train_step(False), number=args.num_warmup_batches)
 

@@ -28,4 +28,5 @@ tests/test_launcher_layers.py checks both rules.
 
 Installed as the package scaleout.launcher.
 """
+
 __all__: list[str] = []

@@ -1,4 +1,5 @@
 """scaleoutrun --check-build: what this installation can do, without starting a job."""
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -40,25 +41,30 @@ def framework_versions() -> dict[str, Optional[str]]:
 
 
 def _default_build_info() -> dict:
-    from scaleout import _native   # noqa: PLC0415  (loads the core and MPI: only here)
+    from scaleout import _native  # noqa: PLC0415  (loads the core and MPI: only here)
+
     return _native.build_info()
 
 
 def _mpi_library_version() -> str:
     try:
-        from mpi4py import MPI   # noqa: PLC0415  (already loaded by the core)
+        from mpi4py import MPI  # noqa: PLC0415  (already loaded by the core)
+
         return MPI.Get_library_version().strip().splitlines()[0]
-    except Exception:   # noqa: BLE001  (informational only)
+    except Exception:  # noqa: BLE001  (informational only)
         return "unknown"
 
 
-def check_build(out: TextIO = sys.stdout, err: TextIO = sys.stderr,
-                build_info: Callable[[], dict] = _default_build_info,
-                launcher: Optional[str] = None) -> int:
+def check_build(
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+    build_info: Callable[[], dict] = _default_build_info,
+    launcher: Optional[str] = None,
+) -> int:
     """Prints the report; 0 when the core and its MPI load, 1 (with the reason) when not."""
     try:
         info = build_info()
-    except Exception as exc:   # noqa: BLE001  (ScaleoutError, MPINotFoundError, ImportError)
+    except Exception as exc:  # noqa: BLE001  (ScaleoutError, MPINotFoundError, ImportError)
         print(f"scaleoutrun: the scaleout core cannot be loaded: {exc}", file=err)
         return 1
     print(f"scaleout core:   {info.get('version', 'unknown')}", file=out)

@@ -1,6 +1,7 @@
 """From a planned job to the command that starts it: the MPI launcher's command line (built by
 mpi_launcher for its family), each rank's wrapper command (rank_exec.py with the rank's placement
 and output options), and the environment; PreparedJob runs it under the supervisor."""
+
 from __future__ import annotations
 
 import os
@@ -15,9 +16,18 @@ from scaleout import _rank_report
 from .config import LaunchConfig
 from .errors import UsageError
 from .hosts import HostSlots, is_local_host
-from .mpi_launcher import (LaunchRequest, MPIExec, MPIFamily, build_command, exported_names,
-                           find_mpiexec, interface_environment, launcher_variables, probe_family,
-                           yield_environment)
+from .mpi_launcher import (
+    LaunchRequest,
+    MPIExec,
+    MPIFamily,
+    build_command,
+    exported_names,
+    find_mpiexec,
+    interface_environment,
+    launcher_variables,
+    probe_family,
+    yield_environment,
+)
 from .plan import JobPlan, placement_request, plan_placement
 from .report import JobOutcome
 from .supervisor import HostProbe, run_job
@@ -30,15 +40,21 @@ RANK_EXEC = Path(__file__).resolve().with_name("rank_exec.py")
 DEFAULT_START_TIMEOUT = 60.0
 
 
-def _rank_command(config: LaunchConfig, launcher: MPIExec, placement_args: Sequence[str],
-                  np: int, output_dir: Optional[str], keep_survivors: bool) -> tuple[str, ...]:
+def _rank_command(
+    config: LaunchConfig,
+    launcher: MPIExec,
+    placement_args: Sequence[str],
+    np: int,
+    output_dir: Optional[str],
+    keep_survivors: bool,
+) -> tuple[str, ...]:
     # The wrapper cannot import scaleout: it is told the variable its program's records go by.
     wrapper = [sys.executable, str(RANK_EXEC), "--report-variable", _rank_report.VARIABLE]
     if launcher.family is MPIFamily.HYDRA:
         # Hydra's proxy starts ranks from its one thread and does not always clean up after a
         # rank that never called MPI_Init, so the wrapper ends with it.
         wrapper.append("--exit-with-parent")
-        if keep_survivors:   # Hydra then sends SIGUSR1 to the survivors of a rank's end
+        if keep_survivors:  # Hydra then sends SIGUSR1 to the survivors of a rank's end
             wrapper.append("--ignore-notices")
     if config.prefix_output_with_timestamp:
         wrapper.append("--timestamp-output")
@@ -56,8 +72,10 @@ def _output_dir(config: LaunchConfig) -> Optional[str]:
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as exc:
-        raise UsageError(f"--output-filename {config.output_filename}: cannot create "
-                         f"{directory}: {exc.strerror or exc}") from None
+        raise UsageError(
+            f"--output-filename {config.output_filename}: cannot create "
+            f"{directory}: {exc.strerror or exc}"
+        ) from None
     return directory
 
 
@@ -68,8 +86,9 @@ def _identity_file(config: LaunchConfig) -> Optional[str]:
         return None
     path = os.path.abspath(os.path.expanduser(config.ssh_identity_file))
     if not os.path.isfile(path) or not os.access(path, os.R_OK):
-        raise UsageError(f"--ssh-identity-file {config.ssh_identity_file}: no readable file "
-                         f"at {path}")
+        raise UsageError(
+            f"--ssh-identity-file {config.ssh_identity_file}: no readable file at {path}"
+        )
     return path
 
 
@@ -77,6 +96,7 @@ def _identity_file(config: LaunchConfig) -> Optional[str]:
 class PreparedJob:
     """A job ready to start: the launcher's command line, its environment, and where each
     rank runs (by rank)."""
+
     command: list[str]
     env: dict[str, str]
     rank_hosts: list[str]
@@ -85,41 +105,59 @@ class PreparedJob:
 
     def run(self, survivor_grace: Optional[float] = None) -> JobOutcome:
         sys.stdout.flush()
-        return run_job(self.command, self.env, self.rank_hosts, self.start_timeout,
-                       probe=self.probe, survivor_grace=survivor_grace)
+        return run_job(
+            self.command,
+            self.env,
+            self.rank_hosts,
+            self.start_timeout,
+            probe=self.probe,
+            survivor_grace=survivor_grace,
+        )
 
 
-def prepare_job(config: LaunchConfig, plan: JobPlan, environ: Mapping[str, str],
-                launcher: Optional[MPIExec] = None, rank_env: Mapping[str, str] = {},
-                keep_survivors: bool = False) -> PreparedJob:
+def prepare_job(
+    config: LaunchConfig,
+    plan: JobPlan,
+    environ: Mapping[str, str],
+    launcher: Optional[MPIExec] = None,
+    rank_env: Mapping[str, str] = {},
+    keep_survivors: bool = False,
+) -> PreparedJob:
     """The command line and environment for `plan`. rank_env: more variables for every rank.
     keep_survivors: the launcher lets the other ranks run on when one dies (an elastic
     generation's survivors must stop for a restart by themselves)."""
     placement = placement_request(config)
-    plan_placement(plan, placement, detect(), include_remote=False)   # refuses what cannot be
+    plan_placement(plan, placement, detect(), include_remote=False)  # refuses what cannot be
     identity_file = _identity_file(config)
     output_dir = _output_dir(config)
     if launcher is None:
         launcher = probe_family(find_mpiexec(config.mpiexec, sys.executable, environ))
-    added = {**plan.environment,
-             **yield_environment(launcher.family, config.mpi_yield, plan.oversubscribed, environ),
-             **interface_environment(config.network_interfaces, environ), **rank_env}
+    added = {
+        **plan.environment,
+        **yield_environment(launcher.family, config.mpi_yield, plan.oversubscribed, environ),
+        **interface_environment(config.network_interfaces, environ),
+        **rank_env,
+    }
     env = {**environ, **added}
     hydra = launcher.family is MPIFamily.HYDRA
     # Hydra ends every rank once one dies, unless told not to; Open MPI is left as it is.
     survivors = ("-disable-auto-cleanup",) if keep_survivors and hydra else ()
     request = LaunchRequest(
         np=plan.np,
-        rank_command=_rank_command(config, launcher, placement.to_args(), plan.np, output_dir,
-                                   keep_survivors),
-        hosts=plan.hosts, oversubscribed=plan.oversubscribed,
+        rank_command=_rank_command(
+            config, launcher, placement.to_args(), plan.np, output_dir, keep_survivors
+        ),
+        hosts=plan.hosts,
+        oversubscribed=plan.oversubscribed,
         exported=() if hydra else exported_names(env),
-        running_as_root=os.geteuid() == 0, ssh_port=config.ssh_port,
+        running_as_root=os.geteuid() == 0,
+        ssh_port=config.ssh_port,
         ssh_identity_file=identity_file,
         network_interfaces=config.network_interfaces,
         remote_launch=plan.remote_launch or "ssh",
         environment=tuple(sorted(added.items())) if hydra else (),
-        extra_args=survivors + config.mpi_args)
+        extra_args=survivors + config.mpi_args,
+    )
     command = build_command(launcher, request)
     launcher_env = launcher_variables(launcher, request, environ)
     env.update(launcher_env)
@@ -127,8 +165,9 @@ def prepare_job(config: LaunchConfig, plan: JobPlan, environ: Mapping[str, str],
         # What the command line does not show: variables for the launcher itself, and (for
         # Open MPI, whose -x names only) the values of those scaleoutrun adds for the ranks.
         shown_vars = {**launcher_env, **({} if hydra else added)}
-        shown = "".join(f"{name}={shlex.quote(value)} "
-                        for name, value in sorted(shown_vars.items()))
+        shown = "".join(
+            f"{name}={shlex.quote(value)} " for name, value in sorted(shown_vars.items())
+        )
         print(f"scaleoutrun: {shown}{shlex.join(command)}", file=sys.stderr, flush=True)
 
     hosts = plan.hosts or (HostSlots("localhost", plan.np),)
@@ -138,6 +177,8 @@ def prepare_job(config: LaunchConfig, plan: JobPlan, environ: Mapping[str, str],
     if plan.hosts and request.remote_launch == "ssh":
         # Hydra and mpirun start a host that is this machine without ssh.
         def probe(hosts):
-            return probe_hosts([host for host in hosts if not is_local_host(host)],
-                               config.ssh_port, identity_file)
+            return probe_hosts(
+                [host for host in hosts if not is_local_host(host)], config.ssh_port, identity_file
+            )
+
     return PreparedJob(command, env, rank_hosts, start_timeout, probe)

@@ -4,13 +4,14 @@ table of flags in options.py.
 A flag on the command line wins over a value in the --config-file (Horovod's YAML layout), which
 wins over the flag's environment variable.
 """
+
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Sequence
 
-from .config_file import ConfigFileError, FILE_ONLY_KEYS, Setter, load_config_file
+from .config_file import FILE_ONLY_KEYS, ConfigFileError, Setter, load_config_file
 from .errors import UsageError
 from .options import HOROVOD_ONLY, OPTIONS, Option
 
@@ -23,6 +24,7 @@ _REFUSED = {flag: refusal for refusal in HOROVOD_ONLY for flag in refusal.flags}
 @dataclass(frozen=True)
 class LaunchConfig:
     """Everything scaleoutrun was asked to do; None means 'not given, use the default'."""
+
     command: tuple[str, ...] = ()
     np: Optional[int] = None
     hosts: Optional[str] = None
@@ -86,26 +88,46 @@ def build_parser() -> argparse.ArgumentParser:
     """The parser of scaleoutrun's own flags (the command after them is split off first)."""
     refused = "; ".join(", ".join(refusal.flags) for refusal in HOROVOD_ONLY)
     parser = _Parser(
-        prog="scaleoutrun", allow_abbrev=False,
+        prog="scaleoutrun",
+        allow_abbrev=False,
         usage="scaleoutrun [options] [--] command [args...]",
         description="Start a data-parallel scaleout job: N ranks through the MPI's launcher. "
-                    "horovodrun's flags work with horovodrun's meaning.",
+        "horovodrun's flags work with horovodrun's meaning.",
         epilog="Each flag can also be set through the environment variable shown after it. "
-               f"horovodrun flags for features scaleout does not have are refused: {refused}.")
+        f"horovodrun flags for features scaleout does not have are refused: {refused}.",
+    )
     for option in OPTIONS:
         dest = option.field or "_ignored"
         help_text = f"{option.help} [{option.env}]" if option.env else option.help
         if option.takes_value:
-            parser.add_argument(*option.flags, dest=dest, metavar=option.metavar,
-                                action="append" if option.repeatable else "store",
-                                nargs=None if option.nargs == 1 else option.nargs,
-                                type=_argparse_type(option), default=None, help=help_text)
+            parser.add_argument(
+                *option.flags,
+                dest=dest,
+                metavar=option.metavar,
+                action="append" if option.repeatable else "store",
+                nargs=None if option.nargs == 1 else option.nargs,
+                type=_argparse_type(option),
+                default=None,
+                help=help_text,
+            )
         else:
-            parser.add_argument(*option.flags, dest=dest, action="store_const",
-                                const=True, default=None, help=help_text)
+            parser.add_argument(
+                *option.flags,
+                dest=dest,
+                action="store_const",
+                const=True,
+                default=None,
+                help=help_text,
+            )
             if option.off_flags:
-                parser.add_argument(*option.off_flags, dest=dest, action="store_const",
-                                    const=False, default=None, help=argparse.SUPPRESS)
+                parser.add_argument(
+                    *option.off_flags,
+                    dest=dest,
+                    action="store_const",
+                    const=False,
+                    default=None,
+                    help=argparse.SUPPRESS,
+                )
     return parser
 
 
@@ -115,6 +137,7 @@ def _argparse_type(option: Option) -> Callable[[str], object]:
             return option.parse(text)  # type: ignore[misc]
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
+
     convert.__name__ = option.field or option.flags[0]
     return convert
 
@@ -132,12 +155,12 @@ def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     while index < len(argv):
         word = argv[index]
         if word == "--":
-            return argv[:index], argv[index + 1:]
+            return argv[:index], argv[index + 1 :]
         if not word.startswith("-") or word == "-":
             return argv[:index], argv[index:]
         option = _BY_FLAG.get(word.split("=", 1)[0])
         if option is not None and option.takes_value and "=" not in word:
-            index += option.nargs   # the flag's values, whatever they look like
+            index += option.nargs  # the flag's values, whatever they look like
         index += 1
     return argv, []
 
@@ -155,10 +178,15 @@ def _check_horovod_spellings(ours: Sequence[str]) -> None:
         if option is None and name.startswith("--") and len(name) > 2:
             meant = [flag for flag in (*_BY_FLAG, *_REFUSED) if flag.startswith(name)]
             if meant:
-                raise UsageError(f"{name}: scaleoutrun takes flags only in full (horovodrun "
-                                 f"also takes a prefix): did you mean {' or '.join(meant)}?")
-        index += 1 + option.nargs if option is not None and option.takes_value \
-            and "=" not in ours[index] else 1
+                raise UsageError(
+                    f"{name}: scaleoutrun takes flags only in full (horovodrun "
+                    f"also takes a prefix): did you mean {' or '.join(meant)}?"
+                )
+        index += (
+            1 + option.nargs
+            if option is not None and option.takes_value and "=" not in ours[index]
+            else 1
+        )
 
 
 def _config_file_setters() -> dict[str, Setter]:
@@ -175,15 +203,19 @@ def _setter(option: Option) -> Setter:
         if not option.takes_value:
             if not isinstance(value, bool):
                 raise ValueError(f"{value!r} is not true or false")
-            return {option.field: value}   # type: ignore[dict-item]
+            return {option.field: value}  # type: ignore[dict-item]
         if isinstance(value, (bool, list, dict)) or value is None:
             raise ValueError(f"{value!r} is not a {option.metavar or 'value'}")
-        return {option.field: option.parse(str(value))}   # type: ignore[misc,dict-item]
+        return {option.field: option.parse(str(value))}  # type: ignore[misc,dict-item]
+
     return convert
 
 
-def parse_config(argv: Sequence[str], environ: Mapping[str, str],
-                 read_text: Optional[Callable[[str], str]] = None) -> LaunchConfig:
+def parse_config(
+    argv: Sequence[str],
+    environ: Mapping[str, str],
+    read_text: Optional[Callable[[str], str]] = None,
+) -> LaunchConfig:
     """Parses scaleoutrun's arguments; a --config-file, then the environment, fill what the
     command line leaves out. read_text(path) reads the config file (default: from disk).
 
@@ -225,11 +257,16 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str],
     _validate(config)
     if not config.elastic:
         # A variable such as HOROVOD_ELASTIC_TIMEOUT may be set for every job; a flag is not.
-        stray = [option.flags[0] for option in OPTIONS
-                 if option.field in ELASTIC_ONLY and option.field in given]
+        stray = [
+            option.flags[0]
+            for option in OPTIONS
+            if option.field in ELASTIC_ONLY and option.field in given
+        ]
         if stray:
-            raise UsageError(f"{', '.join(stray)} only applies to an elastic job: give "
-                             "--host-discovery-script (or --min-np with -H/--hostfile)")
+            raise UsageError(
+                f"{', '.join(stray)} only applies to an elastic job: give "
+                "--host-discovery-script (or --min-np with -H/--hostfile)"
+            )
     return config
 
 
@@ -246,8 +283,7 @@ def _read_config_file(path: str, read_text: Callable[[str], str]) -> dict[str, o
     try:
         text = read_text(path)
     except OSError as exc:
-        raise UsageError(f"cannot read the config file {path}: "
-                         f"{exc.strerror or exc}") from None
+        raise UsageError(f"cannot read the config file {path}: {exc.strerror or exc}") from None
     try:
         return load_config_file(text, {**_config_file_setters(), **FILE_ONLY_KEYS})
     except ConfigFileError as exc:
@@ -257,30 +293,37 @@ def _read_config_file(path: str, read_text: Callable[[str], str]) -> dict[str, o
 def _validate(config: LaunchConfig) -> None:
     if config.hosts is not None and config.hostfile is not None:
         raise UsageError("give either -H/--hosts or --hostfile, not both")
-    if not config.command and not (config.check_build or config.print_placement
-                                   or config.version):
+    if not config.command and not (config.check_build or config.print_placement or config.version):
         raise UsageError("no command given: scaleoutrun -np N command [args...]")
     if config.ep_affinity is not None and config.ep_servers == 0:
         raise UsageError("--ep-affinity names endpoint cores but --ep-servers is 0")
     if config.host_discovery_script is not None and (config.hosts or config.hostfile):
         raise UsageError("give either --host-discovery-script or -H/--hostfile, not both")
     if config.elastic and config.print_placement:
-        raise UsageError("--print-placement shows a job of fixed hosts: an elastic job's hosts "
-                         "are known only as each generation starts")
+        raise UsageError(
+            "--print-placement shows a job of fixed hosts: an elastic job's hosts "
+            "are known only as each generation starts"
+        )
     if config.elastic:
         lowest = config.min_np if config.min_np is not None else config.np
         if config.np is not None and lowest is not None and lowest > config.np:
             raise UsageError(f"--min-np {lowest} is more than -np {config.np}")
         if config.max_np is not None and lowest is not None and config.max_np < lowest:
-            raise UsageError(f"--max-np {config.max_np} is less than "
-                             f"{'--min-np' if config.min_np is not None else '-np'} {lowest}")
+            raise UsageError(
+                f"--max-np {config.max_np} is less than "
+                f"{'--min-np' if config.min_np is not None else '-np'} {lowest}"
+            )
         if config.blacklist_cooldown is not None:
             low, high = config.blacklist_cooldown
             if not 1 <= low <= high <= 3600:
-                raise UsageError(f"--blacklist-cooldown-range {low} {high}: the range must "
-                                 "have 1 <= MIN <= MAX <= 3600 (seconds)")
+                raise UsageError(
+                    f"--blacklist-cooldown-range {low} {high}: the range must "
+                    "have 1 <= MIN <= MAX <= 3600 (seconds)"
+                )
     if config.ssh_identity_file is not None and len(config.ssh_identity_file.split()) != 1:
         # Hydra and Open MPI both split their extra ssh arguments on white space.
-        raise UsageError(f"--ssh-identity-file {config.ssh_identity_file!r}: the MPI "
-                         "launchers cannot pass a path containing white space to ssh; use a "
-                         "path (or a link) without it")
+        raise UsageError(
+            f"--ssh-identity-file {config.ssh_identity_file!r}: the MPI "
+            "launchers cannot pass a path containing white space to ssh; use a "
+            "path (or a link) without it"
+        )

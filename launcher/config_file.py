@@ -17,6 +17,7 @@ naming what scaleout does not have, accepted only when they ask for it to stay o
 horovodrun, which skips keys it does not know, an unknown key is an error naming it: a
 misspelt setting should not vanish silently.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Mapping
@@ -43,23 +44,28 @@ def _controller(value: object) -> dict[str, object]:
     if not isinstance(value, str) or value.lower() not in ("mpi", "gloo"):
         raise ValueError(f"{value!r} is not a controller (mpi or gloo)")
     if value.lower() == "gloo":
-        raise ValueError("scaleout has no Gloo controller: it always runs over MPI "
-                         "(use 'mpi' or leave the key out)")
+        raise ValueError(
+            "scaleout has no Gloo controller: it always runs over MPI "
+            "(use 'mpi' or leave the key out)"
+        )
     return {}
 
 
 def _only_off(what: str) -> Setter:
     """A switch for a feature scaleout lacks: false is what happens anyway, true an error."""
+
     def check(value: object) -> dict[str, object]:
         if _switch(value):
             raise ValueError(f"{what}; only false is accepted")
         return {}
+
     return check
 
 
 def _refused(what: str) -> Setter:
     def refuse(value: object) -> dict[str, object]:
         raise ValueError(what)
+
     return refuse
 
 
@@ -83,15 +89,19 @@ FILE_ONLY_KEYS: dict[str, Setter] = {
     "autotune.gaussian_process_noise": _ignored,
     "stall_check.enabled": _stall_check_enabled,
     "library_options.mpi_threads_disable": _only_off(
-        "the core's coordinator thread needs MPI_THREAD_MULTIPLE"),
+        "the core's coordinator thread needs MPI_THREAD_MULTIPLE"
+    ),
     "library_options.num_nccl_streams": _refused("scaleout has no GPU (NCCL) support yet"),
     "library_options.thread_affinity": _refused(
         "set SCALEOUT_THREAD_AFFINITY (one CPU per local rank) for the core to pin its "
-        "coordinator thread; --ep-affinity pins the endpoint-server threads"),
+        "coordinator thread; --ep-affinity pins the endpoint-server threads"
+    ),
     "library_options.gloo_timeout_seconds": _refused("scaleout has no Gloo controller"),
-    "logging.with_timestamp": _only_off("the core's log lines carry no timestamp "
-                                        "(--prefix-output-with-timestamp timestamps every "
-                                        "output line instead)"),
+    "logging.with_timestamp": _only_off(
+        "the core's log lines carry no timestamp "
+        "(--prefix-output-with-timestamp timestamps every "
+        "output line instead)"
+    ),
 }
 
 
@@ -99,7 +109,7 @@ def load_config_file(text: str, setters: Mapping[str, Setter]) -> dict[str, obje
     """The LaunchConfig fields a config file sets. setters: "section.key" (or a top-level key)
     -> its Setter. Raises ConfigFileError naming the key for anything it cannot use."""
     try:
-        import yaml   # noqa: PLC0415  (only needed with --config-file)
+        import yaml  # noqa: PLC0415  (only needed with --config-file)
     except ImportError:
         raise ConfigFileError("reading it needs PyYAML (pip install pyyaml)") from None
     try:
@@ -109,8 +119,9 @@ def load_config_file(text: str, setters: Mapping[str, Setter]) -> dict[str, obje
     if document is None:
         return {}
     if not isinstance(document, dict):
-        raise ConfigFileError("expected a mapping of sections (params:, timeline:, ...) at the "
-                              "top level")
+        raise ConfigFileError(
+            "expected a mapping of sections (params:, timeline:, ...) at the top level"
+        )
     fields: dict[str, object] = {}
     for name, body in document.items():
         if name in setters:
@@ -119,15 +130,16 @@ def load_config_file(text: str, setters: Mapping[str, Setter]) -> dict[str, obje
         if name not in SECTIONS:
             known = ", ".join(sorted({key.split(".")[0] for key in setters}))
             raise ConfigFileError(f"unknown key {name!r} (known: {known})")
-        if body is None:   # an empty section, as horovodrun allows
+        if body is None:  # an empty section, as horovodrun allows
             continue
         if not isinstance(body, dict):
             raise ConfigFileError(f"{name}: expected a mapping of keys, got {body!r}")
         for key, value in body.items():
             dotted = f"{name}.{key}"
             if dotted not in setters:
-                known = ", ".join(sorted(k.split(".", 1)[1] for k in setters
-                                         if k.startswith(name + ".")))
+                known = ", ".join(
+                    sorted(k.split(".", 1)[1] for k in setters if k.startswith(name + "."))
+                )
                 raise ConfigFileError(f"unknown key {dotted!r} (known in {name}: {known})")
             fields.update(_apply(dotted, value, setters))
     return fields

@@ -1,6 +1,7 @@
 """Where an elastic job's hosts come from (the driver, elastic_driver.py, asks): the discovery
 script, run by the shell (or the fixed hosts of -H/--hostfile), and HostWatch, which runs it
 every second in a thread."""
+
 from __future__ import annotations
 
 import subprocess
@@ -16,8 +17,8 @@ from .hosts import HostSlots, parse_host_list, read_hostfile
 
 __all__ = ["Discovery", "DiscoveryError", "HostWatch", "DISCOVERY_INTERVAL", "say"]
 
-DISCOVERY_INTERVAL = 1.0          # seconds between runs of the discovery script, as Horovod's
-DISCOVERY_TIME_LIMIT = 60.0       # the longest one run of the script may take
+DISCOVERY_INTERVAL = 1.0  # seconds between runs of the discovery script, as Horovod's
+DISCOVERY_TIME_LIMIT = 60.0  # the longest one run of the script may take
 
 
 def say(message: str) -> None:
@@ -32,8 +33,12 @@ class DiscoveryError(Exception):
 class Discovery:
     """Where the hosts come from: the discovery script (run by the shell), or fixed hosts."""
 
-    def __init__(self, script: Optional[str], slots_per_host: int,
-                 fixed: Optional[Sequence[HostSlots]] = None):
+    def __init__(
+        self,
+        script: Optional[str],
+        slots_per_host: int,
+        fixed: Optional[Sequence[HostSlots]] = None,
+    ):
         self.script = script
         self.slots_per_host = slots_per_host
         self.fixed = list(fixed) if fixed is not None else None
@@ -50,20 +55,30 @@ class Discovery:
         else:
             fixed = []
         if len(fixed) < 2:
-            raise UsageError("an elastic job needs --host-discovery-script, or at least two "
-                             "hosts in -H/--hostfile (with fewer it cannot lose one and go on)")
+            raise UsageError(
+                "an elastic job needs --host-discovery-script, or at least two "
+                "hosts in -H/--hostfile (with fewer it cannot lose one and go on)"
+            )
         return cls(None, slots, fixed)
 
     def find(self) -> list[HostSlots]:
         if self.fixed is not None:
             return list(self.fixed)
         try:
-            done = subprocess.run(self.script, shell=True, stdin=subprocess.DEVNULL,
-                                  capture_output=True, text=True, errors="replace",
-                                  timeout=DISCOVERY_TIME_LIMIT)
+            done = subprocess.run(
+                self.script,
+                shell=True,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=DISCOVERY_TIME_LIMIT,
+            )
         except subprocess.TimeoutExpired:
-            raise DiscoveryError(f"the host discovery script {self.script!r} did not finish "
-                                 f"within {DISCOVERY_TIME_LIMIT:g} s") from None
+            raise DiscoveryError(
+                f"the host discovery script {self.script!r} did not finish "
+                f"within {DISCOVERY_TIME_LIMIT:g} s"
+            ) from None
         if done.returncode != 0:
             how = RankExit.from_returncode("", done.returncode).how()
             said = done.stderr.strip().splitlines()[-1:] or ["nothing on stderr"]
@@ -85,8 +100,7 @@ class HostWatch:
         self._stop = threading.Event()
         self._failing: Optional[str] = None
         self.on_run: Optional[Callable[[list[HostSlots]], None]] = None
-        self._thread = threading.Thread(target=self._loop, name="scaleout-discovery",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="scaleout-discovery", daemon=True)
 
     def start(self) -> None:
         self._thread.start()

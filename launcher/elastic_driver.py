@@ -23,6 +23,7 @@ restarts] in scaleout/_elastic_run.py is the ranks' side):
 A job that cannot go on says why, and where its last commit is kept, so that it can be resumed
 by running the same command with SCALEOUT_ELASTIC_JOB set to the job's id.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,8 +41,7 @@ from .command import prepare_job
 from .config import LaunchConfig
 from .elastic_discovery import DISCOVERY_INTERVAL, Discovery, DiscoveryError, HostWatch, say
 from .elastic_notifier import Notifier, driver_addresses
-from .elastic_plan import (Blacklist, End, assign_slots, classify_ends, host_update,
-                           judge_generation)
+from .elastic_plan import Blacklist, End, assign_slots, classify_ends, host_update, judge_generation
 from .errors import UsageError
 from .hosts import HostSlots, format_host_list, is_local_host
 from .mpi_launcher import LaunchError, find_mpiexec, probe_family
@@ -52,7 +52,7 @@ from .unreachable import planned_host
 
 __all__ = ["run_elastic", "DEFAULT_ELASTIC_TIMEOUT", "SURVIVOR_GRACE"]
 
-DEFAULT_ELASTIC_TIMEOUT = 600.0   # seconds, as Horovod's
+DEFAULT_ELASTIC_TIMEOUT = 600.0  # seconds, as Horovod's
 # After a rank fails, how long the others get to see it and stop for a restart by themselves.
 SURVIVOR_GRACE = 10.0
 
@@ -64,32 +64,37 @@ def _new_job_id() -> str:
 @dataclasses.dataclass
 class _Run:
     """The driver's state across generations."""
+
     config: LaunchConfig
     environ: dict[str, str]
     job: str
     blacklist: Blacklist
-    hosts_used: dict[str, None] = dataclasses.field(default_factory=dict)   # ordered set
+    hosts_used: dict[str, None] = dataclasses.field(default_factory=dict)  # ordered set
 
     def commit_note(self) -> str:
         """Where the job's commits are, for a message when it cannot go on."""
         directory = protocol.job_directory(self.job, self.environ)
         # The copies on this machine: those of its hosts (remote ones are not looked at).
-        found = [CommitStore(directory / host).newest_complete() for host in self.hosts_used
-                 if (directory / host).is_dir()]
+        found = [
+            CommitStore(directory / host).newest_complete()
+            for host in self.hosts_used
+            if (directory / host).is_dir()
+        ]
         newest = max((n for n in found if n is not None), default=None)
         where = ", ".join(self.hosts_used) or "no host"
         if newest is None:
-            what = (f"no commit of it is on this machine; any host's ({where}) is in "
-                    f"{directory}/<host>")
+            what = (
+                f"no commit of it is on this machine; any host's ({where}) is in {directory}/<host>"
+            )
         else:
-            what = (f"its last commit (commit {newest}) is kept in {directory}/<host> on each "
-                    f"host that ran its ranks ({where})")
-        return (f"{what}; run the same command with {protocol.JOB}={self.job} to resume "
-                "from it")
+            what = (
+                f"its last commit (commit {newest}) is kept in {directory}/<host> on each "
+                f"host that ran its ranks ({where})"
+            )
+        return f"{what}; run the same command with {protocol.JOB}={self.job} to resume from it"
 
 
-def _one_machine_environment(hosts: Sequence[HostSlots],
-                             environ: dict[str, str]) -> dict[str, str]:
+def _one_machine_environment(hosts: Sequence[HostSlots], environ: dict[str, str]) -> dict[str, str]:
     """Where several hosts of a generation are names of this machine (localhost, 127.0.0.1,
     its name), UCX still sees one machine and copies between their ranks straight from each
     other's memory (its cma transport), which aborts the rank reading when the other has died:
@@ -100,14 +105,14 @@ def _one_machine_environment(hosts: Sequence[HostSlots],
     return {"UCX_TLS": "^cma"}
 
 
-def _wait_for_slots(watch: HostWatch, run: _Run, previous: Sequence[str], needed: int,
-                    timeout: float) -> Optional[list[HostSlots]]:
+def _wait_for_slots(
+    watch: HostWatch, run: _Run, previous: Sequence[str], needed: int, timeout: float
+) -> Optional[list[HostSlots]]:
     """The next generation's hosts, once they have `needed` slots; None after `timeout` s."""
     deadline = time.monotonic() + timeout
     said = False
     while True:
-        hosts = assign_slots(previous, watch.hosts(), run.blacklist, time.time(),
-                             run.config.max_np)
+        hosts = assign_slots(previous, watch.hosts(), run.blacklist, time.time(), run.config.max_np)
         have = sum(h.slots for h in hosts)
         if have >= needed:
             return hosts
@@ -126,13 +131,16 @@ def _describe(ends: dict, outcome: JobOutcome) -> str:
     for rank, (_, kind) in sorted(ends.items()):
         by_kind.setdefault(kind, []).append(rank)
     parts = []
-    reports = {int(r.rank): r for r in (outcome.relay.reports if outcome.relay else ())
-               if r.rank.isdigit()}
+    reports = {
+        int(r.rank): r for r in (outcome.relay.reports if outcome.relay else ()) if r.rank.isdigit()
+    }
     for kind, ranks in by_kind.items():
-        listed = ", ".join(f"{rank} (on {ends[rank][0]}"
-                           + (f", {reports[rank].how()}"
-                              if kind is End.FAILED and rank in reports else "") + ")"
-                           for rank in ranks)
+        listed = ", ".join(
+            f"{rank} (on {ends[rank][0]}"
+            + (f", {reports[rank].how()}" if kind is End.FAILED and rank in reports else "")
+            + ")"
+            for rank in ranks
+        )
         verb = kind.value if len(ranks) == 1 else kind.value.replace("was ", "were ")
         parts.append(f"rank{'s' if len(ranks) > 1 else ''} {listed} {verb}")
     return "; ".join(parts)
@@ -150,12 +158,16 @@ def run_elastic(config: LaunchConfig) -> int:
     discovery = Discovery.from_config(config)
     try:
         first = discovery.find()
-    except DiscoveryError as exc:   # as Horovod: a script failing on its first run is fatal
+    except DiscoveryError as exc:  # as Horovod: a script failing on its first run is fatal
         print(f"scaleoutrun: error: {exc}", file=sys.stderr, flush=True)
         return 1
     launcher = probe_family(find_mpiexec(config.mpiexec, sys.executable, environ))
-    run = _Run(config, environ, protocol.job_id(environ) or _new_job_id(),
-               Blacklist(config.blacklist_cooldown))
+    run = _Run(
+        config,
+        environ,
+        protocol.job_id(environ) or _new_job_id(),
+        Blacklist(config.blacklist_cooldown),
+    )
     watch = HostWatch(discovery, first)
     notifier = Notifier(driver_addresses(config.network_interfaces))
     watch.start()
@@ -168,7 +180,7 @@ def run_elastic(config: LaunchConfig) -> int:
     except KeyboardInterrupt:
         say(f"interrupted; the job was stopped; {run.commit_note()}")
         return 130
-    except (UsageError, LaunchError) as exc:   # a later generation that cannot be launched
+    except (UsageError, LaunchError) as exc:  # a later generation that cannot be launched
         if not run.hosts_used:
             raise
         print(f"scaleoutrun: error: {exc}", file=sys.stderr, flush=True)
@@ -185,36 +197,51 @@ def _interrupt(number: int, _frame) -> None:
     raise KeyboardInterrupt(f"signal {number}")
 
 
-def _generations(run: _Run, watch: HostWatch, notifier: Notifier, launcher, start_np: int,
-                 min_np: int, timeout: float) -> int:
+def _generations(
+    run: _Run,
+    watch: HostWatch,
+    notifier: Notifier,
+    launcher,
+    start_np: int,
+    min_np: int,
+    timeout: float,
+) -> int:
     config, previous, resets, generation = run.config, [], 0, 0
     while True:
         needed = start_np if generation == 0 else min_np
-        if config.max_np is not None:   # as Horovod: -np above --max-np starts at --max-np
+        if config.max_np is not None:  # as Horovod: -np above --max-np starts at --max-np
             needed = min(needed, config.max_np)
         hosts = _wait_for_slots(watch, run, previous, needed, timeout)
         if hosts is None:
-            say(f"timed out waiting for the minimum number of slots to become available: "
+            say(
+                f"timed out waiting for the minimum number of slots to become available: "
                 f"fewer than {needed} for {timeout:g} s (--elastic-timeout); the job was "
-                f"stopped; {run.commit_note()}")
+                f"stopped; {run.commit_note()}"
+            )
             return 1
         names = [h.host for h in hosts]
         if previous and not set(previous) & set(names):
             # As Horovod's driver: the job's state lives on the hosts that ran it.
-            say(f"none of the hosts of the last generation ({', '.join(previous)}) is left to "
-                f"hand the job's state on: the job was stopped; {run.commit_note()}")
+            say(
+                f"none of the hosts of the last generation ({', '.join(previous)}) is left to "
+                f"hand the job's state on: the job was stopped; {run.commit_note()}"
+            )
             return 1
         world = sum(h.slots for h in hosts)
         source = HostSource(tuple(hosts), "the elastic job's hosts", "ssh")
         shape = dataclasses.replace(config, np=world, hosts=None, hostfile=None, slurm="off")
         plan = plan_job(shape, local_cpus(), source)
-        rank_env = {**protocol.job_environment(run.job, [(h.host, h.slots) for h in hosts]),
-                    **notifier.rank_environment(generation),
-                    **_one_machine_environment(hosts, run.environ)}
+        rank_env = {
+            **protocol.job_environment(run.job, [(h.host, h.slots) for h in hosts]),
+            **notifier.rank_environment(generation),
+            **_one_machine_environment(hosts, run.environ),
+        }
         job = prepare_job(config, plan, run.environ, launcher, rank_env, keep_survivors=True)
         run.hosts_used.update(dict.fromkeys(names))
-        say(f"generation {generation}: {world} rank{'s' if world > 1 else ''} on "
-            f"{format_host_list(hosts)}")
+        say(
+            f"generation {generation}: {world} rank{'s' if world > 1 else ''} on "
+            f"{format_host_list(hosts)}"
+        )
         notifier.start_generation(generation)
         watch.on_run = _change_watcher(run, notifier, hosts, generation)
         outcome = job.run(survivor_grace=SURVIVOR_GRACE)
@@ -231,9 +258,14 @@ def _generations(run: _Run, watch: HostWatch, notifier: Notifier, launcher, star
             run.blacklist.add(host, now)
         summary = _describe(ends, outcome)
         if verdict.failed_hosts:
-            how_long = ("for good" if config.blacklist_cooldown is None else
-                        "until " + ", ".join(f"{h} in {run.blacklist.until[h] - now:.0f} s"
-                                             for h in verdict.failed_hosts))
+            how_long = (
+                "for good"
+                if config.blacklist_cooldown is None
+                else "until "
+                + ", ".join(
+                    f"{h} in {run.blacklist.until[h] - now:.0f} s" for h in verdict.failed_hosts
+                )
+            )
             summary += f"; blacklisted {', '.join(verdict.failed_hosts)} {how_long}"
         say(f"generation {generation} ended: {summary}")
         if verdict.done:
@@ -266,14 +298,17 @@ def _ends(outcome: JobOutcome, job) -> dict:
     kinds = [kind for _, kind in ends.values()]
     if job.probe is not None and End.STOPPED in kinds and End.FAILED not in kinds:
         silent = [host for host, kind in ends.values() if kind is End.STOPPED]
-        lost = [planned_host(failure.host, job.rank_hosts)
-                for failure in job.probe(list(dict.fromkeys(silent)))]
+        lost = [
+            planned_host(failure.host, job.rank_hosts)
+            for failure in job.probe(list(dict.fromkeys(silent)))
+        ]
         ends = classify_ends(job.rank_hosts, relay.finished, reports, blamed, lost)
     return ends
 
 
-def _change_watcher(run: _Run, notifier: Notifier, running: Sequence[HostSlots],
-                    generation: int) -> Callable[[list[HostSlots]], None]:
+def _change_watcher(
+    run: _Run, notifier: Notifier, running: Sequence[HostSlots], generation: int
+) -> Callable[[list[HostSlots]], None]:
     """While a generation runs: after each discovery, tell rank 0 when the next generation
     would have other hosts than this one (once per change)."""
     considered = [list(running)]
@@ -286,7 +321,10 @@ def _change_watcher(run: _Run, notifier: Notifier, running: Sequence[HostSlots],
         considered[0] = upcoming
         flags = host_update(running, upcoming)
         if flags:
-            say(f"hosts changed ({format_host_list(upcoming) or 'none left'}): asking the ranks "
-                "to stop for a restart at their next commit")
+            say(
+                f"hosts changed ({format_host_list(upcoming) or 'none left'}): asking the ranks "
+                "to stop for a restart at their next commit"
+            )
             notifier.notify(flags, generation)
+
     return check

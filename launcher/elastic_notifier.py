@@ -1,6 +1,7 @@
 """The driver's end of the host-update channel to each generation's rank 0 (the protocol,
 both ends' part of it, is scaleout/_elastic_protocol.py; the rank's end is in
 scaleout/_elastic_run.py), and the addresses the ranks are given to reach it."""
+
 from __future__ import annotations
 
 import fcntl
@@ -45,7 +46,7 @@ class Notifier:
         changed; nothing once another generation has started."""
         with self._lock:
             if generation != self._generation:
-                return   # a discovery that ran as the last generation ended
+                return  # a discovery that ran as the last generation ended
             self._last_timestamp = max(int(time.time()), self._last_timestamp + 1)
             line = protocol.update_line(self._last_timestamp, flags)
             if self._connection is None or not self._send(line):
@@ -74,7 +75,7 @@ class Notifier:
             try:
                 connection, _ = self._server.accept()
             except OSError:
-                return   # closed
+                return  # closed
             try:
                 connection.settimeout(10)
                 hello = b""
@@ -89,7 +90,7 @@ class Notifier:
                 continue
             with self._lock:
                 if token != self.token or generation != str(self._generation):
-                    connection.close()   # a stranger, or a generation that has ended
+                    connection.close()  # a stranger, or a generation that has ended
                     continue
                 self._drop()
                 self._connection = connection
@@ -120,7 +121,8 @@ def driver_addresses(interfaces: Sequence[str]) -> list[str]:
             found = []
         # A name may resolve to a loopback address only (127.0.1.1 on Debian): every
         # interface's address then, rank 0 tries them in turn.
-        found += [address for _, name in socket.if_nameindex()
-                  if (address := _interface_address(name))]
+        found += [
+            address for _, name in socket.if_nameindex() if (address := _interface_address(name))
+        ]
     outside = [address for address in found if not address.startswith("127.")]
     return list(dict.fromkeys(outside)) + ["127.0.0.1"]

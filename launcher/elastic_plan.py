@@ -11,6 +11,7 @@ With Horovod's meanings:
 - after a generation: see judge_generation (Horovod's order of checks; the reset limit's
   message "... number of resets during elastic job exceeded limit: N").
 """
+
 from __future__ import annotations
 
 import enum
@@ -22,15 +23,26 @@ from scaleout._elastic_protocol import RESTART_EXIT_CODE, HostUpdateResult
 
 from .hosts import HostSlots, _check_host, _check_slots
 
-__all__ = ["parse_discovery", "Blacklist", "assign_slots", "End", "classify_ends",
-           "GenerationEnd", "judge_generation", "host_update", "HOSTS_ADDED", "HOSTS_REMOVED"]
+__all__ = [
+    "parse_discovery",
+    "Blacklist",
+    "assign_slots",
+    "End",
+    "classify_ends",
+    "GenerationEnd",
+    "judge_generation",
+    "host_update",
+    "HOSTS_ADDED",
+    "HOSTS_REMOVED",
+]
 
 # A rank that stops for a restart; Horovod's flags of a host update.
 HOSTS_REMOVED, HOSTS_ADDED = HostUpdateResult.removed, HostUpdateResult.added
 
 
-def parse_discovery(output: str, slots_per_host: int, script: str = "discovery script"
-                    ) -> List[HostSlots]:
+def parse_discovery(
+    output: str, slots_per_host: int, script: str = "discovery script"
+) -> List[HostSlots]:
     """The hosts a discovery script printed, in order, without duplicates."""
     found: Dict[str, int] = {}
     for line in output.splitlines():
@@ -48,6 +60,7 @@ def parse_discovery(output: str, slots_per_host: int, script: str = "discovery s
 @dataclass
 class Blacklist:
     """Hosts where ranks failed, and until when (None: for good)."""
+
     cooldown: Optional[Tuple[int, int]] = None
     random_unit: Callable[[], float] = random.random
     until: Dict[str, Optional[float]] = field(default_factory=dict)
@@ -60,7 +73,7 @@ class Blacklist:
             self.until[host] = None
             return
         low, high = self.cooldown
-        delay = low * 2 ** count + self.random_unit() * low   # Horovod's: 2 * MIN at first
+        delay = low * 2**count + self.random_unit() * low  # Horovod's: 2 * MIN at first
         self.until[host] = now + max(low, min(high, delay))
 
     def blocks(self, host: str, now: float) -> bool:
@@ -70,9 +83,13 @@ class Blacklist:
         return until is None or now < until
 
 
-def assign_slots(previous: Sequence[str], discovered: Iterable[HostSlots],
-                 blacklist: Blacklist, now: float, max_np: Optional[int]
-                 ) -> List[HostSlots]:
+def assign_slots(
+    previous: Sequence[str],
+    discovered: Iterable[HostSlots],
+    blacklist: Blacklist,
+    now: float,
+    max_np: Optional[int],
+) -> List[HostSlots]:
     """The hosts of the next generation: the discovered ones not blacklisted, those of the
     previous generation first in their order, then the new ones; capped at max_np slots."""
     usable = {h.host: h.slots for h in discovered if not blacklist.blocks(h.host, now)}
@@ -89,8 +106,7 @@ def assign_slots(previous: Sequence[str], discovered: Iterable[HostSlots],
     return chosen
 
 
-def host_update(running: Sequence[HostSlots], next_hosts: Sequence[HostSlots]
-                ) -> HostUpdateResult:
+def host_update(running: Sequence[HostSlots], next_hosts: Sequence[HostSlots]) -> HostUpdateResult:
     """Horovod's flags for a change from the running generation's hosts to those the next
     would have: HOSTS_ADDED where a host or slots would be added, HOSTS_REMOVED where some
     would go; 0 when the next generation would be the same."""
@@ -107,16 +123,20 @@ def host_update(running: Sequence[HostSlots], next_hosts: Sequence[HostSlots]
 
 class End(enum.Enum):
     """How a rank of a generation ended."""
-    DONE = "finished"                      # its program ended with code 0
-    RESTART = "stopped for a restart"      # with RESTART_EXIT_CODE (scaleout/_elastic_run.py)
-    FAILED = "failed"                      # any other end, or its host was lost
-    STOPPED = "was stopped"                # scaleoutrun ended it, or no word of its end came
+
+    DONE = "finished"  # its program ended with code 0
+    RESTART = "stopped for a restart"  # with RESTART_EXIT_CODE (scaleout/_elastic_run.py)
+    FAILED = "failed"  # any other end, or its host was lost
+    STOPPED = "was stopped"  # scaleoutrun ended it, or no word of its end came
 
 
-def classify_ends(rank_hosts: Sequence[str], finished: Iterable[int],
-                  reports: Iterable[Tuple[int, Optional[int], Optional[int]]],
-                  blamed: Iterable[int], unreachable_hosts: Iterable[str]
-                  ) -> Dict[int, Tuple[str, End]]:
+def classify_ends(
+    rank_hosts: Sequence[str],
+    finished: Iterable[int],
+    reports: Iterable[Tuple[int, Optional[int], Optional[int]]],
+    blamed: Iterable[int],
+    unreachable_hosts: Iterable[str],
+) -> Dict[int, Tuple[str, End]]:
     """Each rank's (host, End) from what the generation's ranks said: `finished` ranks ended
     with 0; `reports` are (rank, exit code or None, signal or None) of the other ends their
     wrappers saw; `blamed` ranks are those the others' errors named as failed (a rank whose
@@ -141,13 +161,15 @@ def classify_ends(rank_hosts: Sequence[str], finished: Iterable[int],
 class GenerationEnd:
     """What the driver does after a generation: stop (with `message` when it failed; None
     when it succeeded or the caller has the reason) or go on without `failed_hosts`."""
+
     done: bool
     failed_hosts: Tuple[str, ...] = ()
     message: Optional[str] = None
 
 
-def judge_generation(ends: Dict[int, Tuple[str, End]], resets: int,
-                     reset_limit: Optional[int]) -> GenerationEnd:
+def judge_generation(
+    ends: Dict[int, Tuple[str, End]], resets: int, reset_limit: Optional[int]
+) -> GenerationEnd:
     """After a generation, in the order of Horovod's driver: a rank that finished ends the job
     (a success when every rank did); so does a generation where every rank failed (a failure
     of the program, not of a host); otherwise the failed ranks' hosts are left out of the next
@@ -161,23 +183,43 @@ def judge_generation(ends: Dict[int, Tuple[str, End]], resets: int,
             return GenerationEnd(done=True)
         finished = [rank for rank, (_, kind) in sorted(ends.items()) if kind is End.DONE]
         others = [rank for rank, (_, kind) in sorted(ends.items()) if kind is not End.DONE]
-        return GenerationEnd(done=True, failed_hosts=failed, message=(
-            f"{_ranks(finished)} finished while {_ranks(others)} did not: once a rank has "
-            "finished, the job is not restarted"))
+        return GenerationEnd(
+            done=True,
+            failed_hosts=failed,
+            message=(
+                f"{_ranks(finished)} finished while {_ranks(others)} did not: once a rank has "
+                "finished, the job is not restarted"
+            ),
+        )
     if kinds and all(kind is End.FAILED for kind in kinds):
-        return GenerationEnd(done=True, failed_hosts=failed, message=(
-            "every rank failed: a failure of the program itself, not of a host, so the job is "
-            "not restarted"))
+        return GenerationEnd(
+            done=True,
+            failed_hosts=failed,
+            message=(
+                "every rank failed: a failure of the program itself, not of a host, so the job is "
+                "not restarted"
+            ),
+        )
     if not failed and End.RESTART not in kinds:
         return GenerationEnd(done=True)
     if failed and set(failed) >= {host for host, _ in ends.values()}:
-        return GenerationEnd(done=True, failed_hosts=failed, message=(
-            f"ranks failed on every host of the job ({', '.join(failed)}): no host is left to "
-            "go on with"))
+        return GenerationEnd(
+            done=True,
+            failed_hosts=failed,
+            message=(
+                f"ranks failed on every host of the job ({', '.join(failed)}): no host is left to "
+                "go on with"
+            ),
+        )
     if reset_limit is not None and resets >= reset_limit:
-        return GenerationEnd(done=True, failed_hosts=failed, message=(
-            "the job was stopped because the number of resets during the elastic job "
-            f"exceeded the limit: {reset_limit}"))
+        return GenerationEnd(
+            done=True,
+            failed_hosts=failed,
+            message=(
+                "the job was stopped because the number of resets during the elastic job "
+                f"exceeded the limit: {reset_limit}"
+            ),
+        )
     return GenerationEnd(done=False, failed_hosts=failed)
 
 

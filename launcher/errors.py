@@ -1,4 +1,5 @@
 """The errors scaleoutrun reports with its own exit status (see main.py)."""
+
 from __future__ import annotations
 
 __all__ = ["UsageError"]

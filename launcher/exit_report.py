@@ -3,6 +3,7 @@
 The wrapper prefixes every line of the user's program with "[rank] ", so a report line, which
 it writes unprefixed, can never be confused with the program's own output.
 """
+
 from __future__ import annotations
 
 import re
@@ -10,9 +11,19 @@ import signal
 from dataclasses import dataclass
 from typing import Optional
 
-__all__ = ["RankExit", "parse_report", "signal_name", "started_line", "parse_started",
-           "finished_line", "parse_finished", "segments_line", "parse_segments", "record_line",
-           "parse_record"]
+__all__ = [
+    "RankExit",
+    "parse_report",
+    "signal_name",
+    "started_line",
+    "parse_started",
+    "finished_line",
+    "parse_finished",
+    "segments_line",
+    "parse_segments",
+    "record_line",
+    "parse_record",
+]
 
 _REPORT = re.compile(r"^scaleoutrun: rank (\S+) (?:exited with code (\d+)|was killed by (\w+))")
 # Written by the wrapper before the user's program starts; scaleoutrun consumes these lines.
@@ -36,6 +47,7 @@ def signal_name(number: int) -> str:
 @dataclass(frozen=True)
 class RankExit:
     """A rank's program ended badly: with a non-zero exit code, or killed by a signal."""
+
     rank: str
     code: Optional[int] = None
     signal: Optional[int] = None

@@ -2,6 +2,7 @@
 
 Pure functions over text; reading the hostfile is the caller's one side effect.
 """
+
 from __future__ import annotations
 
 import re
@@ -11,8 +12,16 @@ from typing import Iterable, Optional, Sequence
 
 from .errors import UsageError
 
-__all__ = ["HostSlots", "parse_host_list", "parse_hostfile", "read_hostfile", "merge_hosts",
-           "ranks_per_host", "is_local_host", "format_host_list"]
+__all__ = [
+    "HostSlots",
+    "parse_host_list",
+    "parse_hostfile",
+    "read_hostfile",
+    "merge_hosts",
+    "ranks_per_host",
+    "is_local_host",
+    "format_host_list",
+]
 
 # Host names, IPv4 addresses and bracket-free IPv6 are not all legal here on purpose: the name
 # is handed to ssh and to the MPI launcher, and a ':' would be read as the slot separator.
@@ -22,6 +31,7 @@ _HOST_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 @dataclass(frozen=True)
 class HostSlots:
     """A host and the number of ranks it runs (its slots)."""
+
     host: str
     slots: int
 
@@ -47,8 +57,9 @@ def parse_host_list(text: str) -> list[HostSlots]:
             raise UsageError(f"-H {text!r}: empty host entry")
         name, _, slots = item.partition(":")
         where = f"-H entry {item!r}"
-        hosts.append(HostSlots(_check_host(name, where),
-                               _check_slots(slots, where) if slots else 1))
+        hosts.append(
+            HostSlots(_check_host(name, where), _check_slots(slots, where) if slots else 1)
+        )
     return merge_hosts(hosts)
 
 
@@ -100,8 +111,9 @@ def merge_hosts(hosts: Iterable[HostSlots]) -> list[HostSlots]:
     return [HostSlots(host, count) for host, count in slots.items()]
 
 
-def ranks_per_host(hosts: Sequence[HostSlots], np: int,
-                   origin: str = "the hosts given") -> list[HostSlots]:
+def ranks_per_host(
+    hosts: Sequence[HostSlots], np: int, origin: str = "the hosts given"
+) -> list[HostSlots]:
     """How many of np ranks each host runs when ranks fill hosts in order, slot by slot.
 
     That is the order both Hydra and Open MPI (--map-by slot) use, and it makes ranks
@@ -130,7 +142,7 @@ def is_local_host(name: str, local_names: Optional[Iterable[str]] = None) -> boo
     """Whether name is this machine (so that its ranks run beside scaleoutrun)."""
     if name in ("localhost", "127.0.0.1", "::1") or name.startswith("127."):
         return True
-    if local_names is None:   # no DNS lookup: it can stall for long on a cluster's login node
+    if local_names is None:  # no DNS lookup: it can stall for long on a cluster's login node
         hostname = socket.gethostname()
         local_names = {hostname, hostname.split(".", 1)[0]}
     names = set(local_names)

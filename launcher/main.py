@@ -11,6 +11,7 @@ generations of them (elastic_driver).
 Exit status: the failing rank's (its code, or 128 + the signal that killed it); 2 for a usage
 error; 1 when the job could not be started.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -72,8 +73,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         config = parse_config(sys.argv[1:] if argv is None else argv, os.environ)
     except UsageError as exc:
-        _error(f"{exc}\nusage: scaleoutrun [options] [--] command [args...]  "
-               "(scaleoutrun --help lists the options)")
+        _error(
+            f"{exc}\nusage: scaleoutrun [options] [--] command [args...]  "
+            "(scaleoutrun --help lists the options)"
+        )
         return 2
     if config.version:
         print(_version())

@@ -3,6 +3,7 @@
 Everything but find_mpiexec and probe_family is pure, so the command lines for both families
 are tested without either installed.
 """
+
 from __future__ import annotations
 
 import enum
@@ -16,9 +17,20 @@ from typing import Mapping, Optional, Sequence
 
 from .hosts import HostSlots, format_host_list
 
-__all__ = ["MPIFamily", "MPIExec", "LaunchError", "find_mpiexec", "detect_family",
-           "probe_family", "LaunchRequest", "build_command", "launcher_variables",
-           "interface_environment", "yield_environment", "exported_names"]
+__all__ = [
+    "MPIFamily",
+    "MPIExec",
+    "LaunchError",
+    "find_mpiexec",
+    "detect_family",
+    "probe_family",
+    "LaunchRequest",
+    "build_command",
+    "launcher_variables",
+    "interface_environment",
+    "yield_environment",
+    "exported_names",
+]
 
 
 class LaunchError(Exception):
@@ -26,8 +38,8 @@ class LaunchError(Exception):
 
 
 class MPIFamily(enum.Enum):
-    HYDRA = "hydra"          # MPICH, Intel MPI, MVAPICH: mpiexec.hydra
-    OPEN_MPI = "openmpi"     # Open MPI's mpirun (ORTE in 4.x, PRRTE in 5.x)
+    HYDRA = "hydra"  # MPICH, Intel MPI, MVAPICH: mpiexec.hydra
+    OPEN_MPI = "openmpi"  # Open MPI's mpirun (ORTE in 4.x, PRRTE in 5.x)
 
 
 @dataclass(frozen=True)
@@ -41,11 +53,14 @@ def find_mpiexec(explicit: Optional[str], python: str, environ: Mapping[str, str
     """The launcher to use: the one asked for, else the one beside this Python (where the
     mpich wheel installs it, and so the MPI that mpi4py and the core load), else PATH's."""
     if explicit:
-        resolved = shutil.which(explicit, path=environ.get("PATH")) if os.sep not in explicit \
-            else explicit
+        resolved = (
+            shutil.which(explicit, path=environ.get("PATH")) if os.sep not in explicit else explicit
+        )
         if not resolved or not os.access(resolved, os.X_OK):
-            raise LaunchError(f"the MPI launcher {explicit!r} (--mpiexec / SCALEOUT_MPIEXEC) "
-                              "does not exist or is not executable")
+            raise LaunchError(
+                f"the MPI launcher {explicit!r} (--mpiexec / SCALEOUT_MPIEXEC) "
+                "does not exist or is not executable"
+            )
         return resolved
     looked = []
     beside = Path(python).parent
@@ -59,9 +74,11 @@ def find_mpiexec(explicit: Optional[str], python: str, environ: Mapping[str, str
         if found:
             return found
     looked.append("mpiexec and mpirun on PATH")
-    raise LaunchError("no MPI launcher found (looked for " + ", ".join(looked) + "). Install the "
-                      "MPICH wheel with `pip install mpich`, load your cluster's MPI, or name the "
-                      "launcher with --mpiexec PATH or SCALEOUT_MPIEXEC.")
+    raise LaunchError(
+        "no MPI launcher found (looked for " + ", ".join(looked) + "). Install the "
+        "MPICH wheel with `pip install mpich`, load your cluster's MPI, or name the "
+        "launcher with --mpiexec PATH or SCALEOUT_MPIEXEC."
+    )
 
 
 def detect_family(version_text: str) -> Optional[MPIFamily]:
@@ -76,39 +93,48 @@ def detect_family(version_text: str) -> Optional[MPIFamily]:
 def probe_family(path: str) -> MPIExec:
     """Runs `path --version` to learn which launcher it is."""
     try:
-        result = subprocess.run([path, "--version"], stdin=subprocess.DEVNULL,
-                                capture_output=True, text=True, timeout=30)
+        result = subprocess.run(
+            [path, "--version"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise LaunchError(f"could not run `{path} --version`: {exc}") from None
     text = result.stdout + result.stderr
     family = detect_family(text)
     if family is None:
         first = text.strip().splitlines()[:1]
-        raise LaunchError(f"{path} is neither MPICH's Hydra nor Open MPI's mpirun "
-                          f"(`--version` said: {first[0] if first else 'nothing'}); scaleoutrun "
-                          "knows how to drive those two. Name another with --mpiexec PATH.")
-    version = next((line.strip() for line in text.splitlines()
-                    if "Version:" in line or "Open MPI" in line), "")
+        raise LaunchError(
+            f"{path} is neither MPICH's Hydra nor Open MPI's mpirun "
+            f"(`--version` said: {first[0] if first else 'nothing'}); scaleoutrun "
+            "knows how to drive those two. Name another with --mpiexec PATH."
+        )
+    version = next(
+        (line.strip() for line in text.splitlines() if "Version:" in line or "Open MPI" in line), ""
+    )
     return MPIExec(path, family, version.replace("Version:", "").strip())
 
 
 @dataclass(frozen=True)
 class LaunchRequest:
     """What the launcher command line says: how many ranks, where, and what each runs."""
+
     np: int
     rank_command: tuple[str, ...]
-    hosts: Optional[tuple[HostSlots, ...]] = None   # None: all ranks on this machine
+    hosts: Optional[tuple[HostSlots, ...]] = None  # None: all ranks on this machine
     oversubscribed: bool = False
-    exported: tuple[str, ...] = ()                  # variables Open MPI must be told to pass
+    exported: tuple[str, ...] = ()  # variables Open MPI must be told to pass
     running_as_root: bool = False
-    ssh_port: Optional[int] = None                  # for remote hosts
-    ssh_identity_file: Optional[str] = None         # for remote hosts: ssh's -i
-    network_interfaces: tuple[str, ...] = ()        # the launcher's and MPI's TCP traffic
-    remote_launch: str = "ssh"                      # how hosts are reached: ssh or slurm
+    ssh_port: Optional[int] = None  # for remote hosts
+    ssh_identity_file: Optional[str] = None  # for remote hosts: ssh's -i
+    network_interfaces: tuple[str, ...] = ()  # the launcher's and MPI's TCP traffic
+    remote_launch: str = "ssh"  # how hosts are reached: ssh or slurm
     # Variables scaleoutrun sets for every rank, named on Hydra's command line (-genv) so that
     # they reach remote ranks whatever a site's Hydra configuration says about the environment.
     environment: tuple[tuple[str, str], ...] = ()
-    extra_args: tuple[str, ...] = field(default=())   # --mpi-args, before the rank command
+    extra_args: tuple[str, ...] = field(default=())  # --mpi-args, before the rank command
 
     def ssh_args(self) -> Optional[str]:
         """ssh's own arguments for reaching the hosts, as one string (both launchers split
@@ -146,19 +172,34 @@ def build_command(launcher: MPIExec, request: LaunchRequest) -> list[str]:
         if request.running_as_root:
             args.append("--allow-run-as-root")
         if request.hosts:
-            args += ["--host", format_host_list(request.hosts),
-                     "--mca", "plm", "slurm" if request.remote_launch == "slurm" else "rsh"]
+            args += [
+                "--host",
+                format_host_list(request.hosts),
+                "--mca",
+                "plm",
+                "slurm" if request.remote_launch == "slurm" else "rsh",
+            ]
         # Open MPI binds to cores by default (for 2 ranks or fewer), which would fight the rank
         # wrapper's own binding; and it refuses more ranks than cores unless told.
-        args += ["--bind-to", "none",
-                 "--map-by", "slot:OVERSUBSCRIBE" if request.oversubscribed else "slot"]
+        args += [
+            "--bind-to",
+            "none",
+            "--map-by",
+            "slot:OVERSUBSCRIBE" if request.oversubscribed else "slot",
+        ]
         ssh_args = request.ssh_args()
         if ssh_args is not None:
             args += ["--mca", "plm_rsh_args", ssh_args]
         if request.network_interfaces:
             interfaces = ",".join(request.network_interfaces)
-            args += ["--mca", "btl_tcp_if_include", interfaces,
-                     "--mca", "oob_tcp_if_include", interfaces]
+            args += [
+                "--mca",
+                "btl_tcp_if_include",
+                interfaces,
+                "--mca",
+                "oob_tcp_if_include",
+                interfaces,
+            ]
         # Open MPI passes only the variables it is told to (Hydra passes them all).
         for name in request.exported:
             args += ["-x", name]
@@ -171,19 +212,21 @@ def build_command(launcher: MPIExec, request: LaunchRequest) -> list[str]:
 _HYDRA_SSH_ARGS = ("HYDRA_LAUNCHER_EXTRA_ARGS", "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS")
 
 
-def launcher_variables(launcher: MPIExec, request: LaunchRequest,
-                       environ: Mapping[str, str]) -> dict[str, str]:
+def launcher_variables(
+    launcher: MPIExec, request: LaunchRequest, environ: Mapping[str, str]
+) -> dict[str, str]:
     """Settings the launcher takes from its environment rather than its command line. ssh
     arguments the user already gives Hydra this way are kept, ours added after them."""
     ours = request.ssh_args()
     if launcher.family is not MPIFamily.HYDRA or ours is None:
         return {}
-    return {name: f"{environ[name]} {ours}" if environ.get(name, "").strip() else ours
-            for name in _HYDRA_SSH_ARGS}
+    return {
+        name: f"{environ[name]} {ours}" if environ.get(name, "").strip() else ours
+        for name in _HYDRA_SSH_ARGS
+    }
 
 
-def interface_environment(interfaces: Sequence[str],
-                          environ: Mapping[str, str]) -> dict[str, str]:
+def interface_environment(interfaces: Sequence[str], environ: Mapping[str, str]) -> dict[str, str]:
     """Variables that keep the MPI's own traffic on the chosen interfaces, which -iface and
     tcp_if_include do not reach when the MPI runs over UCX (MPICH's ch4:ucx, as in the mpich
     wheel) or libfabric's tcp provider. UCX takes a list; libfabric's tcp provider one
@@ -192,13 +235,17 @@ def interface_environment(interfaces: Sequence[str],
     user set is left alone."""
     if not interfaces:
         return {}
-    wanted = {"UCX_NET_DEVICES": ",".join(interfaces), "FI_TCP_IFACE": interfaces[0],
-              "SCALEOUT_NETWORK_INTERFACE": interfaces[0]}
+    wanted = {
+        "UCX_NET_DEVICES": ",".join(interfaces),
+        "FI_TCP_IFACE": interfaces[0],
+        "SCALEOUT_NETWORK_INTERFACE": interfaces[0],
+    }
     return {name: value for name, value in wanted.items() if name not in environ}
 
 
-def yield_environment(family: MPIFamily, mode: str, oversubscribed: bool,
-                      environ: Mapping[str, str]) -> dict[str, str]:
+def yield_environment(
+    family: MPIFamily, mode: str, oversubscribed: bool, environ: Mapping[str, str]
+) -> dict[str, str]:
     """Variables that make ranks waiting in MPI give their core to ranks with work to do.
 
     MPICH's ch4 device busy-polls, and its periodic sched_yield does little under Linux's CFS:
@@ -227,5 +274,10 @@ _LAUNCHER_OWN = ("OMPI_", "PMIX_", "PRTE_", "ORTE_", "OPAL_", "BASH_FUNC_")
 def exported_names(environ: Mapping[str, str]) -> tuple[str, ...]:
     """The variables to hand to Open MPI's -x so that the user's environment reaches remote
     ranks (Hydra passes everything by itself). The launcher's own variables stay out."""
-    return tuple(sorted(name for name in environ
-                        if _EXPORTABLE.match(name) and not name.startswith(_LAUNCHER_OWN)))
+    return tuple(
+        sorted(
+            name
+            for name in environ
+            if _EXPORTABLE.match(name) and not name.startswith(_LAUNCHER_OWN)
+        )
+    )

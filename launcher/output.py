@@ -1,6 +1,7 @@
 """Rank-prefixed output: whole lines only, so ranks' lines never interleave mid-line; the
 timestamp horovodrun's --prefix-output-with-timestamp puts before them; and where
 --output-filename puts each rank's copy."""
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,9 @@ class LinePrefixer:
     finish() emits the rest with a newline added.
     """
 
-    def __init__(self, prefix: bytes, max_pending: int = 1 << 16,
-                 clock: Optional[Callable[[], bytes]] = None):
+    def __init__(
+        self, prefix: bytes, max_pending: int = 1 << 16, clock: Optional[Callable[[], bytes]] = None
+    ):
         self.prefix = prefix
         self.max_pending = max_pending
         self.clock = clock

@@ -1,4 +1,5 @@
 """From a LaunchConfig to a JobPlan: where the ranks run and what every rank gets. Pure."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -11,16 +12,25 @@ from .placement import NodePlan, PlacementError, PlacementRequest, parse_ep_affi
 from .slurm import detect_allocation
 from .topology import Topology
 
-__all__ = ["HostSource", "JobPlan", "HostPlacement", "plan_job", "resolve_hosts",
-           "placement_request", "plan_placement", "tuning_environment"]
+__all__ = [
+    "HostSource",
+    "JobPlan",
+    "HostPlacement",
+    "plan_job",
+    "resolve_hosts",
+    "placement_request",
+    "plan_placement",
+    "tuning_environment",
+]
 
 
 @dataclass(frozen=True)
 class HostSource:
     """Where the ranks may run, and how the MPI's launcher reaches those hosts."""
+
     hosts: tuple[HostSlots, ...]
-    origin: str                       # for messages: "-H", "the Slurm allocation of job 7"
-    remote_launch: str = "ssh"        # "ssh" or "slurm"
+    origin: str  # for messages: "-H", "the Slurm allocation of job 7"
+    remote_launch: str = "ssh"  # "ssh" or "slurm"
     default_np: Optional[int] = None  # the ranks to start when -np is not given
 
 
@@ -32,8 +42,8 @@ class JobPlan:
     # The ranks this machine runs, and whether that is more than its CPUs.
     local_ranks: int
     oversubscribed: bool
-    environment: dict[str, str] = field(default_factory=dict)   # added for every rank
-    remote_launch: Optional[str] = None   # how hosts are reached: "ssh", "slurm"; None: local
+    environment: dict[str, str] = field(default_factory=dict)  # added for every rank
+    remote_launch: Optional[str] = None  # how hosts are reached: "ssh", "slurm"; None: local
 
 
 def resolve_hosts(config: LaunchConfig, environ: Mapping[str, str]) -> Optional[HostSource]:
@@ -42,8 +52,10 @@ def resolve_hosts(config: LaunchConfig, environ: Mapping[str, str]) -> Optional[
     its one side effect."""
     allocation = detect_allocation(environ) if config.slurm != "off" else None
     if config.slurm == "on" and allocation is None:
-        raise UsageError("--slurm on, but this is not inside a Slurm allocation "
-                         "(SLURM_JOB_ID and SLURM_JOB_NODELIST are not set)")
+        raise UsageError(
+            "--slurm on, but this is not inside a Slurm allocation "
+            "(SLURM_JOB_ID and SLURM_JOB_NODELIST are not set)"
+        )
     remote_launch = "slurm" if config.slurm == "on" else "ssh"
     if config.hosts is not None:
         return HostSource(tuple(parse_host_list(config.hosts)), "-H", remote_launch)
@@ -54,15 +66,20 @@ def resolve_hosts(config: LaunchConfig, environ: Mapping[str, str]) -> Optional[
     return None
 
 
-def plan_job(config: LaunchConfig, local_cpus: int,
-             source: Optional[HostSource] = None,
-             is_local=is_local_host) -> JobPlan:
+def plan_job(
+    config: LaunchConfig,
+    local_cpus: int,
+    source: Optional[HostSource] = None,
+    is_local=is_local_host,
+) -> JobPlan:
     """The job's shape. source: from resolve_hosts (passed in so this stays free of I/O)."""
     np = config.np
     if np is None:
         if source is None:
-            raise UsageError("the number of ranks is missing: give -np N "
-                             "(or -H/--hostfile, whose slots then set it)")
+            raise UsageError(
+                "the number of ranks is missing: give -np N "
+                "(or -H/--hostfile, whose slots then set it)"
+            )
         np = source.default_np or sum(entry.slots for entry in source.hosts)
     placed = tuple(ranks_per_host(source.hosts, np, source.origin)) if source is not None else None
     if placed is None:
@@ -70,18 +87,22 @@ def plan_job(config: LaunchConfig, local_cpus: int,
     else:
         # Hosts that are all this machine (localhost, 127.0.0.1, its name) share its CPUs.
         local_ranks = sum(entry.slots for entry in placed if is_local(entry.host))
-    return JobPlan(np=np, hosts=placed, local_ranks=local_ranks,
-                   oversubscribed=local_ranks > local_cpus,
-                   environment=tuning_environment(config),
-                   remote_launch=source.remote_launch if source is not None else None)
+    return JobPlan(
+        np=np,
+        hosts=placed,
+        local_ranks=local_ranks,
+        oversubscribed=local_ranks > local_cpus,
+        environment=tuning_environment(config),
+        remote_launch=source.remote_launch if source is not None else None,
+    )
 
 
 @dataclass(frozen=True)
 class HostPlacement:
     host: str
-    first_rank: int          # the global rank of its local rank 0
+    first_rank: int  # the global rank of its local rank 0
     plan: NodePlan
-    local: bool              # False: planned with this machine's topology, an assumption
+    local: bool  # False: planned with this machine's topology, an assumption
 
 
 def placement_request(config: LaunchConfig) -> PlacementRequest:
@@ -89,13 +110,22 @@ def placement_request(config: LaunchConfig) -> PlacementRequest:
         affinity = parse_ep_affinity(config.ep_affinity) if config.ep_affinity else None
     except PlacementError as exc:
         raise UsageError(str(exc)) from None
-    return PlacementRequest(bind_to=config.bind_to, map_by=config.map_by,
-                            ep_servers=config.ep_servers, ep_affinity=affinity,
-                            threads_per_rank=config.threads_per_rank)
+    return PlacementRequest(
+        bind_to=config.bind_to,
+        map_by=config.map_by,
+        ep_servers=config.ep_servers,
+        ep_affinity=affinity,
+        threads_per_rank=config.threads_per_rank,
+    )
 
 
-def plan_placement(plan: JobPlan, request: PlacementRequest, topology: Topology,
-                   include_remote: bool, is_local=is_local_host) -> list[HostPlacement]:
+def plan_placement(
+    plan: JobPlan,
+    request: PlacementRequest,
+    topology: Topology,
+    include_remote: bool,
+    is_local=is_local_host,
+) -> list[HostPlacement]:
     """Each host's placement, planned on this machine's topology.
 
     Local hosts are checked for real: an impossible request is a UsageError before anything

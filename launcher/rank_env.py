@@ -1,4 +1,5 @@
 """Which rank this process is, read from the variables the MPI launcher sets."""
+
 from __future__ import annotations
 
 from typing import Mapping, Optional
@@ -9,8 +10,10 @@ __all__ = ["rank_from_environment", "local_rank_and_size"]
 
 # Hydra (MPICH, Intel MPI), Open MPI, PMIx launchers, Slurm's srun.
 _RANK = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
-_LOCAL = (("MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
-          ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"))
+_LOCAL = (
+    ("MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+    ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+)
 
 
 def rank_from_environment(environ: Mapping[str, str]) -> str:

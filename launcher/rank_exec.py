@@ -21,6 +21,7 @@ It runs the user's command as its child, and
 scaleoutrun runs this file by path rather than with -m scaleout..., so that starting a rank never
 imports the scaleout package: that import may load MPI, which belongs to the user's program.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,8 +33,8 @@ if __name__ == "__main__" and not __package__:
 
     _here = os.path.dirname(os.path.abspath(__file__))
     _spec = importlib.util.spec_from_file_location(
-        "_scaleout_launcher", os.path.join(_here, "__init__.py"),
-        submodule_search_locations=[_here])
+        "_scaleout_launcher", os.path.join(_here, "__init__.py"), submodule_search_locations=[_here]
+    )
     _package = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
     sys.modules["_scaleout_launcher"] = _package
     _spec.loader.exec_module(_package)  # type: ignore[union-attr]
@@ -49,20 +50,30 @@ import time  # noqa: E402
 from typing import Mapping, Optional, Sequence  # noqa: E402
 
 from . import shm_cleanup  # noqa: E402
-from .exit_report import (RankExit, finished_line, record_line, segments_line,  # noqa: E402
-                          started_line)
-from .output import (LinePrefixer, horovod_timestamp, rank_output_dir,  # noqa: E402
-                     write_all)
-from .placement import (PlacementError, PlacementRequest, parse_ep_affinity,  # noqa: E402
-                        plan_node, rank_environment)
+from .exit_report import RankExit, finished_line, record_line, segments_line, started_line  # noqa: E402
+from .output import LinePrefixer, horovod_timestamp, rank_output_dir, write_all  # noqa: E402
+from .placement import (  # noqa: E402
+    PlacementError,
+    PlacementRequest,
+    parse_ep_affinity,
+    plan_node,
+    rank_environment,
+)
 from .rank_env import local_rank_and_size, rank_from_environment  # noqa: E402
 from .topology import detect  # noqa: E402
 
 __all__ = ["main", "RankRunner"]
 
 PR_SET_PDEATHSIG = 1
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
-             signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT)
+FORWARDED = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGCONT,
+)
 STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 # Hydra run with -disable-auto-cleanup (an elastic generation) tells the processes left of a job
 # that one has ended with SIGUSR1 (MPICH's library handles it); once its rank has ended, the
@@ -70,7 +81,7 @@ STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 NOTICES = (signal.SIGUSR1, signal.SIGUSR2)
 DEFAULT_KILL_GRACE = 3.0
 # How often the child's MPI segments are looked for: often while MPI is likely starting.
-SEGMENT_LOOKS = ((10.0, 0.25), (float("inf"), 2.0))   # (until this long after start, every)
+SEGMENT_LOOKS = ((10.0, 0.25), (float("inf"), 2.0))  # (until this long after start, every)
 
 
 def _prctl():
@@ -84,24 +95,32 @@ def _prctl():
 class RankRunner:
     """Runs one rank's command and relays its output, signals and end."""
 
-    def __init__(self, rank: str, command: Sequence[str], env: Mapping[str, str],
-                 cpus: Optional[set[int]] = None, kill_grace: float = DEFAULT_KILL_GRACE,
-                 timestamps: bool = False, copies: Optional[tuple[int, int]] = None,
-                 ignore_notices: bool = False, report_variable: Optional[str] = None):
+    def __init__(
+        self,
+        rank: str,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        cpus: Optional[set[int]] = None,
+        kill_grace: float = DEFAULT_KILL_GRACE,
+        timestamps: bool = False,
+        copies: Optional[tuple[int, int]] = None,
+        ignore_notices: bool = False,
+        report_variable: Optional[str] = None,
+    ):
         self.rank = rank
         self.command = list(command)
         self.env = dict(env)
         self.cpus = cpus
         self.kill_grace = kill_grace
         self.timestamps = timestamps
-        self.copies = copies   # open files that also get the stdout and the stderr lines
-        self.ignore_notices = ignore_notices   # the child starts with NOTICES ignored
+        self.copies = copies  # open files that also get the stdout and the stderr lines
+        self.ignore_notices = ignore_notices  # the child starts with NOTICES ignored
         self.report_variable = report_variable  # names the records' socket to the child
-        self.reports: Optional[socket.socket] = None   # where the child sends its records
+        self.reports: Optional[socket.socket] = None  # where the child sends its records
         self.child: Optional[subprocess.Popen] = None
-        self.stopping: Optional[int] = None      # the terminating signal we forwarded
+        self.stopping: Optional[int] = None  # the terminating signal we forwarded
         self.kill_at: Optional[float] = None
-        self.segments: set[str] = set()          # MPI segments the child has mapped
+        self.segments: set[str] = set()  # MPI segments the child has mapped
         self._next_look = 0.0
         self._prctl = _prctl()
 
@@ -109,9 +128,9 @@ class RankRunner:
     def _prepare_child(self, wrapper_pid: int) -> None:
         if self._prctl is not None:
             self._prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != wrapper_pid:   # the wrapper died before prctl took effect
+        if os.getppid() != wrapper_pid:  # the wrapper died before prctl took effect
             os._exit(128 + signal.SIGKILL)
-        os.setpgid(0, 0)   # signals reach the child once, through the wrapper
+        os.setpgid(0, 0)  # signals reach the child once, through the wrapper
         if self.ignore_notices:
             # Not killed by a notice that comes before its MPI library handles them.
             for number in NOTICES:
@@ -152,7 +171,7 @@ class RankRunner:
         while self.reports is not None:
             try:
                 record = self.reports.recv(1 << 16)
-            except OSError:   # BlockingIOError: none left
+            except OSError:  # BlockingIOError: none left
                 return
             write_all(2, record_line(self.rank, record).encode())
 
@@ -162,15 +181,22 @@ class RankRunner:
         self._open_reports()
         try:
             self.child = subprocess.Popen(
-                self.command, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                self.command,
+                env=self.env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 close_fds=False,  # the MPI launcher may hand the rank descriptors (PMI_FD)
-                preexec_fn=lambda: self._prepare_child(wrapper_pid))
-        except (OSError, subprocess.SubprocessError) as exc:   # the latter: from _prepare_child
+                preexec_fn=lambda: self._prepare_child(wrapper_pid),
+            )
+        except (OSError, subprocess.SubprocessError) as exc:  # the latter: from _prepare_child
             if self.reports is not None:
                 self.reports.close()
             reason = getattr(exc, "strerror", None) or str(exc)
-            write_all(2, f"scaleoutrun: rank {self.rank} could not start "
-                         f"{self.command[0]!r}: {reason}\n".encode())
+            write_all(
+                2,
+                f"scaleoutrun: rank {self.rank} could not start "
+                f"{self.command[0]!r}: {reason}\n".encode(),
+            )
             write_all(2, RankExit(self.rank, code=127).report_line().encode())
             return 127
         previous = {number: signal.signal(number, self._on_signal) for number in FORWARDED}
@@ -193,8 +219,10 @@ class RankRunner:
         prefix = f"[{self.rank}] ".encode()
         clock = horovod_timestamp if self.timestamps else None
         copies = self.copies or (None, None)
-        streams = {child.stdout.fileno(): (1, copies[0], LinePrefixer(prefix, clock=clock)),
-                   child.stderr.fileno(): (2, copies[1], LinePrefixer(prefix, clock=clock))}
+        streams = {
+            child.stdout.fileno(): (1, copies[0], LinePrefixer(prefix, clock=clock)),
+            child.stderr.fileno(): (2, copies[1], LinePrefixer(prefix, clock=clock)),
+        }
         selector = selectors.DefaultSelector()
         for fd in streams:
             selector.register(fd, selectors.EVENT_READ)
@@ -221,10 +249,11 @@ class RankRunner:
                 else:
                     if now >= self._next_look:
                         new = shm_cleanup.segments_mapped_by(child.pid) - self.segments
-                        if new:   # told to scaleoutrun, which removes them should this die
+                        if new:  # told to scaleoutrun, which removes them should this die
                             self.segments |= new
-                            write_all(2, segments_line(self.rank, socket.gethostname(),
-                                                       new).encode())
+                            write_all(
+                                2, segments_line(self.rank, socket.gethostname(), new).encode()
+                            )
                         every = next(e for until, e in SEGMENT_LOOKS if now - started < until)
                         self._next_look = now + every
                     if self.kill_at is not None and now >= self.kill_at:
@@ -273,8 +302,10 @@ def _open_copies(directory: str, rank: str, size: int) -> tuple[int, int]:
     where = rank_output_dir(directory, int(rank), size)
     os.makedirs(where, exist_ok=True)
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
-    return (os.open(os.path.join(where, "stdout"), flags, 0o644),
-            os.open(os.path.join(where, "stderr"), flags, 0o644))
+    return (
+        os.open(os.path.join(where, "stdout"), flags, 0o644),
+        os.open(os.path.join(where, "stderr"), flags, 0o644),
+    )
 
 
 def _pidfd(pid: int) -> Optional[int]:
@@ -293,21 +324,38 @@ def _kill(pid: int, number: int) -> None:
 
 def _parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="rank_exec", allow_abbrev=False)
-    parser.add_argument("--exit-with-parent", action="store_true",
-                        help="end (SIGTERM) when the process that started the wrapper dies")
+    parser.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="end (SIGTERM) when the process that started the wrapper dies",
+    )
     parser.add_argument("--kill-grace", type=float, default=DEFAULT_KILL_GRACE)
-    parser.add_argument("--ignore-notices", action="store_true",
-                        help="start the command with SIGUSR1 and SIGUSR2 ignored (Hydra's "
-                             "notices of a process's end, under -disable-auto-cleanup)")
-    parser.add_argument("--timestamp-output", action="store_true",
-                        help="start each line with the local time, as horovodrun does")
-    parser.add_argument("--output-dir", default=None,
-                        help="also write the lines to DIR/1/rank.N/{stdout,stderr}")
-    parser.add_argument("--world-size", type=int, default=1,
-                        help="the number of ranks (pads N in --output-dir's names)")
-    parser.add_argument("--report-variable", default=None,
-                        help="name the socket the command may send records to in this "
-                             "variable, and forward them (Note [Rank reports])")
+    parser.add_argument(
+        "--ignore-notices",
+        action="store_true",
+        help="start the command with SIGUSR1 and SIGUSR2 ignored (Hydra's "
+        "notices of a process's end, under -disable-auto-cleanup)",
+    )
+    parser.add_argument(
+        "--timestamp-output",
+        action="store_true",
+        help="start each line with the local time, as horovodrun does",
+    )
+    parser.add_argument(
+        "--output-dir", default=None, help="also write the lines to DIR/1/rank.N/{stdout,stderr}"
+    )
+    parser.add_argument(
+        "--world-size",
+        type=int,
+        default=1,
+        help="the number of ranks (pads N in --output-dir's names)",
+    )
+    parser.add_argument(
+        "--report-variable",
+        default=None,
+        help="name the socket the command may send records to in this "
+        "variable, and forward them (Note [Rank reports])",
+    )
     # The placement request, as PlacementRequest.to_args writes it.
     parser.add_argument("--bind-to", default=None)
     parser.add_argument("--map-by", default="socket")
@@ -327,13 +375,19 @@ def _place(args: argparse.Namespace, rank: str) -> tuple[Optional[set[int]], dic
     """This rank's CPU mask and variables, planned on this node's own topology."""
     local_rank, local_size = local_rank_and_size(os.environ)
     if local_rank is None or local_size is None or local_rank >= local_size:
-        write_all(2, f"scaleoutrun: rank {rank}: the MPI launcher did not say which local rank "
-                     "this is; not binding it\n".encode())
+        write_all(
+            2,
+            f"scaleoutrun: rank {rank}: the MPI launcher did not say which local rank "
+            "this is; not binding it\n".encode(),
+        )
         return None, {}
     request = PlacementRequest(
-        bind_to=args.bind_to, map_by=args.map_by, ep_servers=args.ep_servers,
+        bind_to=args.bind_to,
+        map_by=args.map_by,
+        ep_servers=args.ep_servers,
         ep_affinity=parse_ep_affinity(args.ep_affinity) if args.ep_affinity else None,
-        threads_per_rank=args.threads_per_rank)
+        threads_per_rank=args.threads_per_rank,
+    )
     mine = plan_node(detect(), local_size, request).ranks[local_rank]
     return (set(mine.cpus) or None), rank_environment(mine, os.environ)
 
@@ -341,14 +395,14 @@ def _place(args: argparse.Namespace, rank: str) -> tuple[Optional[set[int]], dic
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
     rank = rank_from_environment(os.environ)
-    if rank.isdigit():   # scaleoutrun's --start-timeout waits for this line
+    if rank.isdigit():  # scaleoutrun's --start-timeout waits for this line
         write_all(2, started_line(rank, socket.gethostname()).encode())
     if args.exit_with_parent:
         prctl = _prctl()
         parent = os.getppid()
         if prctl is not None:
             prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent:   # it died before prctl took effect
+        if os.getppid() != parent:  # it died before prctl took effect
             return 128 + signal.SIGTERM
     env = dict(os.environ)
     cpus: Optional[set[int]] = None
@@ -356,29 +410,45 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         try:
             cpus, placement_env = _place(args, rank)
         except PlacementError as exc:
-            write_all(2, f"scaleoutrun: rank {rank} cannot be placed on "
-                         f"{socket.gethostname()}: {exc}\n".encode())
+            write_all(
+                2,
+                f"scaleoutrun: rank {rank} cannot be placed on "
+                f"{socket.gethostname()}: {exc}\n".encode(),
+            )
             write_all(2, RankExit(rank, code=2).report_line().encode())
             return 2
         env.update(placement_env)
     copies = None
     if args.output_dir is not None:
         if not rank.isdigit():
-            write_all(2, f"scaleoutrun: rank {rank}: the MPI launcher did not say which rank "
-                         "this is; its output goes to the terminal only\n".encode())
+            write_all(
+                2,
+                f"scaleoutrun: rank {rank}: the MPI launcher did not say which rank "
+                "this is; its output goes to the terminal only\n".encode(),
+            )
         else:
             try:
                 copies = _open_copies(args.output_dir, rank, args.world_size)
             except OSError as exc:
-                write_all(2, f"scaleoutrun: rank {rank} cannot write its output files under "
-                             f"{args.output_dir} on {socket.gethostname()}: "
-                             f"{exc.strerror or exc}\n".encode())
+                write_all(
+                    2,
+                    f"scaleoutrun: rank {rank} cannot write its output files under "
+                    f"{args.output_dir} on {socket.gethostname()}: "
+                    f"{exc.strerror or exc}\n".encode(),
+                )
                 write_all(2, RankExit(rank, code=1).report_line().encode())
                 return 1
-    return RankRunner(rank, args.command, env, cpus, args.kill_grace,
-                      timestamps=args.timestamp_output, copies=copies,
-                      ignore_notices=args.ignore_notices,
-                      report_variable=args.report_variable).run()
+    return RankRunner(
+        rank,
+        args.command,
+        env,
+        cpus,
+        args.kill_grace,
+        timestamps=args.timestamp_output,
+        copies=copies,
+        ignore_notices=args.ignore_notices,
+        report_variable=args.report_variable,
+    ).run()
 
 
 if __name__ == "__main__":

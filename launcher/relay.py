@@ -3,6 +3,7 @@ reports, started and finished lines, MPI segments and blame records, the remote 
 failures to reach a host, each rank's last lines) and its stdout (BannerFilter: Hydra's banner
 held back). Both pass the lines meant for the user through, whole.
 """
+
 from __future__ import annotations
 
 import re
@@ -11,8 +12,14 @@ from typing import Optional
 
 from scaleout import _rank_report
 
-from .exit_report import (RankExit, parse_finished, parse_record, parse_report, parse_segments,
-                          parse_started)
+from .exit_report import (
+    RankExit,
+    parse_finished,
+    parse_record,
+    parse_report,
+    parse_segments,
+    parse_started,
+)
 from .unreachable import Unreachable, parse_unreachable
 
 __all__ = ["StderrRelay", "BannerFilter"]
@@ -36,9 +43,9 @@ class StderrRelay:
         self.started: dict[int, str] = {}
         self.unreachable: list[Unreachable] = []
         self.last_lines: dict[str, deque] = {}
-        self.blamed: dict[str, tuple[int, ...]] = {}   # rank -> the ranks its error blamed
-        self.finished: list[int] = []      # ranks whose program ended with code 0, in order
-        self.segments: dict[str, set[str]] = {}   # host -> MPI segments the job's ranks mapped
+        self.blamed: dict[str, tuple[int, ...]] = {}  # rank -> the ranks its error blamed
+        self.finished: list[int] = []  # ranks whose program ended with code 0, in order
+        self.segments: dict[str, set[str]] = {}  # host -> MPI segments the job's ranks mapped
 
     def feed(self, data: bytes) -> bytes:
         lines = (self._pending + data).split(b"\n")
@@ -72,7 +79,7 @@ class StderrRelay:
             elif (failure := parse_unreachable(text)) is not None:
                 self.unreachable.append(failure)
             out.append(line + b"\n")
-        if len(self._pending) > 1 << 16:   # no line ends in sight: let it through
+        if len(self._pending) > 1 << 16:  # no line ends in sight: let it through
             out.append(self._pending)
             self._pending = b""
         return b"".join(out)
@@ -84,7 +91,7 @@ class StderrRelay:
     def _note_record(self, rank: str, text: str) -> None:
         record = _rank_report.decode(text)
         culprits = tuple(r for r in _rank_report.culprit_ranks(record or {}) if str(r) != rank)
-        if culprits:   # the first error a rank reports is the one that matters
+        if culprits:  # the first error a rank reports is the one that matters
             self.blamed.setdefault(rank, culprits)
 
 

@@ -13,6 +13,7 @@ segments where this one cannot see (its processes are not in our /proc), and may
 one right now. A rank killed before its first look (within about a second of MPI's start)
 leaves its segments: less tidy, never unsafe.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,11 @@ def _mapped_by(pid_dir: Path) -> Set[str]:
 def segments_mapped_by(pid: int, directory: Path = SHM_DIR) -> Set[str]:
     """The names of the MPI segments in `directory` that process `pid` maps now."""
     prefix = str(directory) + "/"
-    return {path[len(prefix):] for path in _mapped_by(Path("/proc") / str(pid))
-            if path.startswith(prefix) and path[len(prefix):].startswith(PREFIXES)}
+    return {
+        path[len(prefix) :]
+        for path in _mapped_by(Path("/proc") / str(pid))
+        if path.startswith(prefix) and path[len(prefix) :].startswith(PREFIXES)
+    }
 
 
 def mapped_paths(proc: Path = Path("/proc")) -> Set[str]:

@@ -6,6 +6,7 @@
 
 Pure functions over a mapping of variables.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -101,8 +102,8 @@ def expand_counts(text: str) -> list[int]:
 @dataclass(frozen=True)
 class SlurmAllocation:
     job_id: str
-    hosts: tuple[HostSlots, ...]   # each node with its tasks, in Slurm's node order
-    ntasks: Optional[int]          # SLURM_NTASKS, when set
+    hosts: tuple[HostSlots, ...]  # each node with its tasks, in Slurm's node order
+    ntasks: Optional[int]  # SLURM_NTASKS, when set
 
     def describe(self) -> str:
         return f"the Slurm allocation of job {self.job_id}"
@@ -137,8 +138,10 @@ def detect_allocation(environ: Mapping[str, str]) -> Optional[SlurmAllocation]:
         except ValueError as exc:
             raise UsageError(f"{tasks_name}={tasks_text!r}: {exc}") from None
         if len(counts) != len(nodes):
-            raise UsageError(f"{tasks_name}={tasks_text!r} gives {len(counts)} node(s) but "
-                             f"{list_name}={node_list!r} names {len(nodes)}")
+            raise UsageError(
+                f"{tasks_name}={tasks_text!r} gives {len(counts)} node(s) but "
+                f"{list_name}={node_list!r} names {len(nodes)}"
+            )
     else:
         counts = [1] * len(nodes)
     ntasks_text = environ.get("SLURM_NTASKS", "").strip() or environ.get("SLURM_NPROCS", "").strip()
@@ -147,5 +150,6 @@ def detect_allocation(environ: Mapping[str, str]) -> Optional[SlurmAllocation]:
     hosts = tuple(HostSlots(node, count) for node, count in zip(nodes, counts) if count > 0)
     if not hosts:
         raise UsageError(f"{tasks_name}={tasks_text!r} gives no node any task")
-    return SlurmAllocation(job_id=job_id, hosts=hosts,
-                           ntasks=int(ntasks_text) if ntasks_text else None)
+    return SlurmAllocation(
+        job_id=job_id, hosts=hosts, ntasks=int(ntasks_text) if ntasks_text else None
+    )

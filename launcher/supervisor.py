@@ -7,6 +7,7 @@ after a grace period, every local process it started is killed. Hydra, for one, 
 job whose rank exits non-zero before calling MPI_Init, and its message names a process id, not a
 rank, so neither launcher's own clean-up is relied on.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -46,7 +47,7 @@ def descendants(pid: int) -> list[int]:
         except OSError:
             continue
         # The command name is in parentheses and may contain spaces: parse after the last ')'.
-        fields = stat[stat.rfind(b")") + 2:].split()
+        fields = stat[stat.rfind(b")") + 2 :].split()
         children.setdefault(int(fields[1]), []).append(int(entry))
     found, frontier = [], [pid]
     while frontier:
@@ -68,6 +69,7 @@ def _terminate_with_parent(parent: int):
             prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         if os.getppid() != parent:
             os._exit(128 + signal.SIGTERM)
+
     return prepare
 
 
@@ -79,12 +81,19 @@ def _signal(pid: int, number: int) -> None:
 
 
 class _Supervisor:
-    def __init__(self, command: Sequence[str], env: Mapping[str, str], rank_hosts: Sequence[str],
-                 start_timeout: float, grace: float, probe: Optional[HostProbe],
-                 survivor_grace: Optional[float] = None):
+    def __init__(
+        self,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        rank_hosts: Sequence[str],
+        start_timeout: float,
+        grace: float,
+        probe: Optional[HostProbe],
+        survivor_grace: Optional[float] = None,
+    ):
         self.command = list(command)
         self.survivor_grace = survivor_grace
-        self.stop_at: Optional[float] = None   # with survivor_grace: when to stop the rest
+        self.stop_at: Optional[float] = None  # with survivor_grace: when to stop the rest
         self.probe = probe
         self.env = dict(env)
         self.rank_hosts = list(rank_hosts)
@@ -106,7 +115,7 @@ class _Supervisor:
             self.kill_at = self.stop_requested_at + self.grace
             _signal(self.proc.pid, number)
         else:
-            self.kill_at = time.monotonic()   # asked twice (a second Ctrl-C): kill now
+            self.kill_at = time.monotonic()  # asked twice (a second Ctrl-C): kill now
 
     def _on_signal(self, number: int, _frame) -> None:
         if self.interrupted is None:
@@ -120,16 +129,22 @@ class _Supervisor:
 
     def run(self) -> JobOutcome:
         outcome = self._run()
-        return dataclasses.replace(outcome, relay=self.relay,
-                                   interrupted=self.interrupted is not None)
+        return dataclasses.replace(
+            outcome, relay=self.relay, interrupted=self.interrupted is not None
+        )
 
     def _run(self) -> JobOutcome:
         # Its own session: a terminal's Ctrl-C reaches scaleoutrun alone, which relays it once.
         # And should scaleoutrun itself be killed (say, by a test harness's timeout), the
         # launcher gets SIGTERM and takes the job down with it.
-        self.proc = subprocess.Popen(self.command, env=self.env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, start_new_session=True,
-                                     preexec_fn=_terminate_with_parent(os.getpid()))
+        self.proc = subprocess.Popen(
+            self.command,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=_terminate_with_parent(os.getpid()),
+        )
         previous = {number: signal.signal(number, self._on_signal) for number in INTERRUPTS}
         try:
             self._watch()
@@ -156,7 +171,7 @@ class _Supervisor:
                     if not selector.get_map():
                         break
                     if drain_until is None:
-                        drain_until = now + 2.0   # processes it left behind may hold the pipes
+                        drain_until = now + 2.0  # processes it left behind may hold the pipes
                     elif now >= drain_until:
                         break
                 elif self.kill_at is not None and now >= self.kill_at:
@@ -187,11 +202,15 @@ class _Supervisor:
                         selector.unregister(key.fd)
                     elif key.fd == err_fd:
                         write_all(2, self.relay.feed(data))
-                        if self.relay.unreachable or (self.relay.reports
-                                                      and self.survivor_grace is None):
+                        if self.relay.unreachable or (
+                            self.relay.reports and self.survivor_grace is None
+                        ):
                             self._stop(signal.SIGTERM)
-                        elif self.relay.reports and self.stop_at is None \
-                                and self.stop_requested_at is None:
+                        elif (
+                            self.relay.reports
+                            and self.stop_at is None
+                            and self.stop_requested_at is None
+                        ):
                             # An elastic job: the others get the time to see the failure and
                             # stop for a restart by themselves.
                             self.stop_at = time.monotonic() + self.survivor_grace
@@ -202,27 +221,44 @@ class _Supervisor:
         finally:
             selector.close()
 
-
     def _outcome(self, returncode: int) -> JobOutcome:
-        if (returncode != 0 and not self.relay.reports and not self.relay.unreachable
-                and self.interrupted is None and not self.start_timed_out
-                and self.probe is not None):
+        if (
+            returncode != 0
+            and not self.relay.reports
+            and not self.relay.unreachable
+            and self.interrupted is None
+            and not self.start_timed_out
+            and self.probe is not None
+        ):
             # The launcher failed before some ranks started and its messages named no host:
             # find out whether their hosts can be reached at all.
-            missing = list(dict.fromkeys(self.rank_hosts[rank]
-                                         for rank in not_started(self.relay, self.rank_hosts)))
+            missing = list(
+                dict.fromkeys(
+                    self.rank_hosts[rank] for rank in not_started(self.relay, self.rank_hosts)
+                )
+            )
             if missing:
                 self.relay.unreachable.extend(self.probe(missing))
-        return summarize(self.relay, self.rank_hosts, returncode,
-                         stopped=self.stop_requested_at is not None,
-                         start_timed_out=self.start_timed_out, start_timeout=self.start_timeout,
-                         interrupted=self.interrupted)
+        return summarize(
+            self.relay,
+            self.rank_hosts,
+            returncode,
+            stopped=self.stop_requested_at is not None,
+            start_timed_out=self.start_timed_out,
+            start_timeout=self.start_timeout,
+            interrupted=self.interrupted,
+        )
 
 
-def run_job(command: Sequence[str], env: Mapping[str, str], rank_hosts: Sequence[str],
-            start_timeout: float = 0.0, grace: float = 6.0,
-            probe: Optional[HostProbe] = None,
-            survivor_grace: Optional[float] = None) -> JobOutcome:
+def run_job(
+    command: Sequence[str],
+    env: Mapping[str, str],
+    rank_hosts: Sequence[str],
+    start_timeout: float = 0.0,
+    grace: float = 6.0,
+    probe: Optional[HostProbe] = None,
+    survivor_grace: Optional[float] = None,
+) -> JobOutcome:
     """Runs the launcher command to its end. stdin is inherited; stdout and stderr are relayed.
 
     rank_hosts: the host each rank is expected on, by rank. start_timeout: seconds for every
@@ -232,8 +268,7 @@ def run_job(command: Sequence[str], env: Mapping[str, str], rank_hosts: Sequence
     survivor_grace: None stops the job at the first rank's bad end; an elastic generation gives
     the other ranks that many seconds to end by themselves (stopping for a restart) first.
     """
-    supervisor = _Supervisor(command, env, rank_hosts, start_timeout, grace, probe,
-                             survivor_grace)
+    supervisor = _Supervisor(command, env, rank_hosts, start_timeout, grace, probe, survivor_grace)
     outcome = supervisor.run()
     # The wrappers remove their rank's segments when it ends, but a wrapper the launcher killed
     # could not: what this machine's ranks mapped, no process maps now, goes (shm_cleanup).

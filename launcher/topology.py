@@ -4,6 +4,7 @@ detect() reads Linux's /sys (no hwloc needed) and keeps only the CPUs this proce
 a cgroup, taskset or batch-system restriction is respected. synthetic() describes a node in
 words, for planning and tests without the hardware.
 """
+
 from __future__ import annotations
 
 import glob
@@ -12,13 +13,21 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-__all__ = ["Core", "Topology", "detect", "synthetic", "parse_cpu_list", "format_cpu_list",
-           "local_cpus"]
+__all__ = [
+    "Core",
+    "Topology",
+    "detect",
+    "synthetic",
+    "parse_cpu_list",
+    "format_cpu_list",
+    "local_cpus",
+]
 
 
 @dataclass(frozen=True)
 class Core:
     """One physical core: where it sits, and its logical CPUs (hyperthreads), lowest first."""
+
     socket: int
     numa: int
     cpus: tuple[int, ...]
@@ -26,7 +35,7 @@ class Core:
 
 @dataclass(frozen=True)
 class Topology:
-    cores: tuple[Core, ...]   # ordered by socket, NUMA node, then lowest logical CPU
+    cores: tuple[Core, ...]  # ordered by socket, NUMA node, then lowest logical CPU
 
     @property
     def sockets(self) -> tuple[int, ...]:
@@ -45,16 +54,19 @@ class Topology:
 
     def describe(self) -> str:
         threads = max((len(core.cpus) for core in self.cores), default=1)
-        return (f"{len(self.sockets)} socket(s), {len(self.numa_nodes)} NUMA node(s), "
-                f"{len(self.cores)} cores, {threads} thread(s) per core")
+        return (
+            f"{len(self.sockets)} socket(s), {len(self.numa_nodes)} NUMA node(s), "
+            f"{len(self.cores)} cores, {threads} thread(s) per core"
+        )
 
 
 def _ordered(cores: Iterable[Core]) -> Topology:
     return Topology(tuple(sorted(cores, key=lambda core: (core.socket, core.numa, core.cpus[0]))))
 
 
-def synthetic(sockets: int, cores_per_socket: int, threads_per_core: int = 1,
-              numa_per_socket: int = 1) -> Topology:
+def synthetic(
+    sockets: int, cores_per_socket: int, threads_per_core: int = 1, numa_per_socket: int = 1
+) -> Topology:
     """A described node, numbered as Linux numbers Intel and AMD servers: the first hyperthread
     of every core first (socket by socket), then the second ones, and so on."""
     total = sockets * cores_per_socket
@@ -64,8 +76,9 @@ def synthetic(sockets: int, cores_per_socket: int, threads_per_core: int = 1,
         for index in range(cores_per_socket):
             first = socket * cores_per_socket + index
             numa = socket * numa_per_socket + min(index // per_numa, numa_per_socket - 1)
-            cores.append(Core(socket, numa, tuple(first + t * total
-                                                  for t in range(threads_per_core))))
+            cores.append(
+                Core(socket, numa, tuple(first + t * total for t in range(threads_per_core)))
+            )
     return _ordered(cores)
 
 
@@ -118,13 +131,16 @@ def detect(sys_root: str = "/sys", allowed: Optional[Iterable[int]] = None) -> T
     for cpu in sorted(allowed_set):
         topo = os.path.join(cpu_root, f"cpu{cpu}", "topology")
         package = _read(os.path.join(topo, "physical_package_id"))
-        siblings = _read(os.path.join(topo, "core_cpus_list")) \
-            or _read(os.path.join(topo, "thread_siblings_list"))
+        siblings = _read(os.path.join(topo, "core_cpus_list")) or _read(
+            os.path.join(topo, "thread_siblings_list")
+        )
         socket = int(package) if package and package.lstrip("-").isdigit() else 0
         group = tuple(parse_cpu_list(siblings)) if siblings else (cpu,)
         cores.setdefault((max(socket, 0), group), []).append(cpu)
-    return _ordered(Core(socket, numa_of.get(cpus[0], 0), tuple(sorted(cpus)))
-                    for (socket, _), cpus in cores.items())
+    return _ordered(
+        Core(socket, numa_of.get(cpus[0], 0), tuple(sorted(cpus)))
+        for (socket, _), cpus in cores.items()
+    )
 
 
 def local_cpus() -> int:

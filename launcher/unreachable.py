@@ -10,6 +10,7 @@ when a proxy fails to launch, may exit before it has read it. So when the launch
 ranks that never started on remote hosts and nothing named them, scaleoutrun asks ssh again
 (probe_hosts), the way the launcher would have reached them.
 """
+
 from __future__ import annotations
 
 import re
@@ -32,8 +33,8 @@ _PATTERNS = (
 
 @dataclass(frozen=True)
 class Unreachable:
-    host: str      # as ssh printed it (ssh writes host names in lower case)
-    line: str      # ssh's whole message
+    host: str  # as ssh printed it (ssh writes host names in lower case)
+    line: str  # ssh's whole message
 
 
 def parse_unreachable(line: str) -> Optional[Unreachable]:
@@ -55,8 +56,9 @@ def planned_host(printed: str, hosts: Sequence[str]) -> str:
     return printed
 
 
-def _ssh_command(host: str, port: Optional[int], identity_file: Optional[str],
-                 timeout: float) -> list[str]:
+def _ssh_command(
+    host: str, port: Optional[int], identity_file: Optional[str], timeout: float
+) -> list[str]:
     command = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(timeout))}"]
     if port is not None:
         command += ["-p", str(port)]
@@ -65,19 +67,27 @@ def _ssh_command(host: str, port: Optional[int], identity_file: Optional[str],
     return command + [host, "true"]
 
 
-def probe_hosts(hosts: Sequence[str], port: Optional[int], identity_file: Optional[str] = None,
-                timeout: float = 5.0) -> list[Unreachable]:
+def probe_hosts(
+    hosts: Sequence[str],
+    port: Optional[int],
+    identity_file: Optional[str] = None,
+    timeout: float = 5.0,
+) -> list[Unreachable]:
     """The hosts among `hosts` that ssh cannot log in to (non-interactively, on `port`, with
     the key `identity_file`), each with ssh's own message. All are tried at once; none takes
     longer than about `timeout`."""
     running = []
     for host in hosts:
         try:
-            proc = subprocess.Popen(_ssh_command(host, port, identity_file, timeout),
-                                    stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                    text=True, errors="replace")
-        except OSError as exc:   # no ssh at all: the launcher could not have used it either
+            proc = subprocess.Popen(
+                _ssh_command(host, port, identity_file, timeout),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                errors="replace",
+            )
+        except OSError as exc:  # no ssh at all: the launcher could not have used it either
             return [Unreachable(host, f"ssh could not be run: {exc}") for host in hosts]
         running.append((host, proc))
     deadline = time.monotonic() + timeout + 2.0
@@ -88,13 +98,14 @@ def probe_hosts(hosts: Sequence[str], port: Optional[int], identity_file: Option
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
-            failures.append(Unreachable(host, f"ssh to {host} did not answer within "
-                                              f"{timeout:g} s"))
+            failures.append(Unreachable(host, f"ssh to {host} did not answer within {timeout:g} s"))
             continue
-        if proc.returncode != 255:   # ssh's own failures exit 255; anything else logged in
+        if proc.returncode != 255:  # ssh's own failures exit 255; anything else logged in
             continue
         lines = [line.strip() for line in err.splitlines() if line.strip()]
         named = next((found for line in lines if (found := parse_unreachable(line))), None)
-        failures.append(named or Unreachable(host, lines[-1] if lines else
-                                             f"ssh to {host} failed without a message"))
+        failures.append(
+            named
+            or Unreachable(host, lines[-1] if lines else f"ssh to {host} failed without a message")
+        )
     return failures

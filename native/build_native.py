@@ -7,6 +7,7 @@ Which MPI: SCALEOUT_MPICXX (a compiler wrapper such as Open MPI's or Intel MPI's
 MPICXX when set; otherwise the first of mpicxx, mpic++, mpiCC on PATH, which is the `mpich`
 wheel's wrapper in a virtual environment that has it.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 NATIVE_DIR = Path(__file__).resolve().parent
-CXXFLAGS = ["-std=c++17", "-O3", "-fPIC", "-Wall", "-Wextra", "-Wno-unused-parameter",
-            "-fvisibility=hidden", "-pthread"]
+CXXFLAGS = [
+    "-std=c++17",
+    "-O3",
+    "-fPIC",
+    "-Wall",
+    "-Wextra",
+    "-Wno-unused-parameter",
+    "-fvisibility=hidden",
+    "-pthread",
+]
 
 
 class BuildError(RuntimeError):
@@ -42,7 +51,8 @@ def find_mpicxx() -> str:
     raise BuildError(
         "no MPI C++ compiler wrapper found (looked for mpicxx, mpic++, mpiCC on PATH and beside "
         f"{sys.executable}). Install the MPICH wheel with `pip install mpich`, or point "
-        "SCALEOUT_MPICXX at your MPI's wrapper (e.g. SCALEOUT_MPICXX=/opt/openmpi/bin/mpicxx).")
+        "SCALEOUT_MPICXX at your MPI's wrapper (e.g. SCALEOUT_MPICXX=/opt/openmpi/bin/mpicxx)."
+    )
 
 
 def mpi_description(mpicxx: str) -> str:
@@ -69,7 +79,9 @@ def mpi_description(mpicxx: str) -> str:
 
 def core_sources() -> list[Path]:
     """Every .cc of the core except the unit tests."""
-    return sorted(p for p in NATIVE_DIR.rglob("*.cc") if "tests" not in p.relative_to(NATIVE_DIR).parts)
+    return sorted(
+        p for p in NATIVE_DIR.rglob("*.cc") if "tests" not in p.relative_to(NATIVE_DIR).parts
+    )
 
 
 def test_sources() -> list[Path]:
@@ -82,8 +94,15 @@ def _run(cmd: list[str]) -> None:
         raise BuildError(f"command failed: {shlex.join(cmd)}\n{res.stdout}{res.stderr}")
 
 
-def build(output: Path, build_dir: Path, *, shared: bool, extra_sources: list[Path] = (),
-          defines: dict[str, str] | None = None, jobs: int | None = None) -> Path:
+def build(
+    output: Path,
+    build_dir: Path,
+    *,
+    shared: bool,
+    extra_sources: list[Path] = (),
+    defines: dict[str, str] | None = None,
+    jobs: int | None = None,
+) -> Path:
     """Compiles the core (plus extra_sources) into a shared library or an executable."""
     mpicxx = find_mpicxx()
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -105,8 +124,15 @@ def build(output: Path, build_dir: Path, *, shared: bool, extra_sources: list[Pa
             pass
     # $ORIGIN/../../.. is <prefix>/lib for a package in <prefix>/lib/pythonX.Y/site-packages/,
     # where the mpich wheel puts libmpi.so.12.
-    link = [mpicxx, "-pthread", *map(str, objects), "-o", str(output),
-            "-Wl,-rpath,$ORIGIN/../../..", "-Wl,--disable-new-dtags"]
+    link = [
+        mpicxx,
+        "-pthread",
+        *map(str, objects),
+        "-o",
+        str(output),
+        "-Wl,-rpath,$ORIGIN/../../..",
+        "-Wl,--disable-new-dtags",
+    ]
     if shared:
         link[1:1] = ["-shared"]
     _run(link)

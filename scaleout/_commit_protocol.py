@@ -1,6 +1,7 @@
 """The collective protocol over a job's ranks that writes and finds the commits every host keeps
 in its CommitStore (Note [Commit store] in scaleout/_commit_store.py): a commit is marked
 complete on a host only once every host has written it."""
+
 from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence, Tuple, Union
@@ -17,8 +18,11 @@ from scaleout._ops import allreduce
 __all__ = ["commit", "newest_commit"]
 
 
-def commit(store: Optional[CommitStore], commit_id: int,
-           payload: Union[Buffer, Sequence[Buffer], Callable[[], Any]]) -> None:
+def commit(
+    store: Optional[CommitStore],
+    commit_id: int,
+    payload: Union[Buffer, Sequence[Buffer], Callable[[], Any]],
+) -> None:
     """Collective: every host's first rank writes `payload` (what CommitStore.write takes, or a
     function making it, called there only) as commit `commit_id` into its `store` (other ranks
     pass None); once every host has written, each marks it complete. Raises on every rank if a
@@ -27,13 +31,15 @@ def commit(store: Optional[CommitStore], commit_id: int,
     if _runtime.local_rank() == 0:
         try:
             store.write(commit_id, payload() if callable(payload) else payload)
-        except Exception as e:   # an unpicklable attribute is the program's error, everywhere
+        except Exception as e:  # an unpicklable attribute is the program's error, everywhere
             written, why = 0, f"{type(e).__name__}: {e}"
-    everywhere = allreduce(np.array([written], np.int32), op=Min,
-                           name=f"scaleout.commit.{commit_id}")
+    everywhere = allreduce(
+        np.array([written], np.int32), op=Min, name=f"scaleout.commit.{commit_id}"
+    )
     if int(everywhere[0]) != 1:
-        raise ScaleoutError(f"commit {commit_id} was not written on every host"
-                            + (f" (here: {why})" if why else ""))
+        raise ScaleoutError(
+            f"commit {commit_id} was not written on every host" + (f" (here: {why})" if why else "")
+        )
     if _runtime.local_rank() == 0:
         store.mark_complete(commit_id)
 

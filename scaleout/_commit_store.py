@@ -17,6 +17,7 @@ the host):
 Only the newest `keep` commits are kept. Ids increase; a commit that is written but never
 marked (the job failed between writing and the mark) is ignored and pruned.
 """
+
 from __future__ import annotations
 
 import os
@@ -96,7 +97,7 @@ class CommitStore:
         done = self.complete()
         if not done:
             return
-        kept, newest = set(done[-self.keep:]), done[-1]
+        kept, newest = set(done[-self.keep :]), done[-1]
         for commit_id in self._ids("bin") | self._ids("done"):
             if commit_id not in kept and commit_id < newest:
                 for kind in ("bin", "done"):
@@ -113,7 +114,7 @@ class CommitStore:
         try:
             self.directory.rmdir()
         except OSError:
-            pass   # something of someone else's is there too
+            pass  # something of someone else's is there too
 
     def _ids(self, kind: str) -> set:
         found = set()

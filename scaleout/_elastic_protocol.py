@@ -16,6 +16,7 @@ run() and State (Note [Elastic restarts] in scaleout/_elastic_run.py, scaleout/_
 
 Pure: the standard library only (no MPI, no native core), so the launcher imports it.
 """
+
 from __future__ import annotations
 
 import enum
@@ -24,10 +25,29 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Mapping, Optional, Sequence
 
-__all__ = ["RESTART_EXIT_CODE", "HostUpdateResult", "JOB", "GENERATION", "HOSTS", "DRIVER",
-           "TOKEN", "DIR", "job_environment", "driver_environment", "job_id", "generation",
-           "host_of_rank", "driver_addresses", "job_directory", "new_token", "hello",
-           "parse_hello", "HELLO_LIMIT", "update_line", "parse_update"]
+__all__ = [
+    "RESTART_EXIT_CODE",
+    "HostUpdateResult",
+    "JOB",
+    "GENERATION",
+    "HOSTS",
+    "DRIVER",
+    "TOKEN",
+    "DIR",
+    "job_environment",
+    "driver_environment",
+    "job_id",
+    "generation",
+    "host_of_rank",
+    "driver_addresses",
+    "job_directory",
+    "new_token",
+    "hello",
+    "parse_hello",
+    "HELLO_LIMIT",
+    "update_line",
+    "parse_update",
+]
 
 # The exit code of a rank that stops for the elastic driver to start the next generation
 # (EX_TEMPFAIL: run this job again); Note [Elastic restarts].
@@ -36,6 +56,7 @@ RESTART_EXIT_CODE = 75
 
 class HostUpdateResult(enum.IntFlag):
     """Horovod's flags of a host update."""
+
     no_update = 0
     removed = 1
     added = 2
@@ -43,12 +64,12 @@ class HostUpdateResult(enum.IntFlag):
 
 
 # The ranks' variables. The driver sets all but DIR, which the user may set.
-JOB = "SCALEOUT_ELASTIC_JOB"                 # the job's id: where its commits are kept
-GENERATION = "SCALEOUT_ELASTIC_GENERATION"   # 0, 1, ...
-HOSTS = "SCALEOUT_ELASTIC_HOSTS"             # the generation's "host:slots,..." in rank order
-DRIVER = "SCALEOUT_ELASTIC_DRIVER"           # "address:port,..." where rank 0 connects
-TOKEN = "SCALEOUT_ELASTIC_TOKEN"             # what rank 0 says first, so strangers are refused
-DIR = "SCALEOUT_ELASTIC_DIR"                 # where each host keeps the job's commits
+JOB = "SCALEOUT_ELASTIC_JOB"  # the job's id: where its commits are kept
+GENERATION = "SCALEOUT_ELASTIC_GENERATION"  # 0, 1, ...
+HOSTS = "SCALEOUT_ELASTIC_HOSTS"  # the generation's "host:slots,..." in rank order
+DRIVER = "SCALEOUT_ELASTIC_DRIVER"  # "address:port,..." where rank 0 connects
+TOKEN = "SCALEOUT_ELASTIC_TOKEN"  # what rank 0 says first, so strangers are refused
+DIR = "SCALEOUT_ELASTIC_DIR"  # where each host keeps the job's commits
 
 
 def job_environment(job: str, hosts: Iterable[tuple[str, int]]) -> dict[str, str]:
@@ -57,12 +78,16 @@ def job_environment(job: str, hosts: Iterable[tuple[str, int]]) -> dict[str, str
     return {JOB: job, HOSTS: ",".join(f"{host}:{slots}" for host, slots in hosts)}
 
 
-def driver_environment(addresses: Sequence[str], port: int, token: str,
-                       generation_number: int) -> dict[str, str]:
+def driver_environment(
+    addresses: Sequence[str], port: int, token: str, generation_number: int
+) -> dict[str, str]:
     """The host-update channel's variables for every rank of a generation: where the driver
     listens (`addresses`, tried in turn, and `port`) and what rank 0 says on connecting."""
-    return {DRIVER: ",".join(f"{address}:{port}" for address in addresses), TOKEN: token,
-            GENERATION: str(generation_number)}
+    return {
+        DRIVER: ",".join(f"{address}:{port}" for address in addresses),
+        TOKEN: token,
+        GENERATION: str(generation_number),
+    }
 
 
 def job_id(environ: Mapping[str, str]) -> Optional[str]:

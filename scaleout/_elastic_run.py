@@ -29,6 +29,7 @@ Under it,
     survive a failure.
 Without SCALEOUT_ELASTIC_JOB, run(func)(state) syncs and calls func once; errors propagate.
 """
+
 from __future__ import annotations
 
 import functools
@@ -38,8 +39,8 @@ import sys
 import threading
 from typing import Any, Callable, Optional
 
-from scaleout import _runtime
 from scaleout import _elastic_protocol as protocol
+from scaleout import _runtime
 from scaleout._commit_store import CommitStore
 from scaleout._elastic_protocol import RESTART_EXIT_CODE
 from scaleout._elastic_state import HostsUpdatedInterrupt, State
@@ -86,21 +87,28 @@ def _listen_for_host_updates(state: State) -> None:
             except (OSError, ValueError) as exc:
                 failures.append(f"{address}: {exc}")
         else:
-            os.write(2, ("scaleout elastic: rank 0 cannot reach scaleoutrun's driver ("
-                         + "; ".join(failures) + "): added hosts will not grow this job\n")
-                     .encode())
+            os.write(
+                2,
+                (
+                    "scaleout elastic: rank 0 cannot reach scaleoutrun's driver ("
+                    + "; ".join(failures)
+                    + "): added hosts will not grow this job\n"
+                ).encode(),
+            )
             return
         with connection, connection.makefile("r") as lines:
             for line in lines:
                 update = protocol.parse_update(line)
                 if update is not None:
                     state.on_hosts_updated(*update)
+
     threading.Thread(target=listen, name="scaleout-host-updates", daemon=True).start()
 
 
 def run(func: Callable[..., Any]) -> Callable[..., Any]:
     """Decorates a training function whose first argument is a State (Note [Elastic
     restarts]): `@hvd.elastic.run def train(state): ...`, then `train(state)`."""
+
     @functools.wraps(func)
     def wrapper(state: State, *args: Any, **kwargs: Any) -> Any:
         if protocol.job_id(os.environ) is None:
@@ -119,6 +127,7 @@ def run(func: Callable[..., Any]) -> Callable[..., Any]:
             return result
         except (PeerFailedError, HostsUpdatedInterrupt) as cause:
             _restart(cause)
+
     return wrapper
 
 
@@ -127,11 +136,11 @@ def _remove_commits(store: Optional[CommitStore]) -> None:
     barrier(name="scaleout.elastic.done")
     if store is not None:
         store.clear()
-        if not os.environ.get(protocol.DIR):   # the job's directory is ours too
+        if not os.environ.get(protocol.DIR):  # the job's directory is ours too
             try:
                 store.directory.parent.rmdir()
             except OSError:
-                pass   # another host's store in it is still being removed (one machine)
+                pass  # another host's store in it is still being removed (one machine)
 
 
 def _restart(cause: BaseException) -> None:
@@ -142,7 +151,6 @@ def _restart(cause: BaseException) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     # One write of the whole line: the ranks share the launcher's stderr.
-    os.write(2, f"scaleout elastic: rank {_runtime.rank()} stops for a restart ({what})\n"
-             .encode())
+    os.write(2, f"scaleout elastic: rank {_runtime.rank()} stops for a restart ({what})\n".encode())
     # MPI cannot finish cleanly with a peer gone; the next generation starts afresh.
     os._exit(RESTART_EXIT_CODE)

@@ -15,6 +15,7 @@ it), `commit()` also writes the saved state's bytes (`serialized()`) to every ho
 `resume()` loads the newest commit any host holds (`load_serialized`) in a restarted job, which
 may have another number of ranks.
 """
+
 from __future__ import annotations
 
 import io
@@ -28,8 +29,8 @@ import cloudpickle
 from scaleout import _runtime
 from scaleout._commit_protocol import commit, newest_commit
 from scaleout._commit_store import CommitStore
-from scaleout._objects import broadcast_object
 from scaleout._elastic_protocol import HostUpdateResult
+from scaleout._objects import broadcast_object
 
 __all__ = ["HostsUpdatedInterrupt", "State", "ObjectState", "pack", "unpack"]
 
@@ -67,8 +68,9 @@ def pack(obj: Any, reduce: Optional[Callable[[Any], Any]] = None) -> List[Any]:
     stream = io.BytesIO()
     _Pickler(stream, buffers.append, reduce).dump(obj)
     raws = [b.raw() for b in buffers]
-    head = struct.pack(f"<4sQQ{len(raws)}Q", _MAGIC, stream.tell(), len(raws),
-                       *(r.nbytes for r in raws))
+    head = struct.pack(
+        f"<4sQQ{len(raws)}Q", _MAGIC, stream.tell(), len(raws), *(r.nbytes for r in raws)
+    )
     pieces, offset = [head, stream.getbuffer()], len(head) + stream.tell()
     for raw in raws:
         padding = -offset % _ALIGN
@@ -86,12 +88,12 @@ def unpack(data: Any) -> Any:
         raise ValueError("not a scaleout commit (it does not start with its mark)")
     sizes = struct.unpack_from(f"<{count}Q", view, 20)
     offset = 20 + 8 * count
-    pickled = view[offset:offset + length]
+    pickled = view[offset : offset + length]
     offset += length
     buffers = []
     for size in sizes:
         offset += -offset % _ALIGN
-        buffers.append(view[offset:offset + size])
+        buffers.append(view[offset : offset + size])
         offset += size
     return pickle.loads(pickled, buffers=buffers)
 
@@ -118,8 +120,11 @@ class State:
     default. As Horovod's, a state only ever broadcasts from rank 0 and calls bcast_object with
     the object alone, so a one-argument function (broadcast_object_fn()'s) serves."""
 
-    def __init__(self, bcast_object: Optional[Callable[..., Any]] = None,
-                 get_rank: Optional[Callable[[], int]] = None) -> None:
+    def __init__(
+        self,
+        bcast_object: Optional[Callable[..., Any]] = None,
+        get_rank: Optional[Callable[[], int]] = None,
+    ) -> None:
         self._bcast_object = bcast_object or _default_bcast_object
         self._rank = get_rank or _default_rank
         self._host_messages: "queue.Queue" = queue.Queue()
@@ -224,8 +229,12 @@ class ObjectState(State):
     their current values (by reference, as Horovod's), restore() puts them back, sync() makes
     every rank's saved values rank 0's."""
 
-    def __init__(self, bcast_object: Optional[Callable[..., Any]] = None,
-                 get_rank: Optional[Callable[[], int]] = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        bcast_object: Optional[Callable[..., Any]] = None,
+        get_rank: Optional[Callable[[], int]] = None,
+        **kwargs: Any,
+    ) -> None:
         self._saved_state: Dict[str, Any] = kwargs
         self._set_attrs()
         super().__init__(bcast_object=bcast_object, get_rank=get_rank)

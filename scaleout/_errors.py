@@ -4,6 +4,7 @@ Each status code of the native core maps to one class through the code's name, w
 C header's table provides (the binding registers these classes by name, once), so no code number
 is copied here by hand.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -102,13 +103,14 @@ BY_STATUS_NAME = {
 }
 
 
-def from_core(status_name: str, message: str, culprit_ranks: "tuple[int, ...]",
-              process_set_id: Optional[int]) -> ScaleoutError:
+def from_core(
+    status_name: str, message: str, culprit_ranks: "tuple[int, ...]", process_set_id: Optional[int]
+) -> ScaleoutError:
     """The exception for an error of the core (or of the binding's argument checks): the class
     registered for its status, with its message and Note [Error details]. The binding makes
     every exception it raises through this one function (scaleout._binding.register_errors)."""
     error = BY_STATUS_NAME.get(status_name, ScaleoutError)(message)
     error.culprit_ranks = tuple(culprit_ranks)
     error.process_set_id = process_set_id
-    _rank_report.report_culprits(type(error).__name__, error.culprit_ranks)   # Note [Rank reports]
+    _rank_report.report_culprits(type(error).__name__, error.culprit_ranks)  # Note [Rank reports]
     return error

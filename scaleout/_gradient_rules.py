@@ -15,6 +15,7 @@ parameter gradients sees what it would see under Horovod. Backward collectives a
 the forward one (scaleout._naming.gradient), so ranks match them whatever order autograd runs
 them in.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,13 +26,37 @@ import numpy as np
 from scaleout import _naming, _process_sets, _runtime
 from scaleout._arrays import splits_array, submit_into, submit_owned
 from scaleout._errors import InvalidArgumentError, NoGradientError, NotYetImplementedError
-from scaleout._native import (ALLGATHER, ALLREDUCE, ALLTOALL, OP_NAMES, Adasum, Average, Handle,
-                              Max, Min, Product, Sum, synchronize, wait_all)
+from scaleout._native import (
+    ALLGATHER,
+    ALLREDUCE,
+    ALLTOALL,
+    OP_NAMES,
+    Adasum,
+    Average,
+    Handle,
+    Max,
+    Min,
+    Product,
+    Sum,
+    synchronize,
+    wait_all,
+)
 
-__all__ = ["Collective", "COLLECTIVES", "Ops", "check_gradient_op", "gradient", "predivided",
-           "numpy_ops", "check_backward_passes_per_step", "check_predivide_op",
-           "check_adasum_process_set", "check_adasum_compression",
-           "check_adasum_aggregation", "check_adasum_keras"]
+__all__ = [
+    "Collective",
+    "COLLECTIVES",
+    "Ops",
+    "check_gradient_op",
+    "gradient",
+    "predivided",
+    "numpy_ops",
+    "check_backward_passes_per_step",
+    "check_predivide_op",
+    "check_adasum_process_set",
+    "check_adasum_compression",
+    "check_adasum_aggregation",
+    "check_adasum_keras",
+]
 
 ALL_OPS = (Average, Sum, Min, Max, Product)
 
@@ -39,32 +64,55 @@ ALL_OPS = (Average, Sum, Min, Max, Product)
 @dataclass(frozen=True)
 class Collective:
     """One row of the table."""
+
     name: str
-    ops: Tuple[int, ...]           # reduce ops the forward accepts (the core checks them)
+    ops: Tuple[int, ...]  # reduce ops the forward accepts (the core checks them)
     gradient_ops: Tuple[int, ...]  # ops for which the gradient is defined
-    gradient: str                  # Horovod's definition, in words (the code is below)
+    gradient: str  # Horovod's definition, in words (the code is below)
 
 
-COLLECTIVES = {c.name: c for c in (
-    Collective("allreduce", ALL_OPS, (Average, Sum),
-               "an allreduce of the output gradients with the same op and scale factors"),
-    Collective("allgather", (), (),
-               "this rank's rows of the Average-allreduce of the output gradients"),
-    Collective("broadcast", (), (),
-               "on the root, the Average-allreduce of the output gradients; zeros elsewhere"),
-    Collective("reducescatter", ALL_OPS, (Average, Sum),
-               "the allgather of the output gradients, times size() for Sum, times the scale "
-               "factors"),
-    Collective("alltoall", (), (),
-               "the output gradients sent back the way the rows came (the received splits)"),
-)}
+COLLECTIVES = {
+    c.name: c
+    for c in (
+        Collective(
+            "allreduce",
+            ALL_OPS,
+            (Average, Sum),
+            "an allreduce of the output gradients with the same op and scale factors",
+        ),
+        Collective(
+            "allgather", (), (), "this rank's rows of the Average-allreduce of the output gradients"
+        ),
+        Collective(
+            "broadcast",
+            (),
+            (),
+            "on the root, the Average-allreduce of the output gradients; zeros elsewhere",
+        ),
+        Collective(
+            "reducescatter",
+            ALL_OPS,
+            (Average, Sum),
+            "the allgather of the output gradients, times size() for Sum, times the scale factors",
+        ),
+        Collective(
+            "alltoall",
+            (),
+            (),
+            "the output gradients sent back the way the rows came (the received splits)",
+        ),
+    )
+}
+
+
 def check_gradient_op(what: str, op: int) -> None:
     """Raises NoGradientError (an InvalidArgumentError and a NotImplementedError, the classes
     torch and TensorFlow users catch) when the gradient of `what` with `op` is not defined."""
     if op not in COLLECTIVES[what].gradient_ops:
         raise NoGradientError(
             f"the gradient of {what} is defined for the Average and Sum ops only, not "
-            f"{OP_NAMES.get(op, op)}")
+            f"{OP_NAMES.get(op, op)}"
+        )
 
 
 class Ops:
@@ -82,8 +130,7 @@ class Ops:
     def set_size(self) -> int:
         return _process_sets.set_size(self.process_set)
 
-    def allreduce_async(self, x, name: str, op: int, prescale: float,
-                        postscale: float) -> Handle:
+    def allreduce_async(self, x, name: str, op: int, prescale: float, postscale: float) -> Handle:
         raise NotImplementedError
 
     def allgather_async(self, x, name: str) -> Handle:
@@ -108,18 +155,22 @@ class Ops:
         raise NotImplementedError
 
 
-def _allreduce_grad(ops: Ops, dy, name: str, op: int, prescale: float = 1.0,
-                    postscale: float = 1.0):
+def _allreduce_grad(
+    ops: Ops, dy, name: str, op: int, prescale: float = 1.0, postscale: float = 1.0
+):
     check_gradient_op("allreduce", op)
     return synchronize(ops.allreduce_async(dy, _naming.gradient(name), op, prescale, postscale))
 
 
 def _allgather_grad(ops: Ops, dy, name: str, rows: int):
     grad = _naming.gradient(name)
-    reduced, counts = wait_all([
-        ops.allreduce_async(dy, grad, Average, 1.0, 1.0),
-        ops.allgather_async(ops.rows_tensor(rows), _naming.part(grad, _naming.ROWS))])
-    offset = int(sum(int(c) for c in list(counts)[:ops.set_rank()]))
+    reduced, counts = wait_all(
+        [
+            ops.allreduce_async(dy, grad, Average, 1.0, 1.0),
+            ops.allgather_async(ops.rows_tensor(rows), _naming.part(grad, _naming.ROWS)),
+        ]
+    )
+    offset = int(sum(int(c) for c in list(counts)[: ops.set_rank()]))
     return ops.narrow(reduced, offset, rows)
 
 
@@ -129,8 +180,9 @@ def _broadcast_grad(ops: Ops, dy, name: str, root_rank: int):
     return reduced if _runtime.rank() == root_rank else ops.zeros_like(reduced)
 
 
-def _reducescatter_grad(ops: Ops, dy, name: str, op: int, prescale: float = 1.0,
-                        postscale: float = 1.0):
+def _reducescatter_grad(
+    ops: Ops, dy, name: str, op: int, prescale: float = 1.0, postscale: float = 1.0
+):
     check_gradient_op("reducescatter", op)
     gathered = synchronize(ops.allgather_async(dy, _naming.gradient(name)))
     factor = prescale * postscale * (ops.set_size() if op == Sum else 1)
@@ -142,9 +194,13 @@ def _alltoall_grad(ops: Ops, dy, name: str, received_splits):
     return back
 
 
-_GRADIENTS: dict = {"allreduce": _allreduce_grad, "allgather": _allgather_grad,
-                    "broadcast": _broadcast_grad, "reducescatter": _reducescatter_grad,
-                    "alltoall": _alltoall_grad}
+_GRADIENTS: dict = {
+    "allreduce": _allreduce_grad,
+    "allgather": _allgather_grad,
+    "broadcast": _broadcast_grad,
+    "reducescatter": _reducescatter_grad,
+    "alltoall": _alltoall_grad,
+}
 
 
 def gradient(what: str) -> Callable[..., Any]:
@@ -159,6 +215,7 @@ def gradient(what: str) -> Callable[..., Any]:
 # ValueError, scaleout.torch InvalidArgumentError, a ValueError too; the TensorFlow shim turns
 # a scaleout error into a TensorFlow-typed one, so it passes ValueError to keep raising that).
 
+
 def check_backward_passes_per_step(passes, error: type = InvalidArgumentError) -> None:
     """backward_passes_per_step is an int >= 1 (the TensorFlow front ends pass int() of it, as
     Horovod's check converts it)."""
@@ -169,8 +226,10 @@ def check_backward_passes_per_step(passes, error: type = InvalidArgumentError) -
 def check_predivide_op(op, gradient_predivide_factor) -> None:
     """A predivide factor other than 1 needs op=Average (it splits Average's division)."""
     if gradient_predivide_factor != 1.0 and op != Average:
-        raise InvalidArgumentError("gradient_predivide_factor not supported with op != Average: "
-                                   "predivision needs op=Average")
+        raise InvalidArgumentError(
+            "gradient_predivide_factor not supported with op != Average: "
+            "predivision needs op=Average"
+        )
 
 
 def check_adasum_process_set(process_set_id: int) -> None:
@@ -200,8 +259,10 @@ def check_adasum_keras(op) -> None:
 
 # ---- gradient predivision (DistributedOptimizer, DistributedGradientTape) ----
 
-def predivided(op: int, gradient_predivide_factor: float, world_size: int
-               ) -> Tuple[int, float, float]:
+
+def predivided(
+    op: int, gradient_predivide_factor: float, world_size: int
+) -> Tuple[int, float, float]:
     """(op, prescale, postscale) for reducing gradients: with a predivide factor f, Average
     becomes a Sum of g / f multiplied by f / size afterwards (smaller partial sums in low
     precision). Raises for a non-positive factor, or a factor with another op."""
@@ -215,26 +276,37 @@ def predivided(op: int, gradient_predivide_factor: float, world_size: int
 
 # ---- the primitives on numpy arrays ----
 
+
 class _NumpyOps(Ops):
     """The gradient rules' primitives on numpy arrays, on one process set (scaleout.tensorflow's
     gradient ops run them on the arrays TensorFlow hands a numpy_function)."""
 
     def allreduce_async(self, x, name, op, prescale, postscale):
-        return submit_into(ALLREDUCE, name, x, op=op, prescale_factor=prescale,
-                           postscale_factor=postscale, process_set=self.process_set)
+        return submit_into(
+            ALLREDUCE,
+            name,
+            x,
+            op=op,
+            prescale_factor=prescale,
+            postscale_factor=postscale,
+            process_set=self.process_set,
+        )
 
     def allgather_async(self, x, name):
         return submit_owned(ALLGATHER, name, x, process_set=self.process_set)
 
     def alltoall(self, x, splits, name):
-        return synchronize(submit_owned(ALLTOALL, name, x, splits=splits_array(splits),
-                                        process_set=self.process_set))
+        return synchronize(
+            submit_owned(
+                ALLTOALL, name, x, splits=splits_array(splits), process_set=self.process_set
+            )
+        )
 
     def rows_tensor(self, rows):
         return np.asarray([rows], np.int64)
 
     def narrow(self, x, start, length):
-        return np.ascontiguousarray(x[start:start + length])
+        return np.ascontiguousarray(x[start : start + length])
 
     def zeros_like(self, x):
         return np.zeros_like(x)

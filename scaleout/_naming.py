@@ -9,19 +9,30 @@ a collective that travels as several is "<name>.<part>" (a sparse tensor's ".ind
 ".values", an object's ".size" and ".data", ...); torch's DistributedOptimizer reduces a
 parameter's gradient as "grad.<parameter name>".
 """
+
 from __future__ import annotations
 
 from typing import List
 
-__all__ = ["member", "members", "gradient", "part", "parameter_gradient", "INDICES", "VALUES",
-           "SIZE", "DATA", "ROWS"]
+__all__ = [
+    "member",
+    "members",
+    "gradient",
+    "part",
+    "parameter_gradient",
+    "INDICES",
+    "VALUES",
+    "SIZE",
+    "DATA",
+    "ROWS",
+]
 
 # Parts shared by more than one front end.
 INDICES = "indices"  # a sparse tensor's indices (allgathered)
-VALUES = "values"    # a sparse tensor's values (allgathered)
-SIZE = "size"        # a byte payload's length (broadcast or allgathered before it)
-DATA = "data"        # the byte payload itself
-ROWS = "rows"        # an allgather gradient's row counts
+VALUES = "values"  # a sparse tensor's values (allgathered)
+SIZE = "size"  # a byte payload's length (broadcast or allgathered before it)
+DATA = "data"  # the byte payload itself
+ROWS = "rows"  # an allgather gradient's row counts
 
 
 def member(base: str, index: int) -> str:

@@ -14,6 +14,7 @@ of the collective on every rank, allocate and fill core-owned results, apply the
 `finish`. Codes and names come from the C header's tables through the binding
 (native/python/binding.c), so they cannot disagree with the core.
 """
+
 from __future__ import annotations
 
 import glob
@@ -24,23 +25,50 @@ from typing import Any, Callable, Optional, Sequence
 from scaleout import _binding, _errors
 from scaleout._errors import InvalidArgumentError, MPINotFoundError, ScaleoutError
 
-__all__ = ["DTYPE_CODES", "OP_NAMES", "COLLECTIVE_CODES", "Average", "Sum", "Min", "Max", "Product",
-           "Adasum",
-           "ALLREDUCE", "ALLGATHER", "BROADCAST", "ALLTOALL", "REDUCESCATTER", "BARRIER", "JOIN",
-           "Handle", "submit", "synchronize", "poll", "wait_all", "group", "auto_name",
-           "resolve_op", "register_tensor_type", "ensure_loaded", "library_path", "build_info"]
+__all__ = [
+    "DTYPE_CODES",
+    "OP_NAMES",
+    "COLLECTIVE_CODES",
+    "Average",
+    "Sum",
+    "Min",
+    "Max",
+    "Product",
+    "Adasum",
+    "ALLREDUCE",
+    "ALLGATHER",
+    "BROADCAST",
+    "ALLTOALL",
+    "REDUCESCATTER",
+    "BARRIER",
+    "JOIN",
+    "Handle",
+    "submit",
+    "synchronize",
+    "poll",
+    "wait_all",
+    "group",
+    "auto_name",
+    "resolve_op",
+    "register_tensor_type",
+    "ensure_loaded",
+    "library_path",
+    "build_info",
+]
 
 # ---- the tables (from native/c_api/scaleout.h) ----
 
-DTYPE_CODES = {name: code for name, code, _ in _binding.DTYPES}   # "float32" -> 7
-_OPS = dict(_binding.REDUCE_OPS)                                    # "Average" -> 0
+DTYPE_CODES = {name: code for name, code, _ in _binding.DTYPES}  # "float32" -> 7
+_OPS = dict(_binding.REDUCE_OPS)  # "Average" -> 0
 OP_NAMES = {code: name for name, code in _OPS.items()}
 Average, Sum, Min, Max, Product, Adasum = (
-    _OPS[k] for k in ("Average", "Sum", "Min", "Max", "Product", "Adasum"))
-COLLECTIVE_CODES = dict(_binding.COLLECTIVES)                       # "allreduce" -> 0
+    _OPS[k] for k in ("Average", "Sum", "Min", "Max", "Product", "Adasum")
+)
+COLLECTIVE_CODES = dict(_binding.COLLECTIVES)  # "allreduce" -> 0
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN = (
-    COLLECTIVE_CODES[k] for k in ("allreduce", "allgather", "broadcast", "alltoall", "reducescatter",
-                              "barrier", "join"))
+    COLLECTIVE_CODES[k]
+    for k in ("allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier", "join")
+)
 
 # Every error the binding raises is made by one factory (scaleout._errors.from_core).
 _binding.register_errors(_errors.from_core)
@@ -57,7 +85,8 @@ def library_path() -> Path:
     if not found:
         raise ScaleoutError(
             f"scaleout's native core is not built (no _scaleout_core*.so in {here}). "
-            "Install scaleout with `pip install .` (or `pip install -e .`) from its source tree.")
+            "Install scaleout with `pip install .` (or `pip install -e .`) from its source tree."
+        )
     return Path(found[0])
 
 
@@ -75,7 +104,8 @@ def ensure_loaded() -> None:
             raise MPINotFoundError(
                 f"scaleout needs an MPI and mpi4py, and importing mpi4py.MPI failed: {exc}. "
                 "Install them with `pip install mpich mpi4py` (no system MPI needed), or load "
-                "your cluster's MPI module and `pip install --no-binary mpi4py mpi4py`.") from exc
+                "your cluster's MPI module and `pip install --no-binary mpi4py mpi4py`."
+            ) from exc
         path = library_path()
         try:
             _binding.load(str(path))
@@ -84,15 +114,19 @@ def ensure_loaded() -> None:
                 f"could not load scaleout's native core {path.name}: {exc}. The core was built "
                 "against an MPI library that this environment does not provide. Install the "
                 "MPICH wheel (`pip install mpich`), or rebuild scaleout against your MPI with "
-                "SCALEOUT_MPICXX=/path/to/mpicxx pip install --no-build-isolation .") from exc
+                "SCALEOUT_MPICXX=/path/to/mpicxx pip install --no-build-isolation ."
+            ) from exc
         _loaded = True
 
 
 def build_info() -> dict:
     """What --check-build prints: the core's version and the MPI it was built against."""
     ensure_loaded()
-    return {"version": _binding.version(), "build": _binding.build_info(),
-            "library": str(library_path())}
+    return {
+        "version": _binding.version(),
+        "build": _binding.build_info(),
+        "library": str(library_path()),
+    }
 
 
 # ---- submitting and completing ----
@@ -101,12 +135,24 @@ def build_info() -> dict:
 Handle = _binding.Handle
 
 
-
-def submit(collective: int, *, name: Optional[str], data: Any = None, address: Optional[int] = None,
-           dtype: Optional[int] = None, shape: Optional[tuple] = None, output: Any = None,
-           out_address: Optional[int] = None, op: int = Sum, root_rank: int = 0,
-           prescale_factor: float = 1.0, postscale_factor: float = 1.0, splits: Any = None,
-           finish: Optional[Callable[[Any], Any]] = None, process_set: int = 0) -> Handle:
+def submit(
+    collective: int,
+    *,
+    name: Optional[str],
+    data: Any = None,
+    address: Optional[int] = None,
+    dtype: Optional[int] = None,
+    shape: Optional[tuple] = None,
+    output: Any = None,
+    out_address: Optional[int] = None,
+    op: int = Sum,
+    root_rank: int = 0,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    splits: Any = None,
+    finish: Optional[Callable[[Any], Any]] = None,
+    process_set: int = 0,
+) -> Handle:
     """Submits one collective (a request record: every field by name) and returns its Handle.
 
     - data owns the input memory and is kept alive until completion. With address None it is
@@ -124,11 +170,23 @@ def submit(collective: int, *, name: Optional[str], data: Any = None, address: O
     - process_set: the core's id of the set (0: the global set).
     Values go to the binding as given, field by field under the same names: it checks them (a
     float root rank is an error, not truncated)."""
-    return _binding.submit(collective, name=name, data=data, address=address, dtype=dtype,
-                           shape=shape, output=output, out_address=out_address, op=op,
-                           root_rank=root_rank, prescale_factor=prescale_factor,
-                           postscale_factor=postscale_factor, splits=splits, finish=finish,
-                           process_set=process_set)
+    return _binding.submit(
+        collective,
+        name=name,
+        data=data,
+        address=address,
+        dtype=dtype,
+        shape=shape,
+        output=output,
+        out_address=out_address,
+        op=op,
+        root_rank=root_rank,
+        prescale_factor=prescale_factor,
+        postscale_factor=postscale_factor,
+        splits=splits,
+        finish=finish,
+        process_set=process_set,
+    )
 
 
 # register_tensor_type(cls, {dtype object: DTYPE_CODES value}, strided_layout): submit then
@@ -164,6 +222,7 @@ def resolve_op(op: Optional[int], average: Optional[bool] = None) -> int:
     if op is None:
         return Average
     if op not in OP_NAMES:
-        raise InvalidArgumentError(f"unknown reduce op {op!r}; use scaleout.Average, Sum, Min, "
-                                   "Max, Product or Adasum")
+        raise InvalidArgumentError(
+            f"unknown reduce op {op!r}; use scaleout.Average, Sum, Min, Max, Product or Adasum"
+        )
     return int(op)

@@ -1,4 +1,5 @@
 """Collectives on arbitrary Python objects, serialised with cloudpickle."""
+
 from __future__ import annotations
 
 import io
@@ -25,7 +26,7 @@ def broadcast_bytes(data: Any, root_rank: int, name: str, process_set=None) -> A
     `data` back, the others a writable uint8 array."""
     if rank() == root_rank:
         payload = np.frombuffer(data, dtype=np.uint8)
-        if not payload.flags.writeable:   # the core writes into what it sends from, in place
+        if not payload.flags.writeable:  # the core writes into what it sends from, in place
             payload = payload.copy()
     else:
         payload = np.zeros(0, dtype=np.uint8)
@@ -37,8 +38,9 @@ def broadcast_bytes(data: Any, root_rank: int, name: str, process_set=None) -> A
     return data if rank() == root_rank else payload
 
 
-def broadcast_object(obj: Any, root_rank: int = 0, name: Optional[str] = None,
-                     process_set=None) -> Any:
+def broadcast_object(
+    obj: Any, root_rank: int = 0, name: Optional[str] = None, process_set=None
+) -> Any:
     """Returns root_rank's `obj` on every rank of the process set (the global one by default;
     other ranks' `obj` is ignored)."""
     name = name or "broadcast_object"
@@ -52,11 +54,12 @@ def allgather_object(obj: Any, name: Optional[str] = None, process_set=None) -> 
     in rank order."""
     name = name or "allgather_object"
     payload = _dumps(obj)
-    sizes = allgather(np.array([payload.size], dtype=np.int64), name=part(name, SIZE),
-                      process_set=process_set)
+    sizes = allgather(
+        np.array([payload.size], dtype=np.int64), name=part(name, SIZE), process_set=process_set
+    )
     data = allgather(payload, name=part(name, DATA), process_set=process_set)
     out, offset = [], 0
     for n in sizes.tolist():
-        out.append(cloudpickle.loads(data[offset:offset + n].tobytes()))
+        out.append(cloudpickle.loads(data[offset : offset + n].tobytes()))
         offset += n
     return out

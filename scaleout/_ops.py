@@ -4,104 +4,245 @@ Every collective has a name; the same name on every rank means the same collecti
 name, one is generated from a per-kind counter, so ranks must then call unnamed collectives in
 the same order (as with Horovod).
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 from scaleout import _naming
 from scaleout._arrays import splits_array, submit_into, submit_owned
-from scaleout._native import (ALLGATHER, ALLREDUCE, ALLTOALL, BARRIER, BROADCAST, JOIN,
-                              REDUCESCATTER, Average, Handle, Max, Min, Product, Sum, auto_name,
-                              group, poll, resolve_op, submit, synchronize)
+from scaleout._native import (
+    ALLGATHER,
+    ALLREDUCE,
+    ALLTOALL,
+    BARRIER,
+    BROADCAST,
+    JOIN,
+    REDUCESCATTER,
+    Average,
+    Handle,
+    Max,
+    Min,
+    Product,
+    Sum,
+    auto_name,
+    group,
+    poll,
+    resolve_op,
+    submit,
+    synchronize,
+)
 from scaleout._process_sets import global_process_set, process_set_id
 
-__all__ = ["Average", "Sum", "Min", "Max", "Product", "Handle", "allreduce", "allreduce_",
-           "allreduce_async", "allreduce_async_", "grouped_allreduce", "grouped_allreduce_",
-           "grouped_allreduce_async", "grouped_allreduce_async_", "allgather", "allgather_async",
-           "broadcast", "broadcast_", "broadcast_async", "broadcast_async_", "alltoall",
-           "alltoall_async", "reducescatter", "reducescatter_async", "barrier", "join", "poll",
-           "synchronize"]
+__all__ = [
+    "Average",
+    "Sum",
+    "Min",
+    "Max",
+    "Product",
+    "Handle",
+    "allreduce",
+    "allreduce_",
+    "allreduce_async",
+    "allreduce_async_",
+    "grouped_allreduce",
+    "grouped_allreduce_",
+    "grouped_allreduce_async",
+    "grouped_allreduce_async_",
+    "allgather",
+    "allgather_async",
+    "broadcast",
+    "broadcast_",
+    "broadcast_async",
+    "broadcast_async_",
+    "alltoall",
+    "alltoall_async",
+    "reducescatter",
+    "reducescatter_async",
+    "barrier",
+    "join",
+    "poll",
+    "synchronize",
+]
 
 
 # ---- allreduce ----
 
-def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor, inplace,
-                     ps: int = 0) -> Handle:
-    return submit_into(ALLREDUCE, name, tensor, inplace=inplace, op=op,
-                       prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-                       process_set=ps)
+
+def _allreduce_async(
+    tensor, name, op, prescale_factor, postscale_factor, inplace, ps: int = 0
+) -> Handle:
+    return submit_into(
+        ALLREDUCE,
+        name,
+        tensor,
+        inplace=inplace,
+        op=op,
+        prescale_factor=prescale_factor,
+        postscale_factor=postscale_factor,
+        process_set=ps,
+    )
 
 
-def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                    postscale_factor=1.0, process_set=global_process_set) -> Handle:
+def allreduce_async(
+    tensor,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+) -> Handle:
     """Starts reducing `tensor` across the ranks of `process_set` (default op Average);
     returns a Handle."""
-    return _allreduce_async(tensor, name, resolve_op(op, average), prescale_factor,
-                            postscale_factor, False, process_set_id(process_set, "allreduce"))
+    return _allreduce_async(
+        tensor,
+        name,
+        resolve_op(op, average),
+        prescale_factor,
+        postscale_factor,
+        False,
+        process_set_id(process_set, "allreduce"),
+    )
 
 
-def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-              postscale_factor=1.0, process_set=global_process_set) -> np.ndarray:
+def allreduce(
+    tensor,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+) -> np.ndarray:
     """Reduces `tensor` across ranks and returns the result as a new array."""
-    return synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
-                                       process_set))
+    return synchronize(
+        allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor, process_set)
+    )
 
 
-def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                     postscale_factor=1.0, process_set=global_process_set) -> Handle:
+def allreduce_async_(
+    tensor,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+) -> Handle:
     """In-place form of allreduce_async: the result is written into `tensor`."""
-    return _allreduce_async(tensor, name, resolve_op(op, average), prescale_factor,
-                            postscale_factor, True, process_set_id(process_set, "allreduce_"))
+    return _allreduce_async(
+        tensor,
+        name,
+        resolve_op(op, average),
+        prescale_factor,
+        postscale_factor,
+        True,
+        process_set_id(process_set, "allreduce_"),
+    )
 
 
-def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-               postscale_factor=1.0, process_set=global_process_set):
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
-                                        process_set))
+def allreduce_(
+    tensor,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+):
+    return synchronize(
+        allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set)
+    )
 
 
-def _grouped(tensors, average, name, op, prescale_factor, postscale_factor, inplace,
-             process_set) -> Handle:
+def _grouped(
+    tensors, average, name, op, prescale_factor, postscale_factor, inplace, process_set
+) -> Handle:
     op = resolve_op(op, average)
     ps = process_set_id(process_set, "grouped_allreduce")
     base = auto_name(ALLREDUCE, name, ps)
-    return group([_allreduce_async(t, _naming.member(base, i), op, prescale_factor,
-                                   postscale_factor, inplace, ps)
-                  for i, t in enumerate(tensors)], base)
+    return group(
+        [
+            _allreduce_async(
+                t, _naming.member(base, i), op, prescale_factor, postscale_factor, inplace, ps
+            )
+            for i, t in enumerate(tensors)
+        ],
+        base,
+    )
 
 
-def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                            postscale_factor=1.0, process_set=global_process_set) -> Handle:
+def grouped_allreduce_async(
+    tensors,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+) -> Handle:
     """Reduces a list of tensors together (they are fused whenever they fit the buffer)."""
-    return _grouped(tensors, average, name, op, prescale_factor, postscale_factor, False,
-                    process_set)
+    return _grouped(
+        tensors, average, name, op, prescale_factor, postscale_factor, False, process_set
+    )
 
 
-def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0, process_set=global_process_set) -> list:
-    return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor,
-                                               postscale_factor, process_set))
+def grouped_allreduce(
+    tensors,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+) -> list:
+    return synchronize(
+        grouped_allreduce_async(
+            tensors, average, name, op, prescale_factor, postscale_factor, process_set
+        )
+    )
 
 
-def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                             postscale_factor=1.0, process_set=global_process_set) -> Handle:
-    return _grouped(tensors, average, name, op, prescale_factor, postscale_factor, True,
-                    process_set)
+def grouped_allreduce_async_(
+    tensors,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+) -> Handle:
+    return _grouped(
+        tensors, average, name, op, prescale_factor, postscale_factor, True, process_set
+    )
 
 
-def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                       postscale_factor=1.0, process_set=global_process_set) -> list:
-    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                                postscale_factor, process_set))
+def grouped_allreduce_(
+    tensors,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+) -> list:
+    return synchronize(
+        grouped_allreduce_async_(
+            tensors, average, name, op, prescale_factor, postscale_factor, process_set
+        )
+    )
 
 
 # ---- allgather, broadcast, alltoall, reducescatter ----
 
+
 def allgather_async(tensor, name=None, process_set=global_process_set) -> Handle:
     """Concatenates every rank's tensor along the first dimension (which may differ by rank),
     in the order of the set's ranks."""
-    return submit_owned(ALLGATHER, name, tensor,
-                        process_set=process_set_id(process_set, "allgather"))
+    return submit_owned(
+        ALLGATHER, name, tensor, process_set=process_set_id(process_set, "allgather")
+    )
 
 
 def allgather(tensor, name=None, process_set=global_process_set) -> np.ndarray:
@@ -111,8 +252,13 @@ def allgather(tensor, name=None, process_set=global_process_set) -> np.ndarray:
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set) -> Handle:
     """Starts sending root_rank's tensor to every rank of the set (root_rank is the job's
     rank, as in Horovod); the result is a new array."""
-    return submit_into(BROADCAST, name, tensor, root_rank=root_rank,
-                       process_set=process_set_id(process_set, "broadcast"))
+    return submit_into(
+        BROADCAST,
+        name,
+        tensor,
+        root_rank=root_rank,
+        process_set=process_set_id(process_set, "broadcast"),
+    )
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set) -> np.ndarray:
@@ -121,8 +267,14 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set) -> n
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set) -> Handle:
     """In-place form: root_rank's values are written into `tensor` on every rank."""
-    return submit_into(BROADCAST, name, tensor, inplace=True, root_rank=root_rank,
-                       process_set=process_set_id(process_set, "broadcast_"))
+    return submit_into(
+        BROADCAST,
+        name,
+        tensor,
+        inplace=True,
+        root_rank=root_rank,
+        process_set=process_set_id(process_set, "broadcast_"),
+    )
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
@@ -133,6 +285,7 @@ def _alltoall_result(with_splits: bool):
     def finish(result):
         out, received = result
         return (out, np.asarray(received, dtype=np.int64)) if with_splits else out
+
     return finish
 
 
@@ -140,36 +293,69 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     """Sends splits[i] rows (default: equal parts) of `tensor` to the set's i-th rank.
     synchronize() returns the received rows, and the rows received from each rank when splits
     were given."""
-    return submit_owned(ALLTOALL, name, tensor, splits=splits_array(splits),
-                        finish=_alltoall_result(splits is not None),
-                        process_set=process_set_id(process_set, "alltoall"))
+    return submit_owned(
+        ALLTOALL,
+        name,
+        tensor,
+        splits=splits_array(splits),
+        finish=_alltoall_result(splits is not None),
+        process_set=process_set_id(process_set, "alltoall"),
+    )
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     return synchronize(alltoall_async(tensor, splits, name, process_set))
 
 
-def reducescatter_async(tensor, name=None, op=None, prescale_factor=1.0,
-                        postscale_factor=1.0, process_set=global_process_set) -> Handle:
+def reducescatter_async(
+    tensor,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+) -> Handle:
     """Reduces `tensor` across ranks and gives each rank a slice of the first dimension (the
     first dim % size ranks get one row more)."""
-    return submit_owned(REDUCESCATTER, name, tensor, op=resolve_op(op, None),
-                        prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-                        process_set=process_set_id(process_set, "reducescatter"))
+    return submit_owned(
+        REDUCESCATTER,
+        name,
+        tensor,
+        op=resolve_op(op, None),
+        prescale_factor=prescale_factor,
+        postscale_factor=postscale_factor,
+        process_set=process_set_id(process_set, "reducescatter"),
+    )
 
 
-def reducescatter(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                  process_set=global_process_set):
-    return synchronize(reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
-                                           process_set))
+def reducescatter(
+    tensor,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=global_process_set,
+):
+    return synchronize(
+        reducescatter_async(tensor, name, op, prescale_factor, postscale_factor, process_set)
+    )
 
 
 # ---- synchronisation ----
 
+
 def barrier(name=None, process_set=global_process_set) -> None:
     """Returns once every rank of the set has reached the barrier."""
-    synchronize(submit(BARRIER, name=name, address=0, dtype=0, shape=(),
-                       process_set=process_set_id(process_set, "barrier")))
+    synchronize(
+        submit(
+            BARRIER,
+            name=name,
+            address=0,
+            dtype=0,
+            shape=(),
+            process_set=process_set_id(process_set, "barrier"),
+        )
+    )
 
 
 def join(process_set=global_process_set) -> int:
@@ -178,5 +364,13 @@ def join(process_set=global_process_set) -> int:
     there; any other collective fails while a rank has joined, as in Horovod (Note [Join] in
     native/coordinator/negotiator.cc). Blocks until all joined; returns the rank that joined
     last (the job's rank)."""
-    return synchronize(submit(JOIN, name="join", address=0, dtype=0, shape=(),
-                              process_set=process_set_id(process_set, "join")))
+    return synchronize(
+        submit(
+            JOIN,
+            name="join",
+            address=0,
+            dtype=0,
+            shape=(),
+            process_set=process_set_id(process_set, "join"),
+        )
+    )

@@ -1,6 +1,7 @@
 """Registering process sets (Horovod's init(process_sets=...), add_process_set,
 remove_process_set), and so the public init(): registering runs collectives, so it sits above
 the collectives, while looking a set up (scaleout._process_sets) sits below them."""
+
 from __future__ import annotations
 
 from typing import Any, List, Sequence, Union
@@ -29,8 +30,12 @@ _dynamic = False
 def _comm_ranks(comm: Any) -> List[int]:
     """The job's ranks of an mpi4py communicator's members (the job runs on COMM_WORLD)."""
     from mpi4py import MPI
-    return sorted(MPI.Group.Translate_ranks(comm.Get_group(), list(range(comm.Get_size())),
-                                            MPI.COMM_WORLD.Get_group()))
+
+    return sorted(
+        MPI.Group.Translate_ranks(
+            comm.Get_group(), list(range(comm.Get_size())), MPI.COMM_WORLD.Get_group()
+        )
+    )
 
 
 def _at_init(process_sets: Union[None, str, Sequence[ProcessSet]]) -> None:
@@ -41,15 +46,17 @@ def _at_init(process_sets: Union[None, str, Sequence[ProcessSet]]) -> None:
     unregistered, as in Horovod."""
     global _dynamic
     global_process_set.ranks = list(range(_runtime.size()))
-    _dynamic = process_sets == "dynamic" or \
-        _runtime.config().get("SCALEOUT_DYNAMIC_PROCESS_SETS") == "1"
+    _dynamic = (
+        process_sets == "dynamic" or _runtime.config().get("SCALEOUT_DYNAMIC_PROCESS_SETS") == "1"
+    )
     if process_sets is None or isinstance(process_sets, str):
         return
     for ps in process_sets:
         if ps.ranks is None:
             ps.ranks = _comm_ranks(ps.mpi_comm)
-    everyone = allgather_object([tuple(ps.ranks) for ps in process_sets],
-                                name="scaleout.init.process_sets")
+    everyone = allgather_object(
+        [tuple(ps.ranks) for ps in process_sets], name="scaleout.init.process_sets"
+    )
     ids = {tuple(global_process_set.ranks): 0}
     for ranks in (ranks for given in everyone for ranks in given):
         if ranks not in ids:
@@ -66,8 +73,10 @@ def check_init_argument(process_sets: Any) -> None:
     if process_sets is None or process_sets == "dynamic":
         return
     if isinstance(process_sets, str) or not all(isinstance(p, ProcessSet) for p in process_sets):
-        raise InvalidArgumentError(f"init(process_sets=...) takes a list of ProcessSet objects or "
-                                   f"'dynamic', not {process_sets!r}")
+        raise InvalidArgumentError(
+            f"init(process_sets=...) takes a list of ProcessSet objects or "
+            f"'dynamic', not {process_sets!r}"
+        )
 
 
 def add_process_set(process_set: Union[ProcessSet, Sequence[int]]) -> ProcessSet:
@@ -77,12 +86,15 @@ def add_process_set(process_set: Union[ProcessSet, Sequence[int]]) -> ProcessSet
     if not _dynamic:
         raise InvalidArgumentError(
             "add_process_set: dynamic process sets are off; call init(process_sets='dynamic') or "
-            "set SCALEOUT_DYNAMIC_PROCESS_SETS=1 (or HOROVOD_DYNAMIC_PROCESS_SETS=1)")
+            "set SCALEOUT_DYNAMIC_PROCESS_SETS=1 (or HOROVOD_DYNAMIC_PROCESS_SETS=1)"
+        )
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
     if process_set.ranks is None:
-        raise NotImplementedError("adding a process set made from an MPI communicator after init "
-                                  "is not implemented; make it from a list of ranks")
+        raise NotImplementedError(
+            "adding a process set made from an MPI communicator after init "
+            "is not implemented; make it from a list of ranks"
+        )
     process_set.process_set_id = _binding.add_process_set(process_set.ranks)
     return process_set
 
@@ -94,7 +106,8 @@ def remove_process_set(process_set: ProcessSet) -> bool:
     if not _dynamic:
         raise InvalidArgumentError(
             "remove_process_set: dynamic process sets are off; call init(process_sets='dynamic') "
-            "or set SCALEOUT_DYNAMIC_PROCESS_SETS=1 (or HOROVOD_DYNAMIC_PROCESS_SETS=1)")
+            "or set SCALEOUT_DYNAMIC_PROCESS_SETS=1 (or HOROVOD_DYNAMIC_PROCESS_SETS=1)"
+        )
     set_id = process_set.process_set_id
     if set_id is None or set_id == 0:
         return False

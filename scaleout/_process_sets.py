@@ -12,6 +12,7 @@ This module is the lookup every collective needs (the ProcessSet type, the globa
 core id, rank and size); registering sets (at init, add_process_set, remove_process_set) runs
 collectives and is scaleout._process_set_registry's.
 """
+
 from __future__ import annotations
 
 import sys
@@ -27,6 +28,7 @@ class ProcessSet:
     """A set of the job's ranks that run collectives together: `ProcessSet([0, 2])`, or
     `ProcessSet(mpi4py_comm)` (registered at init). `process_set_id` is None until it is
     registered with init() or add_process_set()."""
+
     process_set_id: Optional[int] = None
     ranks: Optional[List[int]] = None
     mpi_comm: Any = None
@@ -38,8 +40,9 @@ class ProcessSet:
         try:
             ranks = list(ranks_or_comm)
         except TypeError:
-            raise InvalidArgumentError("ProcessSet takes a list of ranks or an mpi4py "
-                                       f"communicator, not {ranks_or_comm!r}") from None
+            raise InvalidArgumentError(
+                f"ProcessSet takes a list of ranks or an mpi4py communicator, not {ranks_or_comm!r}"
+            ) from None
         if any(isinstance(r, bool) or not isinstance(r, int) for r in ranks):
             raise InvalidArgumentError(f"ProcessSet takes a list of ranks (ints), not {ranks!r}")
         self.ranks = sorted(ranks)
@@ -67,8 +70,10 @@ class ProcessSet:
         return _runtime.rank() in self.ranks
 
     def __repr__(self) -> str:
-        return (f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, "
-                f"mpi_comm={self.mpi_comm})")
+        return (
+            f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, "
+            f"mpi_comm={self.mpi_comm})"
+        )
 
     __str__ = __repr__
 
@@ -99,10 +104,11 @@ def process_set_id(process_set: Optional[ProcessSet], what: str) -> int:
     if process_set is None or process_set is global_process_set:
         return 0
     if not isinstance(process_set, ProcessSet):
-        raise InvalidArgumentError(f"{what}: process_set must be a ProcessSet, not "
-                                   f"{process_set!r}")
+        raise InvalidArgumentError(f"{what}: process_set must be a ProcessSet, not {process_set!r}")
     if process_set.process_set_id is None:
-        raise InvalidArgumentError(f"{what}: {process_set} is not registered: pass it to init("
-                                   "process_sets=[...]) or add_process_set() first (or it was "
-                                   "removed)")
+        raise InvalidArgumentError(
+            f"{what}: {process_set} is not registered: pass it to init("
+            "process_sets=[...]) or add_process_set() first (or it was "
+            "removed)"
+        )
     return process_set.process_set_id

@@ -20,6 +20,7 @@ nor raises: a record that cannot be sent is dropped, and the job goes on as it w
 Pure: the standard library only; the rank wrapper, which must not import scaleout, is told
 VARIABLE's name on its command line.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,11 +28,10 @@ import os
 import socket
 from typing import Any, Mapping, Optional, Sequence
 
-__all__ = ["VARIABLE", "MAX_RECORD", "report_culprits", "send", "encode", "decode",
-           "culprit_ranks"]
+__all__ = ["VARIABLE", "MAX_RECORD", "report_culprits", "send", "encode", "decode", "culprit_ranks"]
 
 VARIABLE = "SCALEOUT_RANK_REPORT"
-MAX_RECORD = 4096   # bytes; a longer record is not sent
+MAX_RECORD = 4096  # bytes; a longer record is not sent
 
 _last_sent: Optional[bytes] = None
 
@@ -78,4 +78,4 @@ def send(record: Mapping[str, Any], environ: Mapping[str, str] = os.environ) -> 
             channel.sendto(data, address)
         _last_sent = data
     except OSError:
-        pass   # no wrapper listening (any more), or its queue is full
+        pass  # no wrapper listening (any more), or its queue is full

@@ -3,6 +3,7 @@ the timeline.
 
 The public init() is scaleout._process_set_registry's: after `start` it registers the process
 sets given to init, which runs a collective (a layer above this one)."""
+
 from __future__ import annotations
 
 import atexit
@@ -14,11 +15,33 @@ from typing import Any, Optional
 from scaleout import _binding, _native
 from scaleout._errors import InvalidArgumentError, NotInitializedError
 
-__all__ = ["start", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
-           "cross_rank", "cross_size", "mpi_threads_supported", "mpi_built", "config",
-           "placement", "mpi_enabled", "gloo_enabled", "nccl_built", "cuda_built", "rocm_built",
-           "gloo_built", "ccl_built", "ddl_built", "is_homogeneous", "start_timeline",
-           "stop_timeline", "stats"]
+__all__ = [
+    "start",
+    "shutdown",
+    "is_initialized",
+    "rank",
+    "size",
+    "local_rank",
+    "local_size",
+    "cross_rank",
+    "cross_size",
+    "mpi_threads_supported",
+    "mpi_built",
+    "config",
+    "placement",
+    "mpi_enabled",
+    "gloo_enabled",
+    "nccl_built",
+    "cuda_built",
+    "rocm_built",
+    "gloo_built",
+    "ccl_built",
+    "ddl_built",
+    "is_homogeneous",
+    "start_timeline",
+    "stop_timeline",
+    "stats",
+]
 
 _state_lock = threading.Lock()
 _topology: Optional[tuple] = None
@@ -30,6 +53,7 @@ def _comm_handle(comm: Any) -> Optional[int]:
     if comm is None:
         return None
     from mpi4py import MPI
+
     if isinstance(comm, MPI.Comm):
         return int(comm.py2f())
     if isinstance(comm, (list, tuple)):
@@ -37,11 +61,14 @@ def _comm_handle(comm: Any) -> Optional[int]:
         group = MPI.COMM_WORLD.Get_group().Incl(ranks)
         sub = MPI.COMM_WORLD.Create_group(group) if MPI.COMM_WORLD.rank in ranks else None
         if sub is None or sub == MPI.COMM_NULL:
-            raise ValueError(f"init(comm={ranks}): this process (world rank "
-                             f"{MPI.COMM_WORLD.rank}) is not in the list")
+            raise ValueError(
+                f"init(comm={ranks}): this process (world rank "
+                f"{MPI.COMM_WORLD.rank}) is not in the list"
+            )
         return int(sub.py2f())
-    raise TypeError(f"init(comm=...) takes an mpi4py communicator or a list of ranks, "
-                    f"not {type(comm).__name__}")
+    raise TypeError(
+        f"init(comm=...) takes an mpi4py communicator or a list of ranks, not {type(comm).__name__}"
+    )
 
 
 def start(comm: Any = None) -> bool:
@@ -75,15 +102,20 @@ def stats_line() -> str:
     """One line of this rank's traffic (what SCALEOUT_STATS=1, scaleoutrun --stats, prints at
     shutdown): per collective kind that ran, calls, bytes submitted, written to shared memory,
     handed to MPI, and the time reducing and waiting."""
+
     def size(n: float) -> str:
         for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
             if n >= scale:
                 return f"{n / scale:.1f} {unit}"
         return f"{int(n)} B"
-    parts = [f"{kind} {c['calls']} calls, {size(c['bytes'])} submitted, {size(c['shm_bytes'])} "
-             f"to shared memory, {size(c['mpi_bytes'])} to MPI, reduce {c['reduce_seconds']:.3f} "
-             f"s, wait {c['wait_seconds']:.3f} s"
-             for kind, c in traffic().items() if c["calls"]]
+
+    parts = [
+        f"{kind} {c['calls']} calls, {size(c['bytes'])} submitted, {size(c['shm_bytes'])} "
+        f"to shared memory, {size(c['mpi_bytes'])} to MPI, reduce {c['reduce_seconds']:.3f} "
+        f"s, wait {c['wait_seconds']:.3f} s"
+        for kind, c in traffic().items()
+        if c["calls"]
+    ]
     return f"scaleout stats, rank {rank()}: " + ("; ".join(parts) or "no collectives")
 
 
@@ -94,8 +126,9 @@ def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
     collectives. Unlike Horovod, SCALEOUT_TIMELINE=DYNAMIC (HOROVOD_TIMELINE=DYNAMIC) is not
     required beforehand; it is accepted and means "no timeline until start_timeline()"."""
     if not isinstance(file_path, (str, bytes)) or not file_path:
-        raise InvalidArgumentError(f"start_timeline: file_path must be a non-empty path, "
-                                   f"not {file_path!r}")
+        raise InvalidArgumentError(
+            f"start_timeline: file_path must be a non-empty path, not {file_path!r}"
+        )
     _topo()
     path = file_path.decode() if isinstance(file_path, bytes) else str(file_path)
     _binding.timeline(path, bool(mark_cycles))
@@ -219,6 +252,7 @@ def rocm_built() -> bool:
 
 def mpi_threads_supported() -> bool:
     from mpi4py import MPI
+
     return MPI.Query_thread() == MPI.THREAD_MULTIPLE
 
 
@@ -236,6 +270,7 @@ def placement() -> dict:
     """Where this rank runs: the CPUs it computes on (from the operating system), the CPUs its
     endpoint servers are pinned to, how many servers there are, and the compute threads."""
     import os
+
     cfg = config()
     ep_cores = [int(c) for c in cfg.get("SCALEOUT_EP_CORES", "").split(",") if c]
     threads = os.environ.get("OMP_NUM_THREADS") or os.environ.get("SCALEOUT_COMPUTE_THREADS")

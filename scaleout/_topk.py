@@ -31,6 +31,7 @@ residuals and velocities are arrays the caller owns and passes in (torch keeps t
 DistributedOptimizer's state_dict; TensorFlow in variables), and the step count comes from the
 caller too; `TopKExchange` is the arithmetic and the communication.
 """
+
 from __future__ import annotations
 
 import math
@@ -48,8 +49,16 @@ from scaleout._native import ALLGATHER, ALLREDUCE, Average, Sum, synchronize, wa
 from scaleout._objects import allgather_object
 from scaleout._process_sets import set_size
 
-__all__ = ["TopK", "TopKExchange", "Momentum", "select_topk", "topk_count", "residual_dtype",
-           "given_momentum", "check_optimizer_momentum"]
+__all__ = [
+    "TopK",
+    "TopKExchange",
+    "Momentum",
+    "select_topk",
+    "topk_count",
+    "residual_dtype",
+    "given_momentum",
+    "check_optimizer_momentum",
+]
 
 # Below this many entries a full partition is as fast as sampling.
 _DIRECT = 32768
@@ -61,8 +70,9 @@ def topk_count(n: int, density: float) -> int:
     return min(n, max(1, math.ceil(density * n)))
 
 
-def select_topk(x: np.ndarray, k: int, seed: int = 0,
-                scratch: Optional[np.ndarray] = None) -> np.ndarray:
+def select_topk(
+    x: np.ndarray, k: int, seed: int = 0, scratch: Optional[np.ndarray] = None
+) -> np.ndarray:
     """Indices of the k entries of the flat array x with the largest magnitude (in no particular
     order; ties broken arbitrarily; NaN counts as the largest). `scratch`: a float array of
     x's size to hold |x|."""
@@ -71,7 +81,7 @@ def select_topk(x: np.ndarray, k: int, seed: int = 0,
         return np.arange(n)
     magnitudes = np.abs(x, out=scratch) if scratch is not None else np.abs(x)
     if n <= _DIRECT:
-        return np.argpartition(magnitudes, n - k)[n - k:]
+        return np.argpartition(magnitudes, n - k)[n - k :]
     rng = np.random.default_rng(seed)
     sample = magnitudes[rng.integers(0, n, _SAMPLE)]
     # Aim at about 1.5k candidates (a few samples more for very small k).
@@ -81,9 +91,9 @@ def select_topk(x: np.ndarray, k: int, seed: int = 0,
     # sent and shows, rather than sitting in the residual for ever
     candidates = np.flatnonzero(~(magnitudes < threshold))
     if candidates.size < k:  # the sample overestimated the threshold: rare
-        return np.argpartition(magnitudes, n - k)[n - k:]
+        return np.argpartition(magnitudes, n - k)[n - k :]
     if candidates.size > k:
-        top = np.argpartition(magnitudes[candidates], candidates.size - k)[candidates.size - k:]
+        top = np.argpartition(magnitudes[candidates], candidates.size - k)[candidates.size - k :]
         candidates = candidates[top]
     return candidates
 
@@ -116,24 +126,38 @@ class TopK:
     which is made anew at every step, the residuals live in this object.
     """
 
-    def __init__(self, density: float = 0.01, momentum_correction: Union[bool, float] = False,
-                 warmup_steps: int = 0, hierarchical: Optional[bool] = None,
-                 nesterov: bool = False) -> None:
-        if isinstance(density, bool) or not isinstance(density, (int, float)) or not (
-                0.0 < density <= 1.0):
-            raise InvalidArgumentError(f"Compression.topk: density must be in (0, 1], not "
-                                       f"{density!r}")
+    def __init__(
+        self,
+        density: float = 0.01,
+        momentum_correction: Union[bool, float] = False,
+        warmup_steps: int = 0,
+        hierarchical: Optional[bool] = None,
+        nesterov: bool = False,
+    ) -> None:
+        if (
+            isinstance(density, bool)
+            or not isinstance(density, (int, float))
+            or not (0.0 < density <= 1.0)
+        ):
+            raise InvalidArgumentError(
+                f"Compression.topk: density must be in (0, 1], not {density!r}"
+            )
         if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-            raise InvalidArgumentError(f"Compression.topk: warmup_steps must be an int >= 0, not "
-                                       f"{warmup_steps!r}")
+            raise InvalidArgumentError(
+                f"Compression.topk: warmup_steps must be an int >= 0, not {warmup_steps!r}"
+            )
         if not isinstance(momentum_correction, bool) and not (
-                isinstance(momentum_correction, (int, float)) and 0.0 < momentum_correction < 1.0):
+            isinstance(momentum_correction, (int, float)) and 0.0 < momentum_correction < 1.0
+        ):
             raise InvalidArgumentError(
                 "Compression.topk: momentum_correction is True (take the momentum from the "
-                f"wrapped optimizer), False, or a momentum in (0, 1); not {momentum_correction!r}")
+                f"wrapped optimizer), False, or a momentum in (0, 1); not {momentum_correction!r}"
+            )
         if hierarchical not in (None, False):
-            raise InvalidArgumentError(f"Compression.topk: hierarchical is None (where the "
-                                       f"allreduces are) or False, not {hierarchical!r}")
+            raise InvalidArgumentError(
+                f"Compression.topk: hierarchical is None (where the "
+                f"allreduces are) or False, not {hierarchical!r}"
+            )
         self.density = float(density)
         self.momentum_correction = momentum_correction
         self.warmup_steps = warmup_steps
@@ -143,15 +167,18 @@ class TopK:
         self.tf_state: Any = None
 
     def __repr__(self) -> str:
-        return (f"Compression.topk(density={self.density}, momentum_correction="
-                f"{self.momentum_correction}, warmup_steps={self.warmup_steps}, "
-                f"hierarchical={self.hierarchical})")
+        return (
+            f"Compression.topk(density={self.density}, momentum_correction="
+            f"{self.momentum_correction}, warmup_steps={self.warmup_steps}, "
+            f"hierarchical={self.hierarchical})"
+        )
 
     # A plain collective's `compression=` has no residual to keep.
     def compress(self, tensor):
         raise InvalidArgumentError(
             "Compression.topk keeps a residual per gradient between steps: use it with "
-            "DistributedOptimizer or DistributedGradientTape, not with a single collective")
+            "DistributedOptimizer or DistributedGradientTape, not with a single collective"
+        )
 
     def decompress(self, tensor, ctx):
         self.compress(tensor)
@@ -160,6 +187,7 @@ class TopK:
 @dataclass(frozen=True)
 class Momentum:
     """Momentum correction's factor (and Nesterov's variant), from the optimizer or the user."""
+
     momentum: float
     nesterov: bool = False
 
@@ -173,7 +201,8 @@ def given_momentum(config: TopK, what: str) -> Optional[Momentum]:
         raise InvalidArgumentError(
             f"Compression.topk(momentum_correction=True) with {what}: there is no optimizer to "
             "take the momentum from; pass the momentum itself, e.g. momentum_correction=0.9, and "
-            "apply the gradients without momentum")
+            "apply the gradients without momentum"
+        )
     return Momentum(float(config.momentum_correction), config.nesterov)
 
 
@@ -183,18 +212,39 @@ def check_optimizer_momentum(config: TopK, what: str) -> bool:
     if config.momentum_correction is not True and config.momentum_correction is not False:
         raise InvalidArgumentError(
             f"Compression.topk(momentum_correction={config.momentum_correction}) with {what}: "
-            "the momentum is the wrapped optimizer's own; pass momentum_correction=True")
+            "the momentum is the wrapped optimizer's own; pass momentum_correction=True"
+        )
     return config.momentum_correction is True
 
 
 class _Pending:
     """One gradient's exchange in flight: the handle of its current stage and what the next
     stages need."""
-    __slots__ = ("handle", "stage", "name", "residual", "velocity", "momentum", "step", "parts",
-                 "value_dtype")
 
-    def __init__(self, handle, stage: str, name: str = "", residual=None, velocity=None,
-                 momentum=None, step: int = 0, parts=None, value_dtype=None) -> None:
+    __slots__ = (
+        "handle",
+        "stage",
+        "name",
+        "residual",
+        "velocity",
+        "momentum",
+        "step",
+        "parts",
+        "value_dtype",
+    )
+
+    def __init__(
+        self,
+        handle,
+        stage: str,
+        name: str = "",
+        residual=None,
+        velocity=None,
+        momentum=None,
+        step: int = 0,
+        parts=None,
+        value_dtype=None,
+    ) -> None:
         self.handle, self.stage, self.name = handle, stage, name
         self.residual, self.velocity, self.momentum, self.step = residual, velocity, momentum, step
         # the pairs in each block of the gathered bytes, and the values' dtype
@@ -202,7 +252,7 @@ class _Pending:
 
 
 def _index_dtype(n: int) -> np.dtype:
-    return np.dtype(np.int32 if n < 2 ** 31 else np.int64)
+    return np.dtype(np.int32 if n < 2**31 else np.int64)
 
 
 def _pack(indices: np.ndarray, values: np.ndarray, index_dtype: np.dtype) -> np.ndarray:
@@ -224,8 +274,9 @@ def _blocks(payload: np.ndarray, counts, index_dtype: np.dtype, value_dtype: np.
         offset = end
 
 
-def _accumulate(acc: np.ndarray, grad: np.ndarray, velocity: Optional[np.ndarray],
-                momentum: Optional[Momentum]) -> None:
+def _accumulate(
+    acc: np.ndarray, grad: np.ndarray, velocity: Optional[np.ndarray], momentum: Optional[Momentum]
+) -> None:
     """acc += grad, or with momentum correction u = m*u + g, acc += u (Nesterov: g + m*u)."""
     if momentum is None:
         acc += grad
@@ -271,11 +322,13 @@ class TopKExchange:
     per job (every rank makes them, in the same order, when the first such exchange is made).
     """
 
-    def __init__(self, config: TopK, op: int, prescale: float, postscale: float,
-                 ps: int = 0) -> None:
+    def __init__(
+        self, config: TopK, op: int, prescale: float, postscale: float, ps: int = 0
+    ) -> None:
         if op not in (Average, Sum):
-            raise InvalidArgumentError("Compression.topk reduces gradients with op=Average or "
-                                       "op=Sum")
+            raise InvalidArgumentError(
+                "Compression.topk reduces gradients with op=Average or op=Sum"
+            )
         self.config = config
         self.ps = ps
         self.size = set_size(ps)
@@ -287,9 +340,16 @@ class TopKExchange:
     def hierarchical(self) -> bool:
         return self.hosts is not None
 
-    def start(self, name: str, grad: np.ndarray, residual: np.ndarray, step: int,
-              velocity: Optional[np.ndarray] = None, momentum: Optional[Momentum] = None,
-              out: Optional[np.ndarray] = None) -> _Pending:
+    def start(
+        self,
+        name: str,
+        grad: np.ndarray,
+        residual: np.ndarray,
+        step: int,
+        velocity: Optional[np.ndarray] = None,
+        momentum: Optional[Momentum] = None,
+        out: Optional[np.ndarray] = None,
+    ) -> _Pending:
         """Starts the exchange of this rank's flat gradient `grad` (read only). `residual` (and
         `velocity` with momentum correction) are this gradient's flat state arrays, updated
         (hierarchically: at finish_all); `step` counts the finished exchanges (the first
@@ -299,30 +359,44 @@ class TopKExchange:
         if step < self.config.warmup_steps:
             if self.hierarchical:  # the machine sum's state, kept alike on its ranks
                 out[...] = grad
-                handle = submit_into(ALLREDUCE, part(name, "host"), out, inplace=True,
-                                     process_set=self.hosts.local)
+                handle = submit_into(
+                    ALLREDUCE, part(name, "host"), out, inplace=True, process_set=self.hosts.local
+                )
                 return _Pending(handle, "host dense", name, residual, velocity, momentum, step)
             _accumulate(residual, grad, velocity, momentum)
             out[...] = residual
             residual[...] = 0  # the velocity keeps its value: dense momentum SGD
-            return _Pending(submit_into(ALLREDUCE, part(name, "dense"), out, inplace=True,
-                                        op=self.dense_op, prescale_factor=self.prescale,
-                                        postscale_factor=self.postscale, process_set=self.ps),
-                            "done")
+            return _Pending(
+                submit_into(
+                    ALLREDUCE,
+                    part(name, "dense"),
+                    out,
+                    inplace=True,
+                    op=self.dense_op,
+                    prescale_factor=self.prescale,
+                    postscale_factor=self.postscale,
+                    process_set=self.ps,
+                ),
+                "done",
+            )
         if self.hierarchical:
             summed = np.array(grad, residual.dtype)
-            handle = submit_into(ALLREDUCE, part(name, "host"), summed, inplace=True,
-                                 process_set=self.hosts.local)
-            return _Pending(handle, "host", name, residual, velocity, momentum, step,
-                            value_dtype=residual.dtype)
+            handle = submit_into(
+                ALLREDUCE, part(name, "host"), summed, inplace=True, process_set=self.hosts.local
+            )
+            return _Pending(
+                handle, "host", name, residual, velocity, momentum, step, value_dtype=residual.dtype
+            )
         k = topk_count(residual.size, self.config.density)
         _accumulate(residual, grad, velocity, momentum)
         chosen, values = _take(residual, velocity, k, _seed(name, step))
-        handle = submit_owned(ALLGATHER, part(name, "topk"),
-                              _pack(chosen, values, _index_dtype(residual.size)),
-                              process_set=self.ps)
-        return _Pending(handle, "pairs", name, parts=[k] * self.size,
-                        value_dtype=residual.dtype)
+        handle = submit_owned(
+            ALLGATHER,
+            part(name, "topk"),
+            _pack(chosen, values, _index_dtype(residual.size)),
+            process_set=self.ps,
+        )
+        return _Pending(handle, "pairs", name, parts=[k] * self.size, value_dtype=residual.dtype)
 
     def finish_all(self, started: Sequence[Tuple[_Pending, np.ndarray]]) -> None:
         """Waits for the exchanges and writes each dense reduced gradient into its flat `out`
@@ -334,8 +408,9 @@ class TopKExchange:
         for pending, out in started:
             if pending.stage != "pairs":
                 continue
-            total = out if out.dtype == pending.value_dtype else np.empty(out.size,
-                                                                          pending.value_dtype)
+            total = (
+                out if out.dtype == pending.value_dtype else np.empty(out.size, pending.value_dtype)
+            )
             total[...] = 0
             payload = np.asarray(synchronize(pending.handle)).reshape(-1)
             blocks = _blocks(payload, pending.parts, _index_dtype(total.size), total.dtype)
@@ -366,34 +441,52 @@ class TopKExchange:
             _accumulate(pending.residual, summed, pending.velocity, pending.momentum)
             out[...] = pending.residual
             pending.residual[...] = 0
-            pending.handle = submit_into(ALLREDUCE, part(pending.name, "hosts"), out,
-                                         inplace=True, postscale_factor=self.scale,
-                                         process_set=hosts.cross)
+            pending.handle = submit_into(
+                ALLREDUCE,
+                part(pending.name, "hosts"),
+                out,
+                inplace=True,
+                postscale_factor=self.scale,
+                process_set=hosts.cross,
+            )
             pending.stage = "done"
         sparse = [(p, out) for p, out in started if p.stage == "host"]
         j, parts = hosts.local_rank, hosts.local_size
-        for pending, out in sparse:
+        for pending, _ in sparse:
             residual = pending.residual
-            _accumulate(residual, np.asarray(synchronize(pending.handle)), pending.velocity,
-                        pending.momentum)
+            _accumulate(
+                residual,
+                np.asarray(synchronize(pending.handle)),
+                pending.velocity,
+                pending.momentum,
+            )
             # This rank's slice of the machine's sum: its top entries, by the same density.
             bounds = [residual.size * q // parts for q in range(parts + 1)]
-            counts = [topk_count(hi - lo, self.config.density)
-                      for lo, hi in zip(bounds, bounds[1:])]
-            chosen = bounds[j] + np.sort(select_topk(residual[bounds[j]:bounds[j + 1]],
-                                                     counts[j], _seed(pending.name, pending.step)))
+            counts = [
+                topk_count(hi - lo, self.config.density) for lo, hi in zip(bounds, bounds[1:])
+            ]
+            chosen = bounds[j] + np.sort(
+                select_topk(
+                    residual[bounds[j] : bounds[j + 1]],
+                    counts[j],
+                    _seed(pending.name, pending.step),
+                )
+            )
             pending.handle = submit_owned(
-                ALLGATHER, part(pending.name, "hosts"),
+                ALLGATHER,
+                part(pending.name, "hosts"),
                 _pack(chosen, residual[chosen], _index_dtype(residual.size)),
-                process_set=hosts.cross)
+                process_set=hosts.cross,
+            )
             # after the machine's ranks gather: each one's slice from every machine
             pending.parts = [counts[q] for q in hosts.slices for _ in range(hosts.count)]
             pending.stage = "cross"
         self._wait(started)
-        for pending, out in sparse:
+        for pending, _ in sparse:
             received = np.asarray(synchronize(pending.handle)).reshape(-1)
-            pending.handle = submit_owned(ALLGATHER, part(pending.name, "gathered"), received,
-                                          process_set=hosts.local)
+            pending.handle = submit_owned(
+                ALLGATHER, part(pending.name, "gathered"), received, process_set=hosts.local
+            )
             pending.stage = "pairs"
         self._wait(started)
 
@@ -406,12 +499,20 @@ def _seed(name: str, step: int) -> int:
 class _Hosts:
     """This rank's two process sets of Note [Hierarchical top-k]."""
 
-    def __init__(self, local: int, cross: int, local_rank: int, local_size: int, count: int,
-                 slices: list, mine: list) -> None:
+    def __init__(
+        self,
+        local: int,
+        cross: int,
+        local_rank: int,
+        local_size: int,
+        count: int,
+        slices: list,
+        mine: list,
+    ) -> None:
         self.local, self.cross = local, cross
         self.local_rank, self.local_size, self.count = local_rank, local_size, count
         self.slices = slices  # the local rank (slice) of each rank of the machine, in set order
-        self.mine = mine      # per local rank q: this machine's place in local rank q's set
+        self.mine = mine  # per local rank q: this machine's place in local rank q's set
 
     def sent_here(self, block: int) -> bool:
         """Whether block `block` of the gathered pairs (the machine's ranks in set order, each
@@ -434,16 +535,22 @@ def _host_sets() -> Optional[_Hosts]:
     known = _hosts_cache.get(key)
     if known is not None and _registered(known):
         return known
-    places = allgather_object((_runtime.cross_rank(), _runtime.local_rank()),
-                              name="scaleout.topk.places")
+    places = allgather_object(
+        (_runtime.cross_rank(), _runtime.local_rank()), name="scaleout.topk.places"
+    )
     machines = [[r for r, (c, _) in enumerate(places) if c == h] for h in range(count)]
-    columns = [[r for r, (_, l) in enumerate(places) if l == j] for j in range(local_size)]
+    columns = [[r for r, (_, local) in enumerate(places) if local == j] for j in range(local_size)]
     ids = {tuple(ranks): _added(ranks) for ranks in machines + columns}
     here = machines[_runtime.cross_rank()]
-    hosts = _Hosts(local=ids[tuple(here)], cross=ids[tuple(columns[_runtime.local_rank()])],
-                   local_rank=_runtime.local_rank(), local_size=local_size, count=count,
-                   slices=[places[q][1] for q in here], mine=[next(i for i, q in enumerate(column) if q in here)
-                         for column in columns])
+    hosts = _Hosts(
+        local=ids[tuple(here)],
+        cross=ids[tuple(columns[_runtime.local_rank()])],
+        local_rank=_runtime.local_rank(),
+        local_size=local_size,
+        count=count,
+        slices=[places[q][1] for q in here],
+        mine=[next(i for i, q in enumerate(column) if q in here) for column in columns],
+    )
     hosts.ranks = (machines[_runtime.cross_rank()], columns[_runtime.local_rank()])
     _hosts_cache[key] = hosts
     return hosts
@@ -461,7 +568,8 @@ def _added(ranks) -> int:
 
 def _registered(hosts: _Hosts) -> bool:
     try:
-        return [list(_binding.process_set(i)[1]) for i in (hosts.local, hosts.cross)] == \
-            [list(r) for r in hosts.ranks]
+        return [list(_binding.process_set(i)[1]) for i in (hosts.local, hosts.cross)] == [
+            list(r) for r in hosts.ranks
+        ]
     except Exception:  # noqa: BLE001  (a removed set, a new job)
         return False

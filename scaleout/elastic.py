@@ -15,10 +15,17 @@ A job loses a host and goes on at a smaller size, or grows when hosts are added,
 commit (Note [Elastic restarts] in scaleout/_elastic_run.py, Note [Elastic driver] in
 launcher/elastic_driver.py).
 """
+
 from scaleout._elastic_protocol import HostUpdateResult
 from scaleout._elastic_run import run
 from scaleout._elastic_state import HostsUpdatedInterrupt, ObjectState, State
 from scaleout._errors import HorovodInternalError
 
-__all__ = ["run", "State", "ObjectState", "HostsUpdatedInterrupt", "HostUpdateResult",
-           "HorovodInternalError"]
+__all__ = [
+    "run",
+    "State",
+    "ObjectState",
+    "HostsUpdatedInterrupt",
+    "HostUpdateResult",
+    "HorovodInternalError",
+]

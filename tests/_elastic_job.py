@@ -3,6 +3,7 @@ another script) in the background, with a discovery script that prints a file th
 change, and the test's hands on it: its commits as they are made, its ranks' processes (to
 kill -9 them), its output when it ends. Used by tests/test_elastic.py and
 tests/test_multihost_elastic.py."""
+
 from __future__ import annotations
 
 import ast
@@ -17,16 +18,23 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import pytest
-
 from conftest import SCALEOUTRUN_MODULE
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "elastic_pytorch_digits.py"
 
 
 class ElasticJob:
-    def __init__(self, workdir: Path, hosts: str, flags: Sequence[str], script: Sequence[str],
-                 env: Optional[dict] = None, runner: Optional[Sequence[str]] = None,
-                 job: Optional[str] = None, store: Optional[Path] = None):
+    def __init__(
+        self,
+        workdir: Path,
+        hosts: str,
+        flags: Sequence[str],
+        script: Sequence[str],
+        env: Optional[dict] = None,
+        runner: Optional[Sequence[str]] = None,
+        job: Optional[str] = None,
+        store: Optional[Path] = None,
+    ):
         """hosts: what the discovery script prints at first; flags: scaleoutrun's; script:
         the command of every rank; runner: what starts scaleoutrun (default: this Python);
         job, store: an earlier job's id and commits, to resume it."""
@@ -36,23 +44,43 @@ class ElasticJob:
         self.store = store or workdir / "commits"
         self.job = job or f"test-{uuid.uuid4().hex[:8]}"
         self.out_path, self.err_path = workdir / "stdout.txt", workdir / "stderr.txt"
-        command = [*(runner or [sys.executable]), "-m", SCALEOUTRUN_MODULE, *flags,
-                   "--host-discovery-script", f"cat {self.hosts_file}", *script]
-        full_env = {**os.environ, "SCALEOUT_ELASTIC_JOB": self.job,
-                    "SCALEOUT_ELASTIC_DIR": str(self.store), **(env or {})}
+        command = [
+            *(runner or [sys.executable]),
+            "-m",
+            SCALEOUTRUN_MODULE,
+            *flags,
+            "--host-discovery-script",
+            f"cat {self.hosts_file}",
+            *script,
+        ]
+        full_env = {
+            **os.environ,
+            "SCALEOUT_ELASTIC_JOB": self.job,
+            "SCALEOUT_ELASTIC_DIR": str(self.store),
+            **(env or {}),
+        }
         with open(self.out_path, "w") as out, open(self.err_path, "w") as err:
-            self.proc = subprocess.Popen(command, stdout=out, stderr=err, env=full_env,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+            self.proc = subprocess.Popen(
+                command,
+                stdout=out,
+                stderr=err,
+                env=full_env,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
 
     def set_hosts(self, hosts: str) -> None:
         temporary = self.hosts_file.with_suffix(".new")
         temporary.write_text(hosts)
-        temporary.replace(self.hosts_file)   # the script never reads half a file
+        temporary.replace(self.hosts_file)  # the script never reads half a file
 
     def newest_commit(self) -> int:
         """The newest commit any host has marked complete, -1 before the first."""
-        found = [int(m.group(1)) for path in self.store.glob("*/commit-*.done")
-                 if (m := re.match(r"commit-(\d+)\.done$", path.name))]
+        found = [
+            int(m.group(1))
+            for path in self.store.glob("*/commit-*.done")
+            if (m := re.match(r"commit-(\d+)\.done$", path.name))
+        ]
         return max(found, default=-1)
 
     def wait_for(self, what: str, ready, timeout: float = 90) -> None:
@@ -70,8 +98,11 @@ class ElasticJob:
 
     def rank_pid(self, rank: int, generation: int) -> Optional[int]:
         """The process of the rank's program (not its wrapper) in that generation."""
-        wanted = {f"SCALEOUT_ELASTIC_JOB={self.job}", f"PMI_RANK={rank}",
-                  f"SCALEOUT_ELASTIC_GENERATION={generation}"}
+        wanted = {
+            f"SCALEOUT_ELASTIC_JOB={self.job}",
+            f"PMI_RANK={rank}",
+            f"SCALEOUT_ELASTIC_GENERATION={generation}",
+        }
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
                 continue
@@ -91,8 +122,10 @@ class ElasticJob:
     def kill_rank(self, rank: int, generation: int) -> None:
         """kill -9 of the rank's program, once it runs."""
         found = []
-        self.wait_for(f"rank {rank} of generation {generation}",
-                      lambda: found.append(self.rank_pid(rank, generation)) or found[-1])
+        self.wait_for(
+            f"rank {rank} of generation {generation}",
+            lambda: found.append(self.rank_pid(rank, generation)) or found[-1],
+        )
         os.kill(found[-1], signal.SIGKILL)
 
     def stop(self) -> None:
@@ -107,14 +140,16 @@ class ElasticJob:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.stop()
-            pytest.fail(f"the elastic job did not finish in {timeout} s (a hang)\n"
-                        f"{self.output()}")
-        return subprocess.CompletedProcess(self.proc.args, self.proc.returncode,
-                                           self.out_path.read_text(), self.err_path.read_text())
+            pytest.fail(f"the elastic job did not finish in {timeout} s (a hang)\n{self.output()}")
+        return subprocess.CompletedProcess(
+            self.proc.args,
+            self.proc.returncode,
+            self.out_path.read_text(),
+            self.err_path.read_text(),
+        )
 
     def output(self) -> str:
-        return (f"--- stdout\n{self.out_path.read_text()}\n"
-                f"--- stderr\n{self.err_path.read_text()}")
+        return f"--- stdout\n{self.out_path.read_text()}\n--- stderr\n{self.err_path.read_text()}"
 
 
 def digits_result(stdout: str) -> tuple[float, dict[int, int]]:

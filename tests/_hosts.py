@@ -17,6 +17,7 @@ Nothing outside the namespaces is changed, and the namespaces, with everything r
 are removed by close(). Needs root and: unshare, nsenter, ip (iproute2), ssh, ssh-keygen, sshd
 (openssh-server), and tc for a rate limit; missing_prerequisite() names what is missing.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -33,12 +34,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
-__all__ = ["HostsUnavailable", "Hosts", "LinkLimit", "INTERFACE", "SSH_PORT", "LIMIT",
-           "INSTALL_HINT", "NETWORK_ENV", "host_names", "missing_prerequisite", "made_hosts"]
+__all__ = [
+    "HostsUnavailable",
+    "Hosts",
+    "LinkLimit",
+    "INTERFACE",
+    "SSH_PORT",
+    "LIMIT",
+    "INSTALL_HINT",
+    "NETWORK_ENV",
+    "host_names",
+    "missing_prerequisite",
+    "made_hosts",
+]
 
 SSH_PORT = 2222
-INTERFACE = "scaleout0"   # each host's end of its link, renamed alike on every host
-LIMIT = 120               # seconds any one command on a host may take by default
+INTERFACE = "scaleout0"  # each host's end of its link, renamed alike on every host
+LIMIT = 120  # seconds any one command on a host may take by default
 INSTALL_HINT = "on Debian: apt-get install -y openssh-server iproute2"
 
 # For every job run across these hosts. They share one kernel, and UCX (MPICH's transport here)
@@ -66,14 +78,16 @@ def missing_prerequisite(rate_limited: bool = False) -> Optional[str]:
         return "network namespaces are Linux's"
     if os.geteuid() != 0:
         return "making network namespaces and veth links needs root"
-    tools = ["unshare", "nsenter", "ip", "ssh", "ssh-keygen", "sshd"] + (["tc"] if rate_limited
-                                                                          else [])
+    tools = ["unshare", "nsenter", "ip", "ssh", "ssh-keygen", "sshd"] + (
+        ["tc"] if rate_limited else []
+    )
     for tool in tools:
         if shutil.which(tool, path=_SBIN_PATH) is None:
             return f"{tool} is not installed ({INSTALL_HINT})"
     if not os.path.isdir("/etc/ssh"):
         return f"/etc/ssh is missing ({INSTALL_HINT})"
     from scaleout.launcher.mpi_launcher import LaunchError, find_mpiexec
+
     try:
         find_mpiexec(os.environ.get("SCALEOUT_MPIEXEC"), sys.executable, os.environ)
     except LaunchError as exc:
@@ -93,12 +107,13 @@ class LinkLimit:
     bytes, so it is refused). burst: the bucket in bytes; by default burst_for(rate).
     latency: the longest a packet may wait in the bucket's queue (which sets its length); long
     enough that TCP's bursts are queued rather than dropped."""
+
     rate: str
     burst: Optional[int] = None
     latency: str = "100ms"
 
     def __post_init__(self):
-        self.bits_per_second   # refuses what is not a rate in bits
+        _ = self.bits_per_second  # refuses what is not a rate in bits
 
     @property
     def bits_per_second(self) -> int:
@@ -129,11 +144,14 @@ def burst_for(bits_per_second: int) -> int:
 
 
 def _run(argv: list[str], what: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    result = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                            timeout=timeout)
+    result = subprocess.run(
+        argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
+    )
     if result.returncode != 0:
-        raise RuntimeError(f"{what}: `{' '.join(argv)}` exited {result.returncode}: "
-                           f"{(result.stderr or result.stdout).strip()}")
+        raise RuntimeError(
+            f"{what}: `{' '.join(argv)}` exited {result.returncode}: "
+            f"{(result.stderr or result.stdout).strip()}"
+        )
     return result
 
 
@@ -144,9 +162,10 @@ def _die_with_this_process():
     prctl = ctypes.CDLL(None, use_errno=True).prctl
 
     def prepare() -> None:
-        prctl(1, signal.SIGKILL, 0, 0, 0)   # PR_SET_PDEATHSIG
+        prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
         if os.getppid() != parent:
             os._exit(1)
+
     return prepare
 
 
@@ -160,7 +179,7 @@ class Hosts:
     each once start_sshd is called; with three or more, a switch namespace holding a bridge.
     Use made_hosts() to have them made, started and taken down."""
 
-    SWITCH = "switch"   # the key of the switch namespace's holder (not a host)
+    SWITCH = "switch"  # the key of the switch namespace's holder (not a host)
 
     def __init__(self, workdir: Path, count: int = 2):
         self.dir = workdir
@@ -175,9 +194,10 @@ class Hosts:
         # its ends move (the host's end is then renamed INTERFACE, the switch's to-<host>).
         tag = f"{os.getpid() % 100000:05d}"
         self.veth = {name: f"so{tag}{chr(ord('a') + i)}" for i, name in enumerate(self.names)}
-        self.switch_port = {name: f"sw{tag}{chr(ord('a') + i)}"
-                            for i, name in enumerate(self.names)}
-        self.veth_made: list[str] = []   # ends still in this machine's namespace: close() deletes
+        self.switch_port = {
+            name: f"sw{tag}{chr(ord('a') + i)}" for i, name in enumerate(self.names)
+        }
+        self.veth_made: list[str] = []  # ends still in this machine's namespace: close() deletes
         self.sbin = shutil.which("sshd", path=_SBIN_PATH)
 
     @property
@@ -190,30 +210,50 @@ class Hosts:
         d = self.dir
         d.chmod(0o700)
         for key in ("client_key", "host_key"):
-            _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "scaleout-test",
-                  "-f", str(d / key)], "making an ssh key")
+            _run(
+                [
+                    "ssh-keygen",
+                    "-q",
+                    "-t",
+                    "ed25519",
+                    "-N",
+                    "",
+                    "-C",
+                    "scaleout-test",
+                    "-f",
+                    str(d / key),
+                ],
+                "making an ssh key",
+            )
         shutil.copy(d / "client_key.pub", d / "authorized_keys")
-        (d / "hosts").write_text("127.0.0.1 localhost\n" + "".join(
-            f"{address} {name}\n" for name, address in self.addresses.items()))
+        (d / "hosts").write_text(
+            "127.0.0.1 localhost\n"
+            + "".join(f"{address} {name}\n" for name, address in self.addresses.items())
+        )
         # Bound over /etc/ssh inside the hosts: the ssh client's settings.
         etc_ssh = d / "etc_ssh"
         etc_ssh.mkdir()
-        (etc_ssh / "ssh_config").write_text(textwrap.dedent(f"""\
+        (etc_ssh / "ssh_config").write_text(
+            textwrap.dedent(f"""\
             Host *
-                IdentityFile {d / 'client_key'}
+                IdentityFile {d / "client_key"}
                 IdentitiesOnly yes
                 UserKnownHostsFile /dev/null
                 StrictHostKeyChecking no
                 BatchMode yes
                 ConnectTimeout 10
                 LogLevel ERROR
-            """))
+            """)
+        )
 
     def _hold(self, key: str, namespaces: list[str]) -> None:
         self.holders[key] = subprocess.Popen(
             ["unshare", *namespaces, "sleep", "86400"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            preexec_fn=_die_with_this_process())
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            preexec_fn=_die_with_this_process(),
+        )
 
     def make_namespaces(self) -> None:
         """Raises OSError or RuntimeError where namespaces or the veth links cannot be made."""
@@ -224,7 +264,7 @@ class Hosts:
             self._hold(self.SWITCH, ["--net"])
         deadline = time.monotonic() + 10
         for holder in self.holders.values():
-            while True:   # unshare switches namespaces before it execs sleep: wait for it
+            while True:  # unshare switches namespaces before it execs sleep: wait for it
                 if holder.poll() is not None:
                     raise RuntimeError(f"unshare failed: {holder.stderr.read().decode().strip()}")
                 try:
@@ -238,28 +278,39 @@ class Hosts:
                     raise RuntimeError("unshare did not make its namespaces within 10 s")
                 time.sleep(0.02)
         if self.switched:
-            pairs = [(self.veth[name], name, self.switch_port[name], self.SWITCH)
-                     for name in self.names]
+            pairs = [
+                (self.veth[name], name, self.switch_port[name], self.SWITCH) for name in self.names
+            ]
         else:
             first, second = self.names
             pairs = [(self.veth[first], first, self.veth[second], second)]
         for end, end_space, peer, peer_space in pairs:
-            _run(["ip", "link", "add", end, "type", "veth", "peer", "name", peer],
-                 "making a veth pair")
+            _run(
+                ["ip", "link", "add", end, "type", "veth", "peer", "name", peer],
+                "making a veth pair",
+            )
             self.veth_made += [end, peer]
             for device, space in ((end, end_space), (peer, peer_space)):
-                _run(["ip", "link", "set", device, "netns", str(self.holders[space].pid)],
-                     f"moving a veth end into {space}")
-                self.veth_made.remove(device)   # it now lives, and dies, with its namespace
+                _run(
+                    ["ip", "link", "set", device, "netns", str(self.holders[space].pid)],
+                    f"moving a veth end into {space}",
+                )
+                self.veth_made.remove(device)  # it now lives, and dies, with its namespace
         if self.switched:
             commands = ["set -e", "ip link add switch0 type bridge", "ip link set switch0 up"]
             for name in self.names:
                 port = self.switch_port[name]
-                commands += [f"ip link set {port} name to-{name}",
-                             f"ip link set to-{name} master switch0",
-                             f"ip link set to-{name} up"]
-            self._run_in(self.SWITCH, ["sh", "-c", "\n".join(commands)], check=True,
-                         what="making the switch (a bridge)")
+                commands += [
+                    f"ip link set {port} name to-{name}",
+                    f"ip link set to-{name} master switch0",
+                    f"ip link set to-{name} up",
+                ]
+            self._run_in(
+                self.SWITCH,
+                ["sh", "-c", "\n".join(commands)],
+                check=True,
+                what="making the switch (a bridge)",
+            )
 
     def configure_hosts(self) -> None:
         d = self.dir
@@ -271,8 +322,8 @@ class Hosts:
                 ip addr add {address}/24 dev {INTERFACE}
                 ip link set {INTERFACE} up
                 hostname {name}
-                mount --bind {d / 'hosts'} /etc/hosts
-                mount --bind {d / 'etc_ssh'} /etc/ssh
+                mount --bind {d / "hosts"} /etc/hosts
+                mount --bind {d / "etc_ssh"} /etc/ssh
                 # This namespace's sysfs: UCX finds network devices in /sys/class/net.
                 mount -t sysfs sysfs /sys
                 # sshd wants /run/sshd; a private /run keeps this machine's /run untouched.
@@ -281,27 +332,35 @@ class Hosts:
             """
             self.run_on(name, ["sh", "-c", textwrap.dedent(script)], what=f"configuring {name}")
 
-    def start_sshd(self, name: str, port: int = SSH_PORT,
-                   force_command: Optional[str] = None) -> None:
+    def start_sshd(
+        self, name: str, port: int = SSH_PORT, force_command: Optional[str] = None
+    ) -> None:
         config = self.dir / f"sshd_{name}_{port}"
-        config.write_text(textwrap.dedent(f"""\
+        config.write_text(
+            textwrap.dedent(f"""\
             Port {port}
             ListenAddress {self.addresses[name]}
-            HostKey {self.dir / 'host_key'}
+            HostKey {self.dir / "host_key"}
             PidFile none
-            AuthorizedKeysFile {self.dir / 'authorized_keys'}
+            AuthorizedKeysFile {self.dir / "authorized_keys"}
             PermitRootLogin prohibit-password
             PubkeyAuthentication yes
             PasswordAuthentication no
             KbdInteractiveAuthentication no
             UsePAM no
             StrictModes no
-            """) + (f"ForceCommand {force_command}\n" if force_command else ""))
+            """)
+            + (f"ForceCommand {force_command}\n" if force_command else "")
+        )
         log_path = self.dir / f"sshd_{name}_{port}.log"
         with open(log_path, "wb") as log:
-            sshd = subprocess.Popen(self._enter(name) + [self.sbin, "-D", "-e", "-f", str(config)],
-                                    stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                    preexec_fn=_die_with_this_process())
+            sshd = subprocess.Popen(
+                self._enter(name) + [self.sbin, "-D", "-e", "-f", str(config)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                preexec_fn=_die_with_this_process(),
+            )
         self.sshds.append(sshd)
         deadline = time.monotonic() + 15
         while b"Server listening" not in log_path.read_bytes():
@@ -333,8 +392,12 @@ class Hosts:
         """Packets the rate limiters dropped so far, over every link end."""
         total = 0
         for space, device in self.link_ends():
-            out = self._run_in(space, ["tc", "-s", "qdisc", "show", "dev", device],
-                               check=True, what="reading tc's counters").stdout
+            out = self._run_in(
+                space,
+                ["tc", "-s", "qdisc", "show", "dev", device],
+                check=True,
+                what="reading tc's counters",
+            ).stdout
             total += sum(int(m) for m in re.findall(r"dropped (\d+)", out))
         return total
 
@@ -343,31 +406,47 @@ class Hosts:
     def _enter(self, name: str) -> list[str]:
         return ["nsenter", "-t", str(self.holders[name].pid), "-n", "-u", "-m", "--"]
 
-    def _run_in(self, space: str, argv: list[str], check: bool,
-                what: str = "") -> subprocess.CompletedProcess:
+    def _run_in(
+        self, space: str, argv: list[str], check: bool, what: str = ""
+    ) -> subprocess.CompletedProcess:
         if space == self.SWITCH:
             enter = ["nsenter", "-t", str(self.holders[self.SWITCH].pid), "-n", "--"]
         else:
             enter = self._enter(space)
         if check:
             return _run(enter + argv, what)
-        return subprocess.run(enter + argv, stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, timeout=30)
+        return subprocess.run(
+            enter + argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30
+        )
 
-    def run_on(self, name: str, argv: list[str], env: Optional[dict] = None,
-               timeout: float = LIMIT, what: Optional[str] = None) -> subprocess.CompletedProcess:
+    def run_on(
+        self,
+        name: str,
+        argv: list[str],
+        env: Optional[dict] = None,
+        timeout: float = LIMIT,
+        what: Optional[str] = None,
+    ) -> subprocess.CompletedProcess:
         """Runs argv on a host; with `what`, a failure raises RuntimeError."""
         if what is not None:
             return _run(self._enter(name) + argv, what, timeout)
-        return subprocess.run(self._enter(name) + argv, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, **(env or {})})
+        return subprocess.run(
+            self._enter(name) + argv,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, **(env or {})},
+        )
 
     def interface_bytes(self, name: str) -> dict[str, int]:
         """{"rx": ..., "tx": ...}: the byte counters of `name`'s INTERFACE."""
         statistics = f"/sys/class/net/{INTERFACE}/statistics"
-        out = self.run_on(name, ["cat", f"{statistics}/rx_bytes", f"{statistics}/tx_bytes"],
-                          what="reading the link's counters").stdout.split()
+        out = self.run_on(
+            name,
+            ["cat", f"{statistics}/rx_bytes", f"{statistics}/tx_bytes"],
+            what="reading the link's counters",
+        ).stdout.split()
         return {"rx": int(out[0]), "tx": int(out[1])}
 
     # --- taking down ----------------------------------------------------------------------
@@ -375,7 +454,7 @@ class Hosts:
     def _kill_in(self, spaces: set, spare: tuple[int, ...] = ()) -> None:
         """SIGKILLs every process in the network namespaces `spaces` but `spare`, until none
         is left (a process may fork while the first ones die)."""
-        spaces = spaces - {_net_namespace(os.getpid())}   # never this machine's own
+        spaces = spaces - {_net_namespace(os.getpid())}  # never this machine's own
         for _ in range(3):
             found = []
             for entry in os.listdir("/proc") if spaces else ():
@@ -408,13 +487,12 @@ class Hosts:
             if process.poll() is None:
                 process.kill()
             process.wait()
-        for device in self.veth_made:   # made but never moved: still in this namespace
+        for device in self.veth_made:  # made but never moved: still in this namespace
             subprocess.run(["ip", "link", "del", device], capture_output=True)
 
 
 @contextlib.contextmanager
-def made_hosts(workdir: Path, count: int = 2,
-               limit: Optional[LinkLimit] = None) -> Iterator[Hosts]:
+def made_hosts(workdir: Path, count: int = 2, limit: Optional[LinkLimit] = None) -> Iterator[Hosts]:
     """`count` hosts with an sshd on SSH_PORT each (and `limit` on their links), taken down on
     leaving. Raises HostsUnavailable (one line) where they cannot be made here."""
     missing = missing_prerequisite(rate_limited=limit is not None)
@@ -426,15 +504,17 @@ def made_hosts(workdir: Path, count: int = 2,
         try:
             hosts.make_namespaces()
         except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
-            raise HostsUnavailable(f"network namespaces cannot be made here: "
-                                   f"{' '.join(str(exc).split())}") from exc
+            raise HostsUnavailable(
+                f"network namespaces cannot be made here: {' '.join(str(exc).split())}"
+            ) from exc
         hosts.configure_hosts()
         if limit is not None:
             try:
                 hosts.limit_links(limit)
             except RuntimeError as exc:
-                raise HostsUnavailable(f"tc cannot rate-limit a veth here: "
-                                       f"{' '.join(str(exc).split())}") from exc
+                raise HostsUnavailable(
+                    f"tc cannot rate-limit a veth here: {' '.join(str(exc).split())}"
+                ) from exc
         for name in hosts.names:
             hosts.start_sshd(name, SSH_PORT)
         yield hosts

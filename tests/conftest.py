@@ -3,6 +3,7 @@ processes (run_mpi), scaleoutrun (scaleoutrun, SCALEOUTRUN for runs elsewhere), 
 (run_python), and the programs and stand-ins the launcher tests hand it (rank_program,
 fake_mpiexec). Every run is bounded by a timeout that fails the test and ends every process the
 run started."""
+
 from __future__ import annotations
 
 import os
@@ -22,7 +23,7 @@ MP = TESTS / "mp"
 # host's namespace, another runner).
 SCALEOUTRUN_MODULE = "scaleout.launcher.main"
 SCALEOUTRUN = [sys.executable, "-m", SCALEOUTRUN_MODULE]
-SCALEOUTRUN_LIMIT = 60   # seconds one scaleoutrun may take unless a test says otherwise
+SCALEOUTRUN_LIMIT = 60  # seconds one scaleoutrun may take unless a test says otherwise
 
 # A rank's number in a rank program, under any MPI's launcher, before scaleout is imported.
 RANK = 'int(os.environ.get("PMI_RANK") or os.environ["OMPI_COMM_WORLD_RANK"])'
@@ -35,8 +36,9 @@ def mpiexec() -> str:
     pytest.skip("no mpiexec found (pip install mpich)")
 
 
-def run_job(cmd: list, what: str, timeout: float, env: dict | None = None,
-            cwd: str | Path | None = None) -> subprocess.CompletedProcess:
+def run_job(
+    cmd: list, what: str, timeout: float, env: dict | None = None, cwd: str | Path | None = None
+) -> subprocess.CompletedProcess:
     """Runs a command that starts ranks (mpiexec, scaleoutrun) with the tests' environment; a
     hang fails the test after `timeout` s, ending every process the command started."""
     full_env = dict(os.environ)
@@ -44,9 +46,16 @@ def run_job(cmd: list, what: str, timeout: float, env: dict | None = None,
     full_env.update(env or {})
     # A session of its own, so that a hang can be ended with every rank it started; no stdin,
     # so that a rank reading it ends instead of waiting on the terminal.
-    child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=full_env, cwd=cwd,
-                             start_new_session=True)
+    child = subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=full_env,
+        cwd=cwd,
+        start_new_session=True,
+    )
     try:
         out, err = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -56,20 +65,32 @@ def run_job(cmd: list, what: str, timeout: float, env: dict | None = None,
     return subprocess.CompletedProcess(cmd, child.returncode, out, err)
 
 
-def run_mpi(script: str, np: int, *args: str, timeout: float = 120, env: dict | None = None,
-            check: bool = True) -> subprocess.CompletedProcess:
+def run_mpi(
+    script: str,
+    np: int,
+    *args: str,
+    timeout: float = 120,
+    env: dict | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess:
     """Runs tests/mp/<script> on `np` ranks; fails the test with the output if a rank fails."""
     cmd = [mpiexec(), "-n", str(np), sys.executable, str(MP / script), *args]
     proc = run_job(cmd, f"{script} on {np} ranks", timeout, env)
     if check and proc.returncode != 0:
-        pytest.fail(f"{script} on {np} ranks exited {proc.returncode}\n--- stdout\n{proc.stdout}"
-                    f"\n--- stderr\n{proc.stderr}")
+        pytest.fail(
+            f"{script} on {np} ranks exited {proc.returncode}\n--- stdout\n{proc.stdout}"
+            f"\n--- stderr\n{proc.stderr}"
+        )
     return proc
 
 
-def scaleoutrun(*args: str, env: dict | None = None, cwd: str | Path | None = None,
-                timeout: float = SCALEOUTRUN_LIMIT, installed: bool = False
-                ) -> subprocess.CompletedProcess:
+def scaleoutrun(
+    *args: str,
+    env: dict | None = None,
+    cwd: str | Path | None = None,
+    timeout: float = SCALEOUTRUN_LIMIT,
+    installed: bool = False,
+) -> subprocess.CompletedProcess:
     """Runs scaleoutrun with `args` (python -m, or with `installed` the console script beside
     this Python, skipping the test where it is not installed); returns what it exited with and
     wrote. The caller checks the exit code: many tests expect a failure."""
@@ -83,8 +104,9 @@ def scaleoutrun(*args: str, env: dict | None = None, cwd: str | Path | None = No
     return run_job(cmd, f"scaleoutrun {' '.join(args)}", timeout, env, cwd)
 
 
-def run_python(code: str, *args: str, env: dict | None = None, timeout: float = 60
-               ) -> subprocess.CompletedProcess:
+def run_python(
+    code: str, *args: str, env: dict | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess:
     """Runs `code` in a fresh Python (`python -c code args`), for what only a new process shows:
     what an import starts, a failure before init. The caller checks the exit code."""
     return run_job([sys.executable, "-c", code, *args], "python -c <code>", timeout, env)
@@ -100,9 +122,10 @@ def rank_program(tmp_path: Path, body: str) -> str:
 def fake_mpiexec(tmp_path: Path, body: str) -> str:
     """A stand-in for the MPI's launcher that says it is Hydra and then runs the shell `body`."""
     fake = tmp_path / "mpiexec"
-    fake.write_text("#!/bin/sh\n"
-                    "if [ \"$1\" = --version ]; then echo 'HYDRA build details:'; exit 0; fi\n"
-                    + body)
+    fake.write_text(
+        "#!/bin/sh\n"
+        "if [ \"$1\" = --version ]; then echo 'HYDRA build details:'; exit 0; fi\n" + body
+    )
     fake.chmod(0o755)
     return str(fake)
 

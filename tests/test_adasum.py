@@ -2,8 +2,8 @@
 end, the same bits everywhere, and Horovod's errors (3 ranks, process sets, integer tensors);
 torch's DistributedOptimizer(op=Adasum) combining parameter changes (Note [Adasum
 optimizer])."""
-import pytest
 
+import pytest
 from conftest import run_mpi
 
 

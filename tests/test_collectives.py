@@ -1,6 +1,6 @@
 """Collectives on real MPI ranks (2 and 4, the latter oversubscribing this 2-core machine)."""
-import pytest
 
+import pytest
 from conftest import run_mpi, run_python
 
 # The allreduce data paths on one machine: shared memory (with its default staging area, and
@@ -29,10 +29,12 @@ def test_sub_communicator_user_mpi_threads_and_buffer_inputs(nranks):
 
 def test_missing_mpi_gives_one_clear_message():
     """With mpi4py unimportable, init() names what is missing and how to install it."""
-    code = ("import sys; sys.modules['mpi4py'] = None\n"
-            "import scaleout\n"
-            "try:\n    scaleout.init()\n"
-            "except scaleout.MPINotFoundError as e:\n    print('MESSAGE', e)\n")
+    code = (
+        "import sys; sys.modules['mpi4py'] = None\n"
+        "import scaleout\n"
+        "try:\n    scaleout.init()\n"
+        "except scaleout.MPINotFoundError as e:\n    print('MESSAGE', e)\n"
+    )
     out = run_python(code)
     assert out.returncode == 0, out.stderr
     assert "MESSAGE" in out.stdout and "pip install mpich mpi4py" in out.stdout

@@ -1,13 +1,13 @@
 """Note [Commit store]: atomic writes, complete marks, the newest complete commit, pruning, and
 a writer killed mid-write leaving nothing a reader would take (real processes, real files)."""
-import os
+
 import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
-from pathlib import Path
 
 from scaleout._commit_store import CommitStore
 from scaleout._errors import InvalidArgumentError
@@ -40,8 +40,13 @@ def test_pruning_keeps_the_newest_and_what_is_being_written(tmp_path):
     store.write(4, b"in progress")
     store.prune()
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["commit-1.bin", "commit-1.done", "commit-3.bin", "commit-3.done",
-                     "commit-4.bin"], names
+    assert names == [
+        "commit-1.bin",
+        "commit-1.done",
+        "commit-3.bin",
+        "commit-3.done",
+        "commit-4.bin",
+    ], names
     assert store.complete() == [1, 3]
 
 

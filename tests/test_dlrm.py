@@ -1,5 +1,6 @@
 """examples/dlrm: hybrid-parallel DLRM equals one process on the global batch; the example runs
 under scaleoutrun; the Criteo loader and the synthetic generator keep the format."""
+
 import math
 import re
 import sys
@@ -28,10 +29,24 @@ def test_hybrid_parallel_dlrm_trains_like_one_process_on_the_global_batch(np_):
 
 
 def test_example_trains_under_scaleoutrun_on_a_synthetic_file():
-    proc = scaleoutrun("-np", "2", sys.executable, str(DLRM / "train.py"),
-                       "--synthetic-rows", "2000", "--batch-size", "64", "--steps", "12",
-                       "--log-every", "4", "--row-wise-threshold", "10000",
-                       timeout=240, installed=True)
+    proc = scaleoutrun(
+        "-np",
+        "2",
+        sys.executable,
+        str(DLRM / "train.py"),
+        "--synthetic-rows",
+        "2000",
+        "--batch-size",
+        "64",
+        "--steps",
+        "12",
+        "--log-every",
+        "4",
+        "--row-wise-threshold",
+        "10000",
+        timeout=240,
+        installed=True,
+    )
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
     losses = re.findall(r"step \d+/12 epoch \d+ loss (\S+)", proc.stdout)
     assert len(losses) == 3, proc.stdout
@@ -80,8 +95,8 @@ def test_loader_gives_each_rank_its_rows_and_the_whole_batch_of_ids(tmp_path):
         mine = list(data.local_batches(path, 6, sizes, rank, 3))
         assert len(mine) == 2
         for local, full in zip(mine, whole):
-            np.testing.assert_array_equal(local.dense, full.dense[2 * rank:2 * rank + 2])
-            np.testing.assert_array_equal(local.labels, full.labels[2 * rank:2 * rank + 2])
+            np.testing.assert_array_equal(local.dense, full.dense[2 * rank : 2 * rank + 2])
+            np.testing.assert_array_equal(local.labels, full.labels[2 * rank : 2 * rank + 2])
             np.testing.assert_array_equal(local.ids, full.ids)
     with pytest.raises(ValueError, match="split evenly"):
         next(data.local_batches(path, 6, sizes, 0, 4))
@@ -122,7 +137,7 @@ def test_synthetic_labels_depend_on_the_features(tmp_path):
     # Rows whose value of a frequent category has a high positive rate in the first half of
     # the file are positive more often in the second half too.
     path = data.write_synthetic(tmp_path / "s.tsv", 20000, seed=0)
-    (batch,) = list(data.global_batches(path, 20000, [2 ** 32] * 26))
+    (batch,) = list(data.global_batches(path, 20000, [2**32] * 26))
     first, second = slice(0, 10000), slice(10000, 20000)
     lifts = []
     for f in range(26):
@@ -134,20 +149,22 @@ def test_synthetic_labels_depend_on_the_features(tmp_path):
         low = [v for v in frequent if rates[v] <= batch.labels[first].mean()]
         if high and low:
             later = batch.labels[second]
-            lifts.append(later[np.isin(ids[second], high)].mean()
-                         - later[np.isin(ids[second], low)].mean())
+            lifts.append(
+                later[np.isin(ids[second], high)].mean() - later[np.isin(ids[second], low)].mean()
+            )
     assert len(lifts) > 10 and np.mean(lifts) > 0.05, lifts
 
 
 def test_shard_plan_places_every_row_once():
     from sharding import plan_shards
+
     sizes = data.default_table_sizes()
     for size in (1, 2, 3, 5):
         plan = plan_shards(sizes, size, row_wise_threshold=15000)
         rows = [np.zeros(n, dtype=int) for n in sizes]
         for held in plan.shards:
             for s in held:
-                rows[s.table][s.lo:s.hi] += 1
+                rows[s.table][s.lo : s.hi] += 1
                 assert s.row_wise == (sizes[s.table] > 15000)
         assert all((r == 1).all() for r in rows)
         loads = [sum(s.hi - s.lo for s in held) for held in plan.shards]

@@ -9,6 +9,7 @@ real network namespaces is tests/test_multihost_elastic.py.
 Every job counts, in its committed state, how often each training sample was trained on: after
 restarts every sample must have been trained on once per epoch (a few once more: the padding
 that gives every rank the same number of batches)."""
+
 from __future__ import annotations
 
 import socket
@@ -44,8 +45,12 @@ def check_every_sample_trained(stdout: str, most_ranks: int, reshards: int) -> f
 @pytest.fixture(scope="module")
 def undisturbed(tmp_path_factory) -> float:
     """The same elastic job at 3 ranks with no failure: its accuracy."""
-    job = ElasticJob(tmp_path_factory.mktemp("undisturbed"), "localhost:2\n127.0.0.1:1\n",
-                     ["-np", "3", "--min-np", "2"], example())
+    job = ElasticJob(
+        tmp_path_factory.mktemp("undisturbed"),
+        "localhost:2\n127.0.0.1:1\n",
+        ["-np", "3", "--min-np", "2"],
+        example(),
+    )
     done = job.finish()
     assert done.returncode == 0, job.output()
     assert "generation 1" not in done.stderr, job.output()
@@ -54,9 +59,10 @@ def undisturbed(tmp_path_factory) -> float:
 
 
 def test_a_killed_rank_leaves_and_the_job_finishes_at_two(tmp_path, undisturbed):
-    job = ElasticJob(tmp_path, "localhost:2\n127.0.0.1:1\n", ["-np", "3", "--min-np", "2"],
-                     example())
-    job.wait_for_commit(12)          # mid-epoch: an epoch is about 29 batches at 3 ranks
+    job = ElasticJob(
+        tmp_path, "localhost:2\n127.0.0.1:1\n", ["-np", "3", "--min-np", "2"], example()
+    )
+    job.wait_for_commit(12)  # mid-epoch: an epoch is about 29 batches at 3 ranks
     job.kill_rank(2, generation=0)
     done = job.finish()
     assert done.returncode == 0, job.output()
@@ -71,8 +77,9 @@ def test_a_killed_rank_leaves_and_the_job_finishes_at_two(tmp_path, undisturbed)
 
 def test_rank_0_killed(tmp_path):
     # rank 0 alone on 127.0.0.1: when it dies, ranks 0 and 1 go on on localhost
-    job = ElasticJob(tmp_path, "127.0.0.1:1\nlocalhost:2\n", ["-np", "3", "--min-np", "2"],
-                     example())
+    job = ElasticJob(
+        tmp_path, "127.0.0.1:1\nlocalhost:2\n", ["-np", "3", "--min-np", "2"], example()
+    )
     job.wait_for_commit(8)
     job.kill_rank(0, generation=0)
     done = job.finish()
@@ -85,10 +92,16 @@ def test_rank_0_killed(tmp_path):
 def test_a_rank_killed_while_it_writes_a_commit(tmp_path):
     """Rank 0 writes this machine's copy of each commit: killed half-way through writing
     commit 10, the job goes on from commit 9, and the torn file is never read."""
-    script = [sys.executable, str(MP / "elastic_commit_kill.py"), "10", str(EXAMPLE),
-              "--count-samples", "--epochs", str(EPOCHS)]
-    job = ElasticJob(tmp_path, "127.0.0.1:1\nlocalhost:2\n", ["-np", "3", "--min-np", "2"],
-                     script)
+    script = [
+        sys.executable,
+        str(MP / "elastic_commit_kill.py"),
+        "10",
+        str(EXAMPLE),
+        "--count-samples",
+        "--epochs",
+        str(EPOCHS),
+    ]
+    job = ElasticJob(tmp_path, "127.0.0.1:1\nlocalhost:2\n", ["-np", "3", "--min-np", "2"], script)
     done = job.finish()
     assert done.returncode == 0, job.output()
     assert "killing itself while writing commit 10" in done.stdout, job.output()
@@ -115,8 +128,9 @@ def test_the_job_grows_when_the_discovery_script_adds_a_slot(tmp_path):
 
 def test_the_reset_limit_ends_the_job_and_keeps_the_last_commit_to_resume(tmp_path):
     three = f"localhost:1\n127.0.0.1:1\n{socket.gethostname()}:1\n"
-    job = ElasticJob(tmp_path, three, ["-np", "3", "--min-np", "1", "--reset-limit", "1"],
-                     example())
+    job = ElasticJob(
+        tmp_path, three, ["-np", "3", "--min-np", "1", "--reset-limit", "1"], example()
+    )
     job.wait_for_commit(5)
     job.kill_rank(2, generation=0)
     job.kill_rank(1, generation=1)
@@ -124,41 +138,48 @@ def test_the_reset_limit_ends_the_job_and_keeps_the_last_commit_to_resume(tmp_pa
     assert done.returncode == 1, job.output()
     err = done.stderr
     assert "generation 1: 2 ranks on localhost:1,127.0.0.1:1" in err, job.output()
-    assert ("the job was stopped because the number of resets during the elastic job exceeded "
-            "the limit: 1") in err
+    assert (
+        "the job was stopped because the number of resets during the elastic job exceeded "
+        "the limit: 1"
+    ) in err
     assert f"is kept in {job.store}/<host>" in err and f"SCALEOUT_ELASTIC_JOB={job.job}" in err
-    assert job.newest_commit() >= 5   # left on disk, to resume from
+    assert job.newest_commit() >= 5  # left on disk, to resume from
     # ... as the message says: the same command, the same job's id
     (tmp_path / "again").mkdir()
-    again = ElasticJob(tmp_path / "again", "localhost:2\n", ["-np", "2"], example(),
-                       job=job.job, store=job.store)
+    again = ElasticJob(
+        tmp_path / "again", "localhost:2\n", ["-np", "2"], example(), job=job.job, store=job.store
+    )
     resumed = again.finish()
     assert resumed.returncode == 0, again.output()
     check_every_sample_trained(resumed.stdout, 3, 3)
 
 
 def test_too_few_slots_for_too_long_ends_the_job(tmp_path):
-    job = ElasticJob(tmp_path, "localhost:1\n127.0.0.1:1\n",
-                     ["-np", "2", "--elastic-timeout", "2"], example())
+    job = ElasticJob(
+        tmp_path, "localhost:1\n127.0.0.1:1\n", ["-np", "2", "--elastic-timeout", "2"], example()
+    )
     job.wait_for_commit(3)
     job.kill_rank(1, generation=0)
     done = job.finish()
     assert done.returncode == 1, job.output()
-    assert ("timed out waiting for the minimum number of slots to become available: fewer "
-            "than 2 for 2 s (--elastic-timeout)") in done.stderr, job.output()
+    assert (
+        "timed out waiting for the minimum number of slots to become available: fewer "
+        "than 2 for 2 s (--elastic-timeout)"
+    ) in done.stderr, job.output()
     assert job.newest_commit() >= 3
 
 
-@pytest.mark.parametrize("hosts, message", [
-    ("exit 3", "exited with code 3"),
-    ("echo 'bad host'", "'bad host' is not a host name"),
-])
+@pytest.mark.parametrize(
+    "hosts, message",
+    [("exit 3", "exited with code 3"), ("echo 'bad host'", "'bad host' is not a host name")],
+)
 def test_a_discovery_script_that_fails_at_once_ends_the_job(tmp_path, hosts, message):
     done = scaleoutrun("-np", "2", "--host-discovery-script", hosts, sys.executable, "-c", "pass")
     assert done.returncode == 1 and message in done.stderr, done.stderr
 
 
 def test_an_elastic_job_over_fixed_hosts_needs_two(tmp_path):
-    done = scaleoutrun("-np", "2", "--min-np", "1", "-H", "localhost:2", sys.executable, "-c",
-                       "pass")
+    done = scaleoutrun(
+        "-np", "2", "--min-np", "1", "-H", "localhost:2", sys.executable, "-c", "pass"
+    )
     assert done.returncode == 2 and "at least two hosts" in done.stderr, done.stderr

@@ -1,5 +1,6 @@
 """scaleout/_elastic_protocol.py: what the elastic driver writes, a rank reads back as meant.
 The channel itself, driver to rank 0, is tested in tests/test_launcher_elastic.py."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,11 +9,17 @@ from scaleout import _elastic_protocol as protocol
 
 
 def test_the_ranks_read_back_the_variables_the_driver_gives_them():
-    env = {**protocol.job_environment("job-7", [("hostA", 2), ("hostB", 1)]),
-           **protocol.driver_environment(["10.0.0.5", "127.0.0.1"], 4242, "secret", 3)}
+    env = {
+        **protocol.job_environment("job-7", [("hostA", 2), ("hostB", 1)]),
+        **protocol.driver_environment(["10.0.0.5", "127.0.0.1"], 4242, "secret", 3),
+    }
     assert protocol.job_id(env) == "job-7" and protocol.generation(env) == 3
-    assert [protocol.host_of_rank(env, rank) for rank in range(4)] == \
-        ["hostA", "hostA", "hostB", None]
+    assert [protocol.host_of_rank(env, rank) for rank in range(4)] == [
+        "hostA",
+        "hostA",
+        "hostB",
+        None,
+    ]
     assert protocol.driver_addresses(env) == ["10.0.0.5:4242", "127.0.0.1:4242"]
     assert env[protocol.TOKEN] == "secret"
     # Not under the driver.
@@ -32,6 +39,8 @@ def test_the_channels_lines():
     assert line == b"1700000000 2\n"
     assert protocol.parse_update(line.decode()) == (1700000000, 2)
     assert protocol.parse_update("garbage\n") is None
-    assert protocol.HostUpdateResult.mixed == \
-        protocol.HostUpdateResult.added | protocol.HostUpdateResult.removed
-    assert protocol.RESTART_EXIT_CODE == 75   # EX_TEMPFAIL, what Note [Elastic restarts] says
+    assert (
+        protocol.HostUpdateResult.mixed
+        == protocol.HostUpdateResult.added | protocol.HostUpdateResult.removed
+    )
+    assert protocol.RESTART_EXIT_CODE == 75  # EX_TEMPFAIL, what Note [Elastic restarts] says

@@ -1,4 +1,5 @@
 """ElasticSampler resumes an epoch at another world size (groundwork of issue 14)."""
+
 import pytest
 
 pytest.importorskip("torch")

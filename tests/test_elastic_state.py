@@ -1,5 +1,6 @@
 """TorchState (groundwork of issue 14): commit, restore, sync, host-update interrupts, reset
 callbacks; a job resumes from another job's durable commit at another number of ranks."""
+
 import pytest
 
 pytest.importorskip("torch")
@@ -22,9 +23,16 @@ def test_a_killed_rank_stops_the_generation_and_the_next_one_resumes(tmp_path):
     import json
     import re
     import sys
+
     from _elastic_job import ElasticJob
-    job = ElasticJob(tmp_path, "localhost:2\n127.0.0.1:1\n", ["-np", "3", "--min-np", "2"],
-                     [sys.executable, str(MP / "elastic_train.py")], env={"KILL": "2:3"})
+
+    job = ElasticJob(
+        tmp_path,
+        "localhost:2\n127.0.0.1:1\n",
+        ["-np", "3", "--min-np", "2"],
+        [sys.executable, str(MP / "elastic_train.py")],
+        env={"KILL": "2:3"},
+    )
     done = job.finish()
     assert done.returncode == 0, job.output()
     assert "ranks 0 (on localhost), 1 (on localhost) stopped for a restart" in done.stderr

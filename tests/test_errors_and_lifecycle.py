@@ -1,8 +1,8 @@
 """Error paths, join, shutdown and re-init, and a crashing rank, on real ranks."""
+
 import time
 
 import pytest
-
 from conftest import run_mpi
 
 
@@ -33,7 +33,7 @@ def test_stalled_collective_is_reported_with_the_missing_rank(nranks):
     proc = run_mpi("stall.py", nranks, env={"SCALEOUT_STALL_CHECK_TIME_SECONDS": "1"})
     assert proc.stdout.count("all checks passed") == nranks
     last = nranks - 1
-    assert f"allreduce 'late.tensor' has waited" in proc.stderr
+    assert "allreduce 'late.tensor' has waited" in proc.stderr
     assert f"still missing on rank {last}" in proc.stderr
     # every rank names the missing rank, not rank 0 only
     for rank in range(nranks):

@@ -2,6 +2,7 @@
 (tests/mp/fuzz_collectives.py) and torch front end (tests/mp/fuzz_torch.py): each call returns
 numpy's answer or raises InvalidArgumentError on every rank, never anything else, never a hang
 (the subprocess timeout)."""
+
 import pytest
 
 pytest.importorskip("hypothesis")

@@ -1,6 +1,7 @@
 """Every public name of Horovod 0.28.1's front ends exists in scaleout's, read from the lists in
 tests/horovod_api/ (one name per line). A name for a feature scaleout does not have yet must
 still exist and raise NotImplementedError where it is used, never AttributeError."""
+
 import importlib
 from pathlib import Path
 
@@ -9,9 +10,12 @@ import pytest
 LISTS = Path(__file__).resolve().parent / "horovod_api"
 
 # (list file, scaleout module)
-FRONT_ENDS = [("torch.txt", "scaleout.torch"), ("tensorflow.txt", "scaleout.tensorflow"),
-              ("keras.txt", "scaleout.tensorflow.keras"),
-              ("keras_callbacks.txt", "scaleout.tensorflow.keras.callbacks")]
+FRONT_ENDS = [
+    ("torch.txt", "scaleout.torch"),
+    ("tensorflow.txt", "scaleout.tensorflow"),
+    ("keras.txt", "scaleout.tensorflow.keras"),
+    ("keras_callbacks.txt", "scaleout.tensorflow.keras.callbacks"),
+]
 
 # Names that are not there yet, each with the reason; the test fails once one appears, so this
 # list cannot go stale.
@@ -44,8 +48,9 @@ def test_every_horovod_name_exists(list_file, module):
         elif not present:
             absent.append(name)
     assert not absent, f"{module} lacks Horovod's {absent}"
-    assert not unexpectedly_present, (f"{unexpectedly_present} now exist in {module}: remove "
-                                      "them from KNOWN_MISSING")
+    assert not unexpectedly_present, (
+        f"{unexpectedly_present} now exist in {module}: remove them from KNOWN_MISSING"
+    )
 
 
 def test_the_lists_are_not_empty():

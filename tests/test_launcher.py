@@ -1,4 +1,5 @@
 """scaleoutrun's pure pieces: arguments, hosts, the launcher command lines, reports, output."""
+
 from __future__ import annotations
 
 import os
@@ -7,18 +8,33 @@ import stat
 import sys
 
 import pytest
-
 from conftest import run_job
+
 from scaleout import _rank_report
 from scaleout.launcher.command import RANK_EXEC
 from scaleout.launcher.config import LaunchConfig, parse_config, split_command
 from scaleout.launcher.errors import UsageError
 from scaleout.launcher.exit_report import RankExit, parse_report, record_line
-from scaleout.launcher.hosts import (HostSlots, is_local_host, parse_host_list, parse_hostfile,
-                                     ranks_per_host, read_hostfile)
-from scaleout.launcher.mpi_launcher import (LaunchError, LaunchRequest, MPIExec, MPIFamily,
-                                            build_command, detect_family, exported_names,
-                                            find_mpiexec, launcher_variables, yield_environment)
+from scaleout.launcher.hosts import (
+    HostSlots,
+    is_local_host,
+    parse_host_list,
+    parse_hostfile,
+    ranks_per_host,
+    read_hostfile,
+)
+from scaleout.launcher.mpi_launcher import (
+    LaunchError,
+    LaunchRequest,
+    MPIExec,
+    MPIFamily,
+    build_command,
+    detect_family,
+    exported_names,
+    find_mpiexec,
+    launcher_variables,
+    yield_environment,
+)
 from scaleout.launcher.output import LinePrefixer
 from scaleout.launcher.plan import plan_job, resolve_hosts, tuning_environment
 from scaleout.launcher.rank_env import local_rank_and_size, rank_from_environment
@@ -31,6 +47,7 @@ def parse(*argv: str, **environ: str) -> LaunchConfig:
 
 
 # --- arguments ----------------------------------------------------------------------------
+
 
 def test_command_is_everything_after_our_flags():
     config = parse("-np", "4", "python", "train.py", "-np", "5", "--lr=0.1")
@@ -51,9 +68,22 @@ def test_flag_spellings_and_values():
 
 
 def test_tuning_flags_become_core_variables():
-    config = parse("-np", "2", "--fusion-threshold-mb", "32", "--cycle-time-ms", "2.5",
-                   "--cache-capacity", "0", "--stall-check-seconds", "30",
-                   "--timeline", "/tmp/t.json", "python", "x.py")
+    config = parse(
+        "-np",
+        "2",
+        "--fusion-threshold-mb",
+        "32",
+        "--cycle-time-ms",
+        "2.5",
+        "--cache-capacity",
+        "0",
+        "--stall-check-seconds",
+        "30",
+        "--timeline",
+        "/tmp/t.json",
+        "python",
+        "x.py",
+    )
     assert tuning_environment(config) == {
         "SCALEOUT_FUSION_THRESHOLD": str(32 * 1024 * 1024),
         "SCALEOUT_CYCLE_TIME": "2.5",
@@ -65,31 +95,53 @@ def test_tuning_flags_become_core_variables():
 
 
 def test_every_flag_has_an_environment_variable():
-    config = parse("python", "x.py", SCALEOUTRUN_NP="3", SCALEOUTRUN_HOSTS="a:3",
-                   SCALEOUT_FUSION_THRESHOLD="1048576", SCALEOUT_CYCLE_TIME="5",
-                   SCALEOUTRUN_VERBOSE="1", SCALEOUTRUN_BIND_TO="core",
-                   SCALEOUTRUN_EP_SERVERS="2", SCALEOUT_MPIEXEC="/opt/mpi/bin/mpiexec")
+    config = parse(
+        "python",
+        "x.py",
+        SCALEOUTRUN_NP="3",
+        SCALEOUTRUN_HOSTS="a:3",
+        SCALEOUT_FUSION_THRESHOLD="1048576",
+        SCALEOUT_CYCLE_TIME="5",
+        SCALEOUTRUN_VERBOSE="1",
+        SCALEOUTRUN_BIND_TO="core",
+        SCALEOUTRUN_EP_SERVERS="2",
+        SCALEOUT_MPIEXEC="/opt/mpi/bin/mpiexec",
+    )
     assert config.np == 3 and config.hosts == "a:3" and config.verbose
-    assert config.fusion_threshold_bytes == 1048576   # the variable holds bytes, the flag MiB
+    assert config.fusion_threshold_bytes == 1048576  # the variable holds bytes, the flag MiB
     assert config.cycle_time_ms == 5.0
     assert (config.bind_to, config.ep_servers) == ("core", 2)
     assert config.mpiexec == "/opt/mpi/bin/mpiexec"
 
 
 def test_the_command_line_wins_over_the_environment():
-    config = parse("-np", "2", "--fusion-threshold-mb", "1", "python",
-                   SCALEOUTRUN_NP="8", SCALEOUT_FUSION_THRESHOLD="5")
+    config = parse(
+        "-np",
+        "2",
+        "--fusion-threshold-mb",
+        "1",
+        "python",
+        SCALEOUTRUN_NP="8",
+        SCALEOUT_FUSION_THRESHOLD="5",
+    )
     assert (config.np, config.fusion_threshold_bytes) == (2, 1024 * 1024)
 
 
-@pytest.mark.parametrize("argv", [
-    ["-np", "0", "python"], ["-np", "-1", "python"], ["-np", "two", "python"],
-    ["--no-such-flag", "python"], ["-np", "2"], [],
-    ["-np", "2", "-H", "a:1", "--hostfile", "f", "python"],
-    ["-np", "2", "--bind-to", "everything", "python"],
-    ["-np", "2", "--cache-capacity", "-3", "python"],
-    ["-np", "2", "--fusion-threshold-mb", "nan", "python"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-np", "0", "python"],
+        ["-np", "-1", "python"],
+        ["-np", "two", "python"],
+        ["--no-such-flag", "python"],
+        ["-np", "2"],
+        [],
+        ["-np", "2", "-H", "a:1", "--hostfile", "f", "python"],
+        ["-np", "2", "--bind-to", "everything", "python"],
+        ["-np", "2", "--cache-capacity", "-3", "python"],
+        ["-np", "2", "--fusion-threshold-mb", "nan", "python"],
+    ],
+)
 def test_usage_errors(argv):
     with pytest.raises(UsageError):
         parse(*argv)
@@ -107,6 +159,7 @@ def test_check_build_needs_no_command():
 
 
 # --- hosts --------------------------------------------------------------------------------
+
 
 def test_host_list():
     assert parse_host_list("a:2,b:3,c") == [HostSlots("a", 2), HostSlots("b", 3), HostSlots("c", 1)]
@@ -128,13 +181,18 @@ def test_hostfile():
 
     node4
     """
-    assert parse_hostfile(text) == [HostSlots("node1", 4), HostSlots("node2", 2),
-                                    HostSlots("node3", 3), HostSlots("node4", 1)]
+    assert parse_hostfile(text) == [
+        HostSlots("node1", 4),
+        HostSlots("node2", 2),
+        HostSlots("node3", 3),
+        HostSlots("node4", 1),
+    ]
 
 
-@pytest.mark.parametrize("text, where", [("node1 slots=0", "line 1"),
-                                         ("node1\nnode2 cores=4", "line 2"),
-                                         ("# nothing\n", "no hosts")])
+@pytest.mark.parametrize(
+    "text, where",
+    [("node1 slots=0", "line 1"), ("node1\nnode2 cores=4", "line 2"), ("# nothing\n", "no hosts")],
+)
 def test_bad_hostfiles_name_the_line(text, where):
     with pytest.raises(UsageError, match=where):
         parse_hostfile(text)
@@ -195,22 +253,57 @@ def test_detect_family():
 
 
 def test_hydra_command_lines():
-    assert build_command(HYDRA, LaunchRequest(np=2, rank_command=RANK)) == \
-        ["/venv/bin/mpiexec", "-n", "2", "-genvall", *RANK]
+    assert build_command(HYDRA, LaunchRequest(np=2, rank_command=RANK)) == [
+        "/venv/bin/mpiexec",
+        "-n",
+        "2",
+        "-genvall",
+        *RANK,
+    ]
     hosts = (HostSlots("h1", 2), HostSlots("h2", 2))
-    assert build_command(HYDRA, LaunchRequest(np=4, rank_command=RANK, hosts=hosts,
-                                              exported=("IGNORED",))) == \
-        ["/venv/bin/mpiexec", "-n", "4", "-launcher", "ssh", "-hosts", "h1:2,h2:2", "-genvall",
-         *RANK]
+    assert build_command(
+        HYDRA, LaunchRequest(np=4, rank_command=RANK, hosts=hosts, exported=("IGNORED",))
+    ) == [
+        "/venv/bin/mpiexec",
+        "-n",
+        "4",
+        "-launcher",
+        "ssh",
+        "-hosts",
+        "h1:2,h2:2",
+        "-genvall",
+        *RANK,
+    ]
 
 
 def test_open_mpi_command_lines():
-    request = LaunchRequest(np=4, rank_command=RANK, hosts=(HostSlots("h1", 2), HostSlots("h2", 2)),
-                            exported=("PATH", "SCALEOUT_CYCLE_TIME"), running_as_root=True)
+    request = LaunchRequest(
+        np=4,
+        rank_command=RANK,
+        hosts=(HostSlots("h1", 2), HostSlots("h2", 2)),
+        exported=("PATH", "SCALEOUT_CYCLE_TIME"),
+        running_as_root=True,
+    )
     assert build_command(OPEN_MPI, request) == [
-        "/opt/ompi/bin/mpirun", "-np", "4", "--allow-run-as-root", "--host", "h1:2,h2:2",
-        "--mca", "plm", "rsh", "--bind-to", "none", "--map-by", "slot",
-        "-x", "PATH", "-x", "SCALEOUT_CYCLE_TIME", *RANK]
+        "/opt/ompi/bin/mpirun",
+        "-np",
+        "4",
+        "--allow-run-as-root",
+        "--host",
+        "h1:2,h2:2",
+        "--mca",
+        "plm",
+        "rsh",
+        "--bind-to",
+        "none",
+        "--map-by",
+        "slot",
+        "-x",
+        "PATH",
+        "-x",
+        "SCALEOUT_CYCLE_TIME",
+        *RANK,
+    ]
     local = build_command(OPEN_MPI, LaunchRequest(np=4, rank_command=RANK, oversubscribed=True))
     assert local[:3] == ["/opt/ompi/bin/mpirun", "-np", "4"]
     assert "--allow-run-as-root" not in local
@@ -218,8 +311,13 @@ def test_open_mpi_command_lines():
 
 
 def test_ssh_port_and_network_interface():
-    request = LaunchRequest(np=2, rank_command=RANK, hosts=(HostSlots("h1", 1), HostSlots("h2", 1)),
-                            ssh_port=2222, network_interfaces=("eth1",))
+    request = LaunchRequest(
+        np=2,
+        rank_command=RANK,
+        hosts=(HostSlots("h1", 1), HostSlots("h2", 1)),
+        ssh_port=2222,
+        network_interfaces=("eth1",),
+    )
     hydra = build_command(HYDRA, request)
     assert hydra[hydra.index("-iface") + 1] == "eth1"
     assert launcher_variables(HYDRA, request, {})["HYDRA_LAUNCHER_EXTRA_ARGS"] == "-p 2222"
@@ -232,22 +330,33 @@ def test_ssh_port_and_network_interface():
 
 
 def test_exported_names_leave_out_the_launchers_own():
-    names = exported_names({"PATH": "/bin", "OMPI_COMM_WORLD_RANK": "0", "PMIX_RANK": "0",
-                            "BASH_FUNC_x%%": "() {}", "MY_VAR": "1", "bad name": "x"})
+    names = exported_names(
+        {
+            "PATH": "/bin",
+            "OMPI_COMM_WORLD_RANK": "0",
+            "PMIX_RANK": "0",
+            "BASH_FUNC_x%%": "() {}",
+            "MY_VAR": "1",
+            "bad name": "x",
+        }
+    )
     assert names == ("MY_VAR", "PATH")
 
 
 def test_yield_only_when_oversubscribed_or_asked():
-    assert yield_environment(MPIFamily.HYDRA, "auto", True, {}) == \
-        {"MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}
+    assert yield_environment(MPIFamily.HYDRA, "auto", True, {}) == {
+        "MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"
+    }
     assert yield_environment(MPIFamily.HYDRA, "auto", False, {}) == {}
     assert yield_environment(MPIFamily.HYDRA, "on", False, {}) != {}
     assert yield_environment(MPIFamily.HYDRA, "off", True, {}) == {}
-    assert yield_environment(MPIFamily.OPEN_MPI, "auto", True, {}) == \
-        {"OMPI_MCA_mpi_yield_when_idle": "1"}
+    assert yield_environment(MPIFamily.OPEN_MPI, "auto", True, {}) == {
+        "OMPI_MCA_mpi_yield_when_idle": "1"
+    }
     # The user's own setting stays.
-    assert yield_environment(MPIFamily.HYDRA, "on", True,
-                             {"MPIR_CVAR_ENABLE_HEAVY_YIELD": "0"}) == {}
+    assert (
+        yield_environment(MPIFamily.HYDRA, "on", True, {"MPIR_CVAR_ENABLE_HEAVY_YIELD": "0"}) == {}
+    )
 
 
 def test_find_mpiexec(tmp_path):
@@ -271,32 +380,40 @@ def test_find_mpiexec(tmp_path):
 
 # --- ranks, reports and output ------------------------------------------------------------
 
+
 def test_rank_from_each_launchers_variables():
     assert rank_from_environment({"PMI_RANK": "3"}) == "3"
     assert rank_from_environment({"OMPI_COMM_WORLD_RANK": "5"}) == "5"
     assert rank_from_environment({}) == "?"
     assert local_rank_and_size({"MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "4"}) == (1, 4)
-    assert local_rank_and_size({"OMPI_COMM_WORLD_LOCAL_RANK": "0",
-                                "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}) == (0, 2)
-    assert local_rank_and_size({"SLURM_LOCALID": "1", "SLURM_NODEID": "2",
-                                "SLURM_TASKS_PER_NODE": "4(x2),3"}) == (1, 3)
+    assert local_rank_and_size(
+        {"OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+    ) == (0, 2)
+    assert local_rank_and_size(
+        {"SLURM_LOCALID": "1", "SLURM_NODEID": "2", "SLURM_TASKS_PER_NODE": "4(x2),3"}
+    ) == (1, 3)
     assert local_rank_and_size({}) == (None, None)
 
 
 def test_reports_round_trip():
-    for report in (RankExit("1", code=3), RankExit("0", signal=int(signal.SIGKILL)),
-                   RankExit("2", signal=40)):
+    for report in (
+        RankExit("1", code=3),
+        RankExit("0", signal=int(signal.SIGKILL)),
+        RankExit("2", signal=40),
+    ):
         assert parse_report(report.report_line().rstrip("\n")) == report
     assert RankExit("1", code=3).describe() == "rank 1 exited with code 3"
     assert RankExit("1", signal=9).describe() == "rank 1 was killed by SIGKILL"
     assert RankExit.from_returncode("4", -15).exit_status == 128 + 15
-    assert parse_report("[1] scaleoutrun: rank 1 exited with code 3") is None   # program output
+    assert parse_report("[1] scaleoutrun: rank 1 exited with code 3") is None  # program output
 
 
 def test_stderr_relay_finds_reports_and_keeps_started_lines():
     relay = StderrRelay()
-    assert relay.feed(b"[0] noise\nscaleoutrun: rank 0 started on n1\nscaleoutrun: rank 2 exi") \
+    assert (
+        relay.feed(b"[0] noise\nscaleoutrun: rank 0 started on n1\nscaleoutrun: rank 2 exi")
         == b"[0] noise\n"
+    )
     assert relay.reports == [] and relay.started == {0: "n1"}
     assert relay.feed(b"ted with code 7\n") == b"scaleoutrun: rank 2 exited with code 7\n"
     assert relay.reports == [RankExit("2", code=7)]
@@ -305,17 +422,25 @@ def test_stderr_relay_finds_reports_and_keeps_started_lines():
 
 def _blames(rank: str, *culprits: int, error: str = "ShutDownError") -> bytes:
     """The line a rank's wrapper forwards for an error of the core that blames `culprits`."""
-    return record_line(rank, _rank_report.encode({"error": error,
-                                                  "culprit_ranks": list(culprits)})).encode()
+    return record_line(
+        rank, _rank_report.encode({"error": error, "culprit_ranks": list(culprits)})
+    ).encode()
 
 
 def test_stderr_relay_notes_which_rank_an_error_blames():
     relay = StderrRelay()
     # As the core's errors say it: "rank 2 (pid 4242 on node7) died: ...", "rank 2 has shut
     # down", "rank 2 (pid 17) died"; and rank 2 about itself.
-    assert relay.feed(_blames("0", 2) + b"[0] scaleout.ShutDownError: rank 2 (pid 4242) died\n"
-                      + _blames("1", 2) + _blames("3", 2, error="TransportError")
-                      + _blames("2", 2)) == b"[0] scaleout.ShutDownError: rank 2 (pid 4242) died\n"
+    assert (
+        relay.feed(
+            _blames("0", 2)
+            + b"[0] scaleout.ShutDownError: rank 2 (pid 4242) died\n"
+            + _blames("1", 2)
+            + _blames("3", 2, error="TransportError")
+            + _blames("2", 2)
+        )
+        == b"[0] scaleout.ShutDownError: rank 2 (pid 4242) died\n"
+    )
     assert relay.blamed == {"0": (2,), "1": (2,), "3": (2,)}
 
 
@@ -329,47 +454,76 @@ def test_stderr_relay_notes_every_rank_an_error_blames():
     assert "1" not in relay.blamed
     relay.feed(record_line("4", b"not json").encode() + record_line("4", b'{"x": 1}').encode())
     assert "4" not in relay.blamed
-    failed = summarize(relay, ["n1"] * 4, 1, stopped=True, start_timed_out=False,
-                       start_timeout=0, interrupted=None)
-    assert failed.message is not None   # no rank reported its end: the launcher's failure
-    relay.feed(RankExit("0", code=1).report_line().encode()
-               + RankExit("3", code=1).report_line().encode())
-    failed = summarize(relay, ["n1"] * 4, 1, stopped=True, start_timed_out=False,
-                       start_timeout=0, interrupted=None)
+    failed = summarize(
+        relay, ["n1"] * 4, 1, stopped=True, start_timed_out=False, start_timeout=0, interrupted=None
+    )
+    assert failed.message is not None  # no rank reported its end: the launcher's failure
+    relay.feed(
+        RankExit("0", code=1).report_line().encode() + RankExit("3", code=1).report_line().encode()
+    )
+    failed = summarize(
+        relay, ["n1"] * 4, 1, stopped=True, start_timed_out=False, start_timeout=0, interrupted=None
+    )
     assert failed.message.startswith(
         "scaleoutrun: job failed: ranks 1, 2 failed first (the errors of the others name them); "
-        "then rank 0 exited with code 1; the other ranks were stopped")
+        "then rank 0 exited with code 1; the other ranks were stopped"
+    )
     assert failed.exit_status == 1
 
 
 def test_the_rank_wrapper_forwards_its_programs_records(tmp_path):
-    program = ("import scaleout._rank_report as report\n"
-               "report.report_culprits('ShutDownError', [2, 1])\n"
-               "report.report_culprits('ShutDownError', [1, 2])\n"   # the same: sent once
-               "report.send({'note': 'more'})\n")
-    done = run_job([sys.executable, str(RANK_EXEC), "--report-variable", _rank_report.VARIABLE,
-                    "--", sys.executable, "-c", program], "the rank wrapper", 120,
-                   env={"PMI_RANK": "3"})
+    program = (
+        "import scaleout._rank_report as report\n"
+        "report.report_culprits('ShutDownError', [2, 1])\n"
+        "report.report_culprits('ShutDownError', [1, 2])\n"  # the same: sent once
+        "report.send({'note': 'more'})\n"
+    )
+    done = run_job(
+        [
+            sys.executable,
+            str(RANK_EXEC),
+            "--report-variable",
+            _rank_report.VARIABLE,
+            "--",
+            sys.executable,
+            "-c",
+            program,
+        ],
+        "the rank wrapper",
+        120,
+        env={"PMI_RANK": "3"},
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stderr.splitlines()
-    assert lines[1:] == ['scaleoutrun: rank 3 reports {"culprit_ranks":[1,2],"error":'
-                         '"ShutDownError"}', 'scaleoutrun: rank 3 reports {"note":"more"}',
-                         "scaleoutrun: rank 3 finished"], done.stderr
+    assert lines[1:] == [
+        'scaleoutrun: rank 3 reports {"culprit_ranks":[1,2],"error":"ShutDownError"}',
+        'scaleoutrun: rank 3 reports {"note":"more"}',
+        "scaleoutrun: rank 3 finished",
+    ], done.stderr
     # Without the wrapper's socket, a program sends nothing and goes on.
     _rank_report.send({"culprit_ranks": [1]}, environ={})
-    _rank_report.send({"culprit_ranks": [1]},
-                      environ={_rank_report.VARIABLE: "@scaleout-rank-report-nobody"})
+    _rank_report.send(
+        {"culprit_ranks": [1]}, environ={_rank_report.VARIABLE: "@scaleout-rank-report-nobody"}
+    )
 
 
 def test_stderr_relay_keeps_the_segments_each_host_mapped():
     from scaleout.launcher.exit_report import segments_line
+
     relay = StderrRelay()
-    lines = (segments_line("0", "n1", {"mpich_shm_b", "mpich_shm_a"}) +
-             segments_line("2", "n2", {"mpich_shm_c"}) + segments_line("1", "n1", {"mpich_shm_d"}))
-    assert relay.feed(lines.encode() + b"[1] scaleoutrun: rank 1 on n1 maps MPI segments x\n") \
-        == b"[1] scaleoutrun: rank 1 on n1 maps MPI segments x\n"   # a rank's own output
-    assert relay.segments == {"n1": {"mpich_shm_a", "mpich_shm_b", "mpich_shm_d"},
-                              "n2": {"mpich_shm_c"}}
+    lines = (
+        segments_line("0", "n1", {"mpich_shm_b", "mpich_shm_a"})
+        + segments_line("2", "n2", {"mpich_shm_c"})
+        + segments_line("1", "n1", {"mpich_shm_d"})
+    )
+    assert (
+        relay.feed(lines.encode() + b"[1] scaleoutrun: rank 1 on n1 maps MPI segments x\n")
+        == b"[1] scaleoutrun: rank 1 on n1 maps MPI segments x\n"
+    )  # a rank's own output
+    assert relay.segments == {
+        "n1": {"mpich_shm_a", "mpich_shm_b", "mpich_shm_d"},
+        "n2": {"mpich_shm_c"},
+    }
 
 
 def test_line_prefixer_holds_partial_lines():
@@ -382,10 +536,12 @@ def test_line_prefixer_holds_partial_lines():
     assert LinePrefixer(b"> ", max_pending=4).feed(b"abcdef") == b"> abcdef\n"
 
 
-HYDRA_BANNER = (b"\n" + b"=" * 83 + b"\n=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
-                b"=   EXIT CODE: 9\n" + b"=" * 83 + b"\nYOUR APPLICATION TERMINATED WITH THE EXIT "
-                b"STRING: Killed (signal 9)\nThis typically refers to a problem with your "
-                b"application.\nPlease see the FAQ page for debugging suggestions\n")
+HYDRA_BANNER = (
+    b"\n" + b"=" * 83 + b"\n=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n"
+    b"=   EXIT CODE: 9\n" + b"=" * 83 + b"\nYOUR APPLICATION TERMINATED WITH THE EXIT "
+    b"STRING: Killed (signal 9)\nThis typically refers to a problem with your "
+    b"application.\nPlease see the FAQ page for debugging suggestions\n"
+)
 
 
 def test_banner_filter():

@@ -4,6 +4,7 @@ it (launcher/elastic_discovery.py), the host-update channel between the driver a
 scaleout/_elastic_protocol.py, through to HostsUpdatedInterrupt), and the addresses the ranks
 are given. The whole driver is tested with real ranks in
 tests/test_elastic.py."""
+
 from __future__ import annotations
 
 import socket
@@ -28,7 +29,7 @@ def test_discovery_runs_the_script_through_the_shell(tmp_path):
     with pytest.raises(DiscoveryError, match="exited with code 4: no hosts today"):
         Discovery("echo no hosts today >&2; exit 4", 1).find()
     with pytest.raises(DiscoveryError, match="is not a host name"):
-        Discovery("printf 'bad\\377host\\n'", 1).find()   # not even UTF-8
+        Discovery("printf 'bad\\377host\\n'", 1).find()  # not even UTF-8
 
 
 def rank_0_state(monkeypatch, notifier: Notifier, generation: int, token=None):
@@ -60,14 +61,14 @@ def test_a_host_update_reaches_rank_0_and_interrupts(monkeypatch):
     notifier = Notifier(["127.0.0.1"])
     try:
         notifier.start_generation(3)
-        notifier.notify(HostUpdateResult.added, 3)   # before rank 0 connects: kept for it
+        notifier.notify(HostUpdateResult.added, 3)  # before rank 0 connects: kept for it
         state = rank_0_state(monkeypatch, notifier, 3)
         added = interrupted_within(state, 5)
         assert added is not None and added.skip_sync is False
-        assert interrupted_within(state, 0.2) is None   # once
-        notifier.notify(HostUpdateResult.removed, 3)     # while connected
+        assert interrupted_within(state, 0.2) is None  # once
+        notifier.notify(HostUpdateResult.removed, 3)  # while connected
         removed = interrupted_within(state, 5)
-        assert removed is not None and removed.skip_sync is True   # only removed: no sync
+        assert removed is not None and removed.skip_sync is True  # only removed: no sync
     finally:
         notifier.close()
 
@@ -88,7 +89,7 @@ def test_an_update_for_an_ended_generation_is_dropped(monkeypatch):
     notifier = Notifier(["127.0.0.1"])
     try:
         notifier.start_generation(4)
-        notifier.notify(HostUpdateResult.removed, 3)   # a discovery that ran as 3 ended
+        notifier.notify(HostUpdateResult.removed, 3)  # a discovery that ran as 3 ended
         state = rank_0_state(monkeypatch, notifier, 4)
         assert interrupted_within(state, 1.0) is None
     finally:
@@ -105,8 +106,9 @@ def test_ranks_get_addresses_of_this_machine_loopback_last():
 
 def test_two_names_of_this_machine_keep_ucx_from_reading_a_dead_ranks_memory():
     from scaleout.launcher.elastic_driver import _one_machine_environment
+
     two = [HostSlots("localhost", 2), HostSlots("127.0.0.1", 1)]
     assert _one_machine_environment(two, {}) == {"UCX_TLS": "^cma"}
-    assert _one_machine_environment(two, {"UCX_TLS": "tcp"}) == {}   # the user's stays
+    assert _one_machine_environment(two, {"UCX_TLS": "tcp"}) == {}  # the user's stays
     assert _one_machine_environment([HostSlots("localhost", 3)], {}) == {}
     assert _one_machine_environment([HostSlots("localhost", 2), HostSlots("hostB", 1)], {}) == {}

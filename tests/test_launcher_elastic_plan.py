@@ -1,14 +1,23 @@
 """The elastic driver's decisions (launcher/elastic_plan.py), as pure functions: the discovery
 script's output, host order and the max-np cap, the blacklist and its cooldown, how each rank of
 a generation ended, what follows a generation, and which host changes interrupt one."""
+
 from __future__ import annotations
 
 import pytest
 
 from scaleout._elastic_protocol import RESTART_EXIT_CODE
-from scaleout.launcher.elastic_plan import (HOSTS_ADDED, HOSTS_REMOVED,
-                                            Blacklist, End, assign_slots, classify_ends,
-                                            host_update, judge_generation, parse_discovery)
+from scaleout.launcher.elastic_plan import (
+    HOSTS_ADDED,
+    HOSTS_REMOVED,
+    Blacklist,
+    End,
+    assign_slots,
+    classify_ends,
+    host_update,
+    judge_generation,
+    parse_discovery,
+)
 from scaleout.launcher.errors import UsageError
 from scaleout.launcher.hosts import HostSlots
 
@@ -26,7 +35,10 @@ def test_hosts_keep_their_order_new_ones_come_last_and_max_np_caps():
     found = [HostSlots("new", 2), HostSlots("b", 2), HostSlots("a", 2)]
     none = Blacklist()
     assert assign_slots(["a", "b"], found, none, 0, None) == [
-        HostSlots("a", 2), HostSlots("b", 2), HostSlots("new", 2)]
+        HostSlots("a", 2),
+        HostSlots("b", 2),
+        HostSlots("new", 2),
+    ]
     assert assign_slots(["a", "b"], found, none, 0, 3) == [HostSlots("a", 2), HostSlots("b", 1)]
     assert assign_slots(["gone", "b"], found, none, 0, None)[0] == HostSlots("b", 2)
 
@@ -41,32 +53,42 @@ def test_a_blacklisted_host_stays_out_for_good_without_a_cooldown():
 def test_the_cooldown_doubles_and_is_capped():
     # Horovod's: MIN * 2**failures + uniform(0, 1) * MIN, clamped to [MIN, MAX]
     blacklist = Blacklist(cooldown=(10, 100), random_unit=lambda: 0.5)
-    blacklist.add("a", now=0)            # 10 * 2 + 5 = 25 s
+    blacklist.add("a", now=0)  # 10 * 2 + 5 = 25 s
     assert blacklist.blocks("a", 24.9) and not blacklist.blocks("a", 25.0)
-    blacklist.add("a", now=100)          # 10 * 4 + 5 = 45 s
+    blacklist.add("a", now=100)  # 10 * 4 + 5 = 45 s
     assert blacklist.blocks("a", 144.9) and not blacklist.blocks("a", 145.0)
     for _ in range(5):
-        blacklist.add("a", now=1000)     # capped at 100 s
+        blacklist.add("a", now=1000)  # capped at 100 s
     assert blacklist.blocks("a", 1099.9) and not blacklist.blocks("a", 1100.0)
 
 
-HOSTS = ["a", "a", "b"]   # ranks 0 and 1 on a, rank 2 on b
+HOSTS = ["a", "a", "b"]  # ranks 0 and 1 on a, rank 2 on b
 
 
 def test_how_each_rank_ended():
     # rank 2 killed; its peers blamed it and stopped for a restart
-    ends = classify_ends(HOSTS, finished=[], reports=[(2, None, 9), (0, RESTART_EXIT_CODE, None),
-                                                      (1, RESTART_EXIT_CODE, None)],
-                         blamed=[2, 2], unreachable_hosts=[])
+    ends = classify_ends(
+        HOSTS,
+        finished=[],
+        reports=[(2, None, 9), (0, RESTART_EXIT_CODE, None), (1, RESTART_EXIT_CODE, None)],
+        blamed=[2, 2],
+        unreachable_hosts=[],
+    )
     assert ends == {0: ("a", End.RESTART), 1: ("a", End.RESTART), 2: ("b", End.FAILED)}
     # host b vanished (no word from its rank); the others named it
-    ends = classify_ends(HOSTS, [], [(0, RESTART_EXIT_CODE, None), (1, RESTART_EXIT_CODE, None)],
-                         blamed=[2], unreachable_hosts=[])
+    ends = classify_ends(
+        HOSTS,
+        [],
+        [(0, RESTART_EXIT_CODE, None), (1, RESTART_EXIT_CODE, None)],
+        blamed=[2],
+        unreachable_hosts=[],
+    )
     assert ends[2] == ("b", End.FAILED)
     # a rank that stopped for a restart is never a failure, whoever blamed it; one stopped by
     # scaleoutrun (no word) is not either
-    ends = classify_ends(HOSTS, [], [(0, RESTART_EXIT_CODE, None), (2, 1, None)],
-                         blamed=[0], unreachable_hosts=[])
+    ends = classify_ends(
+        HOSTS, [], [(0, RESTART_EXIT_CODE, None), (2, 1, None)], blamed=[0], unreachable_hosts=[]
+    )
     assert ends == {0: ("a", End.RESTART), 1: ("a", End.STOPPED), 2: ("b", End.FAILED)}
     # an unreachable host: all its ranks failed
     assert classify_ends(HOSTS, [], [], [], ["b"])[2] == ("b", End.FAILED)
@@ -78,7 +100,7 @@ def ends_of(*kinds):
 
 
 def test_after_a_generation():
-    for resets, limit in ((0, None), (5, 1)):   # success, whatever the resets
+    for resets, limit in ((0, None), (5, 1)):  # success, whatever the resets
         done = judge_generation(ends_of(End.DONE, End.DONE, End.DONE), resets, limit)
         assert done.done and done.message is None and done.failed_hosts == ()
     # rank 2 killed on b; the others stop for a restart (or were stopped): go on without b
@@ -92,7 +114,7 @@ def test_after_a_generation():
     assert judge_generation(ends, resets=1, reset_limit=2).done is False
     stopped = judge_generation(ends, resets=2, reset_limit=2)
     assert stopped.done and "exceeded the limit: 2" in stopped.message
-    assert judge_generation(ends, resets=0, reset_limit=0).done   # no reset at all
+    assert judge_generation(ends, resets=0, reset_limit=0).done  # no reset at all
     # a program error everywhere is not a host failure to restart from
     broken = judge_generation(ends_of(End.FAILED, End.FAILED, End.FAILED), 0, None)
     assert broken.done and "failure of the program" in broken.message
@@ -113,5 +135,6 @@ def test_which_host_changes_interrupt_a_generation():
     assert host_update(running, running + [HostSlots("c", 1)]) == HOSTS_ADDED
     assert host_update(running, [HostSlots("a", 3), HostSlots("b", 1)]) == HOSTS_ADDED
     assert host_update(running, [HostSlots("a", 2)]) == HOSTS_REMOVED
-    assert host_update(running, [HostSlots("a", 1), HostSlots("c", 2)]) == \
-        HOSTS_ADDED | HOSTS_REMOVED
+    assert (
+        host_update(running, [HostSlots("a", 1), HostSlots("c", 2)]) == HOSTS_ADDED | HOSTS_REMOVED
+    )

@@ -3,6 +3,7 @@ timestamps, --mpi-args, the ssh identity file, the config file, --version and re
 
 Every launch is bounded by a subprocess timeout, as in test_launcher_launch.py.
 """
+
 from __future__ import annotations
 
 import os
@@ -11,8 +12,8 @@ import sys
 import textwrap
 
 import pytest
-
 from conftest import RANK, rank_program, scaleoutrun
+
 from scaleout.launcher.mpi_launcher import LaunchError, MPIFamily, find_mpiexec, probe_family
 
 # Horovod's timestamp (C's asctime) directly followed by scaleoutrun's rank tag.
@@ -22,30 +23,36 @@ STAMPED = re.compile(r"^\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\[(\d)\] (.*)$")
 @pytest.fixture(scope="module")
 def launcher():
     try:
-        return probe_family(find_mpiexec(os.environ.get("SCALEOUT_MPIEXEC"), sys.executable,
-                                         os.environ))
+        return probe_family(
+            find_mpiexec(os.environ.get("SCALEOUT_MPIEXEC"), sys.executable, os.environ)
+        )
     except LaunchError as exc:
         pytest.skip(str(exc))
 
 
 def two_line_program(tmp_path) -> str:
-    return rank_program(tmp_path, f"""
+    return rank_program(
+        tmp_path,
+        f"""
         import os, sys
         rank = {RANK}
         print("out", rank, flush=True)
         print("err", rank, file=sys.stderr, flush=True)
         print("out again", rank)
-    """)
+    """,
+    )
 
 
 def test_output_filename_writes_each_ranks_files_and_the_terminal_still_gets_them(
-        launcher, tmp_path):
+    launcher, tmp_path
+):
     program = two_line_program(tmp_path)
-    result = scaleoutrun("-np", "2", "--output-filename", "logs", sys.executable, program,
-                         cwd=tmp_path)
+    result = scaleoutrun(
+        "-np", "2", "--output-filename", "logs", sys.executable, program, cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     for rank in (0, 1):
-        where = tmp_path / "logs" / "1" / f"rank.{rank}"   # relative to scaleoutrun's cwd
+        where = tmp_path / "logs" / "1" / f"rank.{rank}"  # relative to scaleoutrun's cwd
         assert (where / "stdout").read_text() == f"[{rank}] out {rank}\n[{rank}] out again {rank}\n"
         assert (where / "stderr").read_text() == f"[{rank}] err {rank}\n"
         assert f"[{rank}] out again {rank}\n" in result.stdout
@@ -56,16 +63,24 @@ def test_output_filename_writes_each_ranks_files_and_the_terminal_still_gets_the
 def test_output_filename_that_cannot_be_created_is_a_usage_error(launcher, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    result = scaleoutrun("-np", "2", "--output-filename", str(blocker / "logs"),
-                         sys.executable, "-c", "pass")
+    result = scaleoutrun(
+        "-np", "2", "--output-filename", str(blocker / "logs"), sys.executable, "-c", "pass"
+    )
     assert result.returncode == 2
     assert "--output-filename" in result.stderr
 
 
 def test_prefix_output_with_timestamp(launcher, tmp_path):
     program = two_line_program(tmp_path)
-    result = scaleoutrun("-np", "2", "--prefix-output-with-timestamp", "--output-filename",
-                         str(tmp_path / "logs"), sys.executable, program)
+    result = scaleoutrun(
+        "-np",
+        "2",
+        "--prefix-output-with-timestamp",
+        "--output-filename",
+        str(tmp_path / "logs"),
+        sys.executable,
+        program,
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 4
@@ -81,10 +96,13 @@ def test_prefix_output_with_timestamp(launcher, tmp_path):
 
 
 def test_mpi_args_reach_the_launcher(launcher, tmp_path):
-    program = rank_program(tmp_path, f"""
+    program = rank_program(
+        tmp_path,
+        f"""
         import os
         print("got", {RANK}, os.environ.get("FROM_MPI_ARGS"))
-    """)
+    """,
+    )
     if launcher.family is MPIFamily.HYDRA:
         extra = "-genv FROM_MPI_ARGS 'two words'"
     else:
@@ -103,7 +121,8 @@ def test_identity_file_and_port_reach_the_ssh_the_launcher_runs(launcher, tmp_pa
     bin_dir.mkdir()
     calls = tmp_path / "ssh_calls"
     ssh = bin_dir / "ssh"
-    ssh.write_text(textwrap.dedent(f"""\
+    ssh.write_text(
+        textwrap.dedent(f"""\
         #!/bin/sh
         echo "$@" >> {calls}
         while [ $# -gt 0 ]; do
@@ -115,17 +134,29 @@ def test_identity_file_and_port_reach_the_ssh_the_launcher_runs(launcher, tmp_pa
         done
         shift
         exec sh -c "$*"
-        """))
+        """)
+    )
     ssh.chmod(0o755)
     key = tmp_path / "id_job"
     key.write_text("not a real key\n")
-    program = rank_program(tmp_path, f"""
+    program = rank_program(
+        tmp_path,
+        f"""
         import os
         print("ran", {RANK})
-    """)
-    result = scaleoutrun("-H", "localhost:1,far.invalid:1", "-p", "2222", "-i", str(key),
-                         sys.executable, program,
-                         env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    """,
+    )
+    result = scaleoutrun(
+        "-H",
+        "localhost:1,far.invalid:1",
+        "-p",
+        "2222",
+        "-i",
+        str(key),
+        sys.executable,
+        program,
+        env={"PATH": f"{bin_dir}:{os.environ['PATH']}"},
+    )
     assert result.returncode == 0, result.stderr
     assert "[0] ran 0\n" in result.stdout and "[1] ran 1\n" in result.stdout
     recorded = calls.read_text().split()
@@ -142,22 +173,39 @@ def test_missing_identity_file_is_a_usage_error(launcher, tmp_path):
 
 def test_config_file_and_tuning_flags_reach_every_rank(launcher, tmp_path):
     config = tmp_path / "horovod.yaml"
-    config.write_text("params:\n  cycle_time_ms: 4\n  cache_capacity: 64\n"
-                      "timeline:\n  filename: /tmp/tl.json\n  mark_cycles: true\n"
-                      "stall_check:\n  enabled: false\n  shutdown_time_seconds: 30\n")
-    program = rank_program(tmp_path, """
+    config.write_text(
+        "params:\n  cycle_time_ms: 4\n  cache_capacity: 64\n"
+        "timeline:\n  filename: /tmp/tl.json\n  mark_cycles: true\n"
+        "stall_check:\n  enabled: false\n  shutdown_time_seconds: 30\n"
+    )
+    program = rank_program(
+        tmp_path,
+        """
         import os
         names = ["SCALEOUT_CYCLE_TIME", "SCALEOUT_CACHE_CAPACITY", "SCALEOUT_TIMELINE",
                  "SCALEOUT_TIMELINE_MARK_CYCLES", "SCALEOUT_STALL_CHECK_DISABLE",
                  "SCALEOUT_STALL_SHUTDOWN_TIME_SECONDS", "SCALEOUT_LOG_LEVEL"]
         print(" ".join(f"{n}={os.environ.get(n)}" for n in names))
-    """)
-    result = scaleoutrun("-np", "2", "--config-file", str(config), "--cache-capacity", "8",
-                         "--log-level", "error", sys.executable, program)
+    """,
+    )
+    result = scaleoutrun(
+        "-np",
+        "2",
+        "--config-file",
+        str(config),
+        "--cache-capacity",
+        "8",
+        "--log-level",
+        "error",
+        sys.executable,
+        program,
+    )
     assert result.returncode == 0, result.stderr
-    expected = ("SCALEOUT_CYCLE_TIME=4 SCALEOUT_CACHE_CAPACITY=8 SCALEOUT_TIMELINE=/tmp/tl.json "
-                "SCALEOUT_TIMELINE_MARK_CYCLES=1 SCALEOUT_STALL_CHECK_DISABLE=1 "
-                "SCALEOUT_STALL_SHUTDOWN_TIME_SECONDS=30 SCALEOUT_LOG_LEVEL=ERROR")
+    expected = (
+        "SCALEOUT_CYCLE_TIME=4 SCALEOUT_CACHE_CAPACITY=8 SCALEOUT_TIMELINE=/tmp/tl.json "
+        "SCALEOUT_TIMELINE_MARK_CYCLES=1 SCALEOUT_STALL_CHECK_DISABLE=1 "
+        "SCALEOUT_STALL_SHUTDOWN_TIME_SECONDS=30 SCALEOUT_LOG_LEVEL=ERROR"
+    )
     assert result.stdout.count(expected) == 2
 
 

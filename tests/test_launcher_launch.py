@@ -3,6 +3,7 @@
 Every launch is bounded by a subprocess timeout, so a launcher that fails to stop a job fails
 the test instead of hanging it.
 """
+
 from __future__ import annotations
 
 import os
@@ -11,8 +12,8 @@ import sys
 import time
 
 import pytest
-
 from conftest import RANK, fake_mpiexec, rank_program, run_python, scaleoutrun
+
 from scaleout.launcher.mpi_launcher import LaunchError, find_mpiexec
 
 
@@ -26,13 +27,16 @@ def needs_mpiexec():
 
 @pytest.mark.parametrize("np", [2, 4])
 def test_every_rank_runs_and_its_lines_carry_its_rank(tmp_path, np):
-    program = rank_program(tmp_path, f"""
+    program = rank_program(
+        tmp_path,
+        f"""
         import os, sys
         rank = {RANK}
         print("hello from", rank)
         print("second line", rank, flush=True)
         print("on stderr", rank, file=sys.stderr)
-    """)
+    """,
+    )
     result = scaleoutrun("-np", str(np), sys.executable, program)
     assert result.returncode == 0, result.stderr
     for rank in range(np):
@@ -45,11 +49,14 @@ def test_every_rank_runs_and_its_lines_carry_its_rank(tmp_path, np):
 
 def test_mpi_works_inside_the_ranks(tmp_path):
     pytest.importorskip("mpi4py")
-    program = rank_program(tmp_path, """
+    program = rank_program(
+        tmp_path,
+        """
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
         print("sum", comm.allreduce(comm.rank + 1), "size", comm.size)
-    """)
+    """,
+    )
     result = scaleoutrun("-np", "4", sys.executable, program)
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("sum 10 size 4") == 4
@@ -69,12 +76,15 @@ def all_ranks_here(n: int) -> str:
 
 
 def test_a_rank_that_exits_non_zero_ends_the_job(tmp_path):
-    program = rank_program(tmp_path, f"""
+    program = rank_program(
+        tmp_path,
+        f"""
         import os, time
         if {RANK} == 1:
             os._exit(3)
         time.sleep(60)
-    """)
+    """,
+    )
     started = time.monotonic()
     result = scaleoutrun("-np", "2", sys.executable, program, timeout=30)
     elapsed = time.monotonic() - started
@@ -84,13 +94,18 @@ def test_a_rank_that_exits_non_zero_ends_the_job(tmp_path):
 
 
 def test_a_rank_killed_by_a_signal_ends_the_job(tmp_path):
-    program = rank_program(tmp_path, """
+    program = rank_program(
+        tmp_path,
+        """
         import os, signal, time
-    """ + all_ranks_here(4) + f"""
+    """
+        + all_ranks_here(4)
+        + f"""
         if {RANK} == 2:   # once every rank runs
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(60)   # the scenario: the others would run on
-    """)
+    """,
+    )
     started = time.monotonic()
     result = scaleoutrun("-np", "4", sys.executable, program, timeout=30)
     assert result.returncode == 128 + 9
@@ -99,14 +114,19 @@ def test_a_rank_killed_by_a_signal_ends_the_job(tmp_path):
 
 
 def test_a_rank_that_ignores_sigterm_is_killed(tmp_path):
-    program = rank_program(tmp_path, """
+    program = rank_program(
+        tmp_path,
+        """
         import os, signal, time
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    """ + all_ranks_here(2) + f"""
+    """
+        + all_ranks_here(2)
+        + f"""
         if {RANK} == 0:   # once every rank ignores SIGTERM
             raise SystemExit(5)
         time.sleep(60)   # the scenario: SIGTERM cannot end this
-    """)
+    """,
+    )
     started = time.monotonic()
     result = scaleoutrun("-np", "2", sys.executable, program, timeout=40)
     assert result.returncode == 5
@@ -125,44 +145,73 @@ def test_ranks_that_never_start_end_the_launch(tmp_path):
     # killed after the grace period.
     fake = fake_mpiexec(tmp_path, "trap '' TERM\nsleep 60\n")
     started = time.monotonic()
-    result = scaleoutrun("-np", "2", "--start-timeout", "1", "--mpiexec", fake,
-                         "python", "-c", "pass", timeout=40)
+    result = scaleoutrun(
+        "-np", "2", "--start-timeout", "1", "--mpiexec", fake, "python", "-c", "pass", timeout=40
+    )
     assert result.returncode == 1
     assert "ranks 0, 1 (on localhost) did not start within 1 s" in result.stderr
     assert time.monotonic() - started < 20
 
 
 def test_tuning_flags_and_the_users_environment_reach_every_rank(tmp_path):
-    program = rank_program(tmp_path, """
+    program = rank_program(
+        tmp_path,
+        """
         import os
         names = ["SCALEOUT_FUSION_THRESHOLD", "SCALEOUT_CYCLE_TIME", "SCALEOUT_CACHE_CAPACITY",
                  "SCALEOUT_STALL_CHECK_TIME_SECONDS", "SCALEOUT_TIMELINE", "MY_SETTING"]
         print(" ".join(f"{n}={os.environ.get(n)}" for n in names))
-    """)
-    result = scaleoutrun("-np", "2", "--fusion-threshold-mb", "8", "--cycle-time-ms", "3",
-                         "--cache-capacity", "16", "--stall-check-seconds", "9",
-                         "--timeline", "/tmp/tl.json", sys.executable, program,
-                         env={"MY_SETTING": "kept"})
+    """,
+    )
+    result = scaleoutrun(
+        "-np",
+        "2",
+        "--fusion-threshold-mb",
+        "8",
+        "--cycle-time-ms",
+        "3",
+        "--cache-capacity",
+        "16",
+        "--stall-check-seconds",
+        "9",
+        "--timeline",
+        "/tmp/tl.json",
+        sys.executable,
+        program,
+        env={"MY_SETTING": "kept"},
+    )
     assert result.returncode == 0, result.stderr
-    expected = (f"SCALEOUT_FUSION_THRESHOLD={8 << 20} SCALEOUT_CYCLE_TIME=3 "
-                "SCALEOUT_CACHE_CAPACITY=16 SCALEOUT_STALL_CHECK_TIME_SECONDS=9 "
-                "SCALEOUT_TIMELINE=/tmp/tl.json MY_SETTING=kept")
+    expected = (
+        f"SCALEOUT_FUSION_THRESHOLD={8 << 20} SCALEOUT_CYCLE_TIME=3 "
+        "SCALEOUT_CACHE_CAPACITY=16 SCALEOUT_STALL_CHECK_TIME_SECONDS=9 "
+        "SCALEOUT_TIMELINE=/tmp/tl.json MY_SETTING=kept"
+    )
     assert result.stdout.count(expected) == 2
 
 
 def test_mpi_yield_switch(tmp_path):
-    program = rank_program(tmp_path, """
+    program = rank_program(
+        tmp_path,
+        """
         import os
         print("yield", os.environ.get("MPIR_CVAR_ENABLE_HEAVY_YIELD"),
               os.environ.get("OMPI_MCA_mpi_yield_when_idle"))
-    """)
+    """,
+    )
     on = scaleoutrun("-np", "2", "--mpi-yield", "on", sys.executable, program)
     assert on.returncode == 0, on.stderr
     assert on.stdout.count("yield") == 2 and "None None" not in on.stdout
-    off = scaleoutrun("-np", "2", "--mpi-yield", "off", sys.executable, program,
-                      env={"MPIR_CVAR_ENABLE_HEAVY_YIELD": "", "OMPI_MCA_mpi_yield_when_idle": ""})
+    off = scaleoutrun(
+        "-np",
+        "2",
+        "--mpi-yield",
+        "off",
+        sys.executable,
+        program,
+        env={"MPIR_CVAR_ENABLE_HEAVY_YIELD": "", "OMPI_MCA_mpi_yield_when_idle": ""},
+    )
     assert off.returncode == 0, off.stderr
-    assert off.stdout.count("yield  ") == 2   # the (empty) user settings, untouched
+    assert off.stdout.count("yield  ") == 2  # the (empty) user settings, untouched
 
 
 def test_hosts_are_handed_to_the_launcher(tmp_path):
@@ -172,13 +221,20 @@ def test_hosts_are_handed_to_the_launcher(tmp_path):
     for hosts in (["-H", "localhost:2"], ["--hostfile", str(hostfile)]):
         result = scaleoutrun(*hosts, "--verbose", sys.executable, program)
         assert result.returncode == 0, result.stderr
-        assert result.stdout.count("ran") == 2   # -np defaults to the slots
-        assert "localhost:2" in result.stderr    # the launcher command line, printed by -v
+        assert result.stdout.count("ran") == 2  # -np defaults to the slots
+        assert "localhost:2" in result.stderr  # the launcher command line, printed by -v
 
 
-@pytest.mark.parametrize("args", [["-np", "0", "python"], ["-np", "-2", "python"],
-                                  ["--bogus", "python"], ["-np", "2"],
-                                  ["-H", "a:1", "-np", "3", "python"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-np", "0", "python"],
+        ["-np", "-2", "python"],
+        ["--bogus", "python"],
+        ["-np", "2"],
+        ["-H", "a:1", "-np", "3", "python"],
+    ],
+)
 def test_usage_errors_exit_2(args):
     result = scaleoutrun(*args, timeout=30)
     assert result.returncode == 2
@@ -188,7 +244,7 @@ def test_usage_errors_exit_2(args):
 def test_check_build():
     result = scaleoutrun("--check-build", timeout=60)
     probe = run_python("from scaleout import _native; _native.build_info()")
-    if probe.returncode != 0:   # the core is not built here: the report must say so, exit 1
+    if probe.returncode != 0:  # the core is not built here: the report must say so, exit 1
         assert result.returncode == 1, result.stdout + result.stderr
         assert "cannot be loaded" in result.stderr
         pytest.skip("the native core is not loadable here; checked the error path only")
@@ -200,45 +256,55 @@ def test_check_build():
 def test_the_summary_names_the_rank_that_failed_first_in_cause(tmp_path):
     # Rank 1 raises after init; rank 0, waiting in a collective, then fails with ShutDownError
     # (often first in time). The summary names rank 1 and shows its last lines.
-    program = rank_program(tmp_path, """
+    program = rank_program(
+        tmp_path,
+        """
         import numpy as np
         import scaleout as so
         so.init()
         if so.rank() == 1:
             raise RuntimeError("a bug on rank one")
         so.allreduce(np.ones(4), name="never")
-    """)
-    for attempt in range(3):
+    """,
+    )
+    for _ in range(3):
         result = scaleoutrun("-np", "2", sys.executable, program, timeout=45)
         assert result.returncode != 0
-        summary = result.stderr[result.stderr.index("scaleoutrun: job failed"):]
-        assert re.match(r"scaleoutrun: job failed: rank 1 (exited with code 1|failed first)",
-                        summary), summary
+        summary = result.stderr[result.stderr.index("scaleoutrun: job failed") :]
+        assert re.match(
+            r"scaleoutrun: job failed: rank 1 (exited with code 1|failed first)", summary
+        ), summary
         assert "rank 1's last lines" in summary and "a bug on rank one" in summary, summary
 
 
 def test_the_ranks_an_error_blames_are_named_from_its_record(tmp_path):
     # Note [Rank reports]: rank 0's error, made as the core's errors are (from_core), blames
     # ranks 1 and 2 as data, in words scaleoutrun does not read; they never report an end.
-    program = rank_program(tmp_path, f"""
+    program = rank_program(
+        tmp_path,
+        f"""
         import os, time
         from scaleout._errors import from_core
         if {RANK} == 0:
             raise from_core("SHUT_DOWN", "the words do not matter", (1, 2), None)
         time.sleep(40)
-    """)
+    """,
+    )
     result = scaleoutrun("-np", "3", sys.executable, program, timeout=45)
     assert result.returncode == 1, result.stderr
-    summary = result.stderr[result.stderr.index("scaleoutrun: job failed"):]
+    summary = result.stderr[result.stderr.index("scaleoutrun: job failed") :]
     assert summary.startswith(
         "scaleoutrun: job failed: ranks 1, 2 failed first (the errors of the others name them); "
-        "then rank 0 exited with code 1; the other ranks were stopped"), summary
-    assert "scaleoutrun: rank 0 reports" not in result.stderr   # consumed by scaleoutrun
+        "then rank 0 exited with code 1; the other ranks were stopped"
+    ), summary
+    assert "scaleoutrun: rank 0 reports" not in result.stderr  # consumed by scaleoutrun
 
 
 def test_a_rank_that_leaves_early_is_named(tmp_path):
     # Rank 1 ends with exit code 0 without shutting scaleout down while rank 0 waits for it.
-    program = rank_program(tmp_path, """
+    program = rank_program(
+        tmp_path,
+        """
         import os
         import numpy as np
         import scaleout as so
@@ -247,11 +313,13 @@ def test_a_rank_that_leaves_early_is_named(tmp_path):
         if so.rank() == 1:
             os._exit(0)
         so.allreduce(np.ones(4), name="never")
-    """)
+    """,
+    )
     result = scaleoutrun("-np", "2", sys.executable, program, timeout=45)
     assert result.returncode != 0
-    assert re.search(r"job failed: rank 1 ended with code 0 while rank 0 still ran",
-                     result.stderr), result.stderr
+    assert re.search(
+        r"job failed: rank 1 ended with code 0 while rank 0 still ran", result.stderr
+    ), result.stderr
     assert "without a rank reporting a failure" not in result.stderr
 
 
@@ -277,13 +345,18 @@ for line in sys.stdin.buffer:
 
 def test_mpi_segments_of_a_killed_job_are_removed(tmp_path):
     from scaleout.launcher import shm_cleanup
+
     real = find_mpiexec(os.environ.get("SCALEOUT_MPIEXEC"), sys.executable, os.environ)
     (tmp_path / "filter.py").write_text(REPORTED_SEGMENTS)
     launcher = tmp_path / "mpiexec"
-    launcher.write_text(f"#!/bin/bash\nexec {real} \"$@\" "
-                        f"2> >(exec {sys.executable} {tmp_path / 'filter.py'} {tmp_path} >&2)\n")
+    launcher.write_text(
+        f'#!/bin/bash\nexec {real} "$@" '
+        f"2> >(exec {sys.executable} {tmp_path / 'filter.py'} {tmp_path} >&2)\n"
+    )
     launcher.chmod(0o755)
-    program = rank_program(tmp_path, f"""
+    program = rank_program(
+        tmp_path,
+        f"""
         import os, signal, sys, time
         from pathlib import Path
         import numpy as np
@@ -303,31 +376,39 @@ def test_mpi_segments_of_a_killed_job_are_removed(tmp_path):
         if rank == 1:
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(30)   # the scenario: rank 0 still runs when rank 1 dies
-    """)
+    """,
+    )
     before = set(os.listdir(shm_cleanup.SHM_DIR))
-    result = scaleoutrun("-np", "2", "--mpiexec", str(launcher), sys.executable, program,
-                         timeout=45)
+    result = scaleoutrun(
+        "-np", "2", "--mpiexec", str(launcher), sys.executable, program, timeout=45
+    )
     assert result.returncode != 0
-    assert "killed by SIGKILL" in result.stderr, result.stderr   # not a rank's timeout
+    assert "killed by SIGKILL" in result.stderr, result.stderr  # not a rank's timeout
     # The job's own segments: other jobs on this machine may come and go meanwhile.
-    mapped = {name for rank in (0, 1)
-              for name in (tmp_path / f"mapped.{rank}").read_text().split()}
+    mapped = {name for rank in (0, 1) for name in (tmp_path / f"mapped.{rank}").read_text().split()}
     if not mapped:
         pytest.skip("this MPI's ranks map no shared-memory segment")
-    left = {name for name in set(os.listdir(shm_cleanup.SHM_DIR)) - before
-            if name.startswith(shm_cleanup.PREFIXES) and name in mapped}
+    left = {
+        name
+        for name in set(os.listdir(shm_cleanup.SHM_DIR)) - before
+        if name.startswith(shm_cleanup.PREFIXES) and name in mapped
+    }
     assert not left, f"left behind in /dev/shm: {sorted(left)}"
 
 
 def test_only_the_jobs_own_unmapped_segments_are_removed(tmp_path):
     import mmap
+
     from scaleout.launcher import shm_cleanup
+
     directory = tmp_path / "shm"
     directory.mkdir()
     # Segments this job's ranks mapped: one still mapped (by this process), one left behind.
     # And one the job never mapped: unmapped as far as this process can see, it may be a live
     # job's in another container that shares /dev/shm but not its pids.
-    kept, stale, foreign = (directory / f"mpich_shm_{what}" for what in ("mapped", "stale", "other"))
+    kept, stale, foreign = (
+        directory / f"mpich_shm_{what}" for what in ("mapped", "stale", "other")
+    )
     for path in (kept, stale, foreign):
         path.write_bytes(b"\0" * 4096)
     with open(kept, "r+b") as f, mmap.mmap(f.fileno(), 4096):

@@ -1,6 +1,7 @@
 """The launcher's import rules (launcher/__init__.py): the rank wrapper's modules import nothing
 from scaleout, the others only scaleout's pure modules, and no launcher module imports another
 that imports it back."""
+
 from __future__ import annotations
 
 import ast
@@ -18,9 +19,13 @@ def _imports(path: Path, top_level_only: bool) -> tuple[set[str], set[str]]:
     """(launcher modules, scaleout modules) that `path` imports."""
     tree = ast.parse(path.read_text())
     nodes = tree.body if top_level_only else list(ast.walk(tree))
-    if top_level_only:   # also those under a top-level if/try
-        nodes = [n for top in tree.body for n in ast.walk(top)
-                 if not isinstance(top, (ast.FunctionDef, ast.ClassDef))]
+    if top_level_only:  # also those under a top-level if/try
+        nodes = [
+            n
+            for top in tree.body
+            for n in ast.walk(top)
+            if not isinstance(top, (ast.FunctionDef, ast.ClassDef))
+        ]
     ours, theirs = set(), set()
     for node in nodes:
         if isinstance(node, ast.ImportFrom) and node.level:
@@ -64,13 +69,15 @@ def test_the_launcher_imports_only_scaleouts_pure_modules():
 
 def test_the_pure_modules_load_no_native_code():
     # Imported under a bare scaleout package: its __init__, which imports the binding, is not run.
-    code = ("import sys, types\n"
-            "package = types.ModuleType('scaleout')\n"
-            "package.__path__ = [sys.argv[1]]\n"
-            "sys.modules['scaleout'] = package\n"
-            f"import {', '.join(sorted(PURE))}\n"
-            "print(' '.join(sorted(name for name in sys.modules if name.startswith("
-            "('scaleout.', 'mpi4py', 'torch', 'tensorflow')))))\n")
+    code = (
+        "import sys, types\n"
+        "package = types.ModuleType('scaleout')\n"
+        "package.__path__ = [sys.argv[1]]\n"
+        "sys.modules['scaleout'] = package\n"
+        f"import {', '.join(sorted(PURE))}\n"
+        "print(' '.join(sorted(name for name in sys.modules if name.startswith("
+        "('scaleout.', 'mpi4py', 'torch', 'tensorflow')))))\n"
+    )
     done = run_python(code, str(LAUNCHER.parent / "scaleout"), timeout=120)
     assert done.returncode == 0, done.stderr
     assert set(done.stdout.split()) <= PURE | {"scaleout._errors"}, done.stdout
@@ -78,13 +85,14 @@ def test_the_pure_modules_load_no_native_code():
 
 def test_no_import_cycle_among_the_launchers_modules():
     modules = _modules()
-    graph = {name: _imports(path, top_level_only=False)[0] & modules.keys()
-             for name, path in modules.items()}
+    graph = {
+        name: _imports(path, top_level_only=False)[0] & modules.keys()
+        for name, path in modules.items()
+    }
 
     def reaches(start: str, goal: str, seen: set[str]) -> bool:
         for nxt in graph[start]:
-            if nxt == goal or (nxt not in seen and not seen.add(nxt)
-                               and reaches(nxt, goal, seen)):
+            if nxt == goal or (nxt not in seen and not seen.add(nxt) and reaches(nxt, goal, seen)):
                 return True
         return False
 
@@ -94,7 +102,21 @@ def test_no_import_cycle_among_the_launchers_modules():
 
 def test_the_rank_wrapper_runs_by_path_without_scaleout():
     # -S -I: no site-packages, so an import of scaleout would fail.
-    done = run_job([sys.executable, "-I", "-S", str(LAUNCHER / "rank_exec.py"), "--",
-                    sys.executable, "-I", "-S", "-c", "print('hello')"], "the rank wrapper", 60)
+    done = run_job(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            str(LAUNCHER / "rank_exec.py"),
+            "--",
+            sys.executable,
+            "-I",
+            "-S",
+            "-c",
+            "print('hello')",
+        ],
+        "the rank wrapper",
+        60,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.endswith("] hello\n")

@@ -1,5 +1,6 @@
 """The placement planner on described nodes, topology detection from a fake /sys, and ranks
 that report the CPU affinity they actually got."""
+
 from __future__ import annotations
 
 import ast
@@ -7,20 +8,23 @@ import os
 import sys
 
 import pytest
-
 from conftest import scaleoutrun
+
 from scaleout.launcher.config import parse_config
 from scaleout.launcher.errors import UsageError
-from scaleout.launcher.placement import (PlacementError, PlacementRequest, plan_node,
-                                         rank_environment)
+from scaleout.launcher.placement import (
+    PlacementError,
+    PlacementRequest,
+    plan_node,
+    rank_environment,
+)
 from scaleout.launcher.placement_table import format_placement
 from scaleout.launcher.plan import placement_request, plan_job, plan_placement, resolve_hosts
-from scaleout.launcher.topology import (Core, detect, format_cpu_list, parse_cpu_list,
-                                        synthetic)
+from scaleout.launcher.topology import Core, detect, format_cpu_list, parse_cpu_list, synthetic
 
 THIS_MACHINE = synthetic(sockets=1, cores_per_socket=2)
-XEON = synthetic(sockets=2, cores_per_socket=18, threads_per_core=2)   # CPUs 0-71
-KNL = synthetic(sockets=1, cores_per_socket=68, threads_per_core=4)    # CPUs 0-271
+XEON = synthetic(sockets=2, cores_per_socket=18, threads_per_core=2)  # CPUs 0-71
+KNL = synthetic(sockets=1, cores_per_socket=68, threads_per_core=4)  # CPUs 0-271
 
 
 def cpus(text: str) -> tuple[int, ...]:
@@ -32,6 +36,7 @@ def request(**fields) -> PlacementRequest:
 
 
 # --- topology -----------------------------------------------------------------------------
+
 
 def test_synthetic_numbering_is_linuxs():
     assert len(XEON.cores) == 36 and XEON.sockets == (0, 1)
@@ -84,12 +89,15 @@ def test_detect_this_machine():
 
 # --- the planner --------------------------------------------------------------------------
 
+
 def test_this_two_core_machine():
     one = plan_node(THIS_MACHINE, 1, request()).ranks
     assert (one[0].cpus, one[0].ep_cpus, one[0].threads) == ((0, 1), (), 2)
     two = plan_node(THIS_MACHINE, 2, request()).ranks
-    assert [(r.bind, r.cpus, r.ep_cpus, r.threads) for r in two] == \
-        [("core", (0,), (), 1), ("core", (1,), (), 1)]
+    assert [(r.bind, r.cpus, r.ep_cpus, r.threads) for r in two] == [
+        ("core", (0,), (), 1),
+        ("core", (1,), (), 1),
+    ]
     # One rank with an endpoint server: compute on core 0, communicate on core 1.
     ep = plan_node(THIS_MACHINE, 1, request(ep_servers=1)).ranks[0]
     assert (ep.cpus, ep.ep_cpus, ep.threads) == ((0,), (1,), 1)
@@ -106,8 +114,8 @@ def test_this_machine_oversubscribed():
 def test_xeon_two_ranks_one_per_socket_with_two_endpoint_servers():
     ranks = plan_node(XEON, 2, request(ep_servers=2)).ranks
     assert ranks[0].sockets == (0,) and ranks[1].sockets == (1,)
-    assert ranks[0].cpus == cpus("0-15,36-51")       # 16 cores, both hyperthreads
-    assert ranks[0].ep_cpus == (16, 17)               # the last cores of socket 0
+    assert ranks[0].cpus == cpus("0-15,36-51")  # 16 cores, both hyperthreads
+    assert ranks[0].ep_cpus == (16, 17)  # the last cores of socket 0
     assert ranks[1].cpus == cpus("18-33,54-69")
     assert ranks[1].ep_cpus == (34, 35)
     assert [r.threads for r in ranks] == [16, 16]
@@ -117,8 +125,12 @@ def test_xeon_two_ranks_one_per_socket_with_two_endpoint_servers():
 def test_xeon_four_ranks_two_per_socket_with_two_endpoint_servers():
     ranks = plan_node(XEON, 4, request(ep_servers=2)).ranks
     assert [r.sockets for r in ranks] == [(0,), (0,), (1,), (1,)]
-    assert [format_cpu_list(r.cpus) for r in ranks] == \
-        ["0-6,36-42", "9-15,45-51", "18-24,54-60", "27-33,63-69"]
+    assert [format_cpu_list(r.cpus) for r in ranks] == [
+        "0-6,36-42",
+        "9-15,45-51",
+        "18-24,54-60",
+        "27-33,63-69",
+    ]
     assert [r.ep_cpus for r in ranks] == [(7, 8), (16, 17), (25, 26), (34, 35)]
     assert [r.threads for r in ranks] == [7, 7, 7, 7]
     # No CPU is used twice, and no endpoint core computes.
@@ -129,7 +141,7 @@ def test_xeon_four_ranks_two_per_socket_with_two_endpoint_servers():
 
 def test_xeon_default_endpoint_server_and_socket_binding():
     ranks = plan_node(XEON, 2, request()).ranks
-    assert [r.ep_cpus for r in ranks] == [(17,), (35,)]   # one per rank by default
+    assert [r.ep_cpus for r in ranks] == [(17,), (35,)]  # one per rank by default
     shared = plan_node(XEON, 4, request(bind_to="socket", ep_servers=1)).ranks
     # Bound to its socket's compute cores, shared with its neighbour; endpoint cores excluded.
     assert shared[0].cpus == shared[1].cpus == cpus("0-7,9-16,36-43,45-52")
@@ -149,8 +161,8 @@ def test_68_core_single_socket_node():
     ranks = plan_node(KNL, 4, request()).ranks
     assert [len(r.compute_cores) for r in ranks] == [16, 16, 16, 16]
     assert [r.ep_cpus for r in ranks] == [(16,), (33,), (50,), (67,)]
-    assert len(ranks[0].cpus) == 16 * 4          # all four hyperthreads of each core
-    one = plan_node(KNL, 1, request(ep_servers=4)).ranks[0]   # MLSL's 4 servers per node
+    assert len(ranks[0].cpus) == 16 * 4  # all four hyperthreads of each core
+    one = plan_node(KNL, 1, request(ep_servers=4)).ranks[0]  # MLSL's 4 servers per node
     assert one.ep_cpus == (64, 65, 66, 67) and one.threads == 64
 
 
@@ -164,8 +176,10 @@ def test_uneven_slots_across_hosts():
     config = parse_config(["-H", "localhost:3,far:1", "--ep-servers", "1", "x"], {})
     plan = plan_job(config, local_cpus=72, source=resolve_hosts(config, {}))
     placements = plan_placement(plan, placement_request(config), XEON, include_remote=True)
-    assert [(p.host, p.first_rank, len(p.plan.ranks), p.local) for p in placements] == \
-        [("localhost", 0, 3, True), ("far", 3, 1, False)]
+    assert [(p.host, p.first_rank, len(p.plan.ranks), p.local) for p in placements] == [
+        ("localhost", 0, 3, True),
+        ("far", 3, 1, False),
+    ]
     lone = placements[1].plan.ranks[0]
     assert lone.sockets == (0, 1) and lone.ep_cpus == (35,) and lone.threads == 35
     table = format_placement(placements, XEON, placement_request(config))
@@ -177,21 +191,24 @@ def test_uneven_slots_across_hosts():
 def test_explicit_endpoint_cores():
     ranks = plan_node(XEON, 2, request(ep_affinity=cpus("0,18"))).ranks
     assert [r.ep_cpus for r in ranks] == [(0,), (18,)]
-    assert 0 not in ranks[0].cpus and 36 not in ranks[0].cpus   # core 0 no longer computes
+    assert 0 not in ranks[0].cpus and 36 not in ranks[0].cpus  # core 0 no longer computes
     assert ranks[0].threads == 17
     unbound = plan_node(XEON, 2, request(bind_to="none", ep_affinity=(5, 23))).ranks
     assert [r.ep_cpus for r in unbound] == [(5,), (23,)] and unbound[0].cpus == ()
 
 
-@pytest.mark.parametrize("topology, ranks, req, message", [
-    (XEON, 2, request(ep_servers=18), "leaves rank 0 no compute core"),
-    (XEON, 2, request(ep_affinity=(0, 99)), "CPU 99"),
-    (XEON, 2, request(ep_affinity=(0, 1, 2)), "not a multiple"),
-    (XEON, 2, request(ep_servers=2, ep_affinity=(0, 18)), "need 4"),
-    (XEON, 40, request(bind_to="core"), "more ranks than cores"),
-    (synthetic(2, 2), 5, request(bind_to="core", ep_servers=0), "more ranks than cores"),
-    (THIS_MACHINE, 2, request(ep_servers=1), "no compute core"),
-])
+@pytest.mark.parametrize(
+    "topology, ranks, req, message",
+    [
+        (XEON, 2, request(ep_servers=18), "leaves rank 0 no compute core"),
+        (XEON, 2, request(ep_affinity=(0, 99)), "CPU 99"),
+        (XEON, 2, request(ep_affinity=(0, 1, 2)), "not a multiple"),
+        (XEON, 2, request(ep_servers=2, ep_affinity=(0, 18)), "need 4"),
+        (XEON, 40, request(bind_to="core"), "more ranks than cores"),
+        (synthetic(2, 2), 5, request(bind_to="core", ep_servers=0), "more ranks than cores"),
+        (THIS_MACHINE, 2, request(ep_servers=1), "no compute core"),
+    ],
+)
 def test_impossible_requests(topology, ranks, req, message):
     with pytest.raises(PlacementError, match=message):
         plan_node(topology, ranks, req)
@@ -219,24 +236,50 @@ def test_rank_environment_keeps_the_users_thread_settings():
 def test_table():
     config = parse_config(["-np", "2", "--ep-servers", "2", "x"], {})
     plan = plan_job(config, local_cpus=72)
-    table = format_placement(plan_placement(plan, placement_request(config), XEON, True), XEON,
-                             placement_request(config))
+    table = format_placement(
+        plan_placement(plan, placement_request(config), XEON, True), XEON, placement_request(config)
+    )
     lines = table.splitlines()
     header = next(line for line in lines if line.startswith("rank"))
-    assert header.split() == ["rank", "host", "socket", "bind", "compute", "cores", "endpoint",
-                              "cores", "threads"]
-    assert lines[lines.index(header) + 1].split() == \
-        ["0", "localhost", "0", "core", "0-15,36-51", "16-17", "16"]
+    assert header.split() == [
+        "rank",
+        "host",
+        "socket",
+        "bind",
+        "compute",
+        "cores",
+        "endpoint",
+        "cores",
+        "threads",
+    ]
+    assert lines[lines.index(header) + 1].split() == [
+        "0",
+        "localhost",
+        "0",
+        "core",
+        "0-15,36-51",
+        "16-17",
+        "16",
+    ]
 
 
 # --- real launches ------------------------------------------------------------------------
 
-REPORT = ("import os; print(sorted(os.sched_getaffinity(0)), os.environ['SCALEOUT_EP_CORES'], "
-          "os.environ['OMP_NUM_THREADS'])")
+REPORT = (
+    "import os; print(sorted(os.sched_getaffinity(0)), os.environ['SCALEOUT_EP_CORES'], "
+    "os.environ['OMP_NUM_THREADS'])"
+)
 
 
-@pytest.mark.parametrize("args", [["-np", "1"], ["-np", "2"], ["-np", "1", "--ep-servers", "1"],
-                                  ["-np", "2", "--bind-to", "none"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-np", "1"],
+        ["-np", "2"],
+        ["-np", "1", "--ep-servers", "1"],
+        ["-np", "2", "--bind-to", "none"],
+    ],
+)
 def test_ranks_get_the_planned_affinity(args):
     here = detect()
     config = parse_config(args + ["x"], {})
@@ -246,8 +289,9 @@ def test_ranks_get_the_planned_affinity(args):
     result = scaleoutrun(*args, sys.executable, "-c", REPORT)
     assert result.returncode == 0, result.stderr
     for rank in expected:
-        line = next(line for line in result.stdout.splitlines()
-                    if line.startswith(f"[{rank.local_rank}] "))
+        line = next(
+            line for line in result.stdout.splitlines() if line.startswith(f"[{rank.local_rank}] ")
+        )
         got_cpus, ep_cores, threads = line.split(" ", 1)[1].rsplit(" ", 2)
         want = sorted(rank.cpus) if rank.cpus else sorted(os.sched_getaffinity(0))
         assert ast.literal_eval(got_cpus) == want

@@ -8,6 +8,7 @@ tensorflow, keras, mpi4py: importing scaleout must not load MPI), never of a sca
 a module that needs one from above belongs in a higher layer. (The launcher's rules are
 tests/test_launcher_layers.py's.)
 """
+
 from __future__ import annotations
 
 import ast
@@ -20,22 +21,32 @@ LAYERS: List[Set[str]] = [
     # the C extension, and pure protocols: the names ranks match, the elastic driver's channel,
     # what a rank reports to scaleoutrun (these import nothing of scaleout's)
     {"_binding", "_naming", "_elastic_protocol", "_rank_report"},
-    {"_errors"},          # the exception classes
-    {"_native",           # loading the library, the code tables, Handle, the one submit
-     "_commit_store"},    # a host's commit files (no native code: the launcher uses it)
-    {"_runtime"},         # start/shutdown, rank layout, config(), stats, timeline
-    {"_process_sets",     # looking a process set up: what every collective needs
-     "_arrays"},          # array helpers and the array submit (submit_into, submit_owned)
-    {"_ops",              # the numpy collectives API
-     "_gradient_rules"},  # what each collective's gradient is, over a front end's primitives
-    {"_objects"},         # collectives on Python objects
-    {"_process_set_registry",  # registering process sets (collectives), so the public init()
-     "_topk",             # top-k sparsification
-     "_commit_protocol"},  # writing and finding commits on every host (collectives)
-    {"_compression",      # Compression.none/fp16/bf16/topk
-     "_elastic_state"},   # elastic State objects
-    {"_elastic_run"},     # hvd.elastic.run
-    {"_frontend_api"},    # the names every front end exports alike
+    {"_errors"},  # the exception classes
+    {
+        "_native",  # loading the library, the code tables, Handle, the one submit
+        "_commit_store",
+    },  # a host's commit files (no native code: the launcher uses it)
+    {"_runtime"},  # start/shutdown, rank layout, config(), stats, timeline
+    {
+        "_process_sets",  # looking a process set up: what every collective needs
+        "_arrays",
+    },  # array helpers and the array submit (submit_into, submit_owned)
+    {
+        "_ops",  # the numpy collectives API
+        "_gradient_rules",
+    },  # what each collective's gradient is, over a front end's primitives
+    {"_objects"},  # collectives on Python objects
+    {
+        "_process_set_registry",  # registering process sets (collectives), so the public init()
+        "_topk",  # top-k sparsification
+        "_commit_protocol",
+    },  # writing and finding commits on every host (collectives)
+    {
+        "_compression",  # Compression.none/fp16/bf16/topk
+        "_elastic_state",
+    },  # elastic State objects
+    {"_elastic_run"},  # hvd.elastic.run
+    {"_frontend_api"},  # the names every front end exports alike
     {"scaleout", "elastic"},  # the package's own namespace, scaleout.elastic
     {"torch", "tensorflow"},  # the framework shims (each a package with its own modules)
 ]
@@ -63,9 +74,12 @@ def _imports(module: str, path: Path) -> Iterator[Tuple[str, int, bool]]:
     """(imported scaleout module, line, at the top of the file) for each import of one."""
     tree = ast.parse(path.read_text(), str(path))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    top = {id(n) for stmt in tree.body if not isinstance(stmt, (ast.FunctionDef, ast.ClassDef,
-                                                                 ast.AsyncFunctionDef))
-           for n in ast.walk(stmt)}
+    top = {
+        id(n)
+        for stmt in tree.body
+        if not isinstance(stmt, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+        for n in ast.walk(stmt)
+    }
     known = set(_modules()) | EXTENSIONS
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -73,11 +87,14 @@ def _imports(module: str, path: Path) -> Iterator[Tuple[str, int, bool]]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1]
-                                + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1]
+                    + ([base] if base else [])
+                )
             # `from scaleout import _runtime` imports a module; `from scaleout import size` a name
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base
-                       for a in node.names]
+            targets = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names
+            ]
         else:
             continue
         for target in targets:
@@ -96,11 +113,16 @@ def test_every_module_has_a_layer():
 
 
 def test_scaleout_modules_are_imported_at_the_top_of_the_file():
-    late = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}"
-            for module, path in _modules().items()
-            for target, line, at_top in _imports(module, path) if not at_top]
-    assert not late, ("an import of a scaleout module inside a function hides a layer "
-                      f"violation or a cycle; move it to the top: {late}")
+    late = [
+        f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}"
+        for module, path in _modules().items()
+        for target, line, at_top in _imports(module, path)
+        if not at_top
+    ]
+    assert not late, (
+        "an import of a scaleout module inside a function hides a layer "
+        f"violation or a cycle; move it to the top: {late}"
+    )
 
 
 def test_each_module_imports_only_from_layers_below():
@@ -113,9 +135,11 @@ def test_each_module_imports_only_from_layers_below():
             if mine == theirs and mine in SHIMS:
                 continue  # a shim's own modules (their order is the shim's)
             if layer_of.get(theirs, len(LAYERS)) >= layer_of[mine]:
-                upward.append(f"{path.relative_to(PACKAGE.parent)}:{line} ({mine}, layer "
-                              f"{layer_of[mine]}) imports {target} ({theirs}, layer "
-                              f"{layer_of.get(theirs)})")
+                upward.append(
+                    f"{path.relative_to(PACKAGE.parent)}:{line} ({mine}, layer "
+                    f"{layer_of[mine]}) imports {target} ({theirs}, layer "
+                    f"{layer_of.get(theirs)})"
+                )
     assert not upward, f"imports that do not point down the layers: {upward}"
 
 

@@ -3,18 +3,25 @@
 hang, whether the survivors wait in negotiation or inside a collective's data plane; and the
 survivors then leave without hanging in MPI_Finalize. The subprocess timeout is the hang guard.
 Across machines: tests/test_multihost.py."""
+
 import sys
 
 import pytest
-
 from conftest import MP, mpiexec, run_job
 
 LEFT = "scaleout: a peer rank died, so MPI cannot be finalized"
 
 
 def run_with_a_death(nranks: int, *args: str, env: dict = None) -> tuple[str, str]:
-    cmd = [mpiexec(), "-disable-auto-cleanup", "-n", str(nranks), sys.executable,
-           str(MP / "peer_death.py"), *args]
+    cmd = [
+        mpiexec(),
+        "-disable-auto-cleanup",
+        "-n",
+        str(nranks),
+        sys.executable,
+        str(MP / "peer_death.py"),
+        *args,
+    ]
     env = {"SCALEOUT_STALL_CHECK_TIME_SECONDS": "30", **(env or {})}
     done = run_job(cmd, "survivors after a rank died", 90, env)
     return done.stdout, done.stderr
@@ -46,14 +53,26 @@ def test_a_rank_stopped_inside_a_collective_is_named(nranks, collective):
     # (tests/mp/stall_inside.py allreduce shows the shared-memory case when run by hand).
     victim = nranks - 1
     env = {"SCALEOUT_HEARTBEAT_TIMEOUT_SECONDS": "0", "SCALEOUT_STALL_CHECK_TIME_SECONDS": "4"}
-    rank0 = (f"scaleout WARNING (rank 0): {collective} 'busy' has been executing on this rank "
-             f"for 4 s: not heard from rank(s) {victim} for ")
-    others = [f"scaleout WARNING (rank {r}): {collective} 'busy' has been executing on this "
-              f"rank for 4 s: rank 0 says rank {victim} has not been heard from lately"
-              for r in range(1, victim)]
+    rank0 = (
+        f"scaleout WARNING (rank 0): {collective} 'busy' has been executing on this rank "
+        f"for 4 s: not heard from rank(s) {victim} for "
+    )
+    others = [
+        f"scaleout WARNING (rank {r}): {collective} 'busy' has been executing on this "
+        f"rank for 4 s: rank 0 says rank {victim} has not been heard from lately"
+        for r in range(1, victim)
+    ]
     for _ in range(3):
-        cmd = [mpiexec(), "-disable-auto-cleanup", "-n", str(nranks), sys.executable,
-               str(MP / "stall_inside.py"), collective, "8"]
+        cmd = [
+            mpiexec(),
+            "-disable-auto-cleanup",
+            "-n",
+            str(nranks),
+            sys.executable,
+            str(MP / "stall_inside.py"),
+            collective,
+            "8",
+        ]
         result = run_job(cmd, f"stall_inside.py {collective} on {nranks} ranks", 90, env)
         if rank0 in result.stderr:
             break

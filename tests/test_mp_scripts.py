@@ -5,6 +5,7 @@ reader of a failing rank's output can find the test, and the test can be run alo
 on the sources: each test named exists, and its file names the script. Helpers (imported by other
 scripts, named by no test file) are exempt.
 """
+
 from __future__ import annotations
 
 import ast
@@ -70,14 +71,17 @@ def test_script_names_the_tests_that_run_it(script):
     docstring = ast.get_docstring(_tree(MP / script), clean=False) or ""
     opening = docstring.split("\n\n", 1)[0]
     assert re.match(r"Run by\s", opening), (
-        f"tests/mp/{script}: the docstring must open with 'Run by tests/test_x.py::test_y.'")
+        f"tests/mp/{script}: the docstring must open with 'Run by tests/test_x.py::test_y.'"
+    )
     references = REFERENCE.findall(opening)
     assert references, f"tests/mp/{script}: no tests/test_x.py::test_y in {opening!r}"
     for test_file, function in references:
         path = TESTS / test_file
         assert path.is_file(), f"tests/mp/{script} names tests/{test_file}, which does not exist"
         assert _defines(path, function), (
-            f"tests/mp/{script} names {test_file}::{function}, which is not defined there")
+            f"tests/mp/{script} names {test_file}::{function}, which is not defined there"
+        )
         assert script in _named_in(path), (
             f"tests/mp/{script} says {test_file}::{function} runs it, but {test_file} never "
-            "names it")
+            "names it"
+        )

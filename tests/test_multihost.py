@@ -10,6 +10,7 @@ Nothing outside the namespaces is changed, and they are removed at the end.
 Needs root and: unshare, nsenter, ip (iproute2), ssh, ssh-keygen, sshd (openssh-server). Where
 any is missing or namespaces cannot be made, the tests skip and say why.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,12 +23,12 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
-
 from _hosts import INTERFACE, NETWORK_ENV, SSH_PORT, Hosts, HostsUnavailable, made_hosts
 from conftest import SCALEOUTRUN
+
 from scaleout.launcher.mpi_launcher import find_mpiexec
 
-HANGING_SSH_PORT = 2223   # an sshd on hostB whose logins never start anything
+HANGING_SSH_PORT = 2223  # an sshd on hostB whose logins never start anything
 
 # The rank program: checks its own view and prints one RESULT line for the test to check.
 PROGRAM = """
@@ -68,14 +69,18 @@ def hosts(tmp_path_factory):
         pytest.skip(f"two-host test: {exc}")
 
 
-def scaleoutrun_on_a(hosts: Hosts, *args: str, program: Optional[Path] = None,
-                     env: Optional[dict] = None) -> subprocess.CompletedProcess:
+def scaleoutrun_on_a(
+    hosts: Hosts, *args: str, program: Optional[Path] = None, env: Optional[dict] = None
+) -> subprocess.CompletedProcess:
     command = [sys.executable, str(program)] if program else [sys.executable, "-c", "pass"]
     return hosts.run_on("hostA", [*SCALEOUTRUN, *args, *command], env=env)
 
 
-JOB_ENV = {**NETWORK_ENV, "SCALEOUT_TEST_MARK": "reached-every-rank",
-           "SCALEOUT_STALL_CHECK_TIME_SECONDS": "30"}
+JOB_ENV = {
+    **NETWORK_ENV,
+    "SCALEOUT_TEST_MARK": "reached-every-rank",
+    "SCALEOUT_STALL_CHECK_TIME_SECONDS": "30",
+}
 
 
 def results(stdout: str) -> dict[int, dict]:
@@ -122,9 +127,19 @@ def received_bytes(hosts: Hosts, name: str) -> int:
 
 def test_two_by_two_ranks_over_ssh(hosts, program):
     before = received_bytes(hosts, "hostB")
-    result = scaleoutrun_on_a(hosts, "-H", "hostA:2,hostB:2", "--ssh-port", str(SSH_PORT),
-                              "--network-interface", INTERFACE, "--mpi-yield", "on",
-                              program=program, env=JOB_ENV)
+    result = scaleoutrun_on_a(
+        hosts,
+        "-H",
+        "hostA:2,hostB:2",
+        "--ssh-port",
+        str(SSH_PORT),
+        "--network-interface",
+        INTERFACE,
+        "--mpi-yield",
+        "on",
+        program=program,
+        env=JOB_ENV,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     check_job(results(result.stdout), {"hostA": 2, "hostB": 2})
     # The 2 MiB allreduce crossed between the hosts over the veth pair.
@@ -134,10 +149,19 @@ def test_two_by_two_ranks_over_ssh(hosts, program):
 def test_uneven_slots_from_a_hostfile(hosts, program, tmp_path):
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("hostA slots=2\nhostB slots=1\n")
-    result = scaleoutrun_on_a(hosts, "--hostfile", str(hostfile), "--mpi-yield", "on",
-                              program=program,
-                              env={**JOB_ENV, "SCALEOUTRUN_SSH_PORT": str(SSH_PORT),
-                                   "SCALEOUTRUN_NETWORK_INTERFACE": INTERFACE})
+    result = scaleoutrun_on_a(
+        hosts,
+        "--hostfile",
+        str(hostfile),
+        "--mpi-yield",
+        "on",
+        program=program,
+        env={
+            **JOB_ENV,
+            "SCALEOUTRUN_SSH_PORT": str(SSH_PORT),
+            "SCALEOUTRUN_NETWORK_INTERFACE": INTERFACE,
+        },
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     check_job(results(result.stdout), {"hostA": 2, "hostB": 1})
 
@@ -146,27 +170,34 @@ def test_an_unreachable_host_is_named(hosts):
     started = time.monotonic()
     result = scaleoutrun_on_a(hosts, "-H", "hostA:2,hostB:2", "--ssh-port", "2299")
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "host hostB could not be reached (ranks 2, 3 were to run there): ssh: connect to " \
-           "host hostb port 2299: Connection refused" in result.stderr
+    assert (
+        "host hostB could not be reached (ranks 2, 3 were to run there): ssh: connect to "
+        "host hostb port 2299: Connection refused" in result.stderr
+    )
     assert time.monotonic() - started < 30
 
 
 def test_probing_a_host_over_ssh(hosts):
     # What scaleoutrun asks ssh when the launcher fails without naming a host.
-    probe = ("import sys; from scaleout.launcher.unreachable import probe_hosts; "
-             "print([u.line for u in probe_hosts(['hostB'], int(sys.argv[1]))])")
+    probe = (
+        "import sys; from scaleout.launcher.unreachable import probe_hosts; "
+        "print([u.line for u in probe_hosts(['hostB'], int(sys.argv[1]))])"
+    )
     closed = hosts.run_on("hostA", [sys.executable, "-c", probe, "2299"], what="probing hostB")
-    assert closed.stdout.strip() == \
-        "['ssh: connect to host hostb port 2299: Connection refused']", closed.stdout
-    open_ = hosts.run_on("hostA", [sys.executable, "-c", probe, str(SSH_PORT)],
-                         what="probing hostB")
+    assert (
+        closed.stdout.strip() == "['ssh: connect to host hostb port 2299: Connection refused']"
+    ), closed.stdout
+    open_ = hosts.run_on(
+        "hostA", [sys.executable, "-c", probe, str(SSH_PORT)], what="probing hostB"
+    )
     assert open_.stdout.strip() == "[]", open_.stdout
 
 
 def test_a_host_that_never_starts_its_ranks_is_named(hosts):
     hosts.start_sshd("hostB", HANGING_SSH_PORT, force_command="sleep 300")
-    result = scaleoutrun_on_a(hosts, "-H", "hostA:1,hostB:1", "--ssh-port",
-                              str(HANGING_SSH_PORT), "--start-timeout", "4")
+    result = scaleoutrun_on_a(
+        hosts, "-H", "hostA:1,hostB:1", "--ssh-port", str(HANGING_SSH_PORT), "--start-timeout", "4"
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     assert "rank 1 (on hostB) did not start within 4 s (--start-timeout)" in result.stderr
 
@@ -177,25 +208,42 @@ MP = Path(__file__).parent / "mp"
 LEFT = "scaleout: a peer rank died, so MPI cannot be finalized"
 
 
-def mpiexec_on_a(hosts: Hosts, slots: dict[str, int], argv: list[str],
-                 env: Optional[dict] = None) -> subprocess.CompletedProcess:
+def mpiexec_on_a(
+    hosts: Hosts, slots: dict[str, int], argv: list[str], env: Optional[dict] = None
+) -> subprocess.CompletedProcess:
     """The MPI's own launcher, without scaleoutrun, as a user of srun or an MPI operator has it:
     nothing stops the other ranks when one dies."""
     mpiexec = find_mpiexec(os.environ.get("SCALEOUT_MPIEXEC"), sys.executable, os.environ)
-    variables = {**JOB_ENV, "UCX_NET_DEVICES": INTERFACE, "SCALEOUT_NETWORK_INTERFACE": INTERFACE,
-                 **(env or {})}
-    command = [mpiexec, "-disable-auto-cleanup", "-n", str(sum(slots.values())),
-               "-launcher", "ssh", "-hosts", ",".join(f"{h}:{n}" for h, n in slots.items())]
+    variables = {
+        **JOB_ENV,
+        "UCX_NET_DEVICES": INTERFACE,
+        "SCALEOUT_NETWORK_INTERFACE": INTERFACE,
+        **(env or {}),
+    }
+    command = [
+        mpiexec,
+        "-disable-auto-cleanup",
+        "-n",
+        str(sum(slots.values())),
+        "-launcher",
+        "ssh",
+        "-hosts",
+        ",".join(f"{h}:{n}" for h, n in slots.items()),
+    ]
     for name, value in variables.items():
         command += ["-genv", name, value]
-    return hosts.run_on("hostA", ["env", f"HYDRA_LAUNCHER_EXTRA_ARGS=-p {SSH_PORT}", *command,
-                                  sys.executable, *argv])
+    return hosts.run_on(
+        "hostA",
+        ["env", f"HYDRA_LAUNCHER_EXTRA_ARGS=-p {SSH_PORT}", *command, sys.executable, *argv],
+    )
 
 
 @pytest.mark.parametrize("mode", ["idle", "busy"])
-@pytest.mark.parametrize("slots", [{"hostA": 1, "hostB": 1}, {"hostA": 2, "hostB": 1},
-                                   {"hostA": 2, "hostB": 2}],
-                         ids=["np2", "np3", "np4-hierarchical"])
+@pytest.mark.parametrize(
+    "slots",
+    [{"hostA": 1, "hostB": 1}, {"hostA": 2, "hostB": 1}, {"hostA": 2, "hostB": 2}],
+    ids=["np2", "np3", "np4-hierarchical"],
+)
 def test_a_rank_dying_on_another_host_is_named(hosts, slots, mode):
     # The last rank, on hostB, dies; the survivors on hostA cannot see its process.
     result = mpiexec_on_a(hosts, slots, [str(MP / "peer_death.py"), "last", mode])
@@ -239,11 +287,18 @@ if r == 0:
 
 
 def test_a_rank_that_stops_answering_is_named(hosts, tmp_path):
-    tmp_path.chmod(0o777)   # for rank 0's file, whoever the ranks run as
+    tmp_path.chmod(0o777)  # for rank 0's file, whoever the ranks run as
     program = tmp_path / "silent.py"
     program.write_text(SILENT_PROGRAM)
-    result = mpiexec_on_a(hosts, {"hostA": 1, "hostB": 1}, [str(program), str(tmp_path / "seen")],
-                          env={"SCALEOUT_HEARTBEAT_TIMEOUT_SECONDS": "3"})
-    assert re.search(r"^\[?0?\]?\s*rank 0: ERROR rank 1 \(pid \d+ on hostB\) stopped answering: "
-                     r"nothing was heard from it for 3 s", result.stdout, re.M), \
-        result.stdout + result.stderr
+    result = mpiexec_on_a(
+        hosts,
+        {"hostA": 1, "hostB": 1},
+        [str(program), str(tmp_path / "seen")],
+        env={"SCALEOUT_HEARTBEAT_TIMEOUT_SECONDS": "3"},
+    )
+    assert re.search(
+        r"^\[?0?\]?\s*rank 0: ERROR rank 1 \(pid \d+ on hostB\) stopped answering: "
+        r"nothing was heard from it for 3 s",
+        result.stdout,
+        re.M,
+    ), result.stdout + result.stderr

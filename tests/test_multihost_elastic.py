@@ -4,6 +4,7 @@ sshd, the MPI launcher's daemon and its ranks, is killed at once) and goes on on
 from its last commit; every sample is still trained once per epoch (a few more: padding).
  - scaleoutrun on hostA, ranks on hostA (2) and hostB (1): hostB is lost;
  - scaleoutrun on hostC, ranks on hostA (1: rank 0) and hostB (1): rank 0's host is lost."""
+
 from __future__ import annotations
 
 import sys
@@ -36,12 +37,22 @@ def lose_a_host(tmp_path, count: int, driver: str, hosts_text: str, min_np: int,
             (tmp_path / "job").mkdir()
             np_ = sum(int(line.split(":")[1]) for line in hosts_text.split())
             job = ElasticJob(
-                tmp_path / "job", hosts_text,
-                ["-np", str(np_), "--min-np", str(min_np), "--ssh-port", str(SSH_PORT),
-                 "--network-interface", INTERFACE],
+                tmp_path / "job",
+                hosts_text,
+                [
+                    "-np",
+                    str(np_),
+                    "--min-np",
+                    str(min_np),
+                    "--ssh-port",
+                    str(SSH_PORT),
+                    "--network-interface",
+                    INTERFACE,
+                ],
                 [sys.executable, str(EXAMPLE), "--count-samples", "--epochs", str(EPOCHS)],
                 env={**NETWORK_ENV, "SCALEOUT_STALL_CHECK_TIME_SECONDS": "30"},
-                runner=hosts._enter(driver) + [sys.executable])
+                runner=hosts._enter(driver) + [sys.executable],
+            )
             job.wait_for_commit(10)
             hosts.kill_host(lost)
             return job, job.finish()

@@ -2,12 +2,12 @@
 every op and dtype at 2 x 2, 2 x 3 and 2 + 1 ranks (the uneven layout stays flat and says so),
 the same bits on every rank, and the bytes that cross the link: each rank sends only its slice.
 The hosts are tests/_hosts.py's, made once per module by test_multihost.py's fixture."""
+
 import json
 import re
 import sys
 
 import pytest
-
 from _hosts import INTERFACE, SSH_PORT
 from conftest import SCALEOUTRUN
 from test_multihost import JOB_ENV, MP, hosts, received_bytes  # noqa: F401 (hosts: a fixture)
@@ -19,8 +19,20 @@ def run(hosts, slots: dict, *args: str, env: dict = None, program=PROGRAM) -> di
     """Runs tests/mp/hierarchical.py (or `program`) with scaleoutrun from hostA; every rank's
     RESULT."""
     spec = ",".join(f"{h}:{k}" for h, k in slots.items())
-    command = [*SCALEOUTRUN, "-H", spec, "--ssh-port", str(SSH_PORT), "--network-interface",
-               INTERFACE, "--mpi-yield", "on", sys.executable, str(program), *args]
+    command = [
+        *SCALEOUTRUN,
+        "-H",
+        spec,
+        "--ssh-port",
+        str(SSH_PORT),
+        "--network-interface",
+        INTERFACE,
+        "--mpi-yield",
+        "on",
+        sys.executable,
+        str(program),
+        *args,
+    ]
     result = hosts.run_on("hostA", command, env={**JOB_ENV, **(env or {})})
     assert result.returncode == 0, result.stdout + result.stderr
     found = {}
@@ -32,18 +44,34 @@ def run(hosts, slots: dict, *args: str, env: dict = None, program=PROGRAM) -> di
     return found
 
 
-@pytest.mark.parametrize("slots, algorithm", [
-    ({"hostA": 2, "hostB": 2}, "hierarchical: shared memory inside each of 2 machines (2 ranks"),
-    ({"hostA": 3, "hostB": 3}, "hierarchical: shared memory inside each of 2 machines (3 ranks"),
-    ({"hostA": 2, "hostB": 1}, "hierarchical, leader-based: shared memory inside each of 2 "
-                               "machines (of different sizes)"),
-], ids=["2x2", "2x3", "2+1"])
+@pytest.mark.parametrize(
+    "slots, algorithm",
+    [
+        (
+            {"hostA": 2, "hostB": 2},
+            "hierarchical: shared memory inside each of 2 machines (2 ranks",
+        ),
+        (
+            {"hostA": 3, "hostB": 3},
+            "hierarchical: shared memory inside each of 2 machines (3 ranks",
+        ),
+        (
+            {"hostA": 2, "hostB": 1},
+            "hierarchical, leader-based: shared memory inside each of 2 "
+            "machines (of different sizes)",
+        ),
+    ],
+    ids=["2x2", "2x3", "2+1"],
+)
 @pytest.mark.parametrize("area", ["default", "4KiB", "16MiB-3-servers"])
 def test_every_op_and_dtype_across_machines(hosts, slots, algorithm, area):
     # 4 KiB areas: many rounds and uneven slices; 16 MiB areas with 3 endpoint servers: slices
     # large enough to be split across the servers' cross communicators.
-    env = {"default": {}, "4KiB": {"SCALEOUT_SHM_AREA": "4096"},
-           "16MiB-3-servers": {"SCALEOUT_SHM_AREA": str(16 << 20), "SCALEOUT_EP_SERVERS": "3"}}[area]
+    env = {
+        "default": {},
+        "4KiB": {"SCALEOUT_SHM_AREA": "4096"},
+        "16MiB-3-servers": {"SCALEOUT_SHM_AREA": str(16 << 20), "SCALEOUT_EP_SERVERS": "3"},
+    }[area]
     found = run(hosts, slots, env=env)
     for rank, got in found.items():
         assert got["algorithm"].startswith(algorithm), (rank, got)
@@ -54,8 +82,12 @@ def test_every_op_and_dtype_across_machines(hosts, slots, algorithm, area):
         # Note [Algorithm plan]: the codes Python reads say what the words say
         assert got["plan"] == {
             "allreduce": "hierarchical" if slots["hostB"] > 1 else "hierarchical_leader_based",
-            "broadcast": "hierarchical", "alltoall": "shared_memory_and_mpi",
-            "allgather": "hierarchical", "reducescatter": "mpi", "adasum": "mpi"}, got
+            "broadcast": "hierarchical",
+            "alltoall": "shared_memory_and_mpi",
+            "allgather": "hierarchical",
+            "reducescatter": "mpi",
+            "adasum": "mpi",
+        }, got
         assert got["failures"] == [], (rank, got)
         assert got["same_bits"], (rank, got)
 
@@ -79,9 +111,15 @@ def test_hierarchical_moves_no_more_bytes_across_the_link_than_flat_mpi(hosts):
     assert crossed["auto"] < 1.05 * crossed["0"], crossed
 
 
-@pytest.mark.parametrize("slots, hierarchical", [
-    ({"hostA": 2, "hostB": 2}, True), ({"hostA": 3, "hostB": 3}, True),
-    ({"hostA": 2, "hostB": 1}, False)], ids=["2x2", "2x3", "2+1"])
+@pytest.mark.parametrize(
+    "slots, hierarchical",
+    [
+        ({"hostA": 2, "hostB": 2}, True),
+        ({"hostA": 3, "hostB": 3}, True),
+        ({"hostA": 2, "hostB": 1}, False),
+    ],
+    ids=["2x2", "2x3", "2+1"],
+)
 def test_topk_sums_machines_densely_and_sparsifies_between_them(hosts, slots, hierarchical):
     """Note [Hierarchical top-k]: against numpy with a residual per machine (uneven machines:
     per rank, flat), the machine's ranks holding the same residual, nothing lost; a torch
@@ -96,8 +134,7 @@ def test_topk_sums_machines_densely_and_sparsifies_between_them(hosts, slots, hi
 def test_adasum_asked_hierarchical_sums_machines_first(hosts):
     """Note [Hierarchical Adasum]: with SCALEOUT_HIERARCHICAL_ALLREDUCE=1, each machine's sum
     and the Adasum tree over the machines, against numpy, the same bits everywhere."""
-    found = run(hosts, {"hostA": 2, "hostB": 2},
-                env={"SCALEOUT_HIERARCHICAL_ALLREDUCE": "1"})
+    found = run(hosts, {"hostA": 2, "hostB": 2}, env={"SCALEOUT_HIERARCHICAL_ALLREDUCE": "1"})
     for rank, got in found.items():
         assert got["adasum"].startswith("hierarchical: summed inside each of 2"), (rank, got)
         assert got["failures"] == [], (rank, got)
@@ -107,8 +144,7 @@ def test_adasum_asked_hierarchical_sums_machines_first(hosts):
 def test_a_commit_outlives_the_host_that_made_it(hosts, tmp_path):
     """Note [Commit store]: every host keeps a copy; with hostA's gone, hostB's comes back."""
     tmp_path.chmod(0o777)
-    found = run(hosts, {"hostA": 2, "hostB": 2}, str(tmp_path),
-                program=MP / "commit_hosts.py")
+    found = run(hosts, {"hostA": 2, "hostB": 2}, str(tmp_path), program=MP / "commit_hosts.py")
     for rank, got in found.items():
         assert got["failures"] == [], (rank, got)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hostA", "hostB"]

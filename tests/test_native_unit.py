@@ -5,6 +5,7 @@ The binary is kept in pytest's cache directory under a digest of the native sour
 rebuilt only when something under native/ changed. Skipped only where no MPI C++ compiler
 wrapper exists (the core links against MPI); a build that fails is a test failure.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -60,8 +61,12 @@ def native_tests_binary(request, tmp_path_factory) -> Path:
     # Built aside and moved into place, so a concurrent session never runs a half-written file.
     work = Path(tempfile.mkdtemp(prefix="build-", dir=root / key))
     try:
-        build_native.build(work / "native_tests", work / "obj", shared=False,
-                           extra_sources=build_native.test_sources())
+        build_native.build(
+            work / "native_tests",
+            work / "obj",
+            shared=False,
+            extra_sources=build_native.test_sources(),
+        )
         os.replace(work / "native_tests", binary)
     except build_native.BuildError as e:
         pytest.fail(f"building the native unit tests failed:\n{e}", pytrace=False)
@@ -72,14 +77,16 @@ def native_tests_binary(request, tmp_path_factory) -> Path:
 
 # The native engineer splits and adds files; globbing them means each is its own pytest id
 # and a file that loses its tests (a split that drops them) fails instead of passing quietly.
-NATIVE_TEST_FILES = sorted(path.name for path in (NATIVE / "tests").glob("test_*.cc")
-                           if path.name != "test_main.cc")
+NATIVE_TEST_FILES = sorted(
+    path.name for path in (NATIVE / "tests").glob("test_*.cc") if path.name != "test_main.cc"
+)
 
 
 def test_every_native_test_is_in_a_test_file(native_tests_binary: Path):
     # A test registered elsewhere (a header, a file not named test_*.cc) would run under no id.
-    proc = subprocess.run([str(native_tests_binary), "--list"], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [str(native_tests_binary), "--list"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     files = {line.split(" ", 1)[0] for line in proc.stdout.splitlines()}
     assert files, "the native test binary lists no test"
@@ -90,20 +97,28 @@ def test_every_native_test_is_in_a_test_file(native_tests_binary: Path):
 @pytest.mark.parametrize("test_file", NATIVE_TEST_FILES)
 def test_native_unit_tests_pass(native_tests_binary: Path, test_file: str):
     try:
-        proc = subprocess.run([str(native_tests_binary), "--file", test_file],
-                              capture_output=True, text=True, timeout=240)
+        proc = subprocess.run(
+            [str(native_tests_binary), "--file", test_file],
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
     except subprocess.TimeoutExpired as e:
         out = e.stdout or ""
         if isinstance(out, bytes):
             out = out.decode(errors="replace")
-        pytest.fail(f"the native unit tests of {test_file} did not finish in 240 s (a hang?)"
-                    f"\n{out}", pytrace=False)
+        pytest.fail(
+            f"the native unit tests of {test_file} did not finish in 240 s (a hang?)\n{out}",
+            pytrace=False,
+        )
     output = proc.stdout + proc.stderr
     lines = proc.stdout.strip().splitlines()
     summary = SUMMARY.fullmatch(lines[-1].strip()) if lines else None
     assert summary is not None, (
-        f"no `N passed, M failed` line at the end (exit code {proc.returncode}):\n{output}")
+        f"no `N passed, M failed` line at the end (exit code {proc.returncode}):\n{output}"
+    )
     passed, failed = int(summary.group(1)), int(summary.group(2))
     assert proc.returncode == 0 and failed == 0 and passed > 0, (
         f"native unit tests of {test_file}: {passed} passed, {failed} failed, "
-        f"exit {proc.returncode}\n{output}")
+        f"exit {proc.returncode}\n{output}"
+    )

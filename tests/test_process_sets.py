@@ -3,8 +3,8 @@ concurrently, an overlapping set, a set of one rank (at 3 ranks), sets registere
 added and removed later, and the errors (not a member, a root outside the set, a removed set, a
 busy set's removal, a duplicate, a mismatch inside a set), through shared memory and MPI; the
 same through scaleout.torch (tests/mp/torch_process_sets.py)."""
-import pytest
 
+import pytest
 from conftest import run_mpi, run_python
 
 
@@ -43,13 +43,17 @@ def test_a_stall_inside_a_set_is_reported_on_its_ranks_naming_job_ranks(nranks):
     proc = run_mpi("stall.py", nranks, "set", env={"SCALEOUT_STALL_CHECK_TIME_SECONDS": "1"})
     assert proc.stdout.count("all checks passed") == nranks, proc.stdout + proc.stderr
     early = list(range(1, nranks - 1))
-    submitted = f"submitted by rank{'s' if len(early) > 1 else ''} " + \
-        ", ".join(map(str, early))
-    where = (f"(in process set 1, whose ranks {', '.join(map(str, range(nranks - 1)))} are "
-             f"ranks {', '.join(map(str, range(1, nranks)))} of the job)")
+    submitted = f"submitted by rank{'s' if len(early) > 1 else ''} " + ", ".join(map(str, early))
+    where = (
+        f"(in process set 1, whose ranks {', '.join(map(str, range(nranks - 1)))} are "
+        f"ranks {', '.join(map(str, range(1, nranks)))} of the job)"
+    )
     lines = proc.stderr.splitlines()
     for rank in range(1, nranks):
-        assert any(f"WARNING (rank {rank}): allreduce 'late.tensor' has waited" in line
-                   and f"{submitted}, still missing on rank {nranks - 1} " in line
-                   and line.endswith(where) for line in lines), (rank, proc.stderr)
+        assert any(
+            f"WARNING (rank {rank}): allreduce 'late.tensor' has waited" in line
+            and f"{submitted}, still missing on rank {nranks - 1} " in line
+            and line.endswith(where)
+            for line in lines
+        ), (rank, proc.stderr)
     assert "WARNING (rank 0)" not in proc.stderr, proc.stderr

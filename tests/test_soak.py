@@ -1,5 +1,6 @@
 """10,000 training steps of the torch DistributedOptimizer at 2 ranks: memory stays flat after
 warm-up (RSS growth under 1 MiB) and no handle or name leaks (tests/mp/soak.py)."""
+
 import pytest
 
 pytest.importorskip("torch")

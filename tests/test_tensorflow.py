@@ -1,5 +1,6 @@
 """scaleout.tensorflow: collectives, gradients and DistributedGradientTape on real ranks (2, and 4
 oversubscribing this 2-core machine), plus the pieces that need no ranks."""
+
 import pytest
 
 pytest.importorskip("tensorflow")
@@ -19,6 +20,7 @@ def test_gradient_tape_and_custom_loop_equals_single_process(nranks):
 
 def test_compression_casts_floats_only():
     import tensorflow as tf
+
     from scaleout.tensorflow import Compression
 
     wire, ctx = Compression.fp16.compress(tf.constant([1.0, 2.0], tf.float64))
@@ -45,6 +47,7 @@ def test_gpu_placement_is_refused_with_a_clear_message():
 
 def test_collectives_before_init_say_so():
     import tensorflow as tf
+
     import scaleout
     import scaleout.tensorflow as hvd
 
@@ -56,5 +59,6 @@ def test_collectives_before_init_say_so():
     # its StagingError unless the exception class keeps Exception.__init__: accept both.
     with pytest.raises(Exception, match="not initialized") as info:
         tf.function(lambda: hvd.allreduce(tf.ones(2)))()
-    assert (isinstance(info.value, scaleout.NotInitializedError)
-            or "NotInitializedError" in str(info.value))
+    assert isinstance(info.value, scaleout.NotInitializedError) or "NotInitializedError" in str(
+        info.value
+    )

@@ -1,6 +1,7 @@
 """Elastic training with TensorFlow and Keras (scaleout.tensorflow.elastic,
 scaleout.tensorflow.keras.elastic): the states, the Keras callbacks, and restarts after a rank
 dies, under scaleoutrun's elastic driver (Note [Elastic driver])."""
+
 import json
 import re
 import sys
@@ -45,8 +46,13 @@ def test_a_killed_rank_stops_keras_fit_and_two_ranks_finish_it(tmp_path):
     Generation 1 at 2 ranks resumes from the commit after batch 2 of epoch 1 (9 optimizer
     steps), runs that epoch's remaining 6 - 2 batches (Horovod's count: batch 2 again) and the
     last epoch, and ends with the same weights on every rank."""
-    job = ElasticJob(tmp_path, "localhost:2\n127.0.0.1:1\n", ["-np", "3", "--min-np", "2"],
-                     [sys.executable, str(MP / "tf_elastic_train.py")], env={"KILL": "2:1:3"})
+    job = ElasticJob(
+        tmp_path,
+        "localhost:2\n127.0.0.1:1\n",
+        ["-np", "3", "--min-np", "2"],
+        [sys.executable, str(MP / "tf_elastic_train.py")],
+        env={"KILL": "2:1:3"},
+    )
     done = job.finish()
     assert done.returncode == 0, job.output()
     assert "ranks 0 (on localhost), 1 (on localhost) stopped for a restart" in done.stderr
@@ -62,13 +68,17 @@ def test_elastic_keras_digits_example_survives_a_lost_rank(tmp_path):
     outside once commit 6 is complete; the job goes on at 2 ranks from the last commit and
     finishes the training, which learns."""
     pytest.importorskip("sklearn")
-    job = ElasticJob(tmp_path, "localhost:2\n127.0.0.1:1\n", ["-np", "3", "--min-np", "2"],
-                     [sys.executable, str(EXAMPLES / "elastic_keras_digits.py")])
+    job = ElasticJob(
+        tmp_path,
+        "localhost:2\n127.0.0.1:1\n",
+        ["-np", "3", "--min-np", "2"],
+        [sys.executable, str(EXAMPLES / "elastic_keras_digits.py")],
+    )
     job.wait_for_commit(6)
     job.kill_rank(2, generation=0)
     done = job.finish()
     assert done.returncode == 0, job.output()
-    assert done.stderr.count("stopped for a restart") == 1, job.output()   # one line, 2 ranks
+    assert done.stderr.count("stopped for a restart") == 1, job.output()  # one line, 2 ranks
     assert "generation 1: 2 ranks on localhost:2" in done.stderr
     assert re.search(r"resumed at epoch \d+, batch \d+ on 2 ranks", done.stdout), done.stdout
     found = re.search(r"ranks: 2, test accuracy: ([0-9.]+)", done.stdout)

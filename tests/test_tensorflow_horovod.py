@@ -1,5 +1,6 @@
 """scaleout.tensorflow behaves as Horovod 0.28.1's horovod.tensorflow
 (tests/mp/tf_horovod_compat.py), at 2 and 3 ranks."""
+
 import pytest
 
 pytest.importorskip("tensorflow")

@@ -1,5 +1,6 @@
 """scaleout.tensorflow.keras on real ranks: model.fit with DistributedOptimizer equals one process
 with the whole batch, callbacks, save/load, and the jit_compile error."""
+
 import pytest
 
 pytest.importorskip("tensorflow")

@@ -1,5 +1,6 @@
-"""scaleout.tensorflow.keras behaves as Horovod 0.28.1's Keras API (tests/mp/tf_keras_horovod_compat.py),
-at 2 and 3 ranks."""
+"""scaleout.tensorflow.keras behaves as Horovod 0.28.1's Keras API
+(tests/mp/tf_keras_horovod_compat.py), at 2 and 3 ranks."""
+
 import pytest
 
 pytest.importorskip("tensorflow")

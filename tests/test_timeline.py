@@ -1,8 +1,8 @@
 """SCALEOUT_TIMELINE: rank 0 writes a Chrome trace naming every tensor."""
+
 import json
 
 import pytest
-
 from conftest import run_mpi
 
 
@@ -26,6 +26,7 @@ def test_timeline_is_a_chrome_trace_of_every_tensor(tmp_path):
 @pytest.mark.parametrize("nranks", [2, 3], ids=["np2", "np3"])
 def test_start_and_stop_timeline_at_run_time(nranks, tmp_path):
     # HOROVOD_TIMELINE=DYNAMIC, as Horovod's users set it for start_timeline (not needed here)
-    proc = run_mpi("timeline_runtime.py", nranks, str(tmp_path),
-                   env={"HOROVOD_TIMELINE": "DYNAMIC"})
+    proc = run_mpi(
+        "timeline_runtime.py", nranks, str(tmp_path), env={"HOROVOD_TIMELINE": "DYNAMIC"}
+    )
     assert proc.stdout.count("all checks passed") == nranks

@@ -2,15 +2,16 @@
 exchange and error feedback at the numpy level, torch's DistributedOptimizer and TensorFlow's
 tape and Keras optimizer on real ranks, and the digits example at 1% density reaching dense
 training's test accuracy at 2 and 4 ranks."""
+
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import run_mpi
-from scaleout._topk import TopK, select_topk, topk_count
+
 from scaleout._errors import InvalidArgumentError
+from scaleout._topk import TopK, select_topk, topk_count
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -19,9 +20,11 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 @pytest.mark.parametrize("density", [0.001, 0.01, 0.3, 1.0])
 def test_selection_takes_the_k_largest_magnitudes(n, density):
     rng = np.random.default_rng(n)
-    for x in (rng.standard_normal(n),                          # smooth
-              rng.standard_normal(n) * (rng.random(n) < 0.05),  # mostly zeros: ties at 0
-              np.where(rng.random(n) < 0.5, 1.0, -1.0) * rng.integers(1, 4, n)):  # few levels
+    for x in (
+        rng.standard_normal(n),  # smooth
+        rng.standard_normal(n) * (rng.random(n) < 0.05),  # mostly zeros: ties at 0
+        np.where(rng.random(n) < 0.5, 1.0, -1.0) * rng.integers(1, 4, n),
+    ):  # few levels
         x = x.astype(np.float32)
         k = topk_count(n, density)
         chosen = select_topk(x, k, seed=n)
@@ -38,10 +41,20 @@ def test_count_is_at_least_one_and_at_most_n():
     assert topk_count(5, 1.0) == 5
 
 
-@pytest.mark.parametrize("bad", [dict(density=0), dict(density=1.5), dict(density="0.1"),
-                                 dict(density=True), dict(warmup_steps=-1),
-                                 dict(warmup_steps=2.0), dict(momentum_correction=1.0),
-                                 dict(momentum_correction="yes"), dict(hierarchical=True)])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(density=0),
+        dict(density=1.5),
+        dict(density="0.1"),
+        dict(density=True),
+        dict(warmup_steps=-1),
+        dict(warmup_steps=2.0),
+        dict(momentum_correction=1.0),
+        dict(momentum_correction="yes"),
+        dict(hierarchical=True),
+    ],
+)
 def test_bad_arguments_are_named(bad):
     with pytest.raises(InvalidArgumentError) as info:
         TopK(**{"density": 0.01, **bad})
@@ -70,8 +83,7 @@ def test_tensorflow_tape_and_keras(np_, tmp_path):
 
 def _accuracy(np_: int, *args: str) -> float:
     # an absolute path: run_mpi takes it as is
-    proc = run_mpi(str(EXAMPLES / "pytorch_digits.py"), np_, "--epochs", "40", *args,
-                   timeout=300)
+    proc = run_mpi(str(EXAMPLES / "pytorch_digits.py"), np_, "--epochs", "40", *args, timeout=300)
     found = re.findall(r"test accuracy ([0-9.]+)", proc.stdout)
     assert len(found) == 1, proc.stdout
     return float(found[0])

@@ -1,5 +1,6 @@
 """scaleout.torch: collectives, autograd, DistributedOptimizer, broadcasts, SyncBatchNorm, join,
 and the proof that synchronous data-parallel training equals one big batch."""
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -28,9 +29,11 @@ def test_n_ranks_with_batch_b_train_like_one_process_with_batch_nb(np_):
 
 # ---- pure pieces, in this process (no ranks) ----
 
+
 def test_gpu_tensors_get_a_clear_error():
     from scaleout import InvalidArgumentError
     from scaleout.torch._tensors import check_device
+
     check_device(torch.device("cpu"))
     with pytest.raises(InvalidArgumentError, match="GPU tensors are not supported yet"):
         check_device(torch.device("cuda", 0))
@@ -38,6 +41,7 @@ def test_gpu_tensors_get_a_clear_error():
 
 def test_compression_casts_floats_and_restores_them():
     from scaleout.torch import Compression
+
     x = torch.tensor([1.0, 2.5, -3.0], dtype=torch.float64)
     for comp, wire in ((Compression.fp16, torch.float16), (Compression.bf16, torch.bfloat16)):
         sent, ctx = comp.compress(x)
@@ -55,6 +59,7 @@ def test_compression_casts_floats_and_restores_them():
 def test_named_parameters_are_checked():
     from scaleout import InvalidArgumentError
     from scaleout.torch._optimizer import _check_names
+
     a, b = torch.nn.Parameter(torch.ones(1)), torch.nn.Parameter(torch.ones(2))
     assert _check_names(iter([("a", a), ("b", b)])) == {a: "a", b: "b"}
     with pytest.raises(InvalidArgumentError, match=r"duplicate names: \['a'\]"):
@@ -72,7 +77,9 @@ def test_horovod_torch_semantics(np_):
 
 
 def test_queries_before_init_raise_valueerror_as_horovod():
-    code = ("import scaleout.torch as hvd\n"
-            "try:\n    hvd.rank()\nexcept ValueError as e:\n    print('ValueError:', e)\n")
+    code = (
+        "import scaleout.torch as hvd\n"
+        "try:\n    hvd.rank()\nexcept ValueError as e:\n    print('ValueError:', e)\n"
+    )
     out = run_python(code, timeout=120).stdout
     assert "ValueError:" in out and "init" in out, out

@@ -1,5 +1,6 @@
 """The PyTorch examples run as the README says, and the digits example reaches the accuracy of
 one process."""
+
 import re
 from pathlib import Path
 
@@ -30,8 +31,18 @@ def test_digits_on_two_ranks_reaches_single_process_accuracy():
 
 
 def test_synthetic_benchmark_reports_images_per_second():
-    proc = run_mpi(str(EXAMPLES / "pytorch_synthetic_benchmark.py"), 2, "--model", "mlp",
-                   "--num-warmup-batches", "1", "--num-batches-per-iter", "2", "--num-iters", "2",
-                   "--fp16-allreduce")
+    proc = run_mpi(
+        str(EXAMPLES / "pytorch_synthetic_benchmark.py"),
+        2,
+        "--model",
+        "mlp",
+        "--num-warmup-batches",
+        "1",
+        "--num-batches-per-iter",
+        "2",
+        "--num-iters",
+        "2",
+        "--fp16-allreduce",
+    )
     assert re.search(r"Img/sec per rank: [0-9.]+ \+-[0-9.]+", proc.stdout), proc.stdout
     assert re.search(r"Total img/sec on 2 rank\(s\): [0-9.]+", proc.stdout), proc.stdout

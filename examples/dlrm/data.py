@@ -11,6 +11,7 @@ Make a synthetic file (no download):
 
 Numpy only (no torch, no scaleout), so the loader can be tested on its own.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,16 +22,50 @@ from typing import Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
-__all__ = ["NUM_DENSE", "NUM_CATEGORICAL", "CRITEO_KAGGLE_CARDINALITIES", "default_table_sizes",
-           "Batch", "parse_dense_and_labels", "parse_ids", "global_batches", "local_batches",
-           "write_synthetic"]
+__all__ = [
+    "NUM_DENSE",
+    "NUM_CATEGORICAL",
+    "CRITEO_KAGGLE_CARDINALITIES",
+    "default_table_sizes",
+    "Batch",
+    "parse_dense_and_labels",
+    "parse_ids",
+    "global_batches",
+    "local_batches",
+    "write_synthetic",
+]
 
 NUM_DENSE = 13
 NUM_CATEGORICAL = 26
 # Distinct values of each categorical feature in the Kaggle training set (the DLRM paper's).
-CRITEO_KAGGLE_CARDINALITIES = (1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145,
-                               5683, 8351593, 3194, 27, 14992, 5461306, 10, 5652, 2173, 4,
-                               7046547, 18, 15, 286181, 105, 142572)
+CRITEO_KAGGLE_CARDINALITIES = (
+    1460,
+    583,
+    10131227,
+    2202608,
+    305,
+    24,
+    12517,
+    633,
+    3,
+    93145,
+    5683,
+    8351593,
+    3194,
+    27,
+    14992,
+    5461306,
+    10,
+    5652,
+    2173,
+    4,
+    7046547,
+    18,
+    15,
+    286181,
+    105,
+    142572,
+)
 
 PathLike = Union[str, Path]
 
@@ -44,6 +79,7 @@ def default_table_sizes(cap: int = 20000, count: int = NUM_CATEGORICAL) -> List[
 class Batch:
     """One step's data on one rank: dense features [b, 13] and labels [b] of this rank's rows
     of the global batch, and the categorical ids [B, T] of the whole global batch."""
+
     dense: np.ndarray
     labels: np.ndarray
     ids: np.ndarray
@@ -54,9 +90,11 @@ def _fields(lines: Sequence[str], expected: int, first_line: int) -> List[List[s
     for i, line in enumerate(lines):
         fields = line.rstrip("\r\n").split("\t")
         if len(fields) != expected:
-            raise ValueError(f"line {first_line + i}: {len(fields)} tab-separated fields, "
-                             f"want {expected} (label, {NUM_DENSE} integers, "
-                             f"{expected - 1 - NUM_DENSE} categoricals)")
+            raise ValueError(
+                f"line {first_line + i}: {len(fields)} tab-separated fields, "
+                f"want {expected} (label, {NUM_DENSE} integers, "
+                f"{expected - 1 - NUM_DENSE} categoricals)"
+            )
         rows.append(fields)
     return rows
 
@@ -65,8 +103,9 @@ def parse_dense_and_labels(rows: Sequence[Sequence[str]], first_line: int = 1):
     """(dense float32 [n, 13], labels float32 [n]) from split lines."""
     try:
         labels = np.array([int(r[0]) for r in rows], dtype=np.float32)
-        counts = np.array([[int(v) if v else 0 for v in r[1:1 + NUM_DENSE]] for r in rows],
-                          dtype=np.int64).reshape(len(rows), NUM_DENSE)
+        counts = np.array(
+            [[int(v) if v else 0 for v in r[1 : 1 + NUM_DENSE]] for r in rows], dtype=np.int64
+        ).reshape(len(rows), NUM_DENSE)
     except ValueError as e:
         raise ValueError(f"lines {first_line}-{first_line + len(rows) - 1}: {e}") from None
     if not np.isin(labels, (0, 1)).all():
@@ -74,13 +113,15 @@ def parse_dense_and_labels(rows: Sequence[Sequence[str]], first_line: int = 1):
     return np.log1p(np.maximum(counts, 0)).astype(np.float32), labels
 
 
-def parse_ids(rows: Sequence[Sequence[str]], table_sizes: Sequence[int],
-              first_line: int = 1) -> np.ndarray:
+def parse_ids(
+    rows: Sequence[Sequence[str]], table_sizes: Sequence[int], first_line: int = 1
+) -> np.ndarray:
     """ids int64 [n, T]: hash % table size, empty -> 0."""
     start = 1 + NUM_DENSE
     try:
-        hashes = np.array([[int(v, 16) if v else 0 for v in r[start:]] for r in rows],
-                          dtype=np.int64).reshape(len(rows), len(table_sizes))
+        hashes = np.array(
+            [[int(v, 16) if v else 0 for v in r[start:]] for r in rows], dtype=np.int64
+        ).reshape(len(rows), len(table_sizes))
     except ValueError as e:
         raise ValueError(f"lines {first_line}-{first_line + len(rows) - 1}: {e}") from None
     return hashes % np.asarray(table_sizes, dtype=np.int64)
@@ -96,8 +137,9 @@ def _line_batches(path: PathLike, batch_size: int, drop_last: bool) -> Iterator[
             yield lines
 
 
-def global_batches(path: PathLike, batch_size: int, table_sizes: Sequence[int],
-                   drop_last: bool = True) -> Iterator[Batch]:
+def global_batches(
+    path: PathLike, batch_size: int, table_sizes: Sequence[int], drop_last: bool = True
+) -> Iterator[Batch]:
     """The whole global batch (what one process training on it reads)."""
     expected = 1 + NUM_DENSE + len(table_sizes)
     first = 1
@@ -108,21 +150,23 @@ def global_batches(path: PathLike, batch_size: int, table_sizes: Sequence[int],
         first += len(lines)
 
 
-def local_batches(path: PathLike, global_batch_size: int, table_sizes: Sequence[int], rank: int,
-                  size: int) -> Iterator[Batch]:
+def local_batches(
+    path: PathLike, global_batch_size: int, table_sizes: Sequence[int], rank: int, size: int
+) -> Iterator[Batch]:
     """Rank `rank` of `size`: every rank reads the same file in global batches; this rank's
     dense features and labels are rows [rank b, (rank + 1) b) of each, b = B / size, and its ids
     are the whole global batch's (the model-parallel tables need every row). A last, short
     global batch is dropped."""
     if global_batch_size % size:
-        raise ValueError(f"the global batch ({global_batch_size}) must split evenly over "
-                         f"{size} ranks")
+        raise ValueError(
+            f"the global batch ({global_batch_size}) must split evenly over {size} ranks"
+        )
     local = global_batch_size // size
     expected = 1 + NUM_DENSE + len(table_sizes)
     first = 1
     for lines in _line_batches(path, global_batch_size, drop_last=True):
         rows = _fields(lines, expected, first)
-        mine = rows[rank * local:(rank + 1) * local]
+        mine = rows[rank * local : (rank + 1) * local]
         dense, labels = parse_dense_and_labels(mine, first + rank * local)
         yield Batch(dense, labels, parse_ids(rows, table_sizes, first))
         first += len(lines)
@@ -139,10 +183,15 @@ def _zipf_sampler(rng: np.random.Generator, vocab: int, exponent: float):
     return lambda n: np.minimum(np.searchsorted(cdf, rng.random(n)), vocab - 1)
 
 
-def write_synthetic(path: PathLike, rows: int, seed: int = 0,
-                    num_categorical: int = NUM_CATEGORICAL,
-                    vocab_sizes: Optional[Sequence[int]] = None, zipf_exponent: float = 1.1,
-                    missing_rate: float = 0.05) -> Path:
+def write_synthetic(
+    path: PathLike,
+    rows: int,
+    seed: int = 0,
+    num_categorical: int = NUM_CATEGORICAL,
+    vocab_sizes: Optional[Sequence[int]] = None,
+    zipf_exponent: float = 1.1,
+    missing_rate: float = 0.05,
+) -> Path:
     """Writes `rows` lines in the Criteo format. Categorical values follow a power law (the
     k-th most frequent value of a feature with probability ~ 1 / k ** zipf_exponent) and the
     label is drawn from a logistic model of the features (a per-value effect for each
@@ -155,11 +204,11 @@ def write_synthetic(path: PathLike, rows: int, seed: int = 0,
         raise ValueError(f"{len(vocab_sizes)} vocab sizes for {num_categorical} categoricals")
     hashes, effects, samplers = [], [], []
     for vocab in vocab_sizes:
-        values = rng.choice(2 ** 32, size=vocab, replace=False)
+        values = rng.choice(2**32, size=vocab, replace=False)
         hashes.append(np.array([f"{h:08x}" for h in values]))
         effects.append(rng.normal(0.0, 1.0, vocab))
         samplers.append(_zipf_sampler(rng, vocab, zipf_exponent))
-    means = rng.uniform(0.5, 200.0, NUM_DENSE)         # count scales differ a lot, as Criteo's
+    means = rng.uniform(0.5, 200.0, NUM_DENSE)  # count scales differ a lot, as Criteo's
     slopes = rng.normal(0.0, 0.5, NUM_DENSE)
     negative = np.arange(NUM_DENSE) == 1  # as Criteo's I2, which goes down to -3
     bias = -1.8 - float(slopes @ np.log1p(means))  # positives: a third to a half, by seed

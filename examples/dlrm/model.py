@@ -11,6 +11,7 @@ interaction) and the embedding tables, so that the same `DLRM` runs either with 
 this process (`LocalEmbeddings`) or with tables sharded over ranks (`sharding.ShardedEmbeddings`,
 the same forward contract).
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -20,8 +21,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["NUM_DENSE", "mlp", "interact", "DenseArch", "LocalEmbeddings", "DLRM",
-           "init_table_rows", "bce_loss"]
+__all__ = [
+    "NUM_DENSE",
+    "mlp",
+    "interact",
+    "DenseArch",
+    "LocalEmbeddings",
+    "DLRM",
+    "init_table_rows",
+    "bce_loss",
+]
 
 NUM_DENSE = 13
 
@@ -30,8 +39,15 @@ NUM_DENSE = 13
 _INIT_BLOCK = 4096
 
 
-def init_table_rows(seed: int, table: int, num_rows: int, lo: int, hi: int, dim: int,
-                    dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def init_table_rows(
+    seed: int,
+    table: int,
+    num_rows: int,
+    lo: int,
+    hi: int,
+    dim: int,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
     """Rows [lo, hi) of table `table` (with `num_rows` rows in all): uniform in
     +-1/sqrt(num_rows), as the DLRM reference initialises its tables."""
     bound = 1.0 / np.sqrt(num_rows)
@@ -41,7 +57,7 @@ def init_table_rows(seed: int, table: int, num_rows: int, lo: int, hi: int, dim:
         rows = min(_INIT_BLOCK, num_rows - start)
         state = np.random.SeedSequence([seed, table, block]).generate_state(1)[0]
         values = torch.rand(rows, dim, generator=torch.Generator().manual_seed(int(state)))
-        parts.append(values[max(lo - start, 0):hi - start])
+        parts.append(values[max(lo - start, 0) : hi - start])
     if not parts:
         return torch.empty(0, dim, dtype=dtype)
     return ((torch.cat(parts) * 2 - 1) * bound).to(dtype)
@@ -71,8 +87,13 @@ def interact(bottom: torch.Tensor, embedded: torch.Tensor) -> torch.Tensor:
 class DenseArch(nn.Module):
     """Everything but the embedding tables: replicated on every rank, its gradients allreduced."""
 
-    def __init__(self, num_tables: int, embedding_dim: int, bottom_hidden: Sequence[int] = (64,),
-                 top_hidden: Sequence[int] = (64, 32)):
+    def __init__(
+        self,
+        num_tables: int,
+        embedding_dim: int,
+        bottom_hidden: Sequence[int] = (64,),
+        top_hidden: Sequence[int] = (64, 32),
+    ):
         super().__init__()
         self.bottom = mlp([NUM_DENSE, *bottom_hidden, embedding_dim], last_relu=True)
         interactions = (num_tables + 1) * num_tables // 2
@@ -86,8 +107,13 @@ class DenseArch(nn.Module):
 class LocalEmbeddings(nn.Module):
     """All tables in this process: ids [rows, T] (one id per row and table) -> [rows, T, D]."""
 
-    def __init__(self, table_sizes: Sequence[int], embedding_dim: int, seed: int = 0,
-                 dtype: torch.dtype = torch.float32):
+    def __init__(
+        self,
+        table_sizes: Sequence[int],
+        embedding_dim: int,
+        seed: int = 0,
+        dtype: torch.dtype = torch.float32,
+    ):
         super().__init__()
         self.table_sizes = list(table_sizes)
         self.tables = nn.ModuleList()
@@ -100,8 +126,9 @@ class LocalEmbeddings(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         rows = ids.shape[0]
         offsets = torch.arange(rows, dtype=torch.int64)
-        return torch.stack([bag(ids[:, t].contiguous(), offsets)
-                            for t, bag in enumerate(self.tables)], dim=1)
+        return torch.stack(
+            [bag(ids[:, t].contiguous(), offsets) for t, bag in enumerate(self.tables)], dim=1
+        )
 
 
 class DLRM(nn.Module):

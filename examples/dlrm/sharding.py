@@ -18,6 +18,7 @@ Tables are placed two ways:
   table's rows, and the receiver adds the N partial sums of the table: one index_add over
   everything received.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,9 +26,9 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
+from model import init_table_rows
 
 import scaleout.torch as so
-from model import init_table_rows
 
 __all__ = ["Shard", "ShardPlan", "plan_shards", "ShardedEmbeddings"]
 
@@ -35,6 +36,7 @@ __all__ = ["Shard", "ShardPlan", "plan_shards", "ShardedEmbeddings"]
 @dataclass(frozen=True)
 class Shard:
     """Rows [lo, hi) of table `table`, held by one rank."""
+
     table: int
     lo: int
     hi: int
@@ -69,8 +71,9 @@ def _row_bounds(rows: int, parts: int) -> List[int]:
     return bounds
 
 
-def plan_shards(table_sizes: Sequence[int], size: int,
-                row_wise_threshold: Optional[int] = None) -> ShardPlan:
+def plan_shards(
+    table_sizes: Sequence[int], size: int, row_wise_threshold: Optional[int] = None
+) -> ShardPlan:
     """Places tables on `size` ranks. Tables with more rows than `row_wise_threshold` (and at
     least one row per rank) are split by rows over every rank; the others go whole, largest
     first, to the rank holding the fewest rows so far (ties: the lowest rank), so counts per rank
@@ -95,8 +98,10 @@ def plan_shards(table_sizes: Sequence[int], size: int,
         owner = min(range(size), key=lambda r: (load[r], r))
         held[owner].append(Shard(t, 0, table_sizes[t], False))
         load[owner] += table_sizes[t]
-    return ShardPlan(tuple(int(n) for n in table_sizes),
-                     tuple(tuple(sorted(h, key=lambda s: s.table)) for h in held))
+    return ShardPlan(
+        tuple(int(n) for n in table_sizes),
+        tuple(tuple(sorted(h, key=lambda s: s.table)) for h in held),
+    )
 
 
 class ShardedEmbeddings(nn.Module):
@@ -118,9 +123,16 @@ class ShardedEmbeddings(nn.Module):
     optimizers that are not linear in the gradient, such as Adagrad.)
     """
 
-    def __init__(self, plan: ShardPlan, rank: int, embedding_dim: int, seed: int = 0,
-                 dtype: torch.dtype = torch.float32, name: str = "dlrm.embeddings",
-                 gradient_scale: Optional[float] = None):
+    def __init__(
+        self,
+        plan: ShardPlan,
+        rank: int,
+        embedding_dim: int,
+        seed: int = 0,
+        dtype: torch.dtype = torch.float32,
+        name: str = "dlrm.embeddings",
+        gradient_scale: Optional[float] = None,
+    ):
         super().__init__()
         self.plan = plan
         self.rank = rank
@@ -131,17 +143,21 @@ class ShardedEmbeddings(nn.Module):
         self.shards = plan.shards[rank]
         self.bags = nn.ModuleList()
         for s in self.shards:
-            bag = nn.EmbeddingBag(s.hi - s.lo, embedding_dim, mode="sum", sparse=True,
-                                  dtype=dtype)
+            bag = nn.EmbeddingBag(s.hi - s.lo, embedding_dim, mode="sum", sparse=True, dtype=dtype)
             with torch.no_grad():
-                bag.weight.copy_(init_table_rows(seed, s.table, plan.table_sizes[s.table], s.lo,
-                                                 s.hi, embedding_dim, dtype))
+                bag.weight.copy_(
+                    init_table_rows(
+                        seed, s.table, plan.table_sizes[s.table], s.lo, s.hi, embedding_dim, dtype
+                    )
+                )
             self.bags.append(bag)
         # Where each received slot goes: rank 0's shards, then rank 1's, ... (the order the
         # alltoall delivers them). A row-wise table appears once per rank; index_add sums them.
-        self.register_buffer("_slot_tables", torch.tensor(
-            [s.table for held in plan.shards for s in held], dtype=torch.int64),
-            persistent=False)
+        self.register_buffer(
+            "_slot_tables",
+            torch.tensor([s.table for held in plan.shards for s in held], dtype=torch.int64),
+            persistent=False,
+        )
         self._table_sizes = torch.tensor(plan.table_sizes, dtype=torch.int64)
 
     def _lookup(self, bag: nn.EmbeddingBag, shard: Shard, ids: torch.Tensor) -> torch.Tensor:
@@ -165,24 +181,31 @@ class ShardedEmbeddings(nn.Module):
             raise ValueError("an id is outside its table")
         local = batch // n
         if self.shards:
-            pooled = torch.stack([self._lookup(bag, s, ids[:, s.table].contiguous())
-                                  for bag, s in zip(self.bags, self.shards)], dim=1)
+            pooled = torch.stack(
+                [
+                    self._lookup(bag, s, ids[:, s.table].contiguous())
+                    for bag, s in zip(self.bags, self.shards)
+                ],
+                dim=1,
+            )
         else:
             # Holds nothing, but still takes part in both alltoalls: an empty input that
             # requires grad keeps this rank in the backward one too.
-            pooled = torch.zeros(batch, 0, dim, dtype=self.dtype,
-                                 requires_grad=torch.is_grad_enabled())
+            pooled = torch.zeros(
+                batch, 0, dim, dtype=self.dtype, requires_grad=torch.is_grad_enabled()
+            )
         if pooled.requires_grad and self.gradient_scale != 1.0:
             pooled.register_hook(lambda grad: grad * self.gradient_scale)
         # [B, S, D] rows are in batch order, so rank q's rows [q b, (q + 1) b) are one
         # contiguous run of b * S rows of D values.
         held = len(self.shards)
-        received, _ = so.alltoall(pooled.reshape(batch * held, dim),
-                                  splits=[local * held] * n, name=self.name)
+        received, _ = so.alltoall(
+            pooled.reshape(batch * held, dim), splits=[local * held] * n, name=self.name
+        )
         parts, start = [], 0
         for sender in self.plan.shards:
             rows = local * len(sender)
-            parts.append(received[start:start + rows].reshape(local, len(sender), dim))
+            parts.append(received[start : start + rows].reshape(local, len(sender), dim))
             start += rows
         slots = torch.cat(parts, dim=1)
         out = torch.zeros(local, tables, dim, dtype=slots.dtype)
@@ -194,5 +217,7 @@ class ShardedEmbeddings(nn.Module):
         is the row order of a row-wise table): for checkpoints and tests."""
         mine = {s.table: bag.weight for s, bag in zip(self.shards, self.bags)}
         empty = torch.empty(0, self.embedding_dim, dtype=self.dtype)
-        return [so.allgather(mine.get(t, empty).detach(), name=f"{self.name}.gather.{t}")
-                for t in range(len(self.plan.table_sizes))]
+        return [
+            so.allgather(mine.get(t, empty).detach(), name=f"{self.name}.gather.{t}")
+            for t in range(len(self.plan.table_sizes))
+        ]

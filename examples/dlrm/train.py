@@ -22,6 +22,7 @@ Per step, with a global batch of B rows on N ranks (b = B / N per rank):
 This is the same computation as one process on the global batch (tests/mp/dlrm_equivalence.py
 checks it step by step).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,11 +32,11 @@ import time
 from pathlib import Path
 
 import torch
-
-import scaleout.torch as so
 from data import NUM_CATEGORICAL, default_table_sizes, local_batches, write_synthetic
 from model import DLRM, DenseArch, bce_loss
 from sharding import ShardedEmbeddings, plan_shards
+
+import scaleout.torch as so
 
 
 def int_list(text: str):
@@ -45,19 +46,39 @@ def int_list(text: str):
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, help="a file in the Criteo Kaggle format")
-    parser.add_argument("--synthetic-rows", type=int, default=20000,
-                        help="without --data: rows of the synthetic file to write and train on")
+    parser.add_argument(
+        "--synthetic-rows",
+        type=int,
+        default=20000,
+        help="without --data: rows of the synthetic file to write and train on",
+    )
     parser.add_argument("--batch-size", type=int, default=256, help="global, over all ranks")
     parser.add_argument("--embedding-dim", type=int, default=16)
-    parser.add_argument("--table-sizes", type=int_list, default=None,
-                        help="rows of each of the 26 tables, comma-separated; one number for "
-                             "all of them (default: Criteo's cardinalities capped at 20000)")
-    parser.add_argument("--row-wise-threshold", type=int, default=15000,
-                        help="a table with more rows is split by rows over every rank")
-    parser.add_argument("--bottom-mlp", type=int_list, default=[64],
-                        help="hidden sizes of the bottom MLP (its output is --embedding-dim)")
-    parser.add_argument("--top-mlp", type=int_list, default=[64, 32],
-                        help="hidden sizes of the top MLP (its output is one logit)")
+    parser.add_argument(
+        "--table-sizes",
+        type=int_list,
+        default=None,
+        help="rows of each of the 26 tables, comma-separated; one number for "
+        "all of them (default: Criteo's cardinalities capped at 20000)",
+    )
+    parser.add_argument(
+        "--row-wise-threshold",
+        type=int,
+        default=15000,
+        help="a table with more rows is split by rows over every rank",
+    )
+    parser.add_argument(
+        "--bottom-mlp",
+        type=int_list,
+        default=[64],
+        help="hidden sizes of the bottom MLP (its output is --embedding-dim)",
+    )
+    parser.add_argument(
+        "--top-mlp",
+        type=int_list,
+        default=[64, 32],
+        help="hidden sizes of the top MLP (its output is one logit)",
+    )
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--lr", type=float, default=0.5, help="SGD, for the MLPs and the tables")
     parser.add_argument("--log-every", type=int, default=10)
@@ -86,18 +107,21 @@ def train(args: argparse.Namespace, path: Path) -> None:
     rank, size = so.rank(), so.size()
     plan = plan_shards(args.table_sizes, size, args.row_wise_threshold)
     if rank == 0:
-        print(f"{size} rank(s), global batch {args.batch_size}, {len(args.table_sizes)} tables "
-              f"of dim {args.embedding_dim}:\n{plan.describe()}", flush=True)
+        print(
+            f"{size} rank(s), global batch {args.batch_size}, {len(args.table_sizes)} tables "
+            f"of dim {args.embedding_dim}:\n{plan.describe()}",
+            flush=True,
+        )
 
     torch.manual_seed(args.seed)  # the same MLPs everywhere (and broadcast below)
-    dense_arch = DenseArch(len(args.table_sizes), args.embedding_dim, args.bottom_mlp,
-                           args.top_mlp)
+    dense_arch = DenseArch(len(args.table_sizes), args.embedding_dim, args.bottom_mlp, args.top_mlp)
     embeddings = ShardedEmbeddings(plan, rank, args.embedding_dim, seed=args.seed)
     model = DLRM(dense_arch, embeddings)
     so.broadcast_parameters(dense_arch.state_dict(), root_rank=0)
     dense_optimizer = so.DistributedOptimizer(
         torch.optim.SGD(dense_arch.parameters(), lr=args.lr),
-        named_parameters=dense_arch.named_parameters())
+        named_parameters=dense_arch.named_parameters(),
+    )
     # The tables' sparse gradients stay on this rank (see ShardedEmbeddings for their scale).
     # A rank holding no table (more ranks than tables) has nothing to step.
     held = list(embeddings.parameters())
@@ -121,8 +145,11 @@ def train(args: argparse.Namespace, path: Path) -> None:
             # Equal local batches: the average of the local means is the global batches' mean.
             global_loss = so.allreduce(torch.stack(losses).mean(), name="dlrm.loss")
             if rank == 0:
-                print(f"step {step}/{args.steps} epoch {epoch} loss {float(global_loss):.4f} "
-                      f"(mean of the last {len(losses)} steps)", flush=True)
+                print(
+                    f"step {step}/{args.steps} epoch {epoch} loss {float(global_loss):.4f} "
+                    f"(mean of the last {len(losses)} steps)",
+                    flush=True,
+                )
             losses = []
         if step == 1:
             start = time.perf_counter()  # after the first step's one-off costs
@@ -130,8 +157,11 @@ def train(args: argparse.Namespace, path: Path) -> None:
         elapsed = time.perf_counter() - start
         if rank == 0:
             rate = (args.steps - 1) * args.batch_size / elapsed
-            print(f"samples/s: {rate:.1f} on {size} rank(s) (global batch {args.batch_size}, "
-                  f"data reading included)", flush=True)
+            print(
+                f"samples/s: {rate:.1f} on {size} rank(s) (global batch {args.batch_size}, "
+                f"data reading included)",
+                flush=True,
+            )
 
 
 def main() -> None:
@@ -143,8 +173,9 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="dlrm-") as tmp:
         path = Path(tmp) / "synthetic.tsv"
-        write_synthetic(path, args.synthetic_rows, seed=args.seed,
-                        num_categorical=len(args.table_sizes))
+        write_synthetic(
+            path, args.synthetic_rows, seed=args.seed, num_categorical=len(args.table_sizes)
+        )
         train(args, path)
 
 

@@ -51,7 +51,8 @@ int Fail(const Status& s) {
 int Report(const Status& s) { return s.ok() ? SO_OK : Fail(s); }
 
 Status NotInitialized() {
-  return Status::NotInitialized("scaleout is not initialized: call init() first (and not after shutdown())");
+  return Status::NotInitialized(
+      "scaleout is not initialized: call init() first (and not after shutdown())");
 }
 
 template <typename Fn>
@@ -86,8 +87,9 @@ int WithHandle(int64_t handle, Fn&& fn) {
   return Guard([&]() -> int {
     std::shared_ptr<Runtime> rt = Current();
     if (FromStoppedRuntime(handle, rt.get())) {
-      return Fail(Status::ShutDown("scaleout was shut down while this collective was pending; "
-                                   "its result is lost"));
+      return Fail(
+          Status::ShutDown("scaleout was shut down while this collective was pending; "
+                           "its result is lost"));
     }
     if (!rt) return Fail(NotInitialized());
     return fn(*rt);
@@ -212,7 +214,8 @@ SO_EXPORT int so_process_set(int32_t id, int32_t* rank_out, int32_t* size_out, i
     if (!s.ok()) return Fail(s);
     *rank_out = rank;
     *size_out = static_cast<int32_t>(ranks.size());
-    for (int i = 0; ranks_out != nullptr && i < capacity && i < static_cast<int>(ranks.size()); ++i) {
+    for (int i = 0; ranks_out != nullptr && i < capacity && i < static_cast<int>(ranks.size());
+         ++i) {
       ranks_out[i] = ranks[i];
     }
     return SO_OK;
@@ -221,7 +224,8 @@ SO_EXPORT int so_process_set(int32_t id, int32_t* rank_out, int32_t* size_out, i
 
 SO_EXPORT int so_timeline(const char* path, int mark_cycles) {
   return WithRuntime([&](Runtime& rt) -> int {
-    Status s = rt.SetTimeline(path == nullptr ? std::string() : std::string(path), mark_cycles != 0);
+    Status s =
+        rt.SetTimeline(path == nullptr ? std::string() : std::string(path), mark_cycles != 0);
     return s.ok() ? SO_OK : Fail(s);
   });
 }
@@ -232,9 +236,10 @@ namespace {
 Status ToEnqueueArgs(const so_request* r, scaleout::EnqueueArgs* a) {
   constexpr size_t kFirstVersionSize = offsetof(so_request, process_set) + sizeof(int32_t);
   if (r == nullptr || r->struct_size < kFirstVersionSize) {
-    return Status::InvalidArgument("so_enqueue: the request record is missing or older than the "
-                                   "first version (struct_size " +
-                                   std::to_string(r == nullptr ? 0u : r->struct_size) + ")");
+    return Status::InvalidArgument(
+        "so_enqueue: the request record is missing or older than the "
+        "first version (struct_size " +
+        std::to_string(r == nullptr ? 0u : r->struct_size) + ")");
   }
   a->name = r->name;
   a->collective = r->collective;
@@ -274,7 +279,9 @@ SO_EXPORT int so_poll(int64_t handle, int* done_out) {
 }
 
 SO_EXPORT int so_wait(int64_t handle, double timeout_seconds) {
-  return WithHandle(handle, [&](Runtime& rt) -> int { return Report(rt.handles().Wait(handle, timeout_seconds)); });
+  return WithHandle(handle, [&](Runtime& rt) -> int {
+    return Report(rt.handles().Wait(handle, timeout_seconds));
+  });
 }
 
 SO_EXPORT int so_result_shape(int64_t handle, int* ndim_out, int64_t* shape_out) {
@@ -299,12 +306,14 @@ SO_EXPORT int so_result_take(int64_t handle, void** data_out, int64_t* nbytes_ou
 
 SO_EXPORT void so_buffer_free(void* buffer) { delete static_cast<scaleout::ResultBytes*>(buffer); }
 
-SO_EXPORT int so_result_splits(int64_t handle, int64_t* splits_out, int capacity, int32_t* count_out) {
+SO_EXPORT int so_result_splits(int64_t handle, int64_t* splits_out, int capacity,
+                               int32_t* count_out) {
   return WithResult(handle, [&](const scaleout::TensorEntry& e) -> int {
     const int count = static_cast<int>(e.received_splits.size());
     if (capacity < count) {
       return Fail(Status::InvalidArgument("the handle has " + std::to_string(count) +
-                                          " received splits, more than " + std::to_string(capacity)));
+                                          " received splits, more than " +
+                                          std::to_string(capacity)));
     }
     for (int i = 0; i < count; ++i) splits_out[i] = e.received_splits[i];
     *count_out = count;
@@ -320,5 +329,6 @@ SO_EXPORT int so_result_join_rank(int64_t handle, int32_t* rank_out) {
 }
 
 SO_EXPORT int so_release(int64_t handle) {
-  return WithHandle(handle, [&](Runtime& rt) -> int { return Report(rt.handles().Release(handle)); });
+  return WithHandle(handle,
+                    [&](Runtime& rt) -> int { return Report(rt.handles().Release(handle)); });
 }

@@ -35,6 +35,7 @@ extern "C" {
  *   allreduces apart; in the order config() lists them.
  * SO_ALGORITHM_TABLE(X): X(ENUM, name, code): the algorithms a plan entry can name.
  */
+/* clang-format off */
 #define SO_ERROR_TABLE(X)                                                                        \
   X(INVALID_ARGUMENT, 1) /* bad input on this rank (dtype, shape, op, root, ...) */             \
   X(NOT_INITIALIZED, 2)  /* called before so_init or after so_shutdown */                       \
@@ -47,22 +48,30 @@ extern "C" {
   X(UNKNOWN_HANDLE, 9)   /* the handle was never issued or was already released */        \
   X(DEADLOCK, 10)        /* every rank waits for collectives no rank can complete */           \
   X(NOT_SUPPORTED, 11)   /* a Horovod feature scaleout does not have (yet) for these arguments */
+/* clang-format on */
 
+/* clang-format off */
 #define SO_DTYPE_TABLE(X)                                                                        \
   X(UINT8, uint8, 0, 1) X(INT8, int8, 1, 1) X(INT16, int16, 2, 2) X(INT32, int32, 3, 4)          \
   X(INT64, int64, 4, 8) X(FLOAT16, float16, 5, 2) X(BFLOAT16, bfloat16, 6, 2)                   \
   X(FLOAT32, float32, 7, 4) X(FLOAT64, float64, 8, 8) X(BOOL, bool, 9, 1)                     \
   X(UINT16, uint16, 10, 2)
+/* clang-format on */
 
+/* clang-format off */
 #define SO_REDUCE_OP_TABLE(X) \
   X(AVERAGE, Average, 0) X(SUM, Sum, 1) X(MIN, Min, 2) X(MAX, Max, 3) X(PRODUCT, Product, 4) \
   X(ADASUM, Adasum, 5) /* allreduce of floating-point tensors only (Note [Adasum]) */
+/* clang-format on */
 
+/* clang-format off */
 #define SO_COLLECTIVE_TABLE(X)                                                                   \
   X(ALLREDUCE, allreduce, 0) X(ALLGATHER, allgather, 1) X(BROADCAST, broadcast, 2)              \
   X(ALLTOALL, alltoall, 3) X(REDUCESCATTER, reducescatter, 4) X(BARRIER, barrier, 5)            \
   X(JOIN, join, 6)
+/* clang-format on */
 
+/* clang-format off */
 #define SO_TRAFFIC_TABLE(X)                                                                      \
   X(CALLS, calls, 0)         /* collectives run */                                               \
   X(BYTES, bytes, 1)         /* bytes of the tensors this rank submitted */                      \
@@ -70,17 +79,22 @@ extern "C" {
   X(MPI_BYTES, mpi_bytes, 3) /* bytes this rank handed MPI to send */                             \
   X(REDUCE_NS, reduce_ns, 4) /* nanoseconds in scaleout's own reduction kernels */               \
   X(WAIT_NS, wait_ns, 5)     /* nanoseconds waiting for other ranks (MPI requests, shm syncs) */
+/* clang-format on */
 
+/* clang-format off */
 #define SO_PLAN_TABLE(X)                                                                         \
   X(ALLREDUCE, allreduce, 0) X(BROADCAST, broadcast, 1) X(ALLTOALL, alltoall, 2)                \
   X(ALLGATHER, allgather, 3) X(REDUCESCATTER, reducescatter, 4) X(ADASUM, adasum, 5)
+/* clang-format on */
 
+/* clang-format off */
 #define SO_ALGORITHM_TABLE(X)                                                                    \
   X(MPI, mpi, 0)                     /* MPI's own collective (Adasum: its tree over MPI) */      \
   X(SHARED_MEMORY, shared_memory, 1) /* staged through shared memory, every rank on one machine */ \
   X(HIERARCHICAL, hierarchical, 2)   /* inside each machine, then between machines */            \
   X(HIERARCHICAL_LEADER_BASED, hierarchical_leader_based, 3) /* machines of different sizes */  \
   X(SHARED_MEMORY_AND_MPI, shared_memory_and_mpi, 4) /* shared memory inside, MPI between */
+/* clang-format on */
 
 /* Status codes (so_status_name() gives the name of one). */
 #define SO_ENUM_ERROR_(NAME, code) SO_ERR_##NAME = code,
@@ -114,10 +128,10 @@ enum { SO_ALGORITHM_TABLE(SO_ENUM_ALGORITHM_) SO_ALGORITHM_COUNT };
 
 /* ---- identity and diagnostics ---- */
 int so_abi_version(void);
-const char* so_version(void);          /* "0.1.0" */
-const char* so_build_info(void);       /* compiler, MPI library it was built against */
-const char* so_status_name(int code);  /* "MISMATCH", ...; "UNKNOWN" for other codes */
-const char* so_last_error(void);       /* message of this thread's last failing call */
+const char* so_version(void);         /* "0.1.0" */
+const char* so_build_info(void);      /* compiler, MPI library it was built against */
+const char* so_status_name(int code); /* "MISMATCH", ...; "UNKNOWN" for other codes */
+const char* so_last_error(void);      /* message of this thread's last failing call */
 /* The details of this thread's last failing call (Note [Error details] in common/status.h):
  * *count_out culprit ranks, the job's ranks whose death or shutdown caused the error (0 when no
  * rank is to blame), the first `capacity` of them written to culprits_out (may be NULL);
@@ -162,7 +176,8 @@ int so_add_process_set(const int32_t* ranks, int nranks, int32_t* id_out);
 int so_remove_process_set(int32_t id);
 /* *size_out: the set's size; *rank_out: this rank's place in it (-1: not a member); ranks_out, if
  * not NULL: up to `capacity` of its ranks (the job's). */
-int so_process_set(int32_t id, int32_t* rank_out, int32_t* size_out, int32_t* ranks_out, int capacity);
+int so_process_set(int32_t id, int32_t* rank_out, int32_t* size_out, int32_t* ranks_out,
+                   int capacity);
 
 /* ---- collectives ---- */
 /*
@@ -223,7 +238,8 @@ int so_enqueue(const so_request* request, int64_t* handle_out);
 /* *done_out = 1 when the handle has completed (successfully or not). */
 int so_poll(int64_t handle, int* done_out);
 /* Blocks until the handle completes, then returns its status (so_last_error() has its message).
- * timeout_seconds < 0 waits forever; on expiry returns SO_ERR_TIMEOUT and the handle stays valid. */
+ * timeout_seconds < 0 waits forever; on expiry returns SO_ERR_TIMEOUT and the handle stays valid.
+ */
 int so_wait(int64_t handle, double timeout_seconds);
 /* Result of a completed SO_ALLGATHER / SO_ALLTOALL / SO_REDUCESCATTER handle. */
 int so_result_shape(int64_t handle, int* ndim_out, int64_t* shape_out /* SO_MAX_NDIM */);

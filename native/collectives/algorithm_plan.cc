@@ -8,7 +8,8 @@ AlgorithmPlan AlgorithmPlan::Decide(const PlanInputs& in, std::vector<std::strin
   AlgorithmPlan p;
   p.spans_machines_ = in.machines > 1 && in.max_local_size > 1;
   const bool one_machine = in.size > 1 && in.machines == 1;
-  const char* const unspread = in.machines == 1 ? "every rank is on one machine" : "one rank per machine";
+  const char* const unspread =
+      in.machines == 1 ? "every rank is on one machine" : "one rank per machine";
   std::string flat_why;
   if (p.spans_machines_ && !in.shm) {
     flat_why = "SCALEOUT_SHM=0";
@@ -53,18 +54,20 @@ void AlgorithmPlan::Settle() {
     allreduce = leader_based_ ? SO_ALGORITHM_HIERARCHICAL_LEADER_BASED : SO_ALGORITHM_HIERARCHICAL;
   }
   algorithms_[SO_PLAN_ALLREDUCE] = allreduce;
-  algorithms_[SO_PLAN_BROADCAST] =
-      !shm ? SO_ALGORITHM_MPI : one ? SO_ALGORITHM_SHARED_MEMORY : SO_ALGORITHM_HIERARCHICAL;
-  algorithms_[SO_PLAN_ALLTOALL] =
-      !shm ? SO_ALGORITHM_MPI : one ? SO_ALGORITHM_SHARED_MEMORY : SO_ALGORITHM_SHARED_MEMORY_AND_MPI;
+  algorithms_[SO_PLAN_BROADCAST] = !shm  ? SO_ALGORITHM_MPI
+                                   : one ? SO_ALGORITHM_SHARED_MEMORY
+                                         : SO_ALGORITHM_HIERARCHICAL;
+  algorithms_[SO_PLAN_ALLTOALL] = !shm  ? SO_ALGORITHM_MPI
+                                  : one ? SO_ALGORITHM_SHARED_MEMORY
+                                        : SO_ALGORITHM_SHARED_MEMORY_AND_MPI;
   algorithms_[SO_PLAN_ALLGATHER] = allgather_hierarchical_ ? SO_ALGORITHM_HIERARCHICAL
                                    : shm && one            ? SO_ALGORITHM_SHARED_MEMORY
                                                            : SO_ALGORITHM_MPI;
   algorithms_[SO_PLAN_REDUCESCATTER] = SO_ALGORITHM_MPI;
   // Note [Hierarchical Adasum]: asked for, where allreduces are hierarchical over a power of two
   // of machines.
-  const bool adasum = asked_adasum_ && shm && hierarchical_ && machines_ > 1 &&
-                      (machines_ & (machines_ - 1)) == 0;
+  const bool adasum =
+      asked_adasum_ && shm && hierarchical_ && machines_ > 1 && (machines_ & (machines_ - 1)) == 0;
   algorithms_[SO_PLAN_ADASUM] = adasum ? SO_ALGORITHM_HIERARCHICAL : SO_ALGORITHM_MPI;
 }
 
@@ -92,7 +95,8 @@ std::vector<std::pair<std::string, std::string>> AlgorithmPlan::Describe() const
         break;
       case SO_PLAN_ALLTOALL:
         if (a == SO_ALGORITHM_SHARED_MEMORY_AND_MPI) {
-          return "shared memory between the ranks of each of " + n + " machines, mpi between machines";
+          return "shared memory between the ranks of each of " + n +
+                 " machines, mpi between machines";
         }
         break;
       case SO_PLAN_ALLGATHER:

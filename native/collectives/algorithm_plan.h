@@ -25,12 +25,12 @@ namespace scaleout {
 
 // What the plan is decided from: the communicator's layout over machines and the settings.
 struct PlanInputs {
-  int size = 1;                 // ranks of the communicator
-  int machines = 1;             // machines it spans
-  int max_local_size = 1;       // ranks on its largest machine
-  int local_size = 1;           // ranks on this machine
-  bool uniform = true;          // every machine has the same number of ranks
-  bool shm = true;              // SCALEOUT_SHM
+  int size = 1;                     // ranks of the communicator
+  int machines = 1;                 // machines it spans
+  int max_local_size = 1;           // ranks on its largest machine
+  int local_size = 1;               // ranks on this machine
+  bool uniform = true;              // every machine has the same number of ranks
+  bool shm = true;                  // SCALEOUT_SHM
   int hierarchical_allreduce = -1;  // SCALEOUT_HIERARCHICAL_ALLREDUCE: -1 auto, 0, 1
   int hierarchical_allgather = -1;  // SCALEOUT_HIERARCHICAL_ALLGATHER: -1 auto, 0, 1
 };
@@ -51,7 +51,8 @@ class AlgorithmPlan {
   int allgather() const { return algorithms_[SO_PLAN_ALLGATHER]; }
   int adasum() const { return algorithms_[SO_PLAN_ADASUM]; }
   bool hierarchical_allreduce() const {
-    return allreduce() == SO_ALGORITHM_HIERARCHICAL || allreduce() == SO_ALGORITHM_HIERARCHICAL_LEADER_BASED;
+    return allreduce() == SO_ALGORITHM_HIERARCHICAL ||
+           allreduce() == SO_ALGORITHM_HIERARCHICAL_LEADER_BASED;
   }
 
   // Shared memory is set up: on one machine of several ranks, or across machines with ranks
@@ -76,9 +77,9 @@ class AlgorithmPlan {
   int machines_ = 1;
   int layout_machines_ = 1;  // the communicator's machines, for WithoutSharedMemory
   int local_size_ = 1;
-  bool hierarchical_ = false;   // allreduces hierarchical where shared memory is up
-  bool leader_based_ = false;   // ... over machines of different sizes
-  bool asked_adasum_ = false;   // SCALEOUT_HIERARCHICAL_ALLREDUCE=1 (Note [Hierarchical Adasum])
+  bool hierarchical_ = false;  // allreduces hierarchical where shared memory is up
+  bool leader_based_ = false;  // ... over machines of different sizes
+  bool asked_adasum_ = false;  // SCALEOUT_HIERARCHICAL_ALLREDUCE=1 (Note [Hierarchical Adasum])
   bool allgather_hierarchical_ = false;
 
   void Settle();  // the entries, from the decisions above

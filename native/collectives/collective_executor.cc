@@ -36,9 +36,9 @@ CollectiveExecutor::CollectiveExecutor(const DataPlane& plane, EndpointPool* end
                   : std::make_unique<StagedAlltoall>(plane.peers, plane.transports[0],
                                                      plane.machine_of, plane.local_rank_of);
   if (plan.broadcast() != SO_ALGORITHM_MPI) {
-    staged_broadcast_ = std::make_unique<StagedBroadcast>(plane.peers, plane.leaders,
-                                                          plane.transports[0]->rank(),
-                                                          plane.machine_of, plane.local_rank_of);
+    staged_broadcast_ =
+        std::make_unique<StagedBroadcast>(plane.peers, plane.leaders, plane.transports[0]->rank(),
+                                          plane.machine_of, plane.local_rank_of);
   }
   if (plan.allgather() == SO_ALGORITHM_SHARED_MEMORY) {
     staged_allgather_ = std::make_unique<StagedAllgather>(plane.peers);
@@ -69,7 +69,8 @@ Status CollectiveExecutor::Execute(const Response& r, const std::vector<TensorEn
   traffic::Add(traffic::kCALLS, 1);
   int64_t submitted = 0;
   for (const TensorEntry* e : entries) {
-    if (e != nullptr) submitted += static_cast<int64_t>(Elements(e->request.shape) * DataTypeSize(r.dtype));
+    if (e != nullptr)
+      submitted += static_cast<int64_t>(Elements(e->request.shape) * DataTypeSize(r.dtype));
   }
   traffic::Add(traffic::kBYTES, submitted);
   const Status s = Run(r, entries);
@@ -79,12 +80,18 @@ Status CollectiveExecutor::Execute(const Response& r, const std::vector<TensorEn
 
 Status CollectiveExecutor::Run(const Response& r, const std::vector<TensorEntry*>& entries) {
   switch (r.collective) {
-    case SO_ALLREDUCE: return Allreduce(r, entries);
-    case SO_ALLGATHER: return Allgather(r, entries);
-    case SO_BROADCAST: return Broadcast(r, entries[0]);
-    case SO_ALLTOALL: return Alltoall(r, entries[0]);
-    case SO_REDUCESCATTER: return ReduceScatter(r, entries[0]);
-    default: return Status::Internal("no executor for collective " + std::to_string(r.collective));
+    case SO_ALLREDUCE:
+      return Allreduce(r, entries);
+    case SO_ALLGATHER:
+      return Allgather(r, entries);
+    case SO_BROADCAST:
+      return Broadcast(r, entries[0]);
+    case SO_ALLTOALL:
+      return Alltoall(r, entries[0]);
+    case SO_REDUCESCATTER:
+      return ReduceScatter(r, entries[0]);
+    default:
+      return Status::Internal("no executor for collective " + std::to_string(r.collective));
   }
 }
 
@@ -126,9 +133,10 @@ Status CollectiveExecutor::Allreduce(const Response& r, const std::vector<Tensor
   const auto t2 = timed ? Clock::now() : t0;
   fused.Unpack(0, fused.total(), buf);
   const auto t3 = timed ? Clock::now() : t0;
-  SO_LOG(kDebug, "fused allreduce: pack " << std::chrono::duration<double, std::micro>(t1 - t0).count()
-         << " us, reduce " << std::chrono::duration<double, std::micro>(t2 - t1).count()
-         << " us, unpack " << std::chrono::duration<double, std::micro>(t3 - t2).count() << " us");
+  SO_LOG(kDebug, "fused allreduce: pack "
+                     << std::chrono::duration<double, std::micro>(t1 - t0).count() << " us, reduce "
+                     << std::chrono::duration<double, std::micro>(t2 - t1).count() << " us, unpack "
+                     << std::chrono::duration<double, std::micro>(t3 - t2).count() << " us");
   return Status::OK();
 }
 
@@ -181,7 +189,8 @@ Status CollectiveExecutor::Allgather(const Response& r, const std::vector<Tensor
   size_t send_bytes = 0;
   for (size_t t = 0; t < nt; ++t) {
     row_bytes[t] = Elements(ShapeOf(r, entries, t), 1) * esize;
-    for (int k = 0; k < size; ++k) recv_bytes[k] += static_cast<size_t>(r.tensors[t].first_dims[k]) * row_bytes[t];
+    for (int k = 0; k < size; ++k)
+      recv_bytes[k] += static_cast<size_t>(r.tensors[t].first_dims[k]) * row_bytes[t];
   }
   send_bytes = recv_bytes[self];
   size_t total = 0;

@@ -22,7 +22,8 @@ bool PinCurrentThread(int cpu) {
   return pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
 }
 
-EndpointPool::EndpointPool(int k, std::vector<int> cores) : k_(k < 1 ? 1 : k), cores_(std::move(cores)) {
+EndpointPool::EndpointPool(int k, std::vector<int> cores)
+    : k_(k < 1 ? 1 : k), cores_(std::move(cores)) {
   for (int i = 1; i < k_; ++i) threads_.emplace_back([this, i] { Serve(i); });
 }
 

@@ -16,10 +16,13 @@ namespace scaleout {
 //    (ranks of one machine need not be consecutive).
 // Sizes are known to every rank beforehand (recv_bytes), so no step exchanges them.
 
-HierarchicalAllgather::HierarchicalAllgather(DataTransport* local, DataTransport* leaders,
-                                             int rank, std::vector<int> machine_of,
+HierarchicalAllgather::HierarchicalAllgather(DataTransport* local, DataTransport* leaders, int rank,
+                                             std::vector<int> machine_of,
                                              std::vector<int> local_rank_of)
-    : local_(local), leaders_(leaders), rank_(rank), machine_of_(std::move(machine_of)),
+    : local_(local),
+      leaders_(leaders),
+      rank_(rank),
+      machine_of_(std::move(machine_of)),
       local_rank_of_(std::move(local_rank_of)) {
   for (int m : machine_of_) machines_ = std::max(machines_, m + 1);
   ranks_of_.resize(machines_);

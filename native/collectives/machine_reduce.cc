@@ -21,8 +21,8 @@ Status MachineReduce::Run(uint8_t* slice, size_t count, DataType dtype, ReduceOp
   });
 }
 
-Status MachineReduce::RunOn(int server, uint8_t* data, size_t count, DataType dtype,
-                            ReduceOp op, double half_post) {
+Status MachineReduce::RunOn(int server, uint8_t* data, size_t count, DataType dtype, ReduceOp op,
+                            double half_post) {
   DataTransport* cross = cross_[server];
   const int machines = cross->size();
   const size_t esize = DataTypeSize(dtype);

@@ -86,8 +86,8 @@ inline uint16_t NarrowHalf(float f) {
   const uint32_t subnormal = FloatBits(BitsFloat(magnitude) + 0.5f) - FloatBits(0.5f);
   const uint32_t nan = 0x7e00 | ((magnitude >> 13) & 0x3ff);
   const uint32_t big = Select(magnitude > 0x7f800000u, nan, 0x7c00u);  // NaN, or Inf/overflow
-  const uint32_t result = Select(magnitude >= 0x477ff000u, big,
-                                 Select(magnitude < 0x38800000u, subnormal, normal));
+  const uint32_t result =
+      Select(magnitude >= 0x477ff000u, big, Select(magnitude < 0x38800000u, subnormal, normal));
   return static_cast<uint16_t>(result | sign);
 }
 
@@ -181,10 +181,14 @@ void ReduceTyped(void* inout_v, const void* in_v, size_t count, ReduceOp op) {
   const T* in = static_cast<const T*>(in_v);
   switch (op) {
     case ReduceOp::kAverage:
-    case ReduceOp::kSum: return ReduceLoop(inout, in, count, AddOp());
-    case ReduceOp::kMin: return ReduceLoop(inout, in, count, MinOp());
-    case ReduceOp::kMax: return ReduceLoop(inout, in, count, MaxOp());
-    case ReduceOp::kProduct: return ReduceLoop(inout, in, count, MultiplyOp());
+    case ReduceOp::kSum:
+      return ReduceLoop(inout, in, count, AddOp());
+    case ReduceOp::kMin:
+      return ReduceLoop(inout, in, count, MinOp());
+    case ReduceOp::kMax:
+      return ReduceLoop(inout, in, count, MaxOp());
+    case ReduceOp::kProduct:
+      return ReduceLoop(inout, in, count, MultiplyOp());
   }
   CheckFailed(__FILE__, __LINE__, "IsValidReduceOp(op)",
               "invalid reduce op " + std::to_string(static_cast<int>(op)));
@@ -328,8 +332,7 @@ __attribute__((target("avx2"))) void NarrowBFloat16AVX2(uint16_t* dst, const flo
     const __m256i rounded = _mm256_srli_epi32(
         _mm256_add_epi32(_mm256_add_epi32(bits, round), _mm256_and_si256(high, one)), 16);
     const __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(bits, abs_mask), inf);
-    const __m256i result =
-        _mm256_blendv_epi8(rounded, _mm256_or_si256(high, quiet), is_nan);
+    const __m256i result = _mm256_blendv_epi8(rounded, _mm256_or_si256(high, quiet), is_nan);
     // Lanes hold values below 0x10000: pack them to 16 bits, then put the two halves together.
     const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(result, result), 0x08);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_castsi256_si128(packed));
@@ -416,10 +419,14 @@ template <typename Codec>
 void Accumulate(float* acc, const uint16_t* src, size_t count, float factor, ReduceOp op) {
   switch (op) {
     case ReduceOp::kAverage:
-    case ReduceOp::kSum: return AccumulateWith<Codec>(acc, src, count, factor, AddOp());
-    case ReduceOp::kMin: return AccumulateWith<Codec>(acc, src, count, factor, MinOp());
-    case ReduceOp::kMax: return AccumulateWith<Codec>(acc, src, count, factor, MaxOp());
-    case ReduceOp::kProduct: return AccumulateWith<Codec>(acc, src, count, factor, MultiplyOp());
+    case ReduceOp::kSum:
+      return AccumulateWith<Codec>(acc, src, count, factor, AddOp());
+    case ReduceOp::kMin:
+      return AccumulateWith<Codec>(acc, src, count, factor, MinOp());
+    case ReduceOp::kMax:
+      return AccumulateWith<Codec>(acc, src, count, factor, MaxOp());
+    case ReduceOp::kProduct:
+      return AccumulateWith<Codec>(acc, src, count, factor, MultiplyOp());
   }
   CheckFailed(__FILE__, __LINE__, "IsValidReduceOp(op)",
               "invalid reduce op " + std::to_string(static_cast<int>(op)));
@@ -431,10 +438,14 @@ void ReduceHalf(void* inout_v, const void* in_v, size_t count, ReduceOp op) {
   const uint16_t* in = static_cast<const uint16_t*>(in_v);
   switch (op) {
     case ReduceOp::kAverage:
-    case ReduceOp::kSum: return ReduceHalfWith<Codec>(inout, in, count, AddOp());
-    case ReduceOp::kMin: return ReduceHalfWith<Codec>(inout, in, count, MinOp());
-    case ReduceOp::kMax: return ReduceHalfWith<Codec>(inout, in, count, MaxOp());
-    case ReduceOp::kProduct: return ReduceHalfWith<Codec>(inout, in, count, MultiplyOp());
+    case ReduceOp::kSum:
+      return ReduceHalfWith<Codec>(inout, in, count, AddOp());
+    case ReduceOp::kMin:
+      return ReduceHalfWith<Codec>(inout, in, count, MinOp());
+    case ReduceOp::kMax:
+      return ReduceHalfWith<Codec>(inout, in, count, MaxOp());
+    case ReduceOp::kProduct:
+      return ReduceHalfWith<Codec>(inout, in, count, MultiplyOp());
   }
   CheckFailed(__FILE__, __LINE__, "IsValidReduceOp(op)",
               "invalid reduce op " + std::to_string(static_cast<int>(op)));
@@ -446,9 +457,11 @@ void ReduceBool(void* inout_v, const void* in_v, size_t count, ReduceOp op) {
   switch (op) {
     case ReduceOp::kAverage:
     case ReduceOp::kSum:
-    case ReduceOp::kMax: return ReduceLoop(inout, in, count, OrOp());
+    case ReduceOp::kMax:
+      return ReduceLoop(inout, in, count, OrOp());
     case ReduceOp::kMin:
-    case ReduceOp::kProduct: return ReduceLoop(inout, in, count, AndOp());
+    case ReduceOp::kProduct:
+      return ReduceLoop(inout, in, count, AndOp());
   }
   CheckFailed(__FILE__, __LINE__, "IsValidReduceOp(op)",
               "invalid reduce op " + std::to_string(static_cast<int>(op)));
@@ -494,26 +507,37 @@ void ScaleInteger(T* __restrict__ buf, size_t count, double factor) {
 }
 
 [[noreturn]] void InvalidDataType(DataType dtype, const char* where) {
-  CheckFailed(__FILE__, __LINE__, "IsValidDataType(dtype)",
-              std::string(where) + ": invalid data type " +
-                  std::to_string(static_cast<int>(dtype)));
+  CheckFailed(
+      __FILE__, __LINE__, "IsValidDataType(dtype)",
+      std::string(where) + ": invalid data type " + std::to_string(static_cast<int>(dtype)));
 }
 
 }  // namespace
 
 void ReduceInto(void* inout, const void* in, size_t count, DataType dtype, ReduceOp op) {
   switch (dtype) {
-    case DataType::kUInt8: return ReduceTyped<uint8_t>(inout, in, count, op);
-    case DataType::kInt8: return ReduceTyped<int8_t>(inout, in, count, op);
-    case DataType::kInt16: return ReduceTyped<int16_t>(inout, in, count, op);
-    case DataType::kUInt16: return ReduceTyped<uint16_t>(inout, in, count, op);
-    case DataType::kInt32: return ReduceTyped<int32_t>(inout, in, count, op);
-    case DataType::kInt64: return ReduceTyped<int64_t>(inout, in, count, op);
-    case DataType::kFloat16: return ReduceHalf<HalfCodec>(inout, in, count, op);
-    case DataType::kBFloat16: return ReduceHalf<BFloat16Codec>(inout, in, count, op);
-    case DataType::kFloat32: return ReduceTyped<float>(inout, in, count, op);
-    case DataType::kFloat64: return ReduceTyped<double>(inout, in, count, op);
-    case DataType::kBool: return ReduceBool(inout, in, count, op);
+    case DataType::kUInt8:
+      return ReduceTyped<uint8_t>(inout, in, count, op);
+    case DataType::kInt8:
+      return ReduceTyped<int8_t>(inout, in, count, op);
+    case DataType::kInt16:
+      return ReduceTyped<int16_t>(inout, in, count, op);
+    case DataType::kUInt16:
+      return ReduceTyped<uint16_t>(inout, in, count, op);
+    case DataType::kInt32:
+      return ReduceTyped<int32_t>(inout, in, count, op);
+    case DataType::kInt64:
+      return ReduceTyped<int64_t>(inout, in, count, op);
+    case DataType::kFloat16:
+      return ReduceHalf<HalfCodec>(inout, in, count, op);
+    case DataType::kBFloat16:
+      return ReduceHalf<BFloat16Codec>(inout, in, count, op);
+    case DataType::kFloat32:
+      return ReduceTyped<float>(inout, in, count, op);
+    case DataType::kFloat64:
+      return ReduceTyped<double>(inout, in, count, op);
+    case DataType::kBool:
+      return ReduceBool(inout, in, count, op);
   }
   InvalidDataType(dtype, "ReduceInto");
 }
@@ -522,12 +546,18 @@ void ScaleBuffer(void* buf, size_t count, DataType dtype, double factor) {
   SO_CHECK(dtype != DataType::kBool, "ScaleBuffer is not defined for bool");
   if (factor == 1.0) return;
   switch (dtype) {
-    case DataType::kUInt8: return ScaleInteger(static_cast<uint8_t*>(buf), count, factor);
-    case DataType::kInt8: return ScaleInteger(static_cast<int8_t*>(buf), count, factor);
-    case DataType::kInt16: return ScaleInteger(static_cast<int16_t*>(buf), count, factor);
-    case DataType::kUInt16: return ScaleInteger(static_cast<uint16_t*>(buf), count, factor);
-    case DataType::kInt32: return ScaleInteger(static_cast<int32_t*>(buf), count, factor);
-    case DataType::kInt64: return ScaleInteger(static_cast<int64_t*>(buf), count, factor);
+    case DataType::kUInt8:
+      return ScaleInteger(static_cast<uint8_t*>(buf), count, factor);
+    case DataType::kInt8:
+      return ScaleInteger(static_cast<int8_t*>(buf), count, factor);
+    case DataType::kInt16:
+      return ScaleInteger(static_cast<int16_t*>(buf), count, factor);
+    case DataType::kUInt16:
+      return ScaleInteger(static_cast<uint16_t*>(buf), count, factor);
+    case DataType::kInt32:
+      return ScaleInteger(static_cast<int32_t*>(buf), count, factor);
+    case DataType::kInt64:
+      return ScaleInteger(static_cast<int64_t*>(buf), count, factor);
     case DataType::kFloat16:
       return ScaleHalf<HalfCodec>(static_cast<uint16_t*>(buf), count, static_cast<float>(factor));
     case DataType::kBFloat16:
@@ -535,8 +565,10 @@ void ScaleBuffer(void* buf, size_t count, DataType dtype, double factor) {
                                       static_cast<float>(factor));
     case DataType::kFloat32:
       return ScaleFloat(static_cast<float*>(buf), count, static_cast<float>(factor));
-    case DataType::kFloat64: return ScaleFloat(static_cast<double*>(buf), count, factor);
-    case DataType::kBool: break;
+    case DataType::kFloat64:
+      return ScaleFloat(static_cast<double*>(buf), count, factor);
+    case DataType::kBool:
+      break;
   }
   InvalidDataType(dtype, "ScaleBuffer");
 }

@@ -19,9 +19,9 @@ namespace scaleout {
 // float16/bfloat16 are accumulated in float32 and rounded once per element.
 void ReduceInto(void* inout, const void* in, size_t count, DataType dtype, ReduceOp op);
 
-// buf[i] *= factor, computed in double for float64 and integers and in float otherwise, then converted
-// back (integers truncate toward zero, out-of-range values saturate). No-op when factor == 1.0.
-// Not defined for bool.
+// buf[i] *= factor, computed in double for float64 and integers and in float otherwise, then
+// converted back (integers truncate toward zero, out-of-range values saturate). No-op when factor
+// == 1.0. Not defined for bool.
 void ScaleBuffer(void* buf, size_t count, DataType dtype, double factor);
 
 // memcpy of non-overlapping buffers, without glibc's rep-movsb path for large copies: on some

@@ -45,7 +45,8 @@ Status StagedAllgather::Run(const void* in, size_t in_bytes, void* out,
     if (!s.ok()) return s;
     for (int k = 0; k < size; ++k) {
       if (k == self || from >= recv_bytes[k]) continue;
-      CopyBytes(result + at[k] + from, memory_->Area(k, parity), std::min(area, recv_bytes[k] - from));
+      CopyBytes(result + at[k] + from, memory_->Area(k, parity),
+                std::min(area, recv_bytes[k] - from));
     }
   }
   return Status::OK();

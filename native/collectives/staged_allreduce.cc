@@ -70,8 +70,8 @@ namespace {
 constexpr size_t kBlockBytes = size_t(64) << 10;
 }  // namespace
 
-void StagedAllreduce::ReduceHalves(uint8_t* at, size_t offset, size_t n, int parity,
-                                   DataType dtype, ReduceOp op, double pre, double post) {
+void StagedAllreduce::ReduceHalves(uint8_t* at, size_t offset, size_t n, int parity, DataType dtype,
+                                   ReduceOp op, double pre, double post) {
   sources_.assign(1, at);  // this rank's own block first, then the others in rank order
   for (int k = 0; k < memory_->size(); ++k) {
     if (k != memory_->rank()) sources_.push_back(memory_->Area(k, parity) + offset);
@@ -146,7 +146,9 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
       if (self == 0) {
         for (int k = 1; k < size; ++k) {
           Slice(count, esize, k, size, &lo, &hi);
-          if (hi > lo) std::memcpy(mine + lo * esize, memory_->Area(k, parity) + lo * esize, (hi - lo) * esize);
+          if (hi > lo)
+            std::memcpy(mine + lo * esize, memory_->Area(k, parity) + lo * esize,
+                        (hi - lo) * esize);
           traffic::Add(traffic::kSHM_BYTES, static_cast<int64_t>((hi - lo) * esize));
         }
         SO_CHECK(machines_ != nullptr, "a leader-based allreduce without machines to cross");
@@ -166,10 +168,13 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
     }
     if (timed) {
       const auto t5 = Clock::now();
-      auto us = [](Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); };
-      SO_LOG(kDebug, "staged allreduce round of " << count * esize << " bytes: pack " << us(t1 - t0)
-             << " us, wait " << us(t2 - t1) << " us, reduce own slice " << us(t3 - t2) << " us, wait "
-             << us(t4 - t3) << " us, unpack " << us(t5 - t4) << " us");
+      auto us = [](Clock::duration d) {
+        return std::chrono::duration<double, std::micro>(d).count();
+      };
+      SO_LOG(kDebug, "staged allreduce round of "
+                         << count * esize << " bytes: pack " << us(t1 - t0) << " us, wait "
+                         << us(t2 - t1) << " us, reduce own slice " << us(t3 - t2) << " us, wait "
+                         << us(t4 - t3) << " us, unpack " << us(t5 - t4) << " us");
     }
   }
   return Status::OK();

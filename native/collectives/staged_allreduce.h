@@ -59,8 +59,8 @@ class StagedAllreduce {
   PeerMemory* memory_;
   MachineReduce* machines_;
   bool leader_based_;
-  std::vector<float> acc_;                 // ReduceHalves' float32 block
-  std::vector<const uint8_t*> sources_;    // and the blocks it reduces
+  std::vector<float> acc_;               // ReduceHalves' float32 block
+  std::vector<const uint8_t*> sources_;  // and the blocks it reduces
 };
 
 }  // namespace scaleout

@@ -33,7 +33,6 @@ namespace scaleout {
 // leave the machine, each once, as with a flat alltoall; the rest costs two copies without MPI's
 // per-message handshakes.
 
-
 StagedAlltoall::StagedAlltoall(PeerMemory* memory, DataTransport* all, std::vector<int> machine_of,
                                const std::vector<int>& local_rank_of)
     : memory_(memory), all_(all), machine_of_(std::move(machine_of)) {
@@ -62,7 +61,8 @@ Status StagedAlltoall::Exchange(const uint8_t* input, const std::vector<int64_t>
     return Status::InvalidArgument("the shared-memory staging area (" +
                                    std::to_string(memory_->area_bytes()) +
                                    " bytes, SCALEOUT_SHM_AREA) is too small for an alltoall "
-                                   "among " + std::to_string(size) + " ranks");
+                                   "among " +
+                                   std::to_string(size) + " ranks");
   }
   std::vector<int64_t> incoming(size, 0);
   std::vector<uint8_t*> dest;
@@ -110,7 +110,8 @@ namespace {
 // Byte offsets of consecutive blocks of rows[k] * row_bytes bytes.
 std::vector<size_t> Offsets(const std::vector<int64_t>& rows, size_t row_bytes) {
   std::vector<size_t> at(rows.size() + 1, 0);
-  for (size_t k = 0; k < rows.size(); ++k) at[k + 1] = at[k] + static_cast<size_t>(rows[k]) * row_bytes;
+  for (size_t k = 0; k < rows.size(); ++k)
+    at[k + 1] = at[k] + static_cast<size_t>(rows[k]) * row_bytes;
   return at;
 }
 

@@ -55,9 +55,9 @@ class StagedAlltoall {
   // Run with `all_`: counts over it, this machine's pairs through Exchange (with memory_), the
   // others over it.
   Status RunOver(const uint8_t* input, const std::vector<int64_t>& send_rows, size_t row_bytes,
-                   const AllocateFn& allocate, std::vector<int64_t>* received);
+                 const AllocateFn& allocate, std::vector<int64_t>* received);
 
-  PeerMemory* memory_;        // null: no shared memory
+  PeerMemory* memory_;            // null: no shared memory
   DataTransport* all_ = nullptr;  // null: every rank is on this machine, all in `memory_`
   std::vector<int> machine_of_;
   std::vector<int> machine_ranks_;  // this machine's ranks, by local rank

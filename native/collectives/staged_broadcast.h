@@ -24,12 +24,15 @@ class StagedBroadcast {
   // the machines' ranks on `leaders`) and local_rank_of (its rank in its machine's memory).
   // `leaders`: on each machine's first rank, the transport over the machines' first ranks
   // (null elsewhere, and with one machine).
-  StagedBroadcast(PeerMemory* memory, DataTransport* leaders, int rank,
-                  std::vector<int> machine_of, std::vector<int> local_rank_of)
-      : memory_(memory), leaders_(leaders), rank_(rank), machine_of_(std::move(machine_of)),
+  StagedBroadcast(PeerMemory* memory, DataTransport* leaders, int rank, std::vector<int> machine_of,
+                  std::vector<int> local_rank_of)
+      : memory_(memory),
+        leaders_(leaders),
+        rank_(rank),
+        machine_of_(std::move(machine_of)),
         local_rank_of_(std::move(local_rank_of)),
-        one_machine_(std::all_of(machine_of_.begin(), machine_of_.end(),
-                                 [](int m) { return m == 0; })) {}
+        one_machine_(
+            std::all_of(machine_of_.begin(), machine_of_.end(), [](int m) { return m == 0; })) {}
 
   // Every rank of the communicator calls it with the same bytes and root; buf holds the root's
   // data on the root and receives it everywhere else.

@@ -46,8 +46,9 @@ const Unimplemented kUnimplemented[] = {
     {"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "autotuning"},
     {"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "autotuning"},
     {"HOROVOD_CONTROLLER", "a choice of controller (scaleout always negotiates over MPI)"},
-    {"HOROVOD_CPU_OPERATIONS", "a choice of CPU backend (scaleout uses MPI, and shared memory "
-                               "within one machine)"},
+    {"HOROVOD_CPU_OPERATIONS",
+     "a choice of CPU backend (scaleout uses MPI, and shared memory "
+     "within one machine)"},
     {"HOROVOD_MPI_THREADS_DISABLE", "running without MPI_THREAD_MULTIPLE"},
     {"HOROVOD_GLOO_IFACE", "Gloo"},
     {"HOROVOD_GLOO_RENDEZVOUS_ADDR", "Gloo rendezvous"},
@@ -74,9 +75,11 @@ const Unimplemented kUnimplemented[] = {
 
 // Variables of Horovod's build (setup.py), not of a running job.
 const char* const kBuildPrefixes[] = {
-    "HOROVOD_WITH_", "HOROVOD_WITHOUT_", "HOROVOD_NCCL_", "HOROVOD_CUDA_", "HOROVOD_ROCM_",
-    "HOROVOD_BUILD_", "HOROVOD_CMAKE", "HOROVOD_MPICXX_SHOW", "HOROVOD_DEBUG",
-    "HOROVOD_ALLOW_MIXED_GPU_IMPL",
+    "HOROVOD_WITH_", "HOROVOD_WITHOUT_",
+    "HOROVOD_NCCL_", "HOROVOD_CUDA_",
+    "HOROVOD_ROCM_", "HOROVOD_BUILD_",
+    "HOROVOD_CMAKE", "HOROVOD_MPICXX_SHOW",
+    "HOROVOD_DEBUG", "HOROVOD_ALLOW_MIXED_GPU_IMPL",
 };
 
 bool StartsWith(const std::string& s, const char* prefix) {
@@ -192,7 +195,8 @@ class Reader {
       char* end = nullptr;
       long cpu = std::strtol(item.c_str(), &end, 10);
       if (end == item.c_str() || *end != '\0' || cpu < 0) {
-        return Status::InvalidArgument(var + "='" + raw + "' is not a comma-separated list of CPU numbers");
+        return Status::InvalidArgument(var + "='" + raw +
+                                       "' is not a comma-separated list of CPU numbers");
       }
       out->push_back(static_cast<int>(cpu));
     }
@@ -204,7 +208,8 @@ class Reader {
     const char* raw = Raw("LOG_LEVEL", &var);
     if (raw == nullptr) return Status::OK();
     if (!ParseLogLevel(raw, out)) {
-      return Status::InvalidArgument(var + "='" + raw + "' is not a log level: use 0-3 or one of "
+      return Status::InvalidArgument(var + "='" + raw +
+                                     "' is not a log level: use 0-3 or one of "
                                      "trace, debug, info, warning, error, fatal");
     }
     return Status::OK();
@@ -229,8 +234,9 @@ bool ParseLogLevel(const std::string& text, int* level) {
   std::string lower = text;
   for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   // Horovod's six levels onto scaleout's four: it has no trace or fatal-only logging.
-  static const std::pair<const char*, int> kNames[] = {
-      {"trace", 3}, {"debug", 3}, {"info", 2}, {"warning", 1}, {"warn", 1}, {"error", 0}, {"fatal", 0}};
+  static const std::pair<const char*, int> kNames[] = {{"trace", 3},   {"debug", 3}, {"info", 2},
+                                                       {"warning", 1}, {"warn", 1},  {"error", 0},
+                                                       {"fatal", 0}};
   for (const auto& n : kNames) {
     if (lower == n.first) {
       *level = n.second;
@@ -253,37 +259,35 @@ Status Config::Parse(const std::function<const char*(const char*)>& getenv,
   double cache = c.cache_capacity;
   double area = static_cast<double>(c.shm_area_bytes);
   double servers = 1;
-  for (Status s : {read.Number("FUSION_THRESHOLD", 0, &fusion),
-                   read.Number("CYCLE_TIME", 0, &c.cycle_time_ms),
-                   read.Number("CACHE_CAPACITY", 0, &cache),
-                   read.Number("STALL_CHECK_TIME_SECONDS", 0, &c.stall_check_seconds),
-                   read.Flag("STALL_CHECK_DISABLE", &c.stall_check_disable),
-                   read.Number("STALL_SHUTDOWN_TIME_SECONDS", 0, &c.stall_shutdown_seconds),
-                   read.Number("DEADLOCK_CHECK_SECONDS", 0, &c.deadlock_check_seconds),
-                   read.Number("HEARTBEAT_TIMEOUT_SECONDS", 0, &c.heartbeat_timeout_seconds),
-                   read.Flag("DYNAMIC_PROCESS_SETS", &c.dynamic_process_sets),
-                   read.LogLevel(&c.log_level),
-                   read.Flag("TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles),
-                   read.Flag("SHM", &c.shm),
-                   read.AutoFlag("HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce),
-                   read.AutoFlag("HIERARCHICAL_ALLGATHER", &c.hierarchical_allgather),
-                   read.Number("SHM_AREA", 4096, &area),
-                   read.Number("EP_SERVERS", 0, &servers),
-                   read.CpuList("EP_CORES", &c.ep_cores),
-                   read.CpuList("THREAD_AFFINITY", &c.thread_affinity)}) {
+  for (Status s :
+       {read.Number("FUSION_THRESHOLD", 0, &fusion), read.Number("CYCLE_TIME", 0, &c.cycle_time_ms),
+        read.Number("CACHE_CAPACITY", 0, &cache),
+        read.Number("STALL_CHECK_TIME_SECONDS", 0, &c.stall_check_seconds),
+        read.Flag("STALL_CHECK_DISABLE", &c.stall_check_disable),
+        read.Number("STALL_SHUTDOWN_TIME_SECONDS", 0, &c.stall_shutdown_seconds),
+        read.Number("DEADLOCK_CHECK_SECONDS", 0, &c.deadlock_check_seconds),
+        read.Number("HEARTBEAT_TIMEOUT_SECONDS", 0, &c.heartbeat_timeout_seconds),
+        read.Flag("DYNAMIC_PROCESS_SETS", &c.dynamic_process_sets), read.LogLevel(&c.log_level),
+        read.Flag("TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles), read.Flag("SHM", &c.shm),
+        read.AutoFlag("HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce),
+        read.AutoFlag("HIERARCHICAL_ALLGATHER", &c.hierarchical_allgather),
+        read.Number("SHM_AREA", 4096, &area), read.Number("EP_SERVERS", 0, &servers),
+        read.CpuList("EP_CORES", &c.ep_cores),
+        read.CpuList("THREAD_AFFINITY", &c.thread_affinity)}) {
     if (!s.ok()) return s;
   }
   c.timeline_path = read.Text("TIMELINE", "");
   c.network_interface = read.Text("NETWORK_INTERFACE", "");
-  for (const char* mpi_variable : {"MPIR_CVAR_ENABLE_HEAVY_YIELD", "OMPI_MCA_mpi_yield_when_idle"}) {
+  for (const char* mpi_variable :
+       {"MPIR_CVAR_ENABLE_HEAVY_YIELD", "OMPI_MCA_mpi_yield_when_idle"}) {
     const char* v = getenv(mpi_variable);
     if (v != nullptr && std::strcmp(v, "1") == 0) c.mpi_wait_sleeps = true;
   }
   c.fusion_threshold_bytes = static_cast<size_t>(fusion);
   c.cache_capacity = static_cast<int>(cache);
   if (area > static_cast<double>(size_t(1) << 40)) {
-    return Status::InvalidArgument("SCALEOUT_SHM_AREA='" + std::string(getenv("SCALEOUT_SHM_AREA")) +
-                                   "' is more than 1 TiB");
+    return Status::InvalidArgument(
+        "SCALEOUT_SHM_AREA='" + std::string(getenv("SCALEOUT_SHM_AREA")) + "' is more than 1 TiB");
   }
   c.shm_area_bytes = static_cast<size_t>(area);
   c.ep_servers = servers < 1 ? 1 : static_cast<int>(servers);
@@ -291,8 +295,9 @@ Status Config::Parse(const std::function<const char*(const char*)>& getenv,
       c.stall_shutdown_seconds < c.stall_check_seconds) {
     std::ostringstream s;
     s << "the stall shutdown time (" << c.stall_shutdown_seconds << " s, "
-      << c.sources["SCALEOUT_STALL_SHUTDOWN_TIME_SECONDS"] << ") is less than the stall check time ("
-      << c.stall_check_seconds << " s): as in Horovod, stalled collectives only warn";
+      << c.sources["SCALEOUT_STALL_SHUTDOWN_TIME_SECONDS"]
+      << ") is less than the stall check time (" << c.stall_check_seconds
+      << " s): as in Horovod, stalled collectives only warn";
     c.notes.push_back(s.str());
   }
   std::vector<std::string> names = horovod_names;
@@ -321,8 +326,9 @@ int Config::CoordinatorCore(int local_rank, int local_size, std::string* why) co
                                ? sources.at("SCALEOUT_THREAD_AFFINITY")
                                : std::string("SCALEOUT_THREAD_AFFINITY");
   if (static_cast<int>(thread_affinity.size()) < local_size) {
-    *why = var + " lists " + std::to_string(thread_affinity.size()) + " CPUs but this machine runs " +
-           std::to_string(local_size) + " ranks (one CPU per local rank is needed); the coordinator "
+    *why = var + " lists " + std::to_string(thread_affinity.size()) +
+           " CPUs but this machine runs " + std::to_string(local_size) +
+           " ranks (one CPU per local rank is needed); the coordinator "
            "thread is not pinned";
     return -1;
   }

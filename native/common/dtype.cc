@@ -37,7 +37,8 @@ bool IsValidReduceOp(int value) { return value >= 0 && value < SO_REDUCE_OP_COUN
 size_t DataTypeSize(DataType t) {
   switch (static_cast<int>(t)) {
 #define SO_SIZE_CASE_(ENUM, name, code, bytes) \
-  case SO_##ENUM: return bytes;
+  case SO_##ENUM:                              \
+    return bytes;
     SO_DTYPE_TABLE(SO_SIZE_CASE_)
 #undef SO_SIZE_CASE_
   }
@@ -48,7 +49,8 @@ size_t DataTypeSize(DataType t) {
 const char* DataTypeName(DataType t) {
   switch (static_cast<int>(t)) {
 #define SO_NAME_CASE_(ENUM, name, code, bytes) \
-  case SO_##ENUM: return #name;
+  case SO_##ENUM:                              \
+    return #name;
     SO_DTYPE_TABLE(SO_NAME_CASE_)
 #undef SO_NAME_CASE_
   }
@@ -58,7 +60,8 @@ const char* DataTypeName(DataType t) {
 const char* ReduceOpName(ReduceOp op) {
   switch (static_cast<int>(op)) {
 #define SO_NAME_CASE_(ENUM, name, code) \
-  case SO_##ENUM: return #name;
+  case SO_##ENUM:                       \
+    return #name;
     SO_REDUCE_OP_TABLE(SO_NAME_CASE_)
 #undef SO_NAME_CASE_
   }

@@ -9,10 +9,14 @@ std::atomic<int> g_rank{-1};
 std::atomic<int> g_level{1};
 const char* LevelName(LogLevel l) {
   switch (l) {
-    case LogLevel::kError: return "ERROR";
-    case LogLevel::kWarning: return "WARNING";
-    case LogLevel::kInfo: return "INFO";
-    default: return "DEBUG";
+    case LogLevel::kError:
+      return "ERROR";
+    case LogLevel::kWarning:
+      return "WARNING";
+    case LogLevel::kInfo:
+      return "INFO";
+    default:
+      return "DEBUG";
   }
 }
 }  // namespace
@@ -25,7 +29,8 @@ void SetLogContext(int rank, int level) {
 bool LogEnabled(LogLevel level) { return static_cast<int>(level) <= g_level.load(); }
 
 void LogLine(LogLevel level, const std::string& message) {
-  std::fprintf(stderr, "scaleout %s (rank %d): %s\n", LevelName(level), g_rank.load(), message.c_str());
+  std::fprintf(stderr, "scaleout %s (rank %d): %s\n", LevelName(level), g_rank.load(),
+               message.c_str());
   std::fflush(stderr);
 }
 

@@ -16,13 +16,13 @@ void LogLine(LogLevel level, const std::string& message);
 
 }  // namespace scaleout
 
-#define SO_LOG(level, ...)                                                  \
-  do {                                                                      \
-    if (::scaleout::LogEnabled(::scaleout::LogLevel::level)) {              \
-      std::ostringstream so_log_stream_;                                    \
-      so_log_stream_ << __VA_ARGS__;                                            \
+#define SO_LOG(level, ...)                                                    \
+  do {                                                                        \
+    if (::scaleout::LogEnabled(::scaleout::LogLevel::level)) {                \
+      std::ostringstream so_log_stream_;                                      \
+      so_log_stream_ << __VA_ARGS__;                                          \
       ::scaleout::LogLine(::scaleout::LogLevel::level, so_log_stream_.str()); \
-    }                                                                       \
+    }                                                                         \
   } while (0)
 
 #endif  // SCALEOUT_COMMON_LOGGING_H_

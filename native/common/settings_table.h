@@ -13,6 +13,7 @@
 #ifndef SCALEOUT_COMMON_SETTINGS_TABLE_H_
 #define SCALEOUT_COMMON_SETTINGS_TABLE_H_
 
+/* clang-format off */
 #define SO_SETTINGS_TABLE(X)                                                                     \
   X(FUSION_THRESHOLD, 1, "67108864", "bytes of one fused buffer; 0 disables fusion")            \
   X(CYCLE_TIME, 1, "1",                                                                          \
@@ -54,5 +55,6 @@
   X(THREAD_AFFINITY, 1, "",                                                                      \
     "comma-separated CPUs, one per local rank: local rank i pins its coordinator thread to "     \
     "entry i")
+/* clang-format on */
 
 #endif /* SCALEOUT_COMMON_SETTINGS_TABLE_H_ */

@@ -6,12 +6,15 @@ namespace scaleout {
 
 const char* StatusName(int code) {
   switch (code) {
-    case SO_OK: return "OK";
+    case SO_OK:
+      return "OK";
 #define SO_STATUS_CASE_(NAME, value) \
-  case SO_ERR_##NAME: return #NAME;
-    SO_ERROR_TABLE(SO_STATUS_CASE_)
+  case SO_ERR_##NAME:                \
+    return #NAME;
+      SO_ERROR_TABLE(SO_STATUS_CASE_)
 #undef SO_STATUS_CASE_
-    default: return "UNKNOWN";
+    default:
+      return "UNKNOWN";
   }
 }
 

@@ -83,9 +83,9 @@ struct InternalError {
 }  // namespace scaleout
 
 // Invariant check that reports file:line; never used for user input.
-#define SO_CHECK(cond, msg)                                                   \
-  do {                                                                        \
-    if (!(cond)) ::scaleout::CheckFailed(__FILE__, __LINE__, #cond, (msg));   \
+#define SO_CHECK(cond, msg)                                                 \
+  do {                                                                      \
+    if (!(cond)) ::scaleout::CheckFailed(__FILE__, __LINE__, #cond, (msg)); \
   } while (0)
 
 #endif  // SCALEOUT_COMMON_STATUS_H_

@@ -36,7 +36,8 @@ class Timed {
   explicit Timed(Field field) : field_(field), start_(std::chrono::steady_clock::now()) {}
   ~Timed() {
     Add(field_, std::chrono::duration_cast<std::chrono::nanoseconds>(
-                    std::chrono::steady_clock::now() - start_).count());
+                    std::chrono::steady_clock::now() - start_)
+                    .count());
   }
   Timed(const Timed&) = delete;
   Timed& operator=(const Timed&) = delete;

@@ -38,7 +38,8 @@ class WireWriter {
 // Reads what WireWriter wrote; a truncated message is an internal error (SO_CHECK).
 class WireReader {
  public:
-  explicit WireReader(const std::vector<uint8_t>& bytes) : data_(bytes.data()), size_(bytes.size()) {}
+  explicit WireReader(const std::vector<uint8_t>& bytes)
+      : data_(bytes.data()), size_(bytes.size()) {}
   template <typename T>
   T Get() {
     SO_CHECK(pos_ + sizeof(T) <= size_, "truncated control message");

@@ -104,7 +104,8 @@ void Controller::PeerDied(int rank, const std::string& why) {
 void Controller::Halt(const std::string& why, int culprit) {
   if (rank_zero_gone_) return;
   rank_zero_gone_ = true;
-  halt_status_ = Status::ShutDown(why + "; collectives can no longer complete").WithCulprits({culprit});
+  halt_status_ =
+      Status::ShutDown(why + "; collectives can no longer complete").WithCulprits({culprit});
   state_ = State::kDone;
 }
 
@@ -164,10 +165,12 @@ Status Controller::PollWorker(std::vector<Response>* out) {
         rank_zero_gone_ = true;
         const std::string reason = DecodeShutdownReason(bytes);
         // A plain shutdown is rank 0's own doing; one with a reason (a stall) blames no rank.
-        halt_status_ = reason.empty()
-            ? Status::ShutDown("rank 0 has shut down scaleout; collectives can no longer complete")
-                  .WithCulprits({set_.JobRank(0)})
-            : Status::ShutDown(reason);
+        halt_status_ =
+            reason.empty()
+                ? Status::ShutDown(
+                      "rank 0 has shut down scaleout; collectives can no longer complete")
+                      .WithCulprits({set_.JobRank(0)})
+                : Status::ShutDown(reason);
         state_ = State::kDone;
         return Status::OK();
       }

@@ -131,9 +131,9 @@ class Controller {
 
   // Rank 0's side.
   std::unique_ptr<Negotiator> negotiator_;
-  std::vector<bool> live_;           // workers that have not shut down
-  std::vector<bool> awaiting_ack_;   // during our own shutdown
-  FusionHold hold_;                  // Note [Dispatch]
+  std::vector<bool> live_;          // workers that have not shut down
+  std::vector<bool> awaiting_ack_;  // during our own shutdown
+  FusionHold hold_;                 // Note [Dispatch]
 };
 
 }  // namespace scaleout

@@ -64,7 +64,8 @@ Coordinator::~Coordinator() { Stop(); }
 void Coordinator::Start(int rank, int core) {
   // Not fatal: failing init on rank 0 alone would leave the other ranks waiting for it.
   rank_ = rank;
-  const std::string& path = config_.timeline_path == "DYNAMIC" ? std::string() : config_.timeline_path;
+  const std::string& path =
+      config_.timeline_path == "DYNAMIC" ? std::string() : config_.timeline_path;
   Status s = timeline_.Open(path, rank, Now(), config_.timeline_mark_cycles);
   if (!s.ok()) SO_LOG(kWarning, s.message() << "; no timeline is written");
   // Init returns once the thread is pinned, so that what the user then observes holds.
@@ -119,7 +120,8 @@ void Coordinator::Loop() {
   Status why = !fatal.ok() ? fatal
                : controller_.halted()
                    ? controller_.halt_status()
-                   : Status::ShutDown("scaleout was shut down on this rank while the collective was pending");
+                   : Status::ShutDown(
+                         "scaleout was shut down on this rank while the collective was pending");
   // Completes everything registered (queued, pending, or mid-execution when an exception hit)
   // and makes later enqueues fail at once: nothing is left waiting on a stopped thread.
   if (set_.id == 0) {
@@ -134,7 +136,8 @@ void Coordinator::Loop() {
   std::lock_guard<std::mutex> lock(timeline_mu_);
   loop_finished_ = true;
   if (timeline_request_) {
-    timeline_request_->done.set_value(Status::ShutDown("scaleout shut down before the timeline was changed"));
+    timeline_request_->done.set_value(
+        Status::ShutDown("scaleout shut down before the timeline was changed"));
     timeline_request_.reset();
   }
 }
@@ -202,11 +205,13 @@ Status Coordinator::Step(double now, bool* made_progress) {
     SampleBlocked(now);
     controller_.DetectDeadlock(now, config_.deadlock_check_seconds);
   }
-  if (!config_.stall_check_disable && config_.stall_check_seconds > 0 && now - last_stall_check_ > 1.0) {
+  if (!config_.stall_check_disable && config_.stall_check_seconds > 0 &&
+      now - last_stall_check_ > 1.0) {
     last_stall_check_ = now;
     ReportStalls(now);
     // Note [Stall shutdown]
-    if (config_.stall_shutdown_active()) controller_.StallShutdown(now, config_.stall_shutdown_seconds);
+    if (config_.stall_shutdown_active())
+      controller_.StallShutdown(now, config_.stall_shutdown_seconds);
   }
   CheckPeersAlive();
   if (controller_.halted()) FailPending(controller_.halt_status());
@@ -235,9 +240,10 @@ void Coordinator::CheckPeersAlive() {
 
 void Coordinator::Accept(const std::shared_ptr<TensorEntry>& entry, double now) {
   if (shutdown_begun_ || controller_.halted()) {
-    handles_->Complete(entry.get(), controller_.halted()
-        ? controller_.halt_status()
-        : Status::ShutDown("scaleout is shutting down on this rank"));
+    handles_->Complete(entry.get(),
+                       controller_.halted()
+                           ? controller_.halt_status()
+                           : Status::ShutDown("scaleout is shutting down on this rank"));
     return;
   }
   entry->submitted_at = now;
@@ -293,7 +299,8 @@ void Coordinator::Execute(const Response& r) {
     if (set_.id == 0) {
       std::string what = CollectiveName(r.collective);
       if (!r.tensors.empty()) what += " '" + r.tensors[0].name + "'";
-      if (r.tensors.size() > 1) what += " (and " + std::to_string(r.tensors.size() - 1) + " fused with it)";
+      if (r.tensors.size() > 1)
+        what += " (and " + std::to_string(r.tensors.size() - 1) + " fused with it)";
       liveness_->execution().Begin(what, agreed > 0 ? agreed : Now());
     }
     status = executor_.Execute(r, entries);
@@ -333,7 +340,8 @@ void Coordinator::FailPending(const Status& status) {
 void Coordinator::SampleBlocked(double now) {
   if (now - last_sample_ < kSampleSeconds) return;
   const double others = CpuSeconds(CLOCK_PROCESS_CPUTIME_ID) - CpuSeconds(CLOCK_THREAD_CPUTIME_ID);
-  const bool idle = last_sample_ > 0 && others - last_others_cpu_ < kIdleCpuShare * (now - last_sample_);
+  const bool idle =
+      last_sample_ > 0 && others - last_others_cpu_ < kIdleCpuShare * (now - last_sample_);
   const bool quiet = accepted_ == accepted_at_sample_;
   last_sample_ = now;
   last_others_cpu_ = others;

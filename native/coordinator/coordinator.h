@@ -99,8 +99,8 @@ class Coordinator {
   };
   std::mutex timeline_mu_;
   std::unique_ptr<TimelineRequest> timeline_request_;  // guarded by timeline_mu_
-  bool started_ = false;                                // guarded by timeline_mu_
-  bool loop_finished_ = false;                          // guarded by timeline_mu_
+  bool started_ = false;                               // guarded by timeline_mu_
+  bool loop_finished_ = false;                         // guarded by timeline_mu_
   std::atomic<bool> timeline_request_pending_{false};
 };
 

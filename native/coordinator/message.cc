@@ -28,10 +28,12 @@ int64_t Request::NumElements() const {
 const char* CollectiveName(int32_t collective) {
   switch (collective) {
 #define SO_NAME_CASE_(ENUM, name, code) \
-  case SO_##ENUM: return #name;
+  case SO_##ENUM:                       \
+    return #name;
     SO_COLLECTIVE_TABLE(SO_NAME_CASE_)
 #undef SO_NAME_CASE_
-    default: return "unknown collective";
+    default:
+      return "unknown collective";
   }
 }
 
@@ -76,7 +78,8 @@ std::vector<uint8_t> EncodeRequests(const RequestMessage& m) {
 
 RequestMessage DecodeRequests(const std::vector<uint8_t>& bytes) {
   WireReader rd(bytes);
-  SO_CHECK(rd.Get<uint8_t>() == static_cast<uint8_t>(MessageType::kRequests), "not a request message");
+  SO_CHECK(rd.Get<uint8_t>() == static_cast<uint8_t>(MessageType::kRequests),
+           "not a request message");
   RequestMessage m;
   m.cached_slots = rd.GetVector<int32_t>();
   uint32_t n = rd.Get<uint32_t>();
@@ -127,7 +130,8 @@ std::vector<uint8_t> EncodeResponses(const std::vector<Response>& responses) {
 
 std::vector<Response> DecodeResponses(const std::vector<uint8_t>& bytes) {
   WireReader rd(bytes);
-  SO_CHECK(rd.Get<uint8_t>() == static_cast<uint8_t>(MessageType::kResponses), "not a response message");
+  SO_CHECK(rd.Get<uint8_t>() == static_cast<uint8_t>(MessageType::kResponses),
+           "not a response message");
   uint32_t n = rd.Get<uint32_t>();
   std::vector<Response> out(n);
   for (Response& r : out) {

@@ -53,7 +53,7 @@ struct Response {
   int32_t error_code = 0;             // != 0: the named collectives fail with this status
   std::string error_message;
   std::vector<int32_t> culprit_ranks;  // the job's ranks to blame (Note [Error details])
-  int32_t last_joined_rank = -1;      // SO_JOIN
+  int32_t last_joined_rank = -1;       // SO_JOIN
 
   bool is_error() const { return error_code != 0; }
   // The error as the named collectives fail with it, `where` appended to its message.
@@ -75,7 +75,7 @@ struct RequestMessage {
   std::vector<int32_t> cached_slots;  // requests whose parameters equal the cached ones
   std::vector<Request> full;          // requests sent in full
   bool join = false;
-  int8_t blocked = -1;                // 1/0: the rank is (no longer) blocked; -1: unchanged
+  int8_t blocked = -1;  // 1/0: the rank is (no longer) blocked; -1: unchanged
 };
 
 std::vector<uint8_t> EncodeRequests(const RequestMessage& m);

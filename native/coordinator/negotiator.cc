@@ -61,27 +61,36 @@ std::string Str(double v) {
 std::string FieldMismatch(const std::string& name, const std::vector<std::optional<Request>>& br,
                           const Request& first, const std::vector<int>& jr) {
   const char* op = CollectiveName(first.collective);
-  std::string msg = Disagreement("operation", name, "collective", br, jr,
-                                 [](const Request& r) { return std::string(CollectiveName(r.collective)); });
+  std::string msg = Disagreement("operation", name, "collective", br, jr, [](const Request& r) {
+    return std::string(CollectiveName(r.collective));
+  });
   if (msg.empty()) {
-    msg = Disagreement("dtype", name, op, br, jr, [](const Request& r) { return std::string(DataTypeName(r.dtype)); });
+    msg = Disagreement("dtype", name, op, br, jr,
+                       [](const Request& r) { return std::string(DataTypeName(r.dtype)); });
   }
   if (msg.empty() && (first.collective == SO_ALLGATHER || first.collective == SO_ALLTOALL)) {
     msg = Disagreement("number of dimensions", name, op, br, jr,
                        [](const Request& r) { return std::to_string(r.shape.size()); });
     if (msg.empty()) {
       msg = Disagreement("shape after the first dimension", name, op, br, jr, [](const Request& r) {
-        return ShapeString(std::vector<int64_t>(r.shape.begin() + (r.shape.empty() ? 0 : 1), r.shape.end()));
+        return ShapeString(
+            std::vector<int64_t>(r.shape.begin() + (r.shape.empty() ? 0 : 1), r.shape.end()));
       });
     }
   } else if (msg.empty()) {
-    msg = Disagreement("shape", name, op, br, jr, [](const Request& r) { return ShapeString(r.shape); });
+    msg = Disagreement("shape", name, op, br, jr,
+                       [](const Request& r) { return ShapeString(r.shape); });
   }
   if (msg.empty()) {
-    msg = Disagreement("reduce op", name, op, br, jr, [](const Request& r) { return std::string(ReduceOpName(r.reduce_op)); });
+    msg = Disagreement("reduce op", name, op, br, jr,
+                       [](const Request& r) { return std::string(ReduceOpName(r.reduce_op)); });
   }
-  if (msg.empty()) msg = Disagreement("prescale factor", name, op, br, jr, [](const Request& r) { return Str(r.prescale); });
-  if (msg.empty()) msg = Disagreement("postscale factor", name, op, br, jr, [](const Request& r) { return Str(r.postscale); });
+  if (msg.empty())
+    msg = Disagreement("prescale factor", name, op, br, jr,
+                       [](const Request& r) { return Str(r.prescale); });
+  if (msg.empty())
+    msg = Disagreement("postscale factor", name, op, br, jr,
+                       [](const Request& r) { return Str(r.postscale); });
   if (msg.empty()) {
     msg = Disagreement("root rank", name, op, br, jr,
                        [&jr](const Request& r) { return std::to_string(JobRank(jr, r.root)); });
@@ -92,8 +101,12 @@ std::string FieldMismatch(const std::string& name, const std::vector<std::option
 }  // namespace
 
 Negotiator::Negotiator(int world_size, ResponseCache* cache, std::vector<int> job_ranks)
-    : size_(world_size), cache_(cache), job_ranks_(std::move(job_ranks)),
-      joined_(world_size, false), gone_(world_size, false), gone_why_(world_size),
+    : size_(world_size),
+      cache_(cache),
+      job_ranks_(std::move(job_ranks)),
+      joined_(world_size, false),
+      gone_(world_size, false),
+      gone_why_(world_size),
       blocked_(world_size, false) {}
 
 std::vector<int> Negotiator::Named(std::vector<int> ranks) const {
@@ -129,8 +142,8 @@ std::string Negotiator::GoneList(const std::vector<int>& gone) const {
     }
   }
   if (!plain.empty()) {
-    out += (out.empty() ? "" : "; ") + RankList(Named(plain)) + (plain.size() == 1 ? " has" : " have") +
-           " shut down";
+    out += (out.empty() ? "" : "; ") + RankList(Named(plain)) +
+           (plain.size() == 1 ? " has" : " have") + " shut down";
   }
   return out;
 }
@@ -251,10 +264,11 @@ std::string Negotiator::Validate(const std::string& name, const Entry& e, int* c
   const int c = first->collective;
   if (!joined_missing.empty() && c != SO_ALLREDUCE && c != SO_BARRIER) {
     *code = SO_ERR_INVALID_ARGUMENT;
-    std::string why = std::string(op) + " '" + name + "' cannot run while " +
-                      RankList(Named(joined_missing)) + (joined_missing.size() == 1 ? " has" : " have") +
-                      " joined: as in Horovod, " + op + " is not supported with join(); only "
-                      "allreduce and barrier can run until every rank has joined";
+    std::string why =
+        std::string(op) + " '" + name + "' cannot run while " + RankList(Named(joined_missing)) +
+        (joined_missing.size() == 1 ? " has" : " have") + " joined: as in Horovod, " + op +
+        " is not supported with join(); only "
+        "allreduce and barrier can run until every rank has joined";
     if (c == SO_ALLGATHER) {
       why += " (a DistributedOptimizer with sparse gradients: pass sparse_as_dense=True)";
     }
@@ -297,7 +311,8 @@ Response Negotiator::Build(const std::string& name, Entry& e) {
   if (r.collective == SO_ALLGATHER) {
     t.first_dims.resize(size_, 0);
     for (int rk = 0; rk < size_; ++rk) {
-      if (e.by_rank[rk]) t.first_dims[rk] = e.by_rank[rk]->shape.empty() ? 1 : e.by_rank[rk]->shape[0];
+      if (e.by_rank[rk])
+        t.first_dims[rk] = e.by_rank[rk]->shape.empty() ? 1 : e.by_rank[rk]->shape[0];
     }
   }
   if (ResponseCache::Cacheable(r.collective)) {
@@ -394,7 +409,8 @@ bool Negotiator::DetectDeadlock(double now, double hold) {
     for (int r = 0; r < size_; ++r) {
       if (e.by_rank[r]) have.push_back(r);
     }
-    msg << (shown ? "; " : "") << "'" << n.second << "' submitted only by " << RankList(Named(have));
+    msg << (shown ? "; " : "") << "'" << n.second << "' submitted only by "
+        << RankList(Named(have));
     ++shown;
   }
   msg << "). A name that differs between ranks, a collective skipped on some ranks, or "

@@ -25,8 +25,8 @@ struct ProcessSetInfo {
       set_ranks += (i ? ", " : "") + std::to_string(i);
       job_ranks += (i ? ", " : "") + std::to_string(ranks[i]);
     }
-    return " (in process set " + std::to_string(id) + ", whose ranks " + set_ranks +
-           " are ranks " + job_ranks + " of the job)";
+    return " (in process set " + std::to_string(id) + ", whose ranks " + set_ranks + " are ranks " +
+           job_ranks + " of the job)";
   }
 };
 

@@ -46,7 +46,8 @@ void ResponseCache::Record(int slot, const std::string& name) {
 }
 
 const Request* ResponseCache::Params(int slot, int rank) const {
-  if (slot < 0 || slot >= static_cast<int>(names_.size()) || !has_params_[slot][rank]) return nullptr;
+  if (slot < 0 || slot >= static_cast<int>(names_.size()) || !has_params_[slot][rank])
+    return nullptr;
   return &params_[slot][rank];
 }
 

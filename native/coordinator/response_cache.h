@@ -45,8 +45,8 @@ class ResponseCache {
   int assigned_ = 0;
   std::vector<std::string> names_;  // by slot; empty where not (yet) known
   std::unordered_map<std::string, int> slots_;
-  std::vector<std::vector<Request>> params_;     // [slot][rank]
-  std::vector<std::vector<bool>> has_params_;    // [slot][rank]
+  std::vector<std::vector<Request>> params_;   // [slot][rank]
+  std::vector<std::vector<bool>> has_params_;  // [slot][rank]
 };
 
 }  // namespace scaleout

@@ -32,7 +32,8 @@ Status Timeline::Open(const std::string& path, int rank, double now, bool mark_c
   rows_.clear();
   file_ = std::fopen(path.c_str(), "w");
   if (file_ == nullptr) {
-    return Status::InvalidArgument("timeline: cannot write '" + path + "': " + std::strerror(errno));
+    return Status::InvalidArgument("timeline: cannot write '" + path +
+                                   "': " + std::strerror(errno));
   }
   std::fputs("[\n", file_);
   return Status::OK();
@@ -40,8 +41,10 @@ Status Timeline::Open(const std::string& path, int rank, double now, bool mark_c
 
 void Timeline::MarkCycle(double now) {
   if (!marks_cycles()) return;
-  std::fprintf(file_, "{\"name\": \"CYCLE_START\", \"ph\": \"i\", \"s\": \"g\", \"pid\": 0, \"ts\": %.3f},\n",
-               (now - origin_) * 1e6);
+  std::fprintf(
+      file_,
+      "{\"name\": \"CYCLE_START\", \"ph\": \"i\", \"s\": \"g\", \"pid\": 0, \"ts\": %.3f},\n",
+      (now - origin_) * 1e6);
 }
 
 int Timeline::RowOf(const std::string& tensor) {
@@ -49,7 +52,9 @@ int Timeline::RowOf(const std::string& tensor) {
   if (it != rows_.end()) return it->second;
   const int row = static_cast<int>(rows_.size()) + 1;
   rows_[tensor] = row;
-  std::fprintf(file_, "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": %s}},\n",
+  std::fprintf(file_,
+               "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": "
+               "{\"name\": %s}},\n",
                row, JsonString(tensor).c_str());
   return row;
 }
@@ -58,8 +63,10 @@ void Timeline::Span(const std::string& tensor, const char* name, double start, d
                     const std::string& args_json) {
   if (file_ == nullptr) return;
   const int row = RowOf(tensor);
-  std::fprintf(file_, "{\"name\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f",
-               name, row, (start - origin_) * 1e6, (end - start) * 1e6);
+  std::fprintf(
+      file_,
+      "{\"name\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f",
+      name, row, (start - origin_) * 1e6, (end - start) * 1e6);
   if (!args_json.empty()) std::fprintf(file_, ", \"args\": %s", args_json.c_str());
   std::fputs("},\n", file_);
 }
@@ -67,7 +74,10 @@ void Timeline::Span(const std::string& tensor, const char* name, double start, d
 void Timeline::Close() {
   if (file_ == nullptr) return;
   // A last metadata event, so the array needs no trailing-comma fix-up.
-  std::fputs("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"args\": {\"name\": \"scaleout rank 0\"}}\n]\n", file_);
+  std::fputs(
+      "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"args\": {\"name\": \"scaleout "
+      "rank 0\"}}\n]\n",
+      file_);
   std::fclose(file_);
   file_ = nullptr;
 }

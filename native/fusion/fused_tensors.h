@@ -23,8 +23,8 @@ inline size_t Elements(const std::vector<int64_t>& shape, size_t from = 0) {
 
 // A tensor's shape: this rank's own request where it submitted one (a compactly sent cached
 // response carries no shape), else the agreed shape in the response (ranks that joined).
-inline const std::vector<int64_t>& ShapeOf(const Response& r, const std::vector<TensorEntry*>& entries,
-                                           size_t i) {
+inline const std::vector<int64_t>& ShapeOf(const Response& r,
+                                           const std::vector<TensorEntry*>& entries, size_t i) {
   return entries[i] != nullptr ? entries[i]->request.shape : r.tensors[i].shape;
 }
 
@@ -37,13 +37,15 @@ class FusedTensors {
  public:
   FusedTensors(const Response& r, const std::vector<TensorEntry*>& entries, double post,
                bool reducer_scales_halves)
-      : r_(r), entries_(entries),
+      : r_(r),
+        entries_(entries),
         post_(reducer_scales_halves && IsHalf(r.dtype) ? 1.0 : post),
         pre_(reducer_scales_halves && IsHalf(r.dtype) ? 1.0 : r.prescale),
         esize_(DataTypeSize(r.dtype)) {
     starts_.reserve(entries.size() + 1);
     starts_.push_back(0);
-    for (size_t i = 0; i < entries.size(); ++i) starts_.push_back(starts_.back() + Elements(ShapeOf(r, entries, i)));
+    for (size_t i = 0; i < entries.size(); ++i)
+      starts_.push_back(starts_.back() + Elements(ShapeOf(r, entries, i)));
   }
   size_t total() const { return starts_.back(); }
   // Each tensor's elements, in order.
@@ -93,7 +95,9 @@ class FusedTensors {
   template <typename Fn>
   void ForEachPiece(size_t first, size_t count, Fn fn) const {
     const size_t end = first + count;
-    size_t i = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), first) - starts_.begin()) - 1;
+    size_t i = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), first) -
+                                   starts_.begin()) -
+               1;
     for (; i + 1 < starts_.size() && starts_[i] < end; ++i) {
       const size_t lo = std::max(first, starts_[i]);
       const size_t hi = std::min(end, starts_[i + 1]);

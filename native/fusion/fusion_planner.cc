@@ -13,8 +13,12 @@ bool Fusable(const Response& r) {
 using FusionKey = std::tuple<int32_t, int32_t, int32_t, double, double, std::vector<int32_t>>;
 
 FusionKey KeyOf(const Response& r) {
-  return {r.collective, static_cast<int32_t>(r.dtype), static_cast<int32_t>(r.reduce_op),
-          r.prescale, r.postscale, r.joined_ranks};
+  return {r.collective,
+          static_cast<int32_t>(r.dtype),
+          static_cast<int32_t>(r.reduce_op),
+          r.prescale,
+          r.postscale,
+          r.joined_ranks};
 }
 
 }  // namespace

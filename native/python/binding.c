@@ -31,10 +31,9 @@ int api_loaded = 0;
 /* scaleout._errors.from_core(status name, message, culprit ranks, process set id) -> the
  * exception to raise: every error this module raises is made by it (register_errors). */
 static PyObject* error_factory = NULL;
-static const char* const status_names[SO_STATUS_COUNT] = {
-    [SO_OK] = "OK",
+static const char* const status_names[SO_STATUS_COUNT] = {[SO_OK] = "OK",
 #define SO_STATUS_NAME_(NAME, code) [code] = #NAME,
-    SO_ERROR_TABLE(SO_STATUS_NAME_)
+                                                          SO_ERROR_TABLE(SO_STATUS_NAME_)
 #undef SO_STATUS_NAME_
 };
 
@@ -43,8 +42,9 @@ static const char* const status_names[SO_STATUS_COUNT] = {
 static PyObject* raise_error(int code, PyObject* message, const int32_t* culprits, int nculprits,
                              int32_t process_set) {
   const char* name = code > 0 && code < SO_STATUS_COUNT ? status_names[code] : "UNKNOWN";
-  if (error_factory == NULL) {  /* only before scaleout's import registered it */
-    PyErr_SetObject(code == SO_ERR_INVALID_ARGUMENT ? PyExc_ValueError : PyExc_RuntimeError, message);
+  if (error_factory == NULL) { /* only before scaleout's import registered it */
+    PyErr_SetObject(code == SO_ERR_INVALID_ARGUMENT ? PyExc_ValueError : PyExc_RuntimeError,
+                    message);
     return NULL;
   }
   PyObject* ranks = PyTuple_New(nculprits);
@@ -58,11 +58,12 @@ static PyObject* raise_error(int code, PyObject* message, const int32_t* culprit
     PyTuple_SET_ITEM(ranks, i, r);
   }
   PyObject* set_id = process_set >= 0 ? PyLong_FromLong(process_set) : Py_NewRef(Py_None);
-  PyObject* exc = set_id == NULL ? NULL
-                                 : PyObject_CallFunction(error_factory, "sOOO", name, message, ranks, set_id);
+  PyObject* exc = set_id == NULL
+                      ? NULL
+                      : PyObject_CallFunction(error_factory, "sOOO", name, message, ranks, set_id);
   Py_DECREF(ranks);
   Py_XDECREF(set_id);
-  if (exc == NULL) return NULL;  /* from_core's own failure is raised instead */
+  if (exc == NULL) return NULL; /* from_core's own failure is raised instead */
   PyErr_SetObject((PyObject*)Py_TYPE(exc), exc);
   Py_DECREF(exc);
   return NULL;
@@ -131,15 +132,17 @@ static PyObject* load(PyObject* self, PyObject* arg) {
   if (path == NULL) return NULL;
   void* lib = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
   if (lib == NULL) return PyErr_Format(PyExc_OSError, "%s", dlerror());
-#define SO_RESOLVE_(fn)                                                                 \
-  api.fn = (__typeof__(&fn))dlsym(lib, #fn);                                           \
+#define SO_RESOLVE_(fn)                      \
+  api.fn = (__typeof__(&fn))dlsym(lib, #fn); \
   if (api.fn == NULL) return PyErr_Format(PyExc_OSError, "%s has no %s", path, #fn);
   SO_FUNCTIONS(SO_RESOLVE_)
 #undef SO_RESOLVE_
   int abi = api.so_abi_version();
   if (abi != SCALEOUT_ABI_VERSION) {
-    return PyErr_Format(PyExc_OSError, "native core ABI %d does not match the binding's %d; "
-                        "reinstall scaleout", abi, SCALEOUT_ABI_VERSION);
+    return PyErr_Format(PyExc_OSError,
+                        "native core ABI %d does not match the binding's %d; "
+                        "reinstall scaleout",
+                        abi, SCALEOUT_ABI_VERSION);
   }
   api_loaded = 1;
   Py_RETURN_NONE;
@@ -147,7 +150,8 @@ static PyObject* load(PyObject* self, PyObject* arg) {
 
 /* register_errors(from_core): the factory that makes every exception this module raises. */
 static PyObject* register_errors(PyObject* self, PyObject* factory) {
-  if (!PyCallable_Check(factory)) return PyErr_Format(PyExc_TypeError, "register_errors takes a callable");
+  if (!PyCallable_Check(factory))
+    return PyErr_Format(PyExc_TypeError, "register_errors takes a callable");
   Py_XSETREF(error_factory, Py_NewRef(factory));
   Py_RETURN_NONE;
 }
@@ -175,19 +179,18 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_binding",
 
 /* A table as a tuple of rows. */
 static PyObject* dtype_rows(void) {
-  return Py_BuildValue("(" 
+  return Py_BuildValue("("
 #define SO_FMT_(ENUM, name, code, bytes) "(sii)"
                        SO_DTYPE_TABLE(SO_FMT_)
 #undef SO_FMT_
-                       ")"
+                           ")"
 #define SO_ARGS_(ENUM, name, code, bytes) , #name, code, bytes
                        SO_DTYPE_TABLE(SO_ARGS_)
 #undef SO_ARGS_
   );
 }
 
-#define SO_CODE_ROWS_(TABLE)                                  \
-  Py_BuildValue("(" TABLE(SO_FMT2_) ")" TABLE(SO_ARGS2_))
+#define SO_CODE_ROWS_(TABLE) Py_BuildValue("(" TABLE(SO_FMT2_) ")" TABLE(SO_ARGS2_))
 #define SO_FMT2_(ENUM, name, code) "(si)"
 #define SO_ARGS2_(ENUM, name, code) , #name, code
 
@@ -204,8 +207,8 @@ static PyObject* settings_rows(void) {
 #define SO_SETTING_FMT_(SUFFIX, twin, default_text, description) "(szss)"
 #define SO_SETTING_ARGS_(SUFFIX, twin, default_text, description) \
   , "SCALEOUT_" #SUFFIX, twin ? "HOROVOD_" #SUFFIX : NULL, default_text, description
-  return Py_BuildValue("(" SO_SETTINGS_TABLE(SO_SETTING_FMT_) ")"
-                       SO_SETTINGS_TABLE(SO_SETTING_ARGS_));
+  return Py_BuildValue(
+      "(" SO_SETTINGS_TABLE(SO_SETTING_FMT_) ")" SO_SETTINGS_TABLE(SO_SETTING_ARGS_));
 #undef SO_SETTING_FMT_
 #undef SO_SETTING_ARGS_
 }
@@ -215,8 +218,8 @@ PyMODINIT_FUNC PyInit__binding(void) {
   if (args_init() != 0 || submit_init() != 0) return NULL;
   PyObject* m = PyModule_Create(&module);
   if (m == NULL) return NULL;
-  PyMethodDef* const parts[] = {runtime_methods, names_methods, handle_methods, args_methods,
-                                submit_methods, completion_methods};
+  PyMethodDef* const parts[] = {runtime_methods, names_methods,  handle_methods,
+                                args_methods,    submit_methods, completion_methods};
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; ++i) {
     if (PyModule_AddFunctions(m, parts[i]) < 0) {
       Py_DECREF(m);

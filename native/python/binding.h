@@ -24,6 +24,7 @@
 /* ---- the C ABI, resolved by load() (binding.c) ----
  * The function pointers are typed from the header's own prototypes (__typeof__), so a change of
  * a signature that is not made here too fails to compile. */
+/* clang-format off */
 #define SO_FUNCTIONS(X)                                                                         \
   X(so_abi_version) X(so_version) X(so_build_info) X(so_last_error) X(so_last_error_details)    \
   X(so_init) X(so_shutdown) X(so_is_initialized) X(so_topology) X(so_config_string)             \
@@ -31,9 +32,12 @@
   X(so_result_splits) X(so_result_join_rank) X(so_release) X(so_timeline) X(so_stats)           \
   X(so_traffic) X(so_algorithms) X(so_peer_died) X(so_add_process_set) X(so_remove_process_set) \
   X(so_process_set)
+/* clang-format on */
 
 #define SO_POINTER_(fn) __typeof__(&fn) fn;
-struct so_api { SO_FUNCTIONS(SO_POINTER_) };
+struct so_api {
+  SO_FUNCTIONS(SO_POINTER_)
+};
 #undef SO_POINTER_
 extern struct so_api api;
 extern int api_loaded;
@@ -61,7 +65,7 @@ int get_buffer(PyObject* obj, Py_buffer* view, int flags);
 int is_tensor(PyObject* obj);
 void* tensor_address(PyObject* t);
 int describe_tensor(PyObject* t, void** ptr, int* dtype, int64_t* shape, int* ndim);
-int args_init(void);  /* at module init */
+int args_init(void); /* at module init */
 
 /* ---- names (binding_names.c) ---- */
 /* The name given (checked), or the next generated "<kind>.noname.<n>" of the process set. */
@@ -70,14 +74,14 @@ PyObject* name_or_auto(int collective, PyObject* name, int process_set);
 /* ---- handles (binding_handle.c) ---- */
 typedef struct {
   PyObject_HEAD
-  long long id;       /* the core's handle; 0 for a group */
+  long long id; /* the core's handle; 0 for a group */
   int collective;
   int dtype;
   PyObject* name;
-  PyObject* keep;     /* what the core reads or writes until completion (a tuple) */
-  PyObject* output;   /* allreduce/broadcast: the result object; allgather/alltoall/reducescatter:
-                         alloc(shape) -> (object, address or None); a group: its member handles */
-  PyObject* finish;   /* None, or finish(result) -> what synchronize returns */
+  PyObject* keep;   /* what the core reads or writes until completion (a tuple) */
+  PyObject* output; /* allreduce/broadcast: the result object; allgather/alltoall/reducescatter:
+                       alloc(shape) -> (object, address or None); a group: its member handles */
+  PyObject* finish; /* None, or finish(result) -> what synchronize returns */
   PyObject* result;
   char done;
 } HandleObject;
@@ -101,7 +105,7 @@ HandleObject* new_handle(long long id, int collective, int dtype, PyObject* name
 void sweep_orphans(void);
 
 /* ---- submit (binding_submit.c) ---- */
-int submit_init(void);  /* at module init */
+int submit_init(void); /* at module init */
 
 /* ---- each file's methods, added to the module at init ---- */
 extern PyMethodDef* const runtime_methods;

@@ -11,17 +11,28 @@ int format_dtype(const Py_buffer* b) {
   if (*f == '@' || *f == '=' || *f == '<') ++f;
   if (f[0] == '\0' || f[1] != '\0') return -1;
   switch (f[0]) {
-    case 'B': return SO_UINT8;
-    case 'b': return SO_INT8;
-    case 'h': return b->itemsize == 2 ? SO_INT16 : -1;
-    case 'H': return b->itemsize == 2 ? SO_UINT16 : -1;
-    case 'i': case 'l': case 'q':
+    case 'B':
+      return SO_UINT8;
+    case 'b':
+      return SO_INT8;
+    case 'h':
+      return b->itemsize == 2 ? SO_INT16 : -1;
+    case 'H':
+      return b->itemsize == 2 ? SO_UINT16 : -1;
+    case 'i':
+    case 'l':
+    case 'q':
       return b->itemsize == 4 ? SO_INT32 : b->itemsize == 8 ? SO_INT64 : -1;
-    case 'e': return SO_FLOAT16;
-    case 'f': return b->itemsize == 4 ? SO_FLOAT32 : -1;
-    case 'd': return b->itemsize == 8 ? SO_FLOAT64 : -1;
-    case '?': return b->itemsize == 1 ? SO_BOOL : -1;
-    default: return -1;
+    case 'e':
+      return SO_FLOAT16;
+    case 'f':
+      return b->itemsize == 4 ? SO_FLOAT32 : -1;
+    case 'd':
+      return b->itemsize == 8 ? SO_FLOAT64 : -1;
+    case '?':
+      return b->itemsize == 1 ? SO_BOOL : -1;
+    default:
+      return -1;
   }
 }
 
@@ -64,7 +75,7 @@ int as_int(PyObject* o, const char* what, int* out) {
 
 /* A real-number argument (int, float, numpy scalar), else an InvalidArgumentError naming it. */
 int as_double(PyObject* o, const char* what, double* out) {
-  if (!PyNumber_Check(o)) {  /* floats and ints are numbers too */
+  if (!PyNumber_Check(o)) { /* floats and ints are numbers too */
     raise_invalid("%s must be a real number, not %R", what, o);
     return 0;
   }
@@ -93,7 +104,8 @@ static PyObject *s_dtype, *s_is_cpu, *s_layout, *s_is_contiguous, *s_data_ptr, *
 /* register_tensor_type(cls, {dtype: code}, strided_layout) */
 static PyObject* register_tensor_type(PyObject* self, PyObject* args) {
   PyObject *cls, *dtypes, *strided;
-  if (!PyArg_ParseTuple(args, "O!O!O", &PyType_Type, &cls, &PyDict_Type, &dtypes, &strided)) return NULL;
+  if (!PyArg_ParseTuple(args, "O!O!O", &PyType_Type, &cls, &PyDict_Type, &dtypes, &strided))
+    return NULL;
   Py_INCREF(cls);
   Py_XSETREF(tensor_type, (PyTypeObject*)cls);
   Py_INCREF(dtypes);
@@ -103,9 +115,7 @@ static PyObject* register_tensor_type(PyObject* self, PyObject* args) {
   Py_RETURN_NONE;
 }
 
-int is_tensor(PyObject* obj) {
-  return tensor_type != NULL && PyObject_TypeCheck(obj, tensor_type);
-}
+int is_tensor(PyObject* obj) { return tensor_type != NULL && PyObject_TypeCheck(obj, tensor_type); }
 
 /* True, False, or -1 with an exception: obj.attr, or obj.attr() when call. */
 static int attr_is(PyObject* obj, PyObject* attr, int call, PyObject* expected) {
@@ -141,7 +151,8 @@ int describe_tensor(PyObject* t, void** ptr, int* dtype, int64_t* shape, int* nd
   if (ok == 1) ok = attr_is(t, s_layout, 0, tensor_strided);
   if (ok == 1) ok = attr_is(t, s_is_contiguous, 1, Py_True);
   if (ok != 1) {
-    if (ok == 0) PyErr_SetString(PyExc_BufferError, "not a contiguous CPU tensor of strided layout");
+    if (ok == 0)
+      PyErr_SetString(PyExc_BufferError, "not a contiguous CPU tensor of strided layout");
     return -1;
   }
   *ptr = tensor_address(t);
@@ -163,10 +174,14 @@ int describe_tensor(PyObject* t, void** ptr, int* dtype, int64_t* shape, int* nd
 }
 
 int args_init(void) {
-#define SO_INTERN_(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return -1;
-  SO_INTERN_(s_dtype, "dtype") SO_INTERN_(s_is_cpu, "is_cpu") SO_INTERN_(s_layout, "layout")
-  SO_INTERN_(s_is_contiguous, "is_contiguous") SO_INTERN_(s_data_ptr, "data_ptr")
-  SO_INTERN_(s_shape, "shape")
+#define SO_INTERN_(var, text) \
+  if ((var = PyUnicode_InternFromString(text)) == NULL) return -1
+  SO_INTERN_(s_dtype, "dtype");
+  SO_INTERN_(s_is_cpu, "is_cpu");
+  SO_INTERN_(s_layout, "layout");
+  SO_INTERN_(s_is_contiguous, "is_contiguous");
+  SO_INTERN_(s_data_ptr, "data_ptr");
+  SO_INTERN_(s_shape, "shape");
 #undef SO_INTERN_
   return 0;
 }

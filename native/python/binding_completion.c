@@ -8,11 +8,9 @@
 static int wait_handle(long long handle, int release) {
   int rc;
   for (;;) {
-    Py_BEGIN_ALLOW_THREADS
-    rc = api.so_wait(handle, 0.25);
+    Py_BEGIN_ALLOW_THREADS rc = api.so_wait(handle, 0.25);
     if (rc == 0 && release) api.so_release(handle);
-    Py_END_ALLOW_THREADS
-    if (rc != SO_ERR_TIMEOUT) return rc;
+    Py_END_ALLOW_THREADS if (rc != SO_ERR_TIMEOUT) return rc;
     if (PyErr_CheckSignals() != 0) return -1;
   }
 }
@@ -42,8 +40,8 @@ static PyObject* take_result(HandleObject* h) {
   buffer->owner = NULL;
   rc = api.so_result_take(h->id, &buffer->data, &nbytes, &buffer->owner);
   buffer->nbytes = (Py_ssize_t)nbytes;
-  PyObject* obj = rc != 0 ? raise_status(rc)
-                          : PyObject_CallFunctionObjArgs(h->output, shape_obj, buffer, NULL);
+  PyObject* obj =
+      rc != 0 ? raise_status(rc) : PyObject_CallFunctionObjArgs(h->output, shape_obj, buffer, NULL);
   Py_DECREF(shape_obj);
   Py_DECREF(buffer);
   if (obj == NULL) return NULL;
@@ -78,20 +76,20 @@ static PyObject* synchronize(PyObject* self, PyObject* arg) {
     return raise_invalid("synchronize() takes a scaleout Handle, not %s", Py_TYPE(arg)->tp_name);
   }
   HandleObject* h = (HandleObject*)arg;
-  if (h->done) {  /* a failed handle has no result: None */
+  if (h->done) { /* a failed handle has no result: None */
     PyObject* done = h->result ? h->result : Py_None;
     Py_INCREF(done);
     return done;
   }
   PyObject* result = NULL;
-  if (h->id == 0) {  /* a group */
+  if (h->id == 0) { /* a group */
     result = wait_all_tuple(h->output);
-    if (result == NULL && !PyErr_ExceptionMatches(PyExc_Exception)) return NULL;  /* interrupted */
+    if (result == NULL && !PyErr_ExceptionMatches(PyExc_Exception)) return NULL; /* interrupted */
   } else {
     if (!require_loaded()) return NULL;
     const int owned = owns_result(h->collective);
     int rc = wait_handle(h->id, !owned);
-    if (rc < 0) return NULL;  /* interrupted: still pending */
+    if (rc < 0) return NULL; /* interrupted: still pending */
     if (rc != 0) {
       raise_status(rc);
     } else if (owned) {
@@ -102,7 +100,8 @@ static PyObject* synchronize(PyObject* self, PyObject* arg) {
     }
     if (rc != 0 || owned) api.so_release(h->id);
   }
-  if (result != NULL && h->finish != Py_None) Py_SETREF(result, PyObject_CallOneArg(h->finish, result));
+  if (result != NULL && h->finish != Py_None)
+    Py_SETREF(result, PyObject_CallOneArg(h->finish, result));
   h->done = 1;
   Py_CLEAR(h->keep);
   Py_CLEAR(h->output);
@@ -122,7 +121,7 @@ static PyObject* wait_all_tuple(PyObject* handles) {
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* r = synchronize(NULL, PyTuple_GET_ITEM(handles, i));
     if (r == NULL) {
-      if (!PyErr_ExceptionMatches(PyExc_Exception)) {  /* interrupted: the rest stay pending */
+      if (!PyErr_ExceptionMatches(PyExc_Exception)) { /* interrupted: the rest stay pending */
         Py_XDECREF(etype);
         Py_XDECREF(evalue);
         Py_XDECREF(etb);

@@ -47,8 +47,7 @@ static PyMemberDef Handle_members[] = {
 };
 
 PyTypeObject HandleType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "scaleout.Handle",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "scaleout.Handle",
     .tp_basicsize = sizeof(HandleObject),
     .tp_dealloc = (destructor)Handle_dealloc,
     .tp_repr = (reprfunc)Handle_repr,
@@ -75,8 +74,7 @@ static PyBufferProcs ResultBuffer_as_buffer = {
 };
 
 PyTypeObject ResultBufferType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "scaleout.ResultBuffer",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "scaleout.ResultBuffer",
     .tp_basicsize = sizeof(ResultBufferObject),
     .tp_dealloc = (destructor)ResultBuffer_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -84,8 +82,8 @@ PyTypeObject ResultBufferType = {
     .tp_as_buffer = &ResultBuffer_as_buffer,
 };
 
-HandleObject* new_handle(long long id, int collective, int dtype, PyObject* name,
-                                PyObject* keep, PyObject* output, PyObject* finish) {
+HandleObject* new_handle(long long id, int collective, int dtype, PyObject* name, PyObject* keep,
+                         PyObject* output, PyObject* finish) {
   HandleObject* h = PyObject_New(HandleObject, &HandleType);
   if (h == NULL) return NULL;
   h->id = id;

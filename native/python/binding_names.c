@@ -29,8 +29,10 @@ PyObject* name_or_auto(int collective, PyObject* name, int process_set) {
       return raise_invalid("name %R cannot be encoded as UTF-8 (a lone surrogate?)", name);
     }
     if ((Py_ssize_t)strlen(utf8) != size) {
-      return raise_invalid("name %R contains a NUL character; names are compared up to the "
-                           "first NUL, so it is refused", name);
+      return raise_invalid(
+          "name %R contains a NUL character; names are compared up to the "
+          "first NUL, so it is refused",
+          name);
     }
     Py_INCREF(name);
     return name;
@@ -59,7 +61,8 @@ PyObject* name_or_auto(int collective, PyObject* name, int process_set) {
 
 /* auto_name(collective, name or None[, process_set]) -> name */
 static PyObject* auto_name(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 2 && nargs != 3) return PyErr_Format(PyExc_TypeError, "auto_name takes 2 or 3 arguments");
+  if (nargs != 2 && nargs != 3)
+    return PyErr_Format(PyExc_TypeError, "auto_name takes 2 or 3 arguments");
   int collective = (int)PyLong_AsLong(args[0]);
   if (collective == -1 && PyErr_Occurred()) return NULL;
   int process_set = 0;

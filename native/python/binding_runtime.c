@@ -12,8 +12,10 @@
  * status 1 without finalizing MPI. */
 static void leave_without_finalize(void) {
   if (!api_loaded || !api.so_peer_died()) return;
-  fputs("scaleout: a peer rank died, so MPI cannot be finalized (MPI_Finalize would wait for "
-        "it forever): leaving without it, exit status 1\n", stderr);
+  fputs(
+      "scaleout: a peer rank died, so MPI cannot be finalized (MPI_Finalize would wait for "
+      "it forever): leaving without it, exit status 1\n",
+      stderr);
   fflush(NULL);
   _exit(1);
 }
@@ -26,20 +28,16 @@ static PyObject* init(PyObject* self, PyObject* arg) {
   long long comm = has_comm ? PyLong_AsLongLong(arg) : 0;
   if (comm == -1 && PyErr_Occurred()) return NULL;
   int rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = api.so_init(has_comm, comm);
-  Py_END_ALLOW_THREADS
-  if (rc != 0) return raise_status(rc);
+  Py_BEGIN_ALLOW_THREADS rc = api.so_init(has_comm, comm);
+  Py_END_ALLOW_THREADS if (rc != 0) return raise_status(rc);
   Py_RETURN_NONE;
 }
 
 static PyObject* shutdown(PyObject* self, PyObject* unused) {
   if (!api_loaded) Py_RETURN_NONE;
   int rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = api.so_shutdown();
-  Py_END_ALLOW_THREADS
-  if (rc != 0) return raise_status(rc);
+  Py_BEGIN_ALLOW_THREADS rc = api.so_shutdown();
+  Py_END_ALLOW_THREADS if (rc != 0) return raise_status(rc);
   Py_RETURN_NONE;
 }
 
@@ -148,10 +146,8 @@ static PyObject* add_process_set(PyObject* self, PyObject* arg) {
   Py_DECREF(seq);
   int32_t id = 0;
   int rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = api.so_add_process_set(ranks, (int)n, &id);
-  Py_END_ALLOW_THREADS
-  PyMem_Free(ranks);
+  Py_BEGIN_ALLOW_THREADS rc = api.so_add_process_set(ranks, (int)n, &id);
+  Py_END_ALLOW_THREADS PyMem_Free(ranks);
   if (rc != 0) return raise_status(rc);
   return PyLong_FromLong(id);
 }
@@ -162,10 +158,8 @@ static PyObject* remove_process_set(PyObject* self, PyObject* arg) {
   int id;
   if (!as_int(arg, "process_set_id", &id)) return NULL;
   int rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = api.so_remove_process_set(id);
-  Py_END_ALLOW_THREADS
-  if (rc != 0) return raise_status(rc);
+  Py_BEGIN_ALLOW_THREADS rc = api.so_remove_process_set(id);
+  Py_END_ALLOW_THREADS if (rc != 0) return raise_status(rc);
   Py_RETURN_NONE;
 }
 
@@ -181,7 +175,8 @@ static PyObject* process_set(PyObject* self, PyObject* arg) {
   if (ranks == NULL) return PyErr_NoMemory();
   rc = api.so_process_set(id, &rank, &size, ranks, size);
   PyObject* list = rc == 0 ? PyList_New(size) : NULL;
-  for (int32_t i = 0; list != NULL && i < size; ++i) PyList_SET_ITEM(list, i, PyLong_FromLong(ranks[i]));
+  for (int32_t i = 0; list != NULL && i < size; ++i)
+    PyList_SET_ITEM(list, i, PyLong_FromLong(ranks[i]));
   PyMem_Free(ranks);
   if (rc != 0) return raise_status(rc);
   if (list == NULL) return NULL;
@@ -195,14 +190,14 @@ static PyObject* timeline(PyObject* self, PyObject* args) {
   if (!PyArg_ParseTuple(args, "zp", &path, &mark_cycles)) return NULL;
   if (!require_loaded()) return NULL;
   int rc;
-  Py_BEGIN_ALLOW_THREADS
-  rc = api.so_timeline(path, mark_cycles);
-  Py_END_ALLOW_THREADS
-  if (rc != 0) return raise_status(rc);
+  Py_BEGIN_ALLOW_THREADS rc = api.so_timeline(path, mark_cycles);
+  Py_END_ALLOW_THREADS if (rc != 0) return raise_status(rc);
   Py_RETURN_NONE;
 }
 
-static PyObject* config_string(PyObject* self, PyObject* unused) { return text_of(api.so_config_string); }
+static PyObject* config_string(PyObject* self, PyObject* unused) {
+  return text_of(api.so_config_string);
+}
 static PyObject* version(PyObject* self, PyObject* unused) { return text_of(api.so_version); }
 static PyObject* build_info(PyObject* self, PyObject* unused) { return text_of(api.so_build_info); }
 

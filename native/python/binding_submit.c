@@ -29,14 +29,16 @@
 /* submit's arguments in positional order; only collective has no default (Note [Request
  * record]): name, data, address, dtype, shape, output, out_address, splits and finish None, op
  * Average, root_rank 0, prescale_factor and postscale_factor 1.0, process_set 0. */
+/* clang-format off */
 #define SUBMIT_ARGS(X)                                                                          \
   X(collective) X(name) X(data) X(address) X(dtype) X(shape) X(output) X(out_address) X(op)      \
   X(root_rank) X(prescale_factor) X(postscale_factor) X(splits) X(finish) X(process_set)
+/* clang-format on */
 enum {
 #define SO_ARG_INDEX_(n) ARG_##n,
   SUBMIT_ARGS(SO_ARG_INDEX_)
 #undef SO_ARG_INDEX_
-  SUBMIT_NARGS
+      SUBMIT_NARGS
 };
 static PyObject* submit_keywords[SUBMIT_NARGS]; /* interned names, made at module init */
 
@@ -45,7 +47,8 @@ static PyObject* submit_keywords[SUBMIT_NARGS]; /* interned names, made at modul
  * value. */
 static int submit_parse(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** a) {
   if (nargs > SUBMIT_NARGS) {
-    PyErr_Format(PyExc_TypeError, "submit takes at most %d arguments, got %zd", SUBMIT_NARGS, nargs);
+    PyErr_Format(PyExc_TypeError, "submit takes at most %d arguments, got %zd", SUBMIT_NARGS,
+                 nargs);
     return -1;
   }
   for (int i = 0; i < SUBMIT_NARGS; ++i) a[i] = i < nargs ? args[i] : NULL;
@@ -76,7 +79,8 @@ static int submit_parse(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnam
   return 0;
 }
 
-static PyObject* submit(PyObject* self, PyObject* const* argv, Py_ssize_t nargs, PyObject* kwnames) {
+static PyObject* submit(PyObject* self, PyObject* const* argv, Py_ssize_t nargs,
+                        PyObject* kwnames) {
   PyObject* args[SUBMIT_NARGS];
   if (submit_parse(argv, nargs, kwnames, args) != 0) return NULL;
   if (!require_loaded()) return NULL;
@@ -86,8 +90,10 @@ static PyObject* submit(PyObject* self, PyObject* const* argv, Py_ssize_t nargs,
   if (!as_int(args[ARG_collective], "collective", &collective) ||
       (args[ARG_op] && !as_int(args[ARG_op], "op", &op)) ||
       (args[ARG_root_rank] && !as_int(args[ARG_root_rank], "root_rank", &root)) ||
-      (args[ARG_prescale_factor] && !as_double(args[ARG_prescale_factor], "prescale_factor", &pre)) ||
-      (args[ARG_postscale_factor] && !as_double(args[ARG_postscale_factor], "postscale_factor", &post)) ||
+      (args[ARG_prescale_factor] &&
+       !as_double(args[ARG_prescale_factor], "prescale_factor", &pre)) ||
+      (args[ARG_postscale_factor] &&
+       !as_double(args[ARG_postscale_factor], "postscale_factor", &post)) ||
       (args[ARG_process_set] && !as_int(args[ARG_process_set], "process_set", &process_set))) {
     return NULL;
   }
@@ -96,7 +102,7 @@ static PyObject* submit(PyObject* self, PyObject* const* argv, Py_ssize_t nargs,
   }
   PyObject *data = args[ARG_data], *address = args[ARG_address], *output = args[ARG_output];
   PyObject *out_address = args[ARG_out_address], *splits_obj = args[ARG_splits];
-  PyObject *finish = args[ARG_finish];
+  PyObject* finish = args[ARG_finish];
   if (PyList_GET_SIZE(orphans) != 0) sweep_orphans();
 
   Py_buffer in = {0}, out = {0}, sp = {0};
@@ -114,8 +120,10 @@ static PyObject* submit(PyObject* self, PyObject* const* argv, Py_ssize_t nargs,
     in_ptr = p;
     described = 1;
   } else if (address == Py_None) {
-    const int writable = output == data && (collective == SO_ALLREDUCE || collective == SO_BROADCAST);
-    if (get_buffer(data, &in, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) != 0) {
+    const int writable =
+        output == data && (collective == SO_ALLREDUCE || collective == SO_BROADCAST);
+    if (get_buffer(data, &in,
+                   PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) != 0) {
       goto done;
     }
     have_in = 1;
@@ -187,11 +195,21 @@ static PyObject* submit(PyObject* self, PyObject* const* argv, Py_ssize_t nargs,
   const char* name_utf8 = PyUnicode_AsUTF8(name);
   if (name_utf8 == NULL) goto done;
   int64_t id = 0;
-  const so_request request = {
-      .struct_size = sizeof(so_request), .collective = collective, .name = name_utf8,
-      .dtype = dtype, .ndim = ndim, .shape = shape, .input = in_ptr, .output = out_ptr,
-      .reduce_op = op, .root_rank = root, .prescale_factor = pre, .postscale_factor = post,
-      .splits = splits, .nsplits = nsplits, .process_set = process_set};
+  const so_request request = {.struct_size = sizeof(so_request),
+                              .collective = collective,
+                              .name = name_utf8,
+                              .dtype = dtype,
+                              .ndim = ndim,
+                              .shape = shape,
+                              .input = in_ptr,
+                              .output = out_ptr,
+                              .reduce_op = op,
+                              .root_rank = root,
+                              .prescale_factor = pre,
+                              .postscale_factor = post,
+                              .splits = splits,
+                              .nsplits = nsplits,
+                              .process_set = process_set};
   int rc = api.so_enqueue(&request, &id);
   if (rc != 0) {
     raise_status(rc);

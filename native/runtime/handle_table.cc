@@ -22,7 +22,8 @@ Status HandleTable::Add(const std::shared_ptr<TensorEntry>& entry) {
   if (closed_) return closed_status_;
   auto closed_set = closed_sets_.find(entry->process_set);
   if (closed_set != closed_sets_.end()) return closed_set->second;
-  if (!entry->is_join && !names_in_flight_.insert({entry->process_set, entry->request.name}).second) {
+  if (!entry->is_join &&
+      !names_in_flight_.insert({entry->process_set, entry->request.name}).second) {
     return Status::DuplicateName("a collective named '" + entry->request.name +
                                  "' is already in flight on this rank; wait for it before "
                                  "submitting the name again, or use another name");
@@ -36,7 +37,8 @@ void HandleTable::Complete(TensorEntry* entry, const Status& status) {
   CompleteAll({entry}, status);
 }
 
-bool HandleTable::FinishLocked(std::unordered_map<int64_t, Slot>::iterator it, const Status& status) {
+bool HandleTable::FinishLocked(std::unordered_map<int64_t, Slot>::iterator it,
+                               const Status& status) {
   if (it->second.done) return false;
   const TensorEntry& entry = *it->second.entry;
   if (!entry.is_join) names_in_flight_.erase({entry.process_set, entry.request.name});
@@ -136,7 +138,9 @@ Status HandleTable::Wait(int64_t handle, double timeout_seconds) {
   struct Waiting {  // counted while this thread sleeps here (under mu_, but for n's reads)
     std::atomic<int>& n;
     int& in_set;
-    Waiting(std::atomic<int>& count, int& set_count) : n(count), in_set(set_count) { ++n, ++in_set; }
+    Waiting(std::atomic<int>& count, int& set_count) : n(count), in_set(set_count) {
+      ++n, ++in_set;
+    }
     ~Waiting() { --n, --in_set; }
   } waiting(waiting_, waiting_by_set_[it->second.entry->process_set]);
   if (timeout_seconds < 0) {

@@ -27,10 +27,12 @@ Status Listen(const std::string& interface, int* fd_out, uint16_t* port,
   if (::getifaddrs(&list) != 0) return Status::Transport(SystemError("getifaddrs", errno));
   std::vector<std::string> outside, loopback;
   for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
-    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET || !(a->ifa_flags & IFF_UP)) continue;
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET || !(a->ifa_flags & IFF_UP))
+      continue;
     if (!interface.empty() && interface != a->ifa_name) continue;
     char text[INET_ADDRSTRLEN] = {0};
-    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof(text));
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text,
+                sizeof(text));
     ((a->ifa_flags & IFF_LOOPBACK) ? loopback : outside).push_back(text);
   }
   ::freeifaddrs(list);
@@ -70,7 +72,8 @@ bool WaitFor(int fd, short events, double seconds) {
 }
 
 // Connects to rank 0 at address:port and proves this rank belongs to the job; -1 and *why if not.
-int Join(const std::string& address, uint16_t port, int rank, const uint8_t* secret, std::string* why) {
+int Join(const std::string& address, uint16_t port, int rank, const uint8_t* secret,
+         std::string* why) {
   sockaddr_in at{};
   at.sin_family = AF_INET;
   at.sin_port = htons(port);

@@ -53,7 +53,8 @@ Status Listen(const std::string& interface, int* fd_out, uint16_t* port,
 // Whether `events` came on fd within `seconds` (poll, retried on EINTR).
 bool WaitFor(int fd, short events, double seconds);
 // Connects to rank 0 at address:port and proves this rank belongs to the job; -1 and *why if not.
-int Join(const std::string& address, uint16_t port, int rank, const uint8_t* secret, std::string* why);
+int Join(const std::string& address, uint16_t port, int rank, const uint8_t* secret,
+         std::string* why);
 // Sends one frame without blocking; a full socket buffer drops it.
 void SendFrame(int fd, Kind kind, int32_t rank = 0, int32_t cause = 0, uint64_t progress = 0);
 

@@ -43,7 +43,6 @@ double Now() {
   return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
 
-
 }  // namespace
 
 Status PeerLiveness::Create(MPI_Comm comm, MPI_Comm local, const Options& options,
@@ -119,7 +118,8 @@ Status PeerLiveness::Create(MPI_Comm comm, MPI_Comm local, const Options& option
     }
     if (fd < 0) {
       ok = 0;
-      failure = "rank " + std::to_string(rank) + " could not reach rank 0 (on " + p->peers_[0].host + ")" +
+      failure = "rank " + std::to_string(rank) + " could not reach rank 0 (on " +
+                p->peers_[0].host + ")" +
                 (failure.empty() ? std::string(": it listens on no address") : ": " + failure);
     }
   }
@@ -255,8 +255,9 @@ void PeerLiveness::Run() {
     }
     Beat(now);
     CheckStall(now);
-    links_.erase(std::remove_if(links_.begin(), links_.end(), [](const Link& l) { return l.fd < 0; }),
-                 links_.end());
+    links_.erase(
+        std::remove_if(links_.begin(), links_.end(), [](const Link& l) { return l.fd < 0; }),
+        links_.end());
     if (now - last_process_check_ >= kProcessCheckSeconds) {
       last_process_check_ = now;
       for (int r = 0; r < size(); ++r) {
@@ -338,7 +339,8 @@ bool PeerLiveness::Handshake(Link* link, double now) {
   if (link->inbox.size() < kHelloBytes) return false;
   Frame f;
   std::memcpy(&f, link->inbox.data(), sizeof(f));
-  const bool known = std::any_of(links_.begin(), links_.end(), [&](const Link& l) { return l.rank == f.rank; });
+  const bool known =
+      std::any_of(links_.begin(), links_.end(), [&](const Link& l) { return l.rank == f.rank; });
   if (f.magic != kMagic || f.kind != kHello || f.rank <= 0 || f.rank >= size() || known ||
       std::memcmp(link->inbox.data() + sizeof(f), secret_, kSecretBytes) != 0) {
     Drop(link);
@@ -393,7 +395,9 @@ void PeerLiveness::Execution::Begin(const std::string& what, double now) {
 
 std::string PeerLiveness::Suspects(double now, uint64_t started, int* first, int* kind) const {
   std::string quiet, behind;
-  auto add = [](std::string* list, int rank) { *list += (list->empty() ? "" : ", ") + std::to_string(rank); };
+  auto add = [](std::string* list, int rank) {
+    *list += (list->empty() ? "" : ", ") + std::to_string(rank);
+  };
   double longest = 0;
   for (const Link& link : links_) {
     if (link.fd < 0 || link.rank < 0) continue;
@@ -412,7 +416,8 @@ std::string PeerLiveness::Suspects(double now, uint64_t started, int* first, int
           " s (stopped, or its machine or network is down)";
   }
   if (!behind.empty()) {
-    out += (out.empty() ? "" : "; ") + std::string("rank(s) ") + behind + " have not reached it yet";
+    out +=
+        (out.empty() ? "" : "; ") + std::string("rank(s) ") + behind + " have not reached it yet";
   }
   return out;
 }
@@ -434,16 +439,18 @@ void PeerLiveness::CheckStall(double now) {
   if (self_ == 0) {
     who = Suspects(now, started, &first, &kind);
   } else if (!links_.empty() && now - links_[0].last_heard > kQuietSeconds) {
-    who = "not heard from rank 0 for " + std::to_string(static_cast<int>(now - links_[0].last_heard)) + " s";
+    who = "not heard from rank 0 for " +
+          std::to_string(static_cast<int>(now - links_[0].last_heard)) + " s";
   } else if (suspect_ >= 0) {
     const std::string whom = suspect_ == self_ ? "this rank" : "rank " + std::to_string(suspect_);
     who = "rank 0 says " + whom +
           (suspect_kind_ == kQuiet ? " has not been heard from lately" : " has not reached it yet");
   }
   SO_LOG(kWarning, what << " has been executing on this rank for " << static_cast<int>(now - since)
-                        << " s: " << (who.empty() ? "every rank is inside it and answering: the "
-                                                    "transfer itself is stuck or slow"
-                                                  : who));
+                        << " s: "
+                        << (who.empty() ? "every rank is inside it and answering: the "
+                                          "transfer itself is stuck or slow"
+                                        : who));
 }
 
 }  // namespace scaleout

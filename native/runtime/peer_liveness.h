@@ -108,12 +108,12 @@ class PeerLiveness {
   // A TCP connection to one peer (rank 0: to each other rank; others: to rank 0).
   struct Link {
     int fd = -1;
-    int rank = -1;           // -1 until a connecting rank has proved itself (rank 0 only)
+    int rank = -1;  // -1 until a connecting rank has proved itself (rank 0 only)
     double last_heard = 0;
     double accepted_at = 0;  // rank 0: when the unproven connection came
     bool said_bye = false;
-    uint64_t started = 0;    // rank 0: collectives the peer has started executing
-    bool inside = false;     // rank 0: whether it is executing one
+    uint64_t started = 0;  // rank 0: collectives the peer has started executing
+    bool inside = false;   // rank 0: whether it is executing one
     std::vector<uint8_t> inbox;
   };
   enum class Cause { kExited = 1, kSilent = 2 };
@@ -139,9 +139,9 @@ class PeerLiveness {
   uint8_t secret_[16] = {0};
 
   // Owned by the thread once it runs.
-  int listener_ = -1;         // rank 0, until every rank has connected
+  int listener_ = -1;  // rank 0, until every rank has connected
   std::vector<Link> links_;
-  int connected_ = 0;         // rank 0: ranks that proved themselves
+  int connected_ = 0;  // rank 0: ranks that proved themselves
   double last_beat_ = 0;
   double last_process_check_ = 0;
   Execution execution_;
@@ -156,7 +156,7 @@ class PeerLiveness {
 
   mutable std::mutex mu_;
   std::vector<std::string> deaths_;  // guarded by mu_; "" while alive
-  int first_dead_ = -1;             // guarded by mu_
+  int first_dead_ = -1;              // guarded by mu_
   std::atomic<int> dead_count_{0};
 };
 

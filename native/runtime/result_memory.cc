@@ -85,9 +85,9 @@ class Pool {
     size_t bytes;
   };
   std::mutex mu_;
-  std::deque<Block> kept_;                        // oldest first
+  std::deque<Block> kept_;  // oldest first
   size_t kept_bytes_ = 0;
-  std::unordered_map<void*, size_t> capacity_;    // blocks in use: their real size
+  std::unordered_map<void*, size_t> capacity_;  // blocks in use: their real size
 };
 
 Pool& ThePool() {

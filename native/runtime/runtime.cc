@@ -54,9 +54,8 @@ Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, int64_t epoch
 
 // Makes what the plan needs (Note [Algorithm plan]), then settles the plan once shared memory is
 // known to be up on every machine, or not.
-Status OwnedDataPlane::Create(const MpiContext& mpi, const Config& config,
-                              PeerLiveness* liveness, const std::string& who,
-                              std::unique_ptr<OwnedDataPlane>* out) {
+Status OwnedDataPlane::Create(const MpiContext& mpi, const Config& config, PeerLiveness* liveness,
+                              const std::string& who, std::unique_ptr<OwnedDataPlane>* out) {
   auto plane = std::make_unique<OwnedDataPlane>();
   auto transport = [&](MPI_Comm comm) {
     return std::make_unique<MpiDataTransport>(
@@ -86,7 +85,8 @@ Status OwnedDataPlane::Create(const MpiContext& mpi, const Config& config,
     }
   }
   if (plan.tries_shared_memory()) {
-    DataTransport* bootstrap = plan.spans_machines() ? plane->local.get() : plane->transports[0].get();
+    DataTransport* bootstrap =
+        plan.spans_machines() ? plane->local.get() : plane->transports[0].get();
     Status s = ShmPeerMemory::Create(bootstrap, config.shm_area_bytes, &plane->peers);
     if (!s.ok()) {
       SO_LOG(kWarning, who << "shared memory unavailable (" << s.message()
@@ -155,18 +155,22 @@ Status Runtime::SetTimeline(const std::string& path, bool mark_cycles) {
     std::lock_guard<std::mutex> lock(coordinators_mu_);
     if (global_) coordinator = global_->coordinator;
   }
-  if (!coordinator) return Status::ShutDown("scaleout is shut down: the timeline cannot be changed");
+  if (!coordinator)
+    return Status::ShutDown("scaleout is shut down: the timeline cannot be changed");
   return coordinator->SetTimeline(path, mark_cycles);
 }
 
 Status Runtime::Validate(const EnqueueArgs& a, int size, TensorEntry* e) const {
-  if (a.name == nullptr || a.name[0] == '\0') return Status::InvalidArgument("a collective needs a non-empty name");
+  if (a.name == nullptr || a.name[0] == '\0')
+    return Status::InvalidArgument("a collective needs a non-empty name");
   const std::string name = a.name;
   auto bad = [&](const std::string& what) {
-    return Status::InvalidArgument(std::string(CollectiveName(a.collective)) + " '" + name + "': " + what);
+    return Status::InvalidArgument(std::string(CollectiveName(a.collective)) + " '" + name +
+                                   "': " + what);
   };
   if (a.collective < 0 || a.collective >= SO_COLLECTIVE_COUNT) {
-    return Status::InvalidArgument("'" + name + "': unknown collective " + std::to_string(a.collective));
+    return Status::InvalidArgument("'" + name + "': unknown collective " +
+                                   std::to_string(a.collective));
   }
   e->is_join = a.collective == SO_JOIN;
   Request& r = e->request;
@@ -175,8 +179,10 @@ Status Runtime::Validate(const EnqueueArgs& a, int size, TensorEntry* e) const {
   if (a.collective == SO_JOIN || a.collective == SO_BARRIER) return Status::OK();
   if (!IsValidDataType(a.dtype)) return bad("unsupported dtype code " + std::to_string(a.dtype));
   if (!IsValidReduceOp(a.reduce_op)) return bad("unknown reduce op " + std::to_string(a.reduce_op));
-  if (a.ndim < 0 || a.ndim > SO_MAX_NDIM) return bad("ndim must be within 0.." + std::to_string(SO_MAX_NDIM));
-  if (a.ndim > 0 && a.shape == nullptr) return bad("shape is NULL but ndim is " + std::to_string(a.ndim));
+  if (a.ndim < 0 || a.ndim > SO_MAX_NDIM)
+    return bad("ndim must be within 0.." + std::to_string(SO_MAX_NDIM));
+  if (a.ndim > 0 && a.shape == nullptr)
+    return bad("shape is NULL but ndim is " + std::to_string(a.ndim));
   r.dtype = static_cast<DataType>(a.dtype);
   r.reduce_op = static_cast<ReduceOp>(a.reduce_op);
   r.root = a.root;
@@ -191,25 +197,32 @@ Status Runtime::Validate(const EnqueueArgs& a, int size, TensorEntry* e) const {
     r.reduce_op = ReduceOp::kSum;
     r.prescale = r.postscale = 1.0;
   } else {
-    if (!std::isfinite(a.prescale) || !std::isfinite(a.postscale)) return bad("scale factors must be finite");
-    if (r.dtype == DataType::kBool && (r.reduce_op == ReduceOp::kAverage || a.prescale != 1.0 || a.postscale != 1.0)) {
-      return bad("bool tensors support Sum, Min, Max and Product without scale factors, not Average");
+    if (!std::isfinite(a.prescale) || !std::isfinite(a.postscale))
+      return bad("scale factors must be finite");
+    if (r.dtype == DataType::kBool &&
+        (r.reduce_op == ReduceOp::kAverage || a.prescale != 1.0 || a.postscale != 1.0)) {
+      return bad(
+          "bool tensors support Sum, Min, Max and Product without scale factors, not Average");
     }
     if (r.reduce_op == ReduceOp::kAdasum) {
       if (a.collective != SO_ALLREDUCE) {
-        return bad("Adasum is an allreduce op (reducescatter takes Sum, Average, Min, Max, Product)");
+        return bad(
+            "Adasum is an allreduce op (reducescatter takes Sum, Average, Min, Max, Product)");
       }
       if (!IsFloatingPoint(r.dtype)) {
-        return bad(std::string("Adasum reduces float16, bfloat16, float32 and float64 tensors, not ") +
-                   DataTypeName(r.dtype));
+        return bad(
+            std::string("Adasum reduces float16, bfloat16, float32 and float64 tensors, not ") +
+            DataTypeName(r.dtype));
       }
       // As Horovod's (a NotImplementedError there too).
       if (a.process_set != 0) {
-        return Status::NotSupported("allreduce '" + name + "': Adasum does not support non-global "
+        return Status::NotSupported("allreduce '" + name +
+                                    "': Adasum does not support non-global "
                                     "process sets yet");
       }
       if ((size & (size - 1)) != 0) {
-        return Status::NotSupported("allreduce '" + name + "': running Adasum with non-power of 2 "
+        return Status::NotSupported("allreduce '" + name +
+                                    "': running Adasum with non-power of 2 "
                                     "ranks is not supported yet (this job has " +
                                     std::to_string(size) + ")");
       }
@@ -219,27 +232,37 @@ Status Runtime::Validate(const EnqueueArgs& a, int size, TensorEntry* e) const {
   if (a.collective == SO_BROADCAST && (a.root < 0 || a.root >= size)) {
     return bad("root rank " + std::to_string(a.root) + " is not in 0.." + std::to_string(size - 1));
   }
-  const bool core_owned = a.collective == SO_ALLGATHER || a.collective == SO_ALLTOALL || a.collective == SO_REDUCESCATTER;
+  const bool core_owned = a.collective == SO_ALLGATHER || a.collective == SO_ALLTOALL ||
+                          a.collective == SO_REDUCESCATTER;
   const size_t bytes = static_cast<size_t>(r.NumElements()) * DataTypeSize(r.dtype);
-  if (core_owned && a.output != nullptr) return bad("output must be NULL (the core owns the result)");
+  if (core_owned && a.output != nullptr)
+    return bad("output must be NULL (the core owns the result)");
   if (!core_owned && a.output == nullptr && bytes > 0) return bad("an output buffer is required");
-  if (a.input == nullptr && bytes > 0 && a.collective != SO_BROADCAST) return bad("input buffer is NULL");
-  if ((a.collective == SO_ALLGATHER || a.collective == SO_ALLTOALL || a.collective == SO_REDUCESCATTER) && a.ndim < 1) {
+  if (a.input == nullptr && bytes > 0 && a.collective != SO_BROADCAST)
+    return bad("input buffer is NULL");
+  if ((a.collective == SO_ALLGATHER || a.collective == SO_ALLTOALL ||
+       a.collective == SO_REDUCESCATTER) &&
+      a.ndim < 1) {
     return bad("needs a tensor with at least one dimension");
   }
   if (a.collective == SO_ALLTOALL) {
     if (a.splits != nullptr) {
-      if (a.nsplits != size) return bad("splits has " + std::to_string(a.nsplits) + " entries, one per rank (" + std::to_string(size) + ") is needed");
+      if (a.nsplits != size)
+        return bad("splits has " + std::to_string(a.nsplits) + " entries, one per rank (" +
+                   std::to_string(size) + ") is needed");
       int64_t sum = 0;
       for (int i = 0; i < a.nsplits; ++i) {
         if (a.splits[i] < 0) return bad("splits must not be negative");
         sum += a.splits[i];
       }
-      if (sum != r.shape[0]) return bad("splits add up to " + std::to_string(sum) + " rows but the tensor has " + std::to_string(r.shape[0]));
+      if (sum != r.shape[0])
+        return bad("splits add up to " + std::to_string(sum) + " rows but the tensor has " +
+                   std::to_string(r.shape[0]));
       e->splits.assign(a.splits, a.splits + a.nsplits);
     } else if (r.shape[0] % size != 0) {
-      return bad("first dimension " + std::to_string(r.shape[0]) + " is not divisible by the number of ranks (" +
-                 std::to_string(size) + "); pass splits");
+      return bad("first dimension " + std::to_string(r.shape[0]) +
+                 " is not divisible by the number of ranks (" + std::to_string(size) +
+                 "); pass splits");
     }
   }
   e->input = a.input;
@@ -277,8 +300,9 @@ Status Runtime::Enqueue(const EnqueueArgs& args, int64_t* handle) {
     set = added.get();
   }
   if (set->rank < 0) {
-    return Status::InvalidArgument("rank " + std::to_string(topology().rank) + " is not in process set " +
-                                   std::to_string(args.process_set) + " (ranks " + RankText(set->info.ranks) +
+    return Status::InvalidArgument("rank " + std::to_string(topology().rank) +
+                                   " is not in process set " + std::to_string(args.process_set) +
+                                   " (ranks " + RankText(set->info.ranks) +
                                    "): only its ranks may run its collectives");
   }
   const int size = static_cast<int>(set->info.ranks.size());
@@ -290,9 +314,10 @@ Status Runtime::Enqueue(const EnqueueArgs& args, int64_t* handle) {
     const std::vector<int>& ranks = set->info.ranks;
     auto it = std::find(ranks.begin(), ranks.end(), a.root);
     if (it == ranks.end()) {
-      return Status::InvalidArgument("broadcast '" + std::string(a.name ? a.name : "") + "': root rank " +
-                                     std::to_string(a.root) + " is not in process set " +
-                                     std::to_string(a.process_set) + " (ranks " + RankText(ranks) + ")");
+      return Status::InvalidArgument("broadcast '" + std::string(a.name ? a.name : "") +
+                                     "': root rank " + std::to_string(a.root) +
+                                     " is not in process set " + std::to_string(a.process_set) +
+                                     " (ranks " + RankText(ranks) + ")");
     }
     a.root = static_cast<int>(it - ranks.begin());
   }
@@ -333,17 +358,20 @@ Status Runtime::AddProcessSet(const std::vector<int>& ranks, int32_t* id) {
   uint64_t hash = 1469598103934665603ull;
   for (int r : ranks) hash = (hash ^ static_cast<uint64_t>(r)) * 1099511628211ull;
   bool same = false;
-  Status s = SameEverywhere(mpi().admin_comm(), {static_cast<int64_t>(ranks.size()),
-                                                 static_cast<int64_t>(hash >> 1), valid ? 1 : 0},
-                            &same);
+  Status s = SameEverywhere(
+      mpi().admin_comm(),
+      {static_cast<int64_t>(ranks.size()), static_cast<int64_t>(hash >> 1), valid ? 1 : 0}, &same);
   if (!s.ok()) return s;
   if (!same) {
-    return Status::InvalidArgument(what + ": every rank must add the same process set, in the same "
+    return Status::InvalidArgument(what +
+                                   ": every rank must add the same process set, in the same "
                                    "order, and the ranks differ between ranks");
   }
   if (!valid) {
-    return Status::InvalidArgument(what + ": a process set is a non-empty list of distinct ranks "
-                                   "of the job, each in 0.." + std::to_string(topo.size - 1));
+    return Status::InvalidArgument(what +
+                                   ": a process set is a non-empty list of distinct ranks "
+                                   "of the job, each in 0.." +
+                                   std::to_string(topo.size - 1));
   }
   {
     std::lock_guard<std::mutex> lock(sets_mu_);
@@ -419,8 +447,9 @@ void Runtime::StopCoordinator(ProcessSet* set) {
 
 void Runtime::StopProcessSet(ProcessSet* set) {
   StopCoordinator(set);
-  handles_.CloseSet(set->info.id, Status::InvalidArgument(
-      "process set " + std::to_string(set->info.id) + " was removed"));
+  handles_.CloseSet(
+      set->info.id,
+      Status::InvalidArgument("process set " + std::to_string(set->info.id) + " was removed"));
   if (liveness_ && liveness_->AnyDead()) {
     if (set->channel) set->channel->Abandon();
     if (set->mpi) set->mpi->Abandon();
@@ -475,7 +504,8 @@ Status Runtime::DescribeProcessSet(int32_t id, std::vector<int>* ranks, int* ran
   std::lock_guard<std::mutex> lock(sets_mu_);
   auto it = sets_.find(id);
   if (it == sets_.end()) {
-    return Status::InvalidArgument("process set " + std::to_string(id) + " does not exist (never added, or removed)");
+    return Status::InvalidArgument("process set " + std::to_string(id) +
+                                   " does not exist (never added, or removed)");
   }
   *ranks = it->second->info.ranks;
   *rank = it->second->rank;

@@ -60,11 +60,11 @@ struct OwnedDataPlane {
 // Groups of ranks that run collectives among themselves (Horovod's process sets). Set 0 is every
 // rank: made at init like the others, on the job's communicator, and living as long as the
 // runtime (it cannot be removed). Others are added and removed collectively, by every rank of
-// the job in the same order, and get ids 1, 2, ... in that order. Each set is a job of its own on its members: its own
-// communicators (split from the job's, then duplicated as the job's are), negotiation (its
-// first rank negotiates), response cache, fusion, shared memory when its ranks share a
-// machine, and its own coordinator thread. So collectives of different sets never wait on each
-// other, overlapping sets included (one thread per set: no order between sets to deadlock on),
+// the job in the same order, and get ids 1, 2, ... in that order. Each set is a job of its own on
+// its members: its own communicators (split from the job's, then duplicated as the job's are),
+// negotiation (its first rank negotiates), response cache, fusion, shared memory when its ranks
+// share a machine, and its own coordinator thread. So collectives of different sets never wait on
+// each other, overlapping sets included (one thread per set: no order between sets to deadlock on),
 // and names are scoped per set. Liveness is the job's: a death anywhere ends every set.
 struct ProcessSet {
   ProcessSetInfo info;  // id and the job's rank of each member (set 0: 0, 1, ..., size - 1)

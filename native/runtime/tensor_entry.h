@@ -51,13 +51,12 @@ struct TensorEntry {
   std::vector<int64_t> splits;  // alltoall: rows to each rank (empty: equal)
 
   // Written by the coordinator thread before completion; read by callers after it.
-  ResultBytes result;                   // core-owned result (allgather, alltoall, reducescatter)
+  ResultBytes result;  // core-owned result (allgather, alltoall, reducescatter)
   std::vector<int64_t> result_shape;
   std::vector<int64_t> received_splits;  // alltoall
   int32_t join_rank = -1;
   double submitted_at = 0;  // monotonic seconds, for stall warnings
   bool stall_reported = false;
-
 };
 
 }  // namespace scaleout

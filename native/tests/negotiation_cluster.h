@@ -28,13 +28,13 @@ using test::FakeNetwork;
 
 inline constexpr int kWorldSizes[] = {2, 3, 4};
 
-#define EXPECT_CONTAINS(text, part)                                                           \
-  do {                                                                                        \
-    const std::string so_text_ = (text);                                                      \
-    const std::string so_part_ = (part);                                                      \
-    if (so_text_.find(so_part_) == std::string::npos) {                                       \
-      ADD_FAILURE("expected \"" + so_text_ + "\" to contain \"" + so_part_ + "\"");           \
-    }                                                                                         \
+#define EXPECT_CONTAINS(text, part)                                                 \
+  do {                                                                              \
+    const std::string so_text_ = (text);                                            \
+    const std::string so_part_ = (part);                                            \
+    if (so_text_.find(so_part_) == std::string::npos) {                             \
+      ADD_FAILURE("expected \"" + so_text_ + "\" to contain \"" + so_part_ + "\""); \
+    }                                                                               \
   } while (0)
 
 // No hold-back: ready work is dispatched on the poll that makes it ready.

@@ -22,7 +22,9 @@ namespace test {
 class SharedAreas {
  public:
   SharedAreas(int size, size_t area_bytes, uint64_t fail_at = 0)
-      : size_(size), area_bytes_(area_bytes), fail_at_(fail_at),
+      : size_(size),
+        area_bytes_(area_bytes),
+        fail_at_(fail_at),
         memory_(static_cast<size_t>(size) * 2 * area_bytes + 64) {}
 
   class View : public PeerMemory {
@@ -35,7 +37,8 @@ class SharedAreas {
     Status Sync() override {
       const uint64_t count = ++syncs_;
       shared_->Barrier();
-      if (count == shared_->fail_at_) return Status::Transport("sync " + std::to_string(count) + " failed");
+      if (count == shared_->fail_at_)
+        return Status::Transport("sync " + std::to_string(count) + " failed");
       return Status::OK();
     }
 
@@ -145,8 +148,8 @@ class CrossGroup {
         const size_t bytes = (*from->bytes)[machine_];
         if (bytes != recv_bytes[m]) {
           s = Status::Internal("member " + std::to_string(machine_) + " expects " +
-                               std::to_string(recv_bytes[m]) + " bytes from " +
-                               std::to_string(m) + ", which sends " + std::to_string(bytes));
+                               std::to_string(recv_bytes[m]) + " bytes from " + std::to_string(m) +
+                               ", which sends " + std::to_string(bytes));
           continue;
         }
         std::memcpy(static_cast<uint8_t*>(out) + recv_at[m], from->in + (*from->at)[machine_],
@@ -169,7 +172,9 @@ class CrossGroup {
   };
 
   // Bytes member `from` has sent member `to` through Alltoallv so far.
-  size_t Moved(int from, int to) const { return moved_[static_cast<size_t>(from) * machines_ + to]; }
+  size_t Moved(int from, int to) const {
+    return moved_[static_cast<size_t>(from) * machines_ + to];
+  }
 
  private:
   // Publishes this member's buffer and waits until every member has.

@@ -51,8 +51,8 @@ SO_TEST(AdasumCombinesATreeOverTheRanksPerTensor) {
           for (size_t i = 0; i < counts[t]; ++i) results[q][first + i] = Value(q, i, t);
           first += counts[t];
         }
-        status[q] = adasum.Run(reinterpret_cast<uint8_t*>(results[q].data()), counts,
-                               DataType::kFloat64);
+        status[q] =
+            adasum.Run(reinterpret_cast<uint8_t*>(results[q].data()), counts, DataType::kFloat64);
       });
     }
     for (std::thread& t : threads) t.join();
@@ -104,8 +104,9 @@ SO_TEST(AdasumPairKnownCasesAndZeroVectors) {
   const std::vector<float> hv = {0.5f, -1.25f, 3.0f};
   NarrowFromFloat(h.data(), hv.data(), 3, DataType::kFloat16, 1.0);
   NarrowFromFloat(g.data(), hv.data(), 3, DataType::kFloat16, 1.0);
-  Adasum::Combine(reinterpret_cast<const uint8_t*>(h.data()), reinterpret_cast<const uint8_t*>(g.data()),
-                  reinterpret_cast<uint8_t*>(o.data()), {3}, DataType::kFloat16);
+  Adasum::Combine(reinterpret_cast<const uint8_t*>(h.data()),
+                  reinterpret_cast<const uint8_t*>(g.data()), reinterpret_cast<uint8_t*>(o.data()),
+                  {3}, DataType::kFloat16);
   EXPECT_TRUE(o == h);
 }
 

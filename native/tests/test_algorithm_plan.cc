@@ -61,11 +61,20 @@ SO_TEST(AlgorithmPlanMachinesOfOneSizeAreHierarchical) {
   EXPECT_EQ(plan.machines(), 2);
   EXPECT_EQ(plan.allreduce(), SO_ALGORITHM_HIERARCHICAL);
   auto words = Words(plan);
-  EXPECT_EQ(words["allreduce"], "hierarchical: shared memory inside each of 2 machines (3 ranks each), mpi between them");
-  EXPECT_EQ(words["broadcast"], "hierarchical: shared memory inside each of 2 machines, one copy to each machine's first rank over mpi");
-  EXPECT_EQ(words["alltoall"], "shared memory between the ranks of each of 2 machines, mpi between machines");
-  EXPECT_EQ(words["allgather"], "hierarchical: gathered inside each of 2 machines, each machine's part sent once to each other machine's first rank over mpi");
-  EXPECT_EQ(words["adasum"], "hierarchical: summed inside each of 2 machines, Adasum between their first ranks over mpi");
+  EXPECT_EQ(
+      words["allreduce"],
+      "hierarchical: shared memory inside each of 2 machines (3 ranks each), mpi between them");
+  EXPECT_EQ(words["broadcast"],
+            "hierarchical: shared memory inside each of 2 machines, one copy to each machine's "
+            "first rank over mpi");
+  EXPECT_EQ(words["alltoall"],
+            "shared memory between the ranks of each of 2 machines, mpi between machines");
+  EXPECT_EQ(words["allgather"],
+            "hierarchical: gathered inside each of 2 machines, each machine's part sent once to "
+            "each other machine's first rank over mpi");
+  EXPECT_EQ(
+      words["adasum"],
+      "hierarchical: summed inside each of 2 machines, Adasum between their first ranks over mpi");
   // Without shared memory only the allgather stays hierarchical (it needs none).
   const AlgorithmPlan flat = plan.WithoutSharedMemory();
   EXPECT_EQ(flat.allreduce(), SO_ALGORITHM_MPI);
@@ -86,7 +95,9 @@ SO_TEST(AlgorithmPlanMachinesOfDifferentSizesAreLeaderBased) {
   const AlgorithmPlan plan = AlgorithmPlan::Decide(Machines(2, 2, false), &warnings);
   EXPECT_EQ(plan.allreduce(), SO_ALGORITHM_HIERARCHICAL_LEADER_BASED);
   EXPECT_TRUE(plan.hierarchical_allreduce());
-  EXPECT_EQ(Words(plan)["allreduce"], "hierarchical, leader-based: shared memory inside each of 2 machines (of different sizes), mpi between their first ranks");
+  EXPECT_EQ(Words(plan)["allreduce"],
+            "hierarchical, leader-based: shared memory inside each of 2 machines (of different "
+            "sizes), mpi between their first ranks");
 }
 
 SO_TEST(AlgorithmPlanSettingsThatCannotBeFollowedSayWhy) {
@@ -96,15 +107,21 @@ SO_TEST(AlgorithmPlanSettingsThatCannotBeFollowedSayWhy) {
   in.hierarchical_allgather = 1;
   AlgorithmPlan::Decide(in, &warnings);
   ASSERT_EQ(warnings.size(), 2);
-  EXPECT_EQ(warnings[0], "SCALEOUT_HIERARCHICAL_ALLREDUCE=1, but every rank is on one machine: allreduces are not hierarchical");
-  EXPECT_EQ(warnings[1], "SCALEOUT_HIERARCHICAL_ALLGATHER=1, but every rank is on one machine: allgathers are not hierarchical");
+  EXPECT_EQ(warnings[0],
+            "SCALEOUT_HIERARCHICAL_ALLREDUCE=1, but every rank is on one machine: allreduces are "
+            "not hierarchical");
+  EXPECT_EQ(warnings[1],
+            "SCALEOUT_HIERARCHICAL_ALLGATHER=1, but every rank is on one machine: allgathers are "
+            "not hierarchical");
   warnings.clear();
   in = Machines(2, 2);
   in.shm = false;
   in.hierarchical_allreduce = 1;
   const AlgorithmPlan plan = AlgorithmPlan::Decide(in, &warnings);
   ASSERT_EQ(warnings.size(), 1);
-  EXPECT_EQ(warnings[0], "SCALEOUT_HIERARCHICAL_ALLREDUCE=1, but SCALEOUT_SHM=0: allreduces are not hierarchical");
+  EXPECT_EQ(
+      warnings[0],
+      "SCALEOUT_HIERARCHICAL_ALLREDUCE=1, but SCALEOUT_SHM=0: allreduces are not hierarchical");
   EXPECT_EQ(plan.allreduce(), SO_ALGORITHM_MPI);
   EXPECT_EQ(plan.allgather(), SO_ALGORITHM_HIERARCHICAL);
   EXPECT_EQ(plan.machines(), 2);
@@ -113,7 +130,9 @@ SO_TEST(AlgorithmPlanSettingsThatCannotBeFollowedSayWhy) {
   in.hierarchical_allgather = 1;
   AlgorithmPlan::Decide(in, &warnings);
   ASSERT_EQ(warnings.size(), 1);
-  EXPECT_EQ(warnings[0], "SCALEOUT_HIERARCHICAL_ALLGATHER=1, but one rank per machine: allgathers are not hierarchical");
+  EXPECT_EQ(warnings[0],
+            "SCALEOUT_HIERARCHICAL_ALLGATHER=1, but one rank per machine: allgathers are not "
+            "hierarchical");
 }
 
 }  // namespace

@@ -83,8 +83,10 @@ SO_TEST(ConfigReadsEveryHorovodTwin) {
 }
 
 SO_TEST(ConfigScaleoutWinsOverHorovod) {
-  FakeEnv env{{{"SCALEOUT_CYCLE_TIME", "4"}, {"HOROVOD_CYCLE_TIME", "8"},
-               {"SCALEOUT_CACHE_CAPACITY", "3"}, {"HOROVOD_CACHE_CAPACITY", "3"}}};
+  FakeEnv env{{{"SCALEOUT_CYCLE_TIME", "4"},
+               {"HOROVOD_CYCLE_TIME", "8"},
+               {"SCALEOUT_CACHE_CAPACITY", "3"},
+               {"HOROVOD_CACHE_CAPACITY", "3"}}};
   Config c;
   ASSERT_TRUE(env.Parse(&c).ok());
   EXPECT_EQ(c.cycle_time_ms, 4.0);
@@ -106,8 +108,9 @@ SO_TEST(ConfigNamesTheHorovodVariableOfABadValue) {
 
 SO_TEST(ConfigLogLevelNamesAndNumbers) {
   int level = -1;
-  const std::pair<const char*, int> cases[] = {{"trace", 3}, {"DEBUG", 3}, {"Info", 2}, {"warning", 1},
-                                               {"ERROR", 0}, {"fatal", 0}, {"0", 0}, {"2", 2}, {"7", 3}};
+  const std::pair<const char*, int> cases[] = {{"trace", 3},   {"DEBUG", 3}, {"Info", 2},
+                                               {"warning", 1}, {"ERROR", 0}, {"fatal", 0},
+                                               {"0", 0},       {"2", 2},     {"7", 3}};
   for (const auto& c : cases) {
     if (!EXPECT_TRUE(ParseLogLevel(c.first, &level)) || !EXPECT_EQ(level, c.second)) {
       ADD_FAILURE(std::string("log level ") + c.first);
@@ -134,8 +137,10 @@ SO_TEST(ConfigNotesEveryHorovodVariableWithoutEffect) {
   EXPECT_TRUE(HasNoteWith(c, "HOROVOD_CONTROLLER is set but has no effect"));
   EXPECT_TRUE(HasNoteWith(c, "HOROVOD_AUTOTUNE is set but has no effect"));
   EXPECT_TRUE(HasNoteWith(c, "HOROVOD_GPU_OPERATIONS is set but has no effect"));
-  EXPECT_TRUE(HasNoteWith(c, "HOROVOD_WITH_PYTORCH is set but has no effect: it configures Horovod's build"));
-  EXPECT_TRUE(HasNoteWith(c, "HOROVOD_NOT_A_REAL_KNOB is set but has no effect: it is not a Horovod"));
+  EXPECT_TRUE(HasNoteWith(
+      c, "HOROVOD_WITH_PYTORCH is set but has no effect: it configures Horovod's build"));
+  EXPECT_TRUE(
+      HasNoteWith(c, "HOROVOD_NOT_A_REAL_KNOB is set but has no effect: it is not a Horovod"));
   EXPECT_FALSE(HasNoteWith(c, "HOROVOD_CYCLE_TIME"));
 }
 
@@ -143,13 +148,17 @@ SO_TEST(ConfigHierarchicalAllreduceIsAutoOneOrZeroWithItsHorovodTwin) {
   Config c;
   ASSERT_TRUE((FakeEnv{{}}).Parse(&c).ok());
   EXPECT_EQ(c.hierarchical_allreduce, -1);
-  ASSERT_TRUE((FakeEnv{{{"HOROVOD_HIERARCHICAL_ALLREDUCE", "0"},
-                        {"HOROVOD_HIERARCHICAL_ALLGATHER", "1"}}}).Parse(&c).ok());
+  ASSERT_TRUE(
+      (FakeEnv{{{"HOROVOD_HIERARCHICAL_ALLREDUCE", "0"}, {"HOROVOD_HIERARCHICAL_ALLGATHER", "1"}}})
+          .Parse(&c)
+          .ok());
   EXPECT_EQ(c.hierarchical_allreduce, 0);
   EXPECT_EQ(c.hierarchical_allgather, 1);
   EXPECT_TRUE(c.notes.empty());
-  ASSERT_TRUE((FakeEnv{{{"HOROVOD_HIERARCHICAL_ALLREDUCE", "0"},
-                        {"SCALEOUT_HIERARCHICAL_ALLREDUCE", "1"}}}).Parse(&c).ok());
+  ASSERT_TRUE(
+      (FakeEnv{{{"HOROVOD_HIERARCHICAL_ALLREDUCE", "0"}, {"SCALEOUT_HIERARCHICAL_ALLREDUCE", "1"}}})
+          .Parse(&c)
+          .ok());
   EXPECT_EQ(c.hierarchical_allreduce, 1);
   Status bad = (FakeEnv{{{"SCALEOUT_HIERARCHICAL_ALLREDUCE", "yes"}}}).Parse(&c);
   EXPECT_EQ(bad.code(), SO_ERR_INVALID_ARGUMENT);
@@ -158,8 +167,10 @@ SO_TEST(ConfigHierarchicalAllreduceIsAutoOneOrZeroWithItsHorovodTwin) {
 
 SO_TEST(ConfigStallShutdownFollowsHorovodRules) {
   Config c;
-  ASSERT_TRUE((FakeEnv{{{"SCALEOUT_STALL_CHECK_TIME_SECONDS", "2"},
-                        {"SCALEOUT_STALL_SHUTDOWN_TIME_SECONDS", "3"}}}.Parse(&c).ok()));
+  ASSERT_TRUE((FakeEnv{
+      {{"SCALEOUT_STALL_CHECK_TIME_SECONDS", "2"}, {"SCALEOUT_STALL_SHUTDOWN_TIME_SECONDS", "3"}}}
+                   .Parse(&c)
+                   .ok()));
   EXPECT_TRUE(c.stall_shutdown_active());
   // Shorter than the check time: only warnings, and a note saying so.
   ASSERT_TRUE((FakeEnv{{{"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "5"}}}.Parse(&c).ok()));
@@ -167,7 +178,9 @@ SO_TEST(ConfigStallShutdownFollowsHorovodRules) {
   EXPECT_TRUE(HasNoteWith(c, "less than the stall check time"));
   ASSERT_TRUE((FakeEnv{{{"SCALEOUT_STALL_CHECK_TIME_SECONDS", "2"},
                         {"SCALEOUT_STALL_SHUTDOWN_TIME_SECONDS", "3"},
-                        {"SCALEOUT_STALL_CHECK_DISABLE", "1"}}}.Parse(&c).ok()));
+                        {"SCALEOUT_STALL_CHECK_DISABLE", "1"}}}
+                   .Parse(&c)
+                   .ok()));
   EXPECT_FALSE(c.stall_shutdown_active());
 }
 
@@ -188,7 +201,8 @@ SO_TEST(ConfigToStringNamesEachSource) {
   Config c;
   ASSERT_TRUE((FakeEnv{{{"HOROVOD_CYCLE_TIME", "2"}, {"SCALEOUT_SHM", "0"}}}.Parse(&c).ok()));
   const std::string text = c.ToString();
-  EXPECT_TRUE(text.find("SCALEOUT_CYCLE_TIME=2\nSCALEOUT_CYCLE_TIME.source=HOROVOD_CYCLE_TIME\n") != std::string::npos);
+  EXPECT_TRUE(text.find("SCALEOUT_CYCLE_TIME=2\nSCALEOUT_CYCLE_TIME.source=HOROVOD_CYCLE_TIME\n") !=
+              std::string::npos);
   EXPECT_TRUE(text.find("SCALEOUT_SHM=0\nSCALEOUT_SHM.source=SCALEOUT_SHM\n") != std::string::npos);
   EXPECT_TRUE(text.find("SCALEOUT_FUSION_THRESHOLD.source=default\n") != std::string::npos);
 }

@@ -17,9 +17,9 @@ bool IsHalfNaN(uint16_t h) { return (h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0; 
 bool IsBFloat16NaN(uint16_t b) { return (b & 0x7f80) == 0x7f80 && (b & 0x7f) != 0; }
 
 SO_TEST(StatusNameCoversEveryCode) {
-  const char* expected[] = {"OK", "INVALID_ARGUMENT", "NOT_INITIALIZED", "SHUT_DOWN",
-                            "MISMATCH", "DUPLICATE_NAME", "TRANSPORT", "TIMEOUT", "INTERNAL",
-                            "UNKNOWN_HANDLE", "DEADLOCK", "NOT_SUPPORTED"};
+  const char* expected[] = {"OK",       "INVALID_ARGUMENT", "NOT_INITIALIZED", "SHUT_DOWN",
+                            "MISMATCH", "DUPLICATE_NAME",   "TRANSPORT",       "TIMEOUT",
+                            "INTERNAL", "UNKNOWN_HANDLE",   "DEADLOCK",        "NOT_SUPPORTED"};
   static_assert(sizeof(expected) / sizeof(expected[0]) == SO_STATUS_COUNT);
   for (int code = 0; code < SO_STATUS_COUNT; ++code) {
     EXPECT_EQ(std::string(StatusName(code)), expected[code]);
@@ -171,16 +171,16 @@ SO_TEST(FloatToHalfKnownValues) {
 
 SO_TEST(FloatToHalfRoundsTiesToEven) {
   // Between 1 and 1 + 2^-10 (the next half); midpoint 1 + 2^-11.
-  EXPECT_EQ(FloatToHalf(1.0f + 0x1p-11f), 0x3c00);             // tie: down to even
-  EXPECT_EQ(FloatToHalf(1.0f + 3 * 0x1p-11f), 0x3c02);         // tie: up to even
+  EXPECT_EQ(FloatToHalf(1.0f + 0x1p-11f), 0x3c00);      // tie: down to even
+  EXPECT_EQ(FloatToHalf(1.0f + 3 * 0x1p-11f), 0x3c02);  // tie: up to even
   EXPECT_EQ(FloatToHalf(std::nextafter(1.0f + 0x1p-11f, 2.0f)), 0x3c01);
   EXPECT_EQ(FloatToHalf(-(1.0f + 0x1p-11f)), 0xbc00);
   // Subnormals, in units of 2^-24.
-  EXPECT_EQ(FloatToHalf(0x1p-25f), 0x0000);                    // 0.5 -> 0
+  EXPECT_EQ(FloatToHalf(0x1p-25f), 0x0000);  // 0.5 -> 0
   EXPECT_EQ(FloatToHalf(std::nextafter(0x1p-25f, 1.0f)), 0x0001);
-  EXPECT_EQ(FloatToHalf(3 * 0x1p-25f), 0x0002);                // 1.5 -> 2
-  EXPECT_EQ(FloatToHalf(5 * 0x1p-25f), 0x0002);                // 2.5 -> 2
-  EXPECT_EQ(FloatToHalf(1023.5f * 0x1p-24f), 0x0400);          // up into the normals
+  EXPECT_EQ(FloatToHalf(3 * 0x1p-25f), 0x0002);        // 1.5 -> 2
+  EXPECT_EQ(FloatToHalf(5 * 0x1p-25f), 0x0002);        // 2.5 -> 2
+  EXPECT_EQ(FloatToHalf(1023.5f * 0x1p-24f), 0x0400);  // up into the normals
   EXPECT_EQ(FloatToHalf(1022.5f * 0x1p-24f), 0x03fe);
   // Carry from the mantissa into the exponent: 2 - 2^-12 is above the midpoint below 2.
   EXPECT_EQ(FloatToHalf(2.0f - 0x1p-12f), 0x4000);
@@ -201,8 +201,8 @@ SO_TEST(FloatToHalfRoundsEveryMidpoint) {
 }
 
 SO_TEST(FloatToHalfKeepsNaN) {
-  const uint32_t nans[] = {0x7fc00000u, 0x7f800001u, 0x7fbfffffu, 0xffc00000u, 0xff800001u,
-                           0x7f801fffu, 0x7fffffffu};
+  const uint32_t nans[] = {0x7fc00000u, 0x7f800001u, 0x7fbfffffu, 0xffc00000u,
+                           0xff800001u, 0x7f801fffu, 0x7fffffffu};
   for (uint32_t bits : nans) {
     const uint16_t h = FloatToHalf(FromBits(bits));
     EXPECT_TRUE(IsHalfNaN(h));
@@ -222,13 +222,13 @@ SO_TEST(BFloat16KnownValues) {
   EXPECT_TRUE(std::isnan(BFloat16ToFloat(0x7fc0)));
   EXPECT_EQ(FloatToBFloat16(1.0f), 0x3f80);
   EXPECT_EQ(FloatToBFloat16(-0.0f), 0x8000);
-  EXPECT_EQ(FloatToBFloat16(0.1f), 0x3dcd);                    // 0x3dcccccd rounds up
-  EXPECT_EQ(FloatToBFloat16(1.0f + 0x1p-8f), 0x3f80);          // tie: down to even
-  EXPECT_EQ(FloatToBFloat16(1.0f + 3 * 0x1p-8f), 0x3f82);      // tie: up to even
+  EXPECT_EQ(FloatToBFloat16(0.1f), 0x3dcd);                // 0x3dcccccd rounds up
+  EXPECT_EQ(FloatToBFloat16(1.0f + 0x1p-8f), 0x3f80);      // tie: down to even
+  EXPECT_EQ(FloatToBFloat16(1.0f + 3 * 0x1p-8f), 0x3f82);  // tie: up to even
   EXPECT_EQ(FloatToBFloat16(std::nextafter(1.0f + 0x1p-8f, 2.0f)), 0x3f81);
   EXPECT_EQ(FloatToBFloat16(std::numeric_limits<float>::max()), 0x7f80);  // rounds to Inf
   EXPECT_EQ(FloatToBFloat16(-std::numeric_limits<float>::infinity()), 0xff80);
-  EXPECT_EQ(FloatToBFloat16(FromBits(0x00008000u)), 0x0000);   // subnormal tie: to even
+  EXPECT_EQ(FloatToBFloat16(FromBits(0x00008000u)), 0x0000);  // subnormal tie: to even
   EXPECT_EQ(FloatToBFloat16(FromBits(0x00018000u)), 0x0002);
   EXPECT_EQ(FloatToBFloat16(FromBits(0x00008001u)), 0x0001);
 }

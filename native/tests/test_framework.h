@@ -22,9 +22,9 @@
 // - Checks may be made from several threads of one test.
 //
 // tests/test_main.cc runs every test, or those whose name contains its argument, or (with
-// `--file test_x.cc`) those defined in one file. It prints one line per failed check, `file:line: [TestName] message` (at most 25 per test, then
-// a count), and last of all `N passed, M failed`, counted in tests. The exit code is 0 only
-// when no test failed (and at least one ran).
+// `--file test_x.cc`) those defined in one file. It prints one line per failed check, `file:line:
+// [TestName] message` (at most 25 per test, then a count), and last of all `N passed, M failed`,
+// counted in tests. The exit code is 0 only when no test failed (and at least one ran).
 #ifndef SCALEOUT_TESTS_TEST_FRAMEWORK_H_
 #define SCALEOUT_TESTS_TEST_FRAMEWORK_H_
 
@@ -52,8 +52,8 @@ namespace detail {
 template <typename T, typename = void>
 struct IsPrintable : std::false_type {};
 template <typename T>
-struct IsPrintable<
-    T, std::void_t<decltype(std::declval<std::ostream&>() << std::declval<const T&>())>>
+struct IsPrintable<T,
+                   std::void_t<decltype(std::declval<std::ostream&>() << std::declval<const T&>())>>
     : std::true_type {};
 
 template <typename T>
@@ -100,19 +100,19 @@ bool CheckEqual(bool want_equal, const A& a, const B& b, const char* macro, cons
   return false;
 }
 
-inline bool CheckTrue(bool value, bool want, const char* macro, const char* text,
-                      const char* file, int line) {
+inline bool CheckTrue(bool value, bool want, const char* macro, const char* text, const char* file,
+                      int line) {
   if (value == want) return true;
   ReportFailure(file, line, std::string(macro) + "(" + text + ") failed");
   return false;
 }
 
-inline bool CheckNear(double a, double b, double tolerance, const char* a_text,
-                      const char* b_text, const char* file, int line) {
+inline bool CheckNear(double a, double b, double tolerance, const char* a_text, const char* b_text,
+                      const char* file, int line) {
   if (std::fabs(a - b) <= tolerance) return true;  // false for NaN
   ReportFailure(file, line,
-                std::string("EXPECT_NEAR(") + a_text + ", " + b_text + ") failed: " +
-                    Describe(a) + " vs " + Describe(b) + ", tolerance " + Describe(tolerance));
+                std::string("EXPECT_NEAR(") + a_text + ", " + b_text + ") failed: " + Describe(a) +
+                    " vs " + Describe(b) + ", tolerance " + Describe(tolerance));
   return false;
 }
 
@@ -120,16 +120,16 @@ inline bool CheckNear(double a, double b, double tolerance, const char* a_text,
 }  // namespace test
 }  // namespace scaleout
 
-#define SO_TEST(name)                                                                   \
-  static void SoTestBody_##name();                                                      \
-  [[maybe_unused]] static const bool so_test_registered_##name =                        \
-      ::scaleout::test::RegisterTest(#name, &SoTestBody_##name, __FILE__, __LINE__);    \
+#define SO_TEST(name)                                                                \
+  static void SoTestBody_##name();                                                   \
+  [[maybe_unused]] static const bool so_test_registered_##name =                     \
+      ::scaleout::test::RegisterTest(#name, &SoTestBody_##name, __FILE__, __LINE__); \
   static void SoTestBody_##name()
 
-#define EXPECT_TRUE(cond)                                                                   \
+#define EXPECT_TRUE(cond)                                                                  \
   ::scaleout::test::detail::CheckTrue(static_cast<bool>(cond), true, "EXPECT_TRUE", #cond, \
                                       __FILE__, __LINE__)
-#define EXPECT_FALSE(cond)                                                                    \
+#define EXPECT_FALSE(cond)                                                                   \
   ::scaleout::test::detail::CheckTrue(static_cast<bool>(cond), false, "EXPECT_FALSE", #cond, \
                                       __FILE__, __LINE__)
 #define EXPECT_EQ(a, b) \
@@ -142,33 +142,33 @@ inline bool CheckNear(double a, double b, double tolerance, const char* a_text,
 
 #define ADD_FAILURE(message) ::scaleout::test::ReportFailure(__FILE__, __LINE__, (message))
 
-#define EXPECT_THROW(statement, exception_type)                                             \
-  do {                                                                                      \
-    bool so_test_threw_ = false;                                                            \
-    try {                                                                                   \
-      statement;                                                                            \
-    } catch (const exception_type&) {                                                       \
-      so_test_threw_ = true;                                                                \
-    } catch (...) {                                                                         \
-    }                                                                                       \
-    if (!so_test_threw_) {                                                                  \
-      ::scaleout::test::ReportFailure(__FILE__, __LINE__,                                   \
-                                      "EXPECT_THROW(" #statement ", " #exception_type       \
-                                      ") failed: no such exception");                       \
-    }                                                                                       \
+#define EXPECT_THROW(statement, exception_type)                                       \
+  do {                                                                                \
+    bool so_test_threw_ = false;                                                      \
+    try {                                                                             \
+      statement;                                                                      \
+    } catch (const exception_type&) {                                                 \
+      so_test_threw_ = true;                                                          \
+    } catch (...) {                                                                   \
+    }                                                                                 \
+    if (!so_test_threw_) {                                                            \
+      ::scaleout::test::ReportFailure(__FILE__, __LINE__,                             \
+                                      "EXPECT_THROW(" #statement ", " #exception_type \
+                                      ") failed: no such exception");                 \
+    }                                                                                 \
   } while (0)
 
-#define ASSERT_TRUE(cond)                                                                   \
-  do {                                                                                      \
-    if (!::scaleout::test::detail::CheckTrue(static_cast<bool>(cond), true, "ASSERT_TRUE", \
-                                             #cond, __FILE__, __LINE__))                    \
-      return;                                                                               \
+#define ASSERT_TRUE(cond)                                                                         \
+  do {                                                                                            \
+    if (!::scaleout::test::detail::CheckTrue(static_cast<bool>(cond), true, "ASSERT_TRUE", #cond, \
+                                             __FILE__, __LINE__))                                 \
+      return;                                                                                     \
   } while (0)
-#define ASSERT_EQ(a, b)                                                                     \
-  do {                                                                                      \
+#define ASSERT_EQ(a, b)                                                                      \
+  do {                                                                                       \
     if (!::scaleout::test::detail::CheckEqual(true, (a), (b), "ASSERT_EQ", #a, #b, __FILE__, \
-                                              __LINE__))                                    \
-      return;                                                                               \
+                                              __LINE__))                                     \
+      return;                                                                                \
   } while (0)
 
 #endif  // SCALEOUT_TESTS_TEST_FRAMEWORK_H_

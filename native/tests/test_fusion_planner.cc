@@ -118,12 +118,16 @@ SO_TEST(FusionKeepsErrorsAndOtherCollectivesInPlace) {
   error.error_message = "Mismatched shape";
   Response error2 = error;
   error2.tensors[0].name = "bad2";
-  const std::vector<Response> ready = {
-      Ready("bc", {25}, DataType::kFloat32, SO_BROADCAST), Small("a"), error,
-      Ready("a2a", {25}, DataType::kFloat32, SO_ALLTOALL), Small("b"),
-      Ready("rs", {25}, DataType::kFloat32, SO_REDUCESCATTER), error2,
-      Ready("bar", {}, DataType::kFloat32, SO_BARRIER), Small("c"),
-      Ready("bc2", {25}, DataType::kFloat32, SO_BROADCAST)};
+  const std::vector<Response> ready = {Ready("bc", {25}, DataType::kFloat32, SO_BROADCAST),
+                                       Small("a"),
+                                       error,
+                                       Ready("a2a", {25}, DataType::kFloat32, SO_ALLTOALL),
+                                       Small("b"),
+                                       Ready("rs", {25}, DataType::kFloat32, SO_REDUCESCATTER),
+                                       error2,
+                                       Ready("bar", {}, DataType::kFloat32, SO_BARRIER),
+                                       Small("c"),
+                                       Ready("bc2", {25}, DataType::kFloat32, SO_BROADCAST)};
   const std::vector<Response> plan = PlanFusion(ready, 1 << 20);
   // The fused allreduce takes the place of its first member, "a".
   EXPECT_EQ(Layout(plan), "bc|a,b,c|bad|a2a|rs|bad2|bar|bc2");

@@ -76,8 +76,8 @@ std::vector<std::vector<uint16_t>> RunHalves(const Layout& layout, DataType dtyp
       std::vector<DataTransport*> cross;
       const int servers = uniform ? layout.servers : 1;
       for (int i = 0; i < servers; ++i) {
-        members.push_back(std::make_unique<CrossGroup::Member>(
-            groups[uniform ? r * servers + i : 0].get(), m));
+        members.push_back(
+            std::make_unique<CrossGroup::Member>(groups[uniform ? r * servers + i : 0].get(), m));
         cross.push_back(members.back().get());
       }
       EndpointPool pool(servers, {});
@@ -107,10 +107,14 @@ std::vector<std::vector<uint16_t>> RunHalves(const Layout& layout, DataType dtyp
 uint16_t Expected(const Layout& layout, size_t i, DataType dtype, ReduceOp op, HalfFactors f) {
   auto combine = [&](float a, float b) {
     switch (op) {
-      case ReduceOp::kMin: return a < b ? a : b;
-      case ReduceOp::kMax: return a > b ? a : b;
-      case ReduceOp::kProduct: return a * b;
-      default: return a + b;
+      case ReduceOp::kMin:
+        return a < b ? a : b;
+      case ReduceOp::kMax:
+        return a > b ? a : b;
+      case ReduceOp::kProduct:
+        return a * b;
+      default:
+        return a + b;
     }
   };
   const bool crossing = layout.sizes.size() > 1;
@@ -129,9 +133,9 @@ uint16_t Expected(const Layout& layout, size_t i, DataType dtype, ReduceOp op, H
 }
 
 SO_TEST(HalvesAreReducedInFloat32AndRoundedOncePerStep) {
-  const std::vector<Layout> layouts = {
-      {{2}}, {{3}}, {{4}}, {{1, 1}}, {{2, 2}}, {{3, 3}}, {{2, 2, 2}}, {{2, 2}, 2}, {{4, 4}, 3},
-      {{2, 1}}, {{1, 3}}, {{3, 2, 1}}};
+  const std::vector<Layout> layouts = {{{2}},       {{3}},    {{4}},       {{1, 1}},
+                                       {{2, 2}},    {{3, 3}}, {{2, 2, 2}}, {{2, 2}, 2},
+                                       {{4, 4}, 3}, {{2, 1}}, {{1, 3}},    {{3, 2, 1}}};
   for (DataType dtype : {DataType::kFloat16, DataType::kBFloat16}) {
     for (const Layout& layout : layouts) {
       int ranks = 0;
@@ -152,8 +156,8 @@ SO_TEST(HalvesAreReducedInFloat32AndRoundedOncePerStep) {
                               ", " + std::to_string(layout.sizes.size()) + " machines, " +
                               std::to_string(ranks) + " ranks, op " +
                               std::to_string(static_cast<int>(op)) + ", pre " +
-                              std::to_string(f.pre) + ", area " + std::to_string(area) +
-                              ": rank " + std::to_string(g) + " element " + std::to_string(i));
+                              std::to_string(f.pre) + ", area " + std::to_string(area) + ": rank " +
+                              std::to_string(g) + " element " + std::to_string(i));
                 }
               }
             }

@@ -40,8 +40,8 @@ std::vector<std::string> Run(const std::vector<int>& machine_of, int repeats) {
     threads.emplace_back([&, q] {
       CrossGroup::Member local(locals[machine_of[q]].get(), local_rank_of[q]);
       CrossGroup::Member leader(&leaders, machine_of[q]);
-      HierarchicalAllgather gather(&local, local_rank_of[q] == 0 ? &leader : nullptr, q,
-                                   machine_of, local_rank_of);
+      HierarchicalAllgather gather(&local, local_rank_of[q] == 0 ? &leader : nullptr, q, machine_of,
+                                   local_rank_of);
       for (int rep = 0; rep < repeats; ++rep) {
         std::vector<size_t> recv_bytes;
         std::vector<uint8_t> want;
@@ -56,7 +56,8 @@ std::vector<std::string> Run(const std::vector<int>& machine_of, int repeats) {
           errors[q] = s.message();
           return;
         }
-        if (got != want && errors[q].empty()) errors[q] = "wrong bytes at repetition " + std::to_string(rep);
+        if (got != want && errors[q].empty())
+          errors[q] = "wrong bytes at repetition " + std::to_string(rep);
       }
     });
   }

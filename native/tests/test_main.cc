@@ -144,9 +144,9 @@ int main(int argc, char** argv) {
     }
   }
   if (passed + failed == 0) {
-    scaleout::test::PrintLine(
-        file.empty() ? "no test name contains \"" + filter + "\""
-                     : "no test in " + file + " whose name contains \"" + filter + "\"");
+    scaleout::test::PrintLine(file.empty() ? "no test name contains \"" + filter + "\""
+                                           : "no test in " + file + " whose name contains \"" +
+                                                 filter + "\"");
   }
   scaleout::test::PrintLine(std::to_string(passed) + " passed, " + std::to_string(failed) +
                             " failed");

@@ -67,9 +67,9 @@ SO_TEST(NegotiationNameIsNotAnsweredUntilEveryRankSubmitsIt) {
 // Mismatches: an error on every rank naming the tensor, the field and who disagrees
 
 struct MismatchCase {
-  const char* field;     // as the error message names it
-  const char* value_a;   // how the message prints the even ranks' value
-  const char* value_b;   // ... and the odd ranks'
+  const char* field;    // as the error message names it
+  const char* value_a;  // how the message prints the even ranks' value
+  const char* value_b;  // ... and the odd ranks'
   Request a, b;
 };
 
@@ -221,8 +221,8 @@ SO_TEST(NegotiationJoinCompletesCollectivesWaitingOnlyForTheJoiningRank) {
     ASSERT_EQ(got[0].size(), 2);
     EXPECT_EQ(Transcript({got[0][0]}), "allreduce float32 [a]" + joined);
     EXPECT_EQ(got[0][1].error_code, SO_ERR_INVALID_ARGUMENT);
-    EXPECT_CONTAINS(got[0][1].error_message, "allgather 'b' cannot run while rank " +
-                                                 std::to_string(n - 1) + " has joined");
+    EXPECT_CONTAINS(got[0][1].error_message,
+                    "allgather 'b' cannot run while rank " + std::to_string(n - 1) + " has joined");
     EXPECT_CONTAINS(got[0][1].error_message, "sparse_as_dense=True");
   }
 }
@@ -252,8 +252,8 @@ SO_TEST(NegotiationCollectivesThatCannotRunWithAJoinedRankFail) {
       EXPECT_EQ(got[r][1].error_code, SO_ERR_INVALID_ARGUMENT);
       EXPECT_CONTAINS(got[r][1].error_message, "reducescatter 'rs'");
       EXPECT_EQ(got[r][2].error_code, SO_ERR_INVALID_ARGUMENT);
-      EXPECT_CONTAINS(got[r][2].error_message, "broadcast 'bc' cannot run while rank " +
-                                                   std::to_string(k) + " has joined");
+      EXPECT_CONTAINS(got[r][2].error_message,
+                      "broadcast 'bc' cannot run while rank " + std::to_string(k) + " has joined");
       EXPECT_CONTAINS(got[r][2].error_message, "not supported with join()");
       EXPECT_FALSE(got[r][3].is_error());  // a barrier can run
     }

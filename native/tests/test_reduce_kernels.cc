@@ -54,10 +54,14 @@ double Expected(DataType dtype, ReduceOp op, double x, double y) {
   }
   switch (op) {
     case ReduceOp::kAverage:
-    case ReduceOp::kSum: return x + y;
-    case ReduceOp::kMin: return std::fmin(x, y);
-    case ReduceOp::kMax: return std::fmax(x, y);
-    case ReduceOp::kProduct: return x * y;
+    case ReduceOp::kSum:
+      return x + y;
+    case ReduceOp::kMin:
+      return std::fmin(x, y);
+    case ReduceOp::kMax:
+      return std::fmax(x, y);
+    case ReduceOp::kProduct:
+      return x * y;
   }
   return 0;
 }
@@ -169,8 +173,8 @@ SO_TEST(ReduceIntoBoolTruthTables) {
 SO_TEST(ReduceIntoFloatMinMaxPropagateNaN) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
-  for (DataType dtype : {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
-                         DataType::kFloat64}) {
+  for (DataType dtype :
+       {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64}) {
     for (ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kSum, ReduceOp::kProduct}) {
       std::vector<uint8_t> out = Encode(dtype, {nan, 1, -inf, nan, inf});
       const std::vector<uint8_t> in = Encode(dtype, {1, nan, 2, nan, -inf});
@@ -195,10 +199,18 @@ uint16_t ReferenceHalfOp(DataType dtype, ReduceOp op, uint16_t x, uint16_t y) {
   float r = 0;
   switch (op) {
     case ReduceOp::kAverage:
-    case ReduceOp::kSum: r = a + b; break;
-    case ReduceOp::kProduct: r = a * b; break;
-    case ReduceOp::kMin: r = std::isnan(a) || std::isnan(b) ? NAN : (b < a ? b : a); break;
-    case ReduceOp::kMax: r = std::isnan(a) || std::isnan(b) ? NAN : (a < b ? b : a); break;
+    case ReduceOp::kSum:
+      r = a + b;
+      break;
+    case ReduceOp::kProduct:
+      r = a * b;
+      break;
+    case ReduceOp::kMin:
+      r = std::isnan(a) || std::isnan(b) ? NAN : (b < a ? b : a);
+      break;
+    case ReduceOp::kMax:
+      r = std::isnan(a) || std::isnan(b) ? NAN : (a < b ? b : a);
+      break;
   }
   return half ? FloatToHalf(r) : FloatToBFloat16(r);
 }
@@ -297,8 +309,7 @@ SO_TEST(ReduceIntoRejectsInvalidArguments) {
   float a[2] = {1, 2}, b[2] = {3, 4};
   EXPECT_THROW(ReduceInto(a, b, 2, static_cast<DataType>(SO_DTYPE_COUNT), ReduceOp::kSum),
                InternalError);
-  EXPECT_THROW(ReduceInto(a, b, 2, DataType::kFloat32, static_cast<ReduceOp>(17)),
-               InternalError);
+  EXPECT_THROW(ReduceInto(a, b, 2, DataType::kFloat32, static_cast<ReduceOp>(17)), InternalError);
   EXPECT_THROW(ReduceInto(a, b, 2, DataType::kBool, static_cast<ReduceOp>(-1)), InternalError);
 }
 

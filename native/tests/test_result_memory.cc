@@ -42,7 +42,8 @@ SO_TEST(ResultMemoryKeepsNoSmallBlocksAndStaysWithinItsBounds) {
   result_memory::Release(small, result_memory::kReusedFrom - 1);
   EXPECT_EQ(result_memory::Kept(), 0);
   std::vector<void*> blocks;
-  for (size_t i = 0; i < result_memory::kKeptBlocks + 2; ++i) blocks.push_back(result_memory::Allocate(2 * MiB));
+  for (size_t i = 0; i < result_memory::kKeptBlocks + 2; ++i)
+    blocks.push_back(result_memory::Allocate(2 * MiB));
   for (void* p : blocks) result_memory::Release(p, 2 * MiB);
   EXPECT_EQ(result_memory::Kept(), result_memory::kKeptBlocks * 2 * MiB);
   result_memory::Trim();

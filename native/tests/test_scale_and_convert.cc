@@ -26,12 +26,30 @@ using namespace dtype_buffers;
 double ExpectedIntegerScale(DataType dtype, double v, double factor) {
   double lo = 0, hi = 0;
   switch (dtype) {
-    case DataType::kUInt8: lo = 0; hi = 255; break;
-    case DataType::kInt8: lo = -128; hi = 127; break;
-    case DataType::kInt16: lo = -32768; hi = 32767; break;
-    case DataType::kUInt16: lo = 0; hi = 65535; break;
-    case DataType::kInt32: lo = -2147483648.0; hi = 2147483647.0; break;
-    default: lo = -0x1p63; hi = 0x1p63; break;  // int64: only small values are used
+    case DataType::kUInt8:
+      lo = 0;
+      hi = 255;
+      break;
+    case DataType::kInt8:
+      lo = -128;
+      hi = 127;
+      break;
+    case DataType::kInt16:
+      lo = -32768;
+      hi = 32767;
+      break;
+    case DataType::kUInt16:
+      lo = 0;
+      hi = 65535;
+      break;
+    case DataType::kInt32:
+      lo = -2147483648.0;
+      hi = 2147483647.0;
+      break;
+    default:
+      lo = -0x1p63;
+      hi = 0x1p63;
+      break;  // int64: only small values are used
   }
   const double r = std::trunc(v * factor);
   return std::isnan(r) ? 0 : std::fmin(std::fmax(r, lo), hi);
@@ -51,7 +69,8 @@ SO_TEST(CopyBytesCopiesExactlyAtEveryAlignment) {
           ok = dst[i] == (inside ? src[i - dst_off + src_off] : 0xEE);
         }
         if (!EXPECT_TRUE(ok)) {
-          ADD_FAILURE(std::to_string(bytes) + " bytes, src +" + std::to_string(src_off) + ", dst +" + std::to_string(dst_off));
+          ADD_FAILURE(std::to_string(bytes) + " bytes, src +" + std::to_string(src_off) +
+                      ", dst +" + std::to_string(dst_off));
         }
       }
     }
@@ -236,8 +255,9 @@ SO_TEST(AccumulateHalvesEqualsWideningThenReducing) {
   }
   EXPECT_EQ(bad, 0);
   std::vector<float> acc(4);
-  EXPECT_THROW(AccumulateHalves(acc.data(), halves.data(), 4, DataType::kFloat32, ReduceOp::kSum, 1.0),
-               InternalError);
+  EXPECT_THROW(
+      AccumulateHalves(acc.data(), halves.data(), 4, DataType::kFloat32, ReduceOp::kSum, 1.0),
+      InternalError);
 }
 
 // Floats that exercise every rounding decision: a stride through all 2^32 patterns, every
@@ -287,8 +307,8 @@ SO_TEST(NarrowFromFloatMatchesScalarBitForBit) {
     uint16_t one = 0;
     NarrowFromFloat(&one, &probes[i], 1, DataType::kFloat16, 1.0);
     if (one != out[i] && ++bad <= 3) {
-      ADD_FAILURE("float16 (portable) of float bits " + std::to_string(Bits(probes[i])) +
-                  ": got " + std::to_string(one) + ", want " + std::to_string(out[i]));
+      ADD_FAILURE("float16 (portable) of float bits " + std::to_string(Bits(probes[i])) + ": got " +
+                  std::to_string(one) + ", want " + std::to_string(out[i]));
     }
   }
   NarrowFromFloat(out.data(), probes.data(), probes.size(), DataType::kBFloat16, 1.0);

@@ -31,7 +31,8 @@ class PipeTransport : public DataTransport {
     return rank_ == root ? Write(buf, bytes) : Read(buf, bytes);
   }
   Status Allreduce(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) override {
-    if (count != 1 || dtype != DataType::kInt32 || op != ReduceOp::kMin) return Status::Internal("unused");
+    if (count != 1 || dtype != DataType::kInt32 || op != ReduceOp::kMin)
+      return Status::Internal("unused");
     int32_t mine, theirs;
     std::memcpy(&mine, in, sizeof mine);
     Status s = Write(&mine, sizeof mine);
@@ -40,19 +41,24 @@ class PipeTransport : public DataTransport {
     std::memcpy(out, &least, sizeof least);
     return s;
   }
-  Status Allgatherv(const void*, size_t, void*, const std::vector<size_t>&) override { return Status::Internal("unused"); }
+  Status Allgatherv(const void*, size_t, void*, const std::vector<size_t>&) override {
+    return Status::Internal("unused");
+  }
   Status Sendrecv(const void*, size_t, int, void*) override { return Status::Internal("unused"); }
   Status Alltoallv(const void*, const std::vector<size_t>&, const std::vector<size_t>&, void*,
                    const std::vector<size_t>&, const std::vector<size_t>&) override {
     return Status::Internal("unused");
   }
-  Status ReduceScatter(const void*, void*, const std::vector<size_t>&, DataType, ReduceOp) override {
+  Status ReduceScatter(const void*, void*, const std::vector<size_t>&, DataType,
+                       ReduceOp) override {
     return Status::Internal("unused");
   }
 
  private:
   Status Write(const void* buf, size_t bytes) {
-    return ::write(out_, buf, bytes) == static_cast<ssize_t>(bytes) ? Status::OK() : Status::Transport("pipe write");
+    return ::write(out_, buf, bytes) == static_cast<ssize_t>(bytes)
+               ? Status::OK()
+               : Status::Transport("pipe write");
   }
   Status Read(void* buf, size_t bytes) {
     size_t got = 0;
@@ -93,7 +99,8 @@ int ExitCode(pid_t pid) {
 
 // Names in /dev/shm that rank 0 (this process) would have created.
 int SegmentsOf(pid_t pid) {
-  const std::string prefix = "scaleout-" + std::to_string(PidNamespace()) + "-" + std::to_string(pid) + "-";
+  const std::string prefix =
+      "scaleout-" + std::to_string(PidNamespace()) + "-" + std::to_string(pid) + "-";
   int found = 0;
   if (DIR* dir = ::opendir("/dev/shm")) {
     while (dirent* e = ::readdir(dir)) found += std::string(e->d_name).rfind(prefix, 0) == 0;
@@ -108,8 +115,8 @@ SO_TEST(TwoProcessesShareTheAreasInSyncOrder) {
     std::unique_ptr<ShmPeerMemory> mem;
     if (!ShmPeerMemory::Create(&t, 4096, &mem).ok()) return 10;
     for (size_t i = 0; i < 4096; ++i) mem->Area(1, 0)[i] = static_cast<uint8_t>(i * 3);
-    if (!mem->Sync().ok()) return 11;   // 1: rank 1's area 0 is written
-    if (!mem->Sync().ok()) return 12;   // 2: rank 0's area 1 is written
+    if (!mem->Sync().ok()) return 11;  // 1: rank 1's area 0 is written
+    if (!mem->Sync().ok()) return 12;  // 2: rank 0's area 1 is written
     for (size_t i = 0; i < 4096; ++i) {
       if (mem->Area(0, 1)[i] != static_cast<uint8_t>(i ^ 0x5a)) return 13;
     }
@@ -123,7 +130,8 @@ SO_TEST(TwoProcessesShareTheAreasInSyncOrder) {
   EXPECT_EQ(mem->area_bytes(), 4096);
   EXPECT_TRUE(mem->Sync().ok());
   bool same = true;
-  for (size_t i = 0; i < 4096; ++i) same = same && mem->Area(1, 0)[i] == static_cast<uint8_t>(i * 3);
+  for (size_t i = 0; i < 4096; ++i)
+    same = same && mem->Area(1, 0)[i] == static_cast<uint8_t>(i * 3);
   EXPECT_TRUE(same);
   for (size_t i = 0; i < 4096; ++i) mem->Area(0, 1)[i] = static_cast<uint8_t>(i ^ 0x5a);
   EXPECT_TRUE(mem->Sync().ok());
@@ -156,7 +164,8 @@ SO_TEST(AFailureOnOneRankFailsCreateOnBoth) {
   const pid_t child = ForkRanks(&transport, [](PipeTransport& t) {
     std::unique_ptr<ShmPeerMemory> mem;
     Status s = ShmPeerMemory::Create(&t, 8192, &mem);
-    return s.ok() || mem != nullptr || s.message().find("not the size") == std::string::npos ? 1 : 0;
+    return s.ok() || mem != nullptr || s.message().find("not the size") == std::string::npos ? 1
+                                                                                             : 0;
   });
   ASSERT_TRUE(child > 0);
   std::unique_ptr<ShmPeerMemory> mem;
@@ -175,10 +184,12 @@ SO_TEST(SegmentsLeftByAKilledJobAreRemovedByTheNextOne) {
   if (gone == 0) ::_exit(0);
   ASSERT_TRUE(gone > 0);
   ExitCode(gone);
-  const std::string stale = "/scaleout-" + std::to_string(PidNamespace()) + "-" + std::to_string(gone) + "-deadbeef";
+  const std::string stale =
+      "/scaleout-" + std::to_string(PidNamespace()) + "-" + std::to_string(gone) + "-deadbeef";
   // The same pid in another pid namespace (a container sharing /dev/shm) may be a live job
   // setting up: kept. So is a name without a namespace (an older version's).
-  const std::string elsewhere = "/scaleout-" + std::to_string(PidNamespace() + 1) + "-" + std::to_string(gone) + "-deadbeef";
+  const std::string elsewhere =
+      "/scaleout-" + std::to_string(PidNamespace() + 1) + "-" + std::to_string(gone) + "-deadbeef";
   const std::string unknown = "/scaleout-" + std::to_string(gone) + "-deadbeef";
   for (const std::string& name : {stale, elsewhere, unknown}) {
     const int fd = ::shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);

@@ -65,9 +65,8 @@ SO_TEST(StagedAllgatherGathersEveryBlockInOneOrManyRounds) {
         std::vector<std::string> errors = RunRanks(size, area, scale, 12);
         for (int q = 0; q < size; ++q) {
           if (!EXPECT_TRUE(errors[q].empty())) {
-            ADD_FAILURE(std::to_string(size) + " ranks, area " + std::to_string(area) +
-                        ", scale " + std::to_string(scale) + ": rank " + std::to_string(q) +
-                        ": " + errors[q]);
+            ADD_FAILURE(std::to_string(size) + " ranks, area " + std::to_string(area) + ", scale " +
+                        std::to_string(scale) + ": rank " + std::to_string(q) + ": " + errors[q]);
           }
         }
       }

@@ -45,7 +45,8 @@ void RunRepetitions(StagedAllreduce& staged, int g, size_t total, ReduceOp op, i
     auto pack = [&](size_t first, size_t count, uint8_t* dst) {
       if (jitter() % 4 == 0) std::this_thread::yield();
       auto* d = reinterpret_cast<int64_t*>(dst);
-      for (size_t i = 0; i < count; ++i) d[i] = static_cast<int64_t>((first + i) % 11) * (g + 1) + rep;
+      for (size_t i = 0; i < count; ++i)
+        d[i] = static_cast<int64_t>((first + i) % 11) * (g + 1) + rep;
     };
     auto unpack = [&](size_t first, size_t count, const uint8_t* src) {
       const auto* s = reinterpret_cast<const int64_t*>(src);
@@ -94,7 +95,10 @@ Outcome RunRanks(int size, size_t area_bytes, size_t total, ReduceOp op, int rep
 }
 
 int64_t Expected(size_t i, int size, ReduceOp op, int rep) {
-  int64_t acc = op == ReduceOp::kProduct ? 1 : (op == ReduceOp::kMin ? INT64_MAX : op == ReduceOp::kMax ? INT64_MIN : 0);
+  int64_t acc = op == ReduceOp::kProduct ? 1
+                                         : (op == ReduceOp::kMin   ? INT64_MAX
+                                            : op == ReduceOp::kMax ? INT64_MIN
+                                                                   : 0);
   for (int r = 0; r < size; ++r) {
     const int64_t v = static_cast<int64_t>(i % 11) * (r + 1) + rep;
     if (op == ReduceOp::kSum) acc += v;
@@ -114,7 +118,8 @@ SO_TEST(SlicesCoverTheRoundInWholeLinesWithoutOverlap) {
           size_t lo, hi;
           StagedAllreduce::Slice(count, esize, k, size, &lo, &hi);
           if (!EXPECT_EQ(lo, expect_lo) || !EXPECT_TRUE(hi >= lo)) {
-            ADD_FAILURE("esize " + std::to_string(esize) + " size " + std::to_string(size) + " count " + std::to_string(count));
+            ADD_FAILURE("esize " + std::to_string(esize) + " size " + std::to_string(size) +
+                        " count " + std::to_string(count));
           }
           if (hi < count) EXPECT_EQ(hi * esize % 64, 0);  // boundaries on 64-byte lines
           expect_lo = hi;
@@ -133,12 +138,14 @@ SO_TEST(EveryRankGetsTheReductionOfEveryElementOnce) {
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
           if (op == ReduceOp::kProduct && total > 1000) continue;
           Outcome o = RunRanks(size, area, total, op);
-          const std::string where = "size " + std::to_string(size) + " area " + std::to_string(area) +
-                                    " total " + std::to_string(total) + " op " + std::to_string(static_cast<int>(op));
+          const std::string where = "size " + std::to_string(size) + " area " +
+                                    std::to_string(area) + " total " + std::to_string(total) +
+                                    " op " + std::to_string(static_cast<int>(op));
           for (int r = 0; r < size; ++r) {
             if (!EXPECT_TRUE(o.status[r].ok())) ADD_FAILURE(where + ": " + o.status[r].message());
             for (size_t i = 0; i < total; ++i) {
-              if (!EXPECT_EQ(o.results[r][i], Expected(i, size, op, 0)) || !EXPECT_EQ(o.unpacked[r][i], 1)) {
+              if (!EXPECT_EQ(o.results[r][i], Expected(i, size, op, 0)) ||
+                  !EXPECT_EQ(o.unpacked[r][i], 1)) {
                 ADD_FAILURE(where + " rank " + std::to_string(r) + " element " + std::to_string(i));
                 break;
               }
@@ -159,7 +166,8 @@ SO_TEST(BackToBackRunsReuseTheAreasSafely) {
       ASSERT_TRUE(o.status[r].ok());
       for (size_t i = 0; i < 3000; ++i) {
         if (!EXPECT_EQ(o.results[r][i], Expected(i, size, ReduceOp::kSum, 49))) {
-          ADD_FAILURE("size " + std::to_string(size) + " rank " + std::to_string(r) + " element " + std::to_string(i));
+          ADD_FAILURE("size " + std::to_string(size) + " rank " + std::to_string(r) + " element " +
+                      std::to_string(i));
           break;
         }
       }
@@ -181,8 +189,8 @@ SO_TEST(HierarchicalRunsReduceOverEveryMachineOnceEach) {
               if (!EXPECT_EQ(o.results[g][i], Expected(i, ranks, op, 2)) ||
                   !EXPECT_EQ(o.unpacked[g][i], 1)) {
                 ADD_FAILURE(std::to_string(machines) + " machines x " + std::to_string(size) +
-                            " ranks, rank " + std::to_string(g) + " element " +
-                            std::to_string(i) + " of " + std::to_string(total));
+                            " ranks, rank " + std::to_string(g) + " element " + std::to_string(i) +
+                            " of " + std::to_string(total));
                 break;
               }
             }

@@ -48,7 +48,8 @@ struct Layout {
   static Layout OneMachine(int size) { return Layout{std::vector<int>(size, 0)}; }
   int size() const { return static_cast<int>(machine_of.size()); }
   bool across() const {
-    return !shared || std::any_of(machine_of.begin(), machine_of.end(), [](int m) { return m != 0; });
+    return !shared ||
+           std::any_of(machine_of.begin(), machine_of.end(), [](int m) { return m != 0; });
   }
 };
 
@@ -78,9 +79,9 @@ Run RunRanks(const Layout& layout, size_t area_bytes, int64_t scale, int repeats
       SharedAreas::View view(shared[machine].get(), local_rank_of[r]);
       CrossGroup::Member member(&all, r);
       PeerMemory* memory = layout.shared ? &view : nullptr;
-      StagedAlltoall alltoall = layout.across()
-                                    ? StagedAlltoall(memory, &member, layout.machine_of, local_rank_of)
-                                    : StagedAlltoall(&view);
+      StagedAlltoall alltoall =
+          layout.across() ? StagedAlltoall(memory, &member, layout.machine_of, local_rank_of)
+                          : StagedAlltoall(&view);
       StagedAllreduce allreduce(&view);
       std::mt19937 jitter(r);
       for (int rep = 0; rep < repeats && out.status[r].ok(); ++rep) {
@@ -118,8 +119,8 @@ Run RunRanks(const Layout& layout, size_t area_bytes, int64_t scale, int repeats
           for (int q = 0; q < size; ++q) want += layout.machine_of[q] == machine ? q + rep : 0;
           for (int64_t v : values) {
             if (v != want) {
-              out.status[r] = Status::Internal("allreduce between alltoalls: got " +
-                                               std::to_string(v));
+              out.status[r] =
+                  Status::Internal("allreduce between alltoalls: got " + std::to_string(v));
               break;
             }
           }
@@ -160,7 +161,7 @@ void ExpectDelivered(const Run& out, int size, int64_t scale, int rep, const std
 SO_TEST(StagedAlltoallSlotsAreWholeLinesAfterTheHeader) {
   EXPECT_EQ(StagedAlltoall::SlotBytes(4096, 4), 960);  // (4096 - 64) / 4, down to a line
   EXPECT_EQ(StagedAlltoall::SlotBytes(4096, 1), 4032);
-  EXPECT_EQ(StagedAlltoall::SlotBytes(128, 4), 0);     // too small: Run refuses
+  EXPECT_EQ(StagedAlltoall::SlotBytes(128, 4), 0);  // too small: Run refuses
 }
 
 SO_TEST(StagedAlltoallDeliversUnevenSendsInOneOrManyRounds) {
@@ -168,8 +169,8 @@ SO_TEST(StagedAlltoallDeliversUnevenSendsInOneOrManyRounds) {
     for (size_t area : {size_t(4096), size_t(1) << 20}) {
       for (int64_t scale : {0, 1, 37, 500}) {
         Run out = RunRanks(Layout::OneMachine(size), area, scale, 1, false);
-        ExpectDelivered(out, size, scale, 0, "area " + std::to_string(area) + " scale " +
-                                                 std::to_string(scale));
+        ExpectDelivered(out, size, scale, 0,
+                        "area " + std::to_string(area) + " scale " + std::to_string(scale));
       }
     }
   }
@@ -212,7 +213,8 @@ SO_TEST(AlltoallAcrossMachinesKeepsEachMachinesPairsOffMpi) {
         for (int k = 0; k < size; ++k) {
           size_t data = 0;  // the rows j sent k over every repetition
           for (int rep = 0; rep < repeats; ++rep) data += Rows(j, k, rep, 37) * 3 * sizeof(int32_t);
-          const size_t want = repeats * sizeof(int64_t) + (machine_of[j] == machine_of[k] ? 0 : data);
+          const size_t want =
+              repeats * sizeof(int64_t) + (machine_of[j] == machine_of[k] ? 0 : data);
           if (!EXPECT_EQ(out.moved[j][k], want)) {
             ADD_FAILURE(what + ": over MPI from " + std::to_string(j) + " to " + std::to_string(k));
           }
@@ -228,7 +230,8 @@ SO_TEST(AlltoallWithoutSharedMemorySendsEveryPairOverMpi) {
     layout.shared = false;
     Run out = RunRanks(layout, 4096, 37, 3, false);
     ExpectDelivered(out, size, 37, 2, "without shared memory");
-    const size_t data = Rows(1 % size, 0, 0, 37) + Rows(1 % size, 0, 1, 37) + Rows(1 % size, 0, 2, 37);
+    const size_t data =
+        Rows(1 % size, 0, 0, 37) + Rows(1 % size, 0, 1, 37) + Rows(1 % size, 0, 2, 37);
     EXPECT_EQ(out.moved[1 % size][0], 3 * sizeof(int64_t) + data * 3 * sizeof(int32_t));
   }
 }

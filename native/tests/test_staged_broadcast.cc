@@ -66,8 +66,8 @@ std::vector<std::string> RunMachines(const std::vector<int>& sizes, size_t area,
 
 SO_TEST(StagedBroadcastReachesEveryRankFromEveryRoot) {
   for (const std::vector<int>& sizes :
-       {std::vector<int>{1}, std::vector<int>{3}, std::vector<int>{2, 2},
-        std::vector<int>{3, 3}, std::vector<int>{2, 1}, std::vector<int>{1, 3, 2}}) {
+       {std::vector<int>{1}, std::vector<int>{3}, std::vector<int>{2, 2}, std::vector<int>{3, 3},
+        std::vector<int>{2, 1}, std::vector<int>{1, 3, 2}}) {
     for (size_t bytes : {size_t(0), size_t(1), size_t(500), size_t(5000)}) {
       std::vector<std::string> errors = RunMachines(sizes, 512, bytes, 3);
       for (size_t g = 0; g < errors.size(); ++g) {

@@ -25,7 +25,7 @@ SO_TEST(NegotiatorStallReportNamesMissingRanksOnce) {
   EXPECT_CONTAINS(lines[0], "still missing on rank 1");
   EXPECT_EQ(negotiator.StallReport(300.0, 60.0).size(), 1);  // only "later" now
   EXPECT_EQ(negotiator.StallReport(900.0, 60.0).size(), 0);
-  EXPECT_EQ(negotiator.StallReport(900.0, 0.0).size(), 0);   // 0 disables
+  EXPECT_EQ(negotiator.StallReport(900.0, 0.0).size(), 0);  // 0 disables
   EXPECT_FALSE(negotiator.HasReady());
   EXPECT_THROW(negotiator.Add(0, Make("slow"), 900.0), InternalError);  // same name twice
 }
@@ -95,8 +95,10 @@ SO_TEST(NegotiationStallShutdownReachesEveryRankWithOneReason) {
       ASSERT_TRUE(c.at(r).halted());
       EXPECT_EQ(c.at(r).halt_status().code(), SO_ERR_SHUT_DOWN);
       const std::string& msg = c.at(r).halt_status().message();
-      EXPECT_CONTAINS(msg, "allreduce 'stuck' (waited 11 s for rank " + std::to_string(n - 1) + ")");
-      EXPECT_CONTAINS(msg, "broadcast 'elsewhere' (waited 11 s for " + RankList(all_but_last) + ")");
+      EXPECT_CONTAINS(msg,
+                      "allreduce 'stuck' (waited 11 s for rank " + std::to_string(n - 1) + ")");
+      EXPECT_CONTAINS(msg,
+                      "broadcast 'elsewhere' (waited 11 s for " + RankList(all_but_last) + ")");
       EXPECT_CONTAINS(msg, "SCALEOUT_STALL_SHUTDOWN_TIME_SECONDS=10 s");
       EXPECT_EQ(c.history(r).size(), 0);  // nothing was executed
     }

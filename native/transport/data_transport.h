@@ -32,7 +32,8 @@ class DataTransport {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   // out = reduce(in over ranks); in == out reduces in place. Average is not accepted (Sum).
-  virtual Status Allreduce(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) = 0;
+  virtual Status Allreduce(const void* in, void* out, size_t count, DataType dtype,
+                           ReduceOp op) = 0;
   // Rank r's block (recv_bytes[r] bytes) lands at displacement sum(recv_bytes[0..r)) of out.
   virtual Status Allgatherv(const void* in, size_t in_bytes, void* out,
                             const std::vector<size_t>& recv_bytes) = 0;

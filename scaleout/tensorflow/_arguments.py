@@ -1,6 +1,7 @@
 """The arguments of a TensorFlow collective, checked and converted while the op is built (on
 every rank, before anything is submitted): tensors, devices, the process set, the op's name.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -11,8 +12,16 @@ from scaleout._errors import InvalidArgumentError
 from scaleout._native import COLLECTIVE_CODES, DTYPE_CODES, auto_name
 from scaleout._process_sets import process_set_id
 
-__all__ = ["check_device", "as_tensor", "op_name", "set_id", "check_devices", "compressed",
-           "is_variable", "variable_label"]
+__all__ = [
+    "check_device",
+    "as_tensor",
+    "op_name",
+    "set_id",
+    "check_devices",
+    "compressed",
+    "is_variable",
+    "variable_label",
+]
 
 # The dtypes the core reduces, from its table.
 _SUPPORTED_DTYPES = tuple(tf.as_dtype(name) for name in DTYPE_CODES)
@@ -32,9 +41,11 @@ def check_device(device: str, what: str = "scaleout") -> None:
         raise InvalidArgumentError(
             f"{what}: GPU tensors are not supported yet (got a tensor on '{device}'). scaleout "
             "reduces host tensors: place the tensor on the CPU (with tf.device('/CPU:0'): "
-            "tf.identity(t)).")
-    raise InvalidArgumentError(f"{what}: tensors on device '{device}' are not supported; "
-                               "scaleout works on CPU tensors")
+            "tf.identity(t))."
+        )
+    raise InvalidArgumentError(
+        f"{what}: tensors on device '{device}' are not supported; scaleout works on CPU tensors"
+    )
 
 
 def as_tensor(value, what: str) -> tf.Tensor:
@@ -42,7 +53,8 @@ def as_tensor(value, what: str) -> tf.Tensor:
     if tensor.dtype not in _SUPPORTED_DTYPES:
         raise InvalidArgumentError(
             f"{what}: dtype {tensor.dtype.name} is not supported; scaleout handles "
-            f"{', '.join(d.name for d in _SUPPORTED_DTYPES)}")
+            f"{', '.join(d.name for d in _SUPPORTED_DTYPES)}"
+        )
     check_device(tensor.device, what)
     return tensor
 
@@ -57,8 +69,9 @@ def as_tensor(value, what: str) -> tf.Tensor:
 # they must be made in the same order on every rank (as with Horovod).
 
 
-def op_name(kind: str, name: Optional[str], ignore_name_scope: bool = False,
-            process_set: int = 0) -> str:
+def op_name(
+    kind: str, name: Optional[str], ignore_name_scope: bool = False, process_set: int = 0
+) -> str:
     """The collective's name: the given one, else one from the call site (Note [Graph names]).
     In a graph a given name is prefixed with the current name scope unless
     `ignore_name_scope`, as Horovod's op names are. Generated names are counted per process set

@@ -6,6 +6,7 @@ op (_op_runner.py: eagerly, or a `tf.numpy_function` in a graph), through its di
 form where it has a gradient (_differentiable.py). Horovod's graph-time queries (size_op, ...)
 are in _queries.py.
 """
+
 from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence
@@ -18,26 +19,55 @@ from scaleout import _naming
 from scaleout._errors import InvalidArgumentError
 from scaleout._native import BARRIER, OP_NAMES, Average, Sum, resolve_op, submit, synchronize
 from scaleout._process_sets import global_process_set, set_size
-from scaleout.tensorflow._arguments import (as_tensor, check_devices, compressed, is_variable,
-                                            op_name, set_id)
+from scaleout.tensorflow._arguments import (
+    as_tensor,
+    check_devices,
+    compressed,
+    is_variable,
+    op_name,
+    set_id,
+)
 from scaleout.tensorflow._compression import Compression
-from scaleout.tensorflow._differentiable import (differentiable_allgather, differentiable_allreduce,
-                                                 differentiable_alltoall, differentiable_broadcast,
-                                                 differentiable_reducescatter)
+from scaleout.tensorflow._differentiable import (
+    differentiable_allgather,
+    differentiable_allreduce,
+    differentiable_alltoall,
+    differentiable_broadcast,
+    differentiable_reducescatter,
+)
 from scaleout.tensorflow._errors import UnsupportedError, tf_errors
 from scaleout.tensorflow._op_runner import call, request, run_batch
 
-__all__ = ["allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast",
-           "broadcast_", "alltoall", "reducescatter", "grouped_reducescatter", "join", "barrier",
-           "broadcast_variables"]
+__all__ = [
+    "allreduce",
+    "grouped_allreduce",
+    "allgather",
+    "grouped_allgather",
+    "broadcast",
+    "broadcast_",
+    "alltoall",
+    "reducescatter",
+    "grouped_reducescatter",
+    "join",
+    "barrier",
+    "broadcast_variables",
+]
 
 
 @tf_errors
-def allreduce(tensor, average: Optional[bool] = None, device_dense: str = "",
-              device_sparse: str = "", compression=Compression.none, op: Optional[int] = None,
-              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-              name: Optional[str] = None, process_set=global_process_set,
-              ignore_name_scope: bool = False):
+def allreduce(
+    tensor,
+    average: Optional[bool] = None,
+    device_dense: str = "",
+    device_sparse: str = "",
+    compression=Compression.none,
+    op: Optional[int] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    name: Optional[str] = None,
+    process_set=global_process_set,
+    ignore_name_scope: bool = False,
+):
     """Reduces `tensor` across ranks (default op Average). A tf.IndexedSlices is reduced by
     gathering its values and indices (Sum and Average only; unlike Horovod, scale factors work
     on them too). Differentiable for Sum and Average. `device_dense`/`device_sparse`: CPU only
@@ -49,26 +79,35 @@ def allreduce(tensor, average: Optional[bool] = None, device_dense: str = "",
     op = resolve_op(op, average)
     name = op_name("allreduce", name, ignore_name_scope, ps)
     if isinstance(tensor, tf.IndexedSlices):
-        return _allreduce_slices([tensor], [name], op, compression,
-                                 prescale_factor * postscale_factor, ps)[0]
+        return _allreduce_slices(
+            [tensor], [name], op, compression, prescale_factor * postscale_factor, ps
+        )[0]
     [wire], [ctx] = compressed([tensor], compression, "allreduce")
-    out = differentiable_allreduce([wire], [name], op, prescale_factor, postscale_factor,
-                                   ps)[0]
+    out = differentiable_allreduce([wire], [name], op, prescale_factor, postscale_factor, ps)[0]
     return compression.decompress(out, ctx)
 
 
-def _allreduce_slices(slices: Sequence[tf.IndexedSlices], names: Sequence[str], op: int,
-                      compression, scale: float, process_set: int = 0
-                      ) -> List[tf.IndexedSlices]:
+def _allreduce_slices(
+    slices: Sequence[tf.IndexedSlices],
+    names: Sequence[str],
+    op: int,
+    compression,
+    scale: float,
+    process_set: int = 0,
+) -> List[tf.IndexedSlices]:
     if op not in (Sum, Average):
-        raise UnsupportedError(f"allreduce of tf.IndexedSlices supports the Sum and Average ops "
-                               f"only, not {OP_NAMES.get(op, op)} (as Horovod)")
+        raise UnsupportedError(
+            f"allreduce of tf.IndexedSlices supports the Sum and Average ops "
+            f"only, not {OP_NAMES.get(op, op)} (as Horovod)"
+        )
     values, ctxs = compressed([s.values for s in slices], compression, "allreduce")
     indices = [as_tensor(s.indices, "allreduce") for s in slices]
     gathered = differentiable_allgather(
-        values + indices, [_naming.part(n, _naming.VALUES) for n in names]
+        values + indices,
+        [_naming.part(n, _naming.VALUES) for n in names]
         + [_naming.part(n, _naming.INDICES) for n in names],
-        process_set)
+        process_set,
+    )
     factor = scale / set_size(process_set) if op == Average else scale
     out = []
     for i, s in enumerate(slices):
@@ -80,11 +119,19 @@ def _allreduce_slices(slices: Sequence[tf.IndexedSlices], names: Sequence[str], 
 
 
 @tf_errors
-def grouped_allreduce(tensors, average: Optional[bool] = None, device_dense: str = "",
-                      device_sparse: str = "", compression=Compression.none,
-                      op: Optional[int] = None, prescale_factor: float = 1.0,
-                      postscale_factor: float = 1.0, process_set=global_process_set,
-                      ignore_name_scope: bool = False, name: Optional[str] = None) -> list:
+def grouped_allreduce(
+    tensors,
+    average: Optional[bool] = None,
+    device_dense: str = "",
+    device_sparse: str = "",
+    compression=Compression.none,
+    op: Optional[int] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set=global_process_set,
+    ignore_name_scope: bool = False,
+    name: Optional[str] = None,
+) -> list:
     """Reduces a list of tensors (and tf.IndexedSlices) together, as one op whose tensors the
     core fuses. Arguments as allreduce."""
     check_devices("grouped_allreduce", device_dense, device_sparse)
@@ -98,35 +145,55 @@ def grouped_allreduce(tensors, average: Optional[bool] = None, device_dense: str
     sparse = [i for i, t in enumerate(tensors) if isinstance(t, tf.IndexedSlices)]
     dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
     if sparse:
-        for i, r in zip(sparse, _allreduce_slices([tensors[i] for i in sparse],
-                                                  [_naming.member(base, i) for i in sparse], op,
-                                                  compression,
-                                                  prescale_factor * postscale_factor, ps)):
+        for i, r in zip(
+            sparse,
+            _allreduce_slices(
+                [tensors[i] for i in sparse],
+                [_naming.member(base, i) for i in sparse],
+                op,
+                compression,
+                prescale_factor * postscale_factor,
+                ps,
+            ),
+        ):
             out[i] = r
     if dense:
         wires, ctxs = compressed([tensors[i] for i in dense], compression, "grouped_allreduce")
-        reduced = differentiable_allreduce(wires, [_naming.member(base, i) for i in dense], op,
-                                           prescale_factor, postscale_factor, ps)
+        reduced = differentiable_allreduce(
+            wires,
+            [_naming.member(base, i) for i in dense],
+            op,
+            prescale_factor,
+            postscale_factor,
+            ps,
+        )
         for i, r, c in zip(dense, reduced, ctxs):
             out[i] = compression.decompress(r, c)
     return out
 
 
 @tf_errors
-def allgather(tensor, name: Optional[str] = None, ignore_name_scope: bool = False,
-              process_set=global_process_set) -> tf.Tensor:
+def allgather(
+    tensor,
+    name: Optional[str] = None,
+    ignore_name_scope: bool = False,
+    process_set=global_process_set,
+) -> tf.Tensor:
     """Concatenates every rank's tensor along the first dimension (which may differ by rank),
     in the order of the ranks of `process_set`. Differentiable (Horovod's definition: each rank
     gets its rows of the gradient averaged over the set)."""
     ps = set_id(process_set, "allgather")
     x = as_tensor(tensor, "allgather")
-    return differentiable_allgather([x], [op_name("allgather", name, ignore_name_scope, ps)],
-                                    ps)[0]
+    return differentiable_allgather([x], [op_name("allgather", name, ignore_name_scope, ps)], ps)[0]
 
 
 @tf_errors
-def grouped_allgather(tensors, name: Optional[str] = None, ignore_name_scope: bool = False,
-                      process_set=global_process_set) -> list:
+def grouped_allgather(
+    tensors,
+    name: Optional[str] = None,
+    ignore_name_scope: bool = False,
+    process_set=global_process_set,
+) -> list:
     """allgather of each tensor of a list, as one op (the core negotiates them together).
     Differentiable as allgather."""
     ps = set_id(process_set, "grouped_allgather")
@@ -139,8 +206,13 @@ def grouped_allgather(tensors, name: Optional[str] = None, ignore_name_scope: bo
 
 
 @tf_errors
-def broadcast(tensor, root_rank: int, name: Optional[str] = None,
-              ignore_name_scope: bool = False, process_set=global_process_set) -> tf.Tensor:
+def broadcast(
+    tensor,
+    root_rank: int,
+    name: Optional[str] = None,
+    ignore_name_scope: bool = False,
+    process_set=global_process_set,
+) -> tf.Tensor:
     """root_rank's tensor, on every rank of `process_set` (root_rank is the job's rank, as in
     Horovod). Differentiable (Horovod's definition: the root gets the gradient averaged over the
     set, other ranks zeros)."""
@@ -151,8 +223,9 @@ def broadcast(tensor, root_rank: int, name: Optional[str] = None,
 
 
 @tf_errors
-def broadcast_(variables, root_rank: int, name: Optional[str] = None,
-               process_set=global_process_set):
+def broadcast_(
+    variables, root_rank: int, name: Optional[str] = None, process_set=global_process_set
+):
     """Assigns root_rank's values to `variables` (a list of tf.Variable, or one) in place and
     returns their new values (a list, or one tensor for one variable), as Horovod's. All go in
     one op; in a graph the values are read after the assignments."""
@@ -163,23 +236,26 @@ def broadcast_(variables, root_rank: int, name: Optional[str] = None,
         return []
     for v in variables:
         if not is_variable(v):
-            raise InvalidArgumentError(f"broadcast_ assigns in place: pass tf.Variable objects, "
-                                       f"not {type(v).__name__}")
-    values = _broadcast_into(variables, root_rank, name or "broadcast_", chain=True,
-                             process_set=ps)
+            raise InvalidArgumentError(
+                f"broadcast_ assigns in place: pass tf.Variable objects, not {type(v).__name__}"
+            )
+    values = _broadcast_into(variables, root_rank, name or "broadcast_", chain=True, process_set=ps)
     return values[0] if single else values
 
 
-def _broadcast_into(variables, root_rank: int, base: str, chain: bool,
-                    process_set: int = 0) -> list:
+def _broadcast_into(
+    variables, root_rank: int, base: str, chain: bool, process_set: int = 0
+) -> list:
     # By position only: Keras variable paths come from per-process name counters, and a model
     # loaded on the root only may name its variables differently from the others' (a wrong
     # order still fails, as a shape or dtype mismatch naming the tensor).
     labels = _naming.members(base, len(variables))
-    values = run_batch([request("broadcast", n, root=root_rank, process_set=process_set)
-                        for n in labels],
-                       [as_tensor(v, "broadcast_variables") for v in variables],
-                       "scaleout_broadcast_variables", chain)
+    values = run_batch(
+        [request("broadcast", n, root=root_rank, process_set=process_set) for n in labels],
+        [as_tensor(v, "broadcast_variables") for v in variables],
+        "scaleout_broadcast_variables",
+        chain,
+    )
     if tf.executing_eagerly() or tf.inside_function():
         for v, x in zip(variables, values):
             v.assign(x)
@@ -192,8 +268,13 @@ def _broadcast_into(variables, root_rank: int, base: str, chain: bool,
 
 
 @tf_errors
-def alltoall(tensor, splits=None, name: Optional[str] = None, ignore_name_scope: bool = False,
-             process_set=global_process_set):
+def alltoall(
+    tensor,
+    splits=None,
+    name: Optional[str] = None,
+    ignore_name_scope: bool = False,
+    process_set=global_process_set,
+):
     """Sends splits[i] rows of `tensor` (default: equal parts) to the i-th rank of
     `process_set` and returns the rows received, in the set's rank order; with `splits`, returns
     (received, received_splits). Differentiable (the gradient travels back the same way)."""
@@ -211,10 +292,17 @@ def alltoall(tensor, splits=None, name: Optional[str] = None, ignore_name_scope:
 
 
 @tf_errors
-def reducescatter(tensor, device_dense: str = "", compression=Compression.none,
-                  op: Optional[int] = Average, name: Optional[str] = None,
-                  process_set=global_process_set, ignore_name_scope: bool = False,
-                  prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> tf.Tensor:
+def reducescatter(
+    tensor,
+    device_dense: str = "",
+    compression=Compression.none,
+    op: Optional[int] = Average,
+    name: Optional[str] = None,
+    process_set=global_process_set,
+    ignore_name_scope: bool = False,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> tf.Tensor:
     """Reduces `tensor` across ranks (default Average) and gives each rank its slice of the first
     dimension (the first dim % size ranks get one row more). Differentiable for Sum/Average
     (Horovod's definition: the allgather of the output gradients, times size() for Sum)."""
@@ -223,16 +311,22 @@ def reducescatter(tensor, device_dense: str = "", compression=Compression.none,
     op = resolve_op(op, None)
     [wire], [ctx] = compressed([tensor], compression, "reducescatter")
     name = op_name("reducescatter", name, ignore_name_scope, ps)
-    out = differentiable_reducescatter([wire], [name], op, prescale_factor, postscale_factor,
-                                       ps)[0]
+    out = differentiable_reducescatter([wire], [name], op, prescale_factor, postscale_factor, ps)[0]
     return compression.decompress(out, ctx)
 
 
 @tf_errors
-def grouped_reducescatter(tensors, device_dense: str = "", compression=Compression.none,
-                          op: Optional[int] = Average, process_set=global_process_set,
-                          prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                          name: Optional[str] = None, ignore_name_scope: bool = False) -> list:
+def grouped_reducescatter(
+    tensors,
+    device_dense: str = "",
+    compression=Compression.none,
+    op: Optional[int] = Average,
+    process_set=global_process_set,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    name: Optional[str] = None,
+    ignore_name_scope: bool = False,
+) -> list:
     """reducescatter of each tensor of a list, as one op. Arguments as reducescatter (`name` and
     `ignore_name_scope` are scaleout's additions)."""
     check_devices("grouped_reducescatter", device_dense)
@@ -243,8 +337,9 @@ def grouped_reducescatter(tensors, device_dense: str = "", compression=Compressi
         return tensors
     base = op_name("reducescatter", name, ignore_name_scope, ps)
     wires, ctxs = compressed(tensors, compression, "grouped_reducescatter")
-    outs = differentiable_reducescatter(wires, _naming.members(base, len(wires)), op,
-                                        prescale_factor, postscale_factor, ps)
+    outs = differentiable_reducescatter(
+        wires, _naming.members(base, len(wires)), op, prescale_factor, postscale_factor, ps
+    )
     return [compression.decompress(o, c) for o, c in zip(outs, ctxs)]
 
 
@@ -254,8 +349,13 @@ def join(process_set=global_process_set) -> tf.Tensor:
     set joined); blocks until all joined and returns the (job's) rank that joined last, as an
     int32 scalar."""
     set_id(process_set, "join")
-    return call(lambda: [np.asarray(_so.join(process_set), np.int32)], [], [tf.int32],
-                [tf.TensorShape([])], "scaleout_join")[0]
+    return call(
+        lambda: [np.asarray(_so.join(process_set), np.int32)],
+        [],
+        [tf.int32],
+        [tf.TensorShape([])],
+        "scaleout_join",
+    )[0]
 
 
 @tf_errors
@@ -269,6 +369,7 @@ def barrier(name: Optional[str] = None, process_set=global_process_set):
     def np_fn():
         synchronize(submit(BARRIER, name=name, address=0, dtype=0, shape=(), process_set=ps))
         return []
+
     outs = call(np_fn, [], [], [], "scaleout_barrier")
     if tf.executing_eagerly() or tf.inside_function():
         return None
@@ -276,8 +377,13 @@ def barrier(name: Optional[str] = None, process_set=global_process_set):
 
 
 @tf_errors
-def broadcast_variables(variables, root_rank: int, process_set=global_process_set,
-                        inplace: bool = False, name: Optional[str] = None):
+def broadcast_variables(
+    variables,
+    root_rank: int,
+    process_set=global_process_set,
+    inplace: bool = False,
+    name: Optional[str] = None,
+):
     """Assigns root_rank's values to `variables` (tf.Variable or Keras variables) on every rank,
     all in one op. As Horovod's: by default eagerly returns None and in a graph the op that
     assigns them; with `inplace=True` (Horovod: without temporary copies) returns the variables'
@@ -287,8 +393,9 @@ def broadcast_variables(variables, root_rank: int, process_set=global_process_se
     variables = list(variables)
     if not variables:
         return [] if inplace else None
-    values = _broadcast_into(variables, root_rank, name or "broadcast_variables",
-                             chain=False, process_set=ps)
+    values = _broadcast_into(
+        variables, root_rank, name or "broadcast_variables", chain=False, process_set=ps
+    )
     if inplace:
         return values
     if tf.executing_eagerly():

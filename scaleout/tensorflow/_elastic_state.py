@@ -30,6 +30,7 @@ variables they are assigned to, every save, restore and load first builds an unb
 (on model.trainable_variables, as fit's first step would); a per-rank variable made after the
 save a restore goes back to returns to its initial value, zero.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Sequence, Tuple
@@ -65,9 +66,11 @@ def _distributed(optimizer):
 
 def _assign_all(variables: Sequence, values: Sequence[np.ndarray], what: str) -> None:
     if len(variables) != len(values):
-        raise ValueError(f"TensorFlowKerasState: the saved state has {len(values)} {what} "
-                         f"variables, this one has {len(variables)}: not the same model or "
-                         f"optimizer")
+        raise ValueError(
+            f"TensorFlowKerasState: the saved state has {len(values)} {what} "
+            f"variables, this one has {len(variables)}: not the same model or "
+            f"optimizer"
+        )
     for variable, value in zip(variables, values):
         variable.assign(value)
 
@@ -88,8 +91,10 @@ class TensorFlowKerasState(ObjectState):
             raise ValueError("Model must be built first. Run `model.build(input_shape)`.")
         self.optimizer = optimizer or getattr(model, "optimizer", None)
         if self.optimizer is None:
-            raise ValueError("TensorFlowKerasState needs an optimizer: compile the model first "
-                             "or pass optimizer=")
+            raise ValueError(
+                "TensorFlowKerasState needs an optimizer: compile the model first "
+                "or pass optimizer="
+            )
         self.backend = backend
         self._save_model()
         super().__init__(**kwargs)
@@ -126,7 +131,8 @@ class TensorFlowKerasState(ObjectState):
         self._saved_model_state = [_value(v) for v in model]
         self._saved_optimizer_state = [_value(v) for v in optimizer]
         self._saved_per_rank: Dict[int, Tuple[Any, np.ndarray]] = {
-            id(v): (v, _value(v)) for v in self._per_rank()}
+            id(v): (v, _value(v)) for v in self._per_rank()
+        }
 
     def _load_model(self) -> None:
         self._build_optimizer()
@@ -160,8 +166,11 @@ class TensorFlowKerasState(ObjectState):
     # ---- durable commits ----
 
     def _serializable(self) -> Dict[str, Any]:
-        return {**super()._serializable(), "model": self._saved_model_state,
-                "optimizer": self._saved_optimizer_state}
+        return {
+            **super()._serializable(),
+            "model": self._saved_model_state,
+            "optimizer": self._saved_optimizer_state,
+        }
 
     def _load_serializable(self, loaded: Dict[str, Any]) -> None:
         self._build_optimizer()
@@ -187,43 +196,48 @@ class TensorFlowState(ObjectState):
 
     def __init__(self, variables=None, session=None, **kwargs: Any) -> None:
         self._eager = tf.executing_eagerly()
-        self.variables = list(variables or ([] if self._eager
-                                            else tf.compat.v1.global_variables()))
+        self.variables = list(variables or ([] if self._eager else tf.compat.v1.global_variables()))
         self.session = session
         self._shared_variables = [v for v in self.variables if not _per_rank_tagged(v)]
         self._bcast_op = None
         self._assign_ops = None
         if not self._eager and self.variables:
-            self._bcast_op = broadcast_variables(self._shared_variables, root_rank=0,
-                                                 name="TensorFlowState.sync")
-            placeholders = [tf.compat.v1.placeholder(v.dtype.base_dtype, v.shape)
-                            for v in self.variables]
-            self._assign_ops = (placeholders,
-                                [v.assign(p, read_value=False) for v, p in
-                                 zip(self.variables, placeholders)])
+            self._bcast_op = broadcast_variables(
+                self._shared_variables, root_rank=0, name="TensorFlowState.sync"
+            )
+            placeholders = [
+                tf.compat.v1.placeholder(v.dtype.base_dtype, v.shape) for v in self.variables
+            ]
+            self._assign_ops = (
+                placeholders,
+                [v.assign(p, read_value=False) for v, p in zip(self.variables, placeholders)],
+            )
         self._save_model()
         super().__init__(**kwargs)
 
     def _session(self):
         session = self.session or tf.compat.v1.get_default_session()
         if session is None:
-            raise ValueError("TensorFlowState of a TF1 graph needs a session: pass session= or "
-                             "use it inside `with session.as_default():`")
+            raise ValueError(
+                "TensorFlowState of a TF1 graph needs a session: pass session= or "
+                "use it inside `with session.as_default():`"
+            )
         return session
 
     def _save_model(self) -> None:
         if self._eager:
             self._values = [_value(v) for v in self.variables]
         elif self.variables:
-            self._values = [np.array(x, copy=True)
-                            for x in self._session().run(self.variables)]
+            self._values = [np.array(x, copy=True) for x in self._session().run(self.variables)]
         else:
             self._values = []
 
     def _assign(self, variables: Sequence, values: Sequence[np.ndarray]) -> None:
         if len(values) != len(variables):
-            raise ValueError(f"TensorFlowState: the saved state has {len(values)} variables, "
-                             f"this one has {len(variables)}")
+            raise ValueError(
+                f"TensorFlowState: the saved state has {len(values)} variables, "
+                f"this one has {len(variables)}"
+            )
         if self._eager:
             for variable, value in zip(variables, values):
                 variable.assign(value)
@@ -233,9 +247,10 @@ class TensorFlowState(ObjectState):
         placeholders, ops = self._assign_ops
         position = {id(v): i for i, v in enumerate(self.variables)}
         chosen = [position[id(v)] for v in variables]
-        self._session().run([ops[i] for i in chosen],
-                            feed_dict={placeholders[i]: value for i, value in
-                                       zip(chosen, values)})
+        self._session().run(
+            [ops[i] for i in chosen],
+            feed_dict={placeholders[i]: value for i, value in zip(chosen, values)},
+        )
 
     def save(self) -> None:
         self._save_model()
@@ -247,16 +262,16 @@ class TensorFlowState(ObjectState):
 
     def sync(self) -> None:
         if self._eager:
-            broadcast_variables(self._shared_variables, root_rank=0,
-                                name="TensorFlowState.sync")
+            broadcast_variables(self._shared_variables, root_rank=0, name="TensorFlowState.sync")
         elif self._bcast_op is not None:
             self._session().run(self._bcast_op)
         self._save_model()
         super().sync()
 
     def _serializable(self) -> Dict[str, Any]:
-        shared = [value for v, value in zip(self.variables, self._values)
-                  if not _per_rank_tagged(v)]
+        shared = [
+            value for v, value in zip(self.variables, self._values) if not _per_rank_tagged(v)
+        ]
         return {**super()._serializable(), "variables": shared}
 
     def _load_serializable(self, loaded: Dict[str, Any]) -> None:

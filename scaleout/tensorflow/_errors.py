@@ -25,6 +25,7 @@ Where the conversion happens:
   through untouched. Should TensorFlow move those functions, install() leaves them alone and
   graph errors keep TensorFlow's class, with the scaleout message.
 """
+
 from __future__ import annotations
 
 import functools
@@ -46,10 +47,15 @@ def _dual(scaleout_cls: type, tf_cls: type, name: str, joined: bool = False) -> 
     def __str__(self):
         return tf_cls.__str__(self)
 
-    doc = (f"{scaleout_cls.__name__} raised through scaleout.tensorflow: also a "
-           f"tf.errors.{tf_cls.__name__}, as Horovod's TensorFlow ops raise it.")
-    cls = type(name, (scaleout_cls, tf_cls), {"__init__": __init__, "__str__": __str__,
-                                              "__doc__": doc, "__module__": __name__})
+    doc = (
+        f"{scaleout_cls.__name__} raised through scaleout.tensorflow: also a "
+        f"tf.errors.{tf_cls.__name__}, as Horovod's TensorFlow ops raise it."
+    )
+    cls = type(
+        name,
+        (scaleout_cls, tf_cls),
+        {"__init__": __init__, "__str__": __str__, "__doc__": doc, "__module__": __name__},
+    )
     return cls
 
 
@@ -79,8 +85,9 @@ TF_CLASSES = {base: _dual(base, tf_base, f"TF{base.__name__}") for base, tf_base
 
 # Horovod reports a collective that cannot run while a rank has joined as a precondition error;
 # scaleout's core reports it as a bad argument (INVALID_ARGUMENT) whose message says "joined".
-JoinedError = _dual(_errors.InvalidArgumentError, tf.errors.FailedPreconditionError,
-                    "TFJoinedError")
+JoinedError = _dual(
+    _errors.InvalidArgumentError, tf.errors.FailedPreconditionError, "TFJoinedError"
+)
 _JOINED = re.compile(r"cannot run while ranks? [0-9, and]+ ha(?:s|ve) joined: as in Horovod")
 
 _BY_NAME = {cls.__name__: cls for cls in [*TF_CLASSES.values(), JoinedError]}
@@ -113,6 +120,7 @@ def typed(error: BaseException) -> BaseException:
 
 def tf_errors(fn):
     """Decorator for the shim's entry points: scaleout errors leave as their TF-typed class."""
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
@@ -122,13 +130,16 @@ def tf_errors(fn):
             if converted is e:
                 raise
             raise converted.with_traceback(e.__traceback__) from None
+
     return tf.autograph.experimental.do_not_convert(wrapper)
 
 
 # Python's words between chained exceptions in a traceback: only what follows the last of them
 # is the exception the numpy_function ended with.
-_CHAINED = re.compile(r"During handling of the above exception, another exception occurred:|"
-                      r"The above exception was the direct cause of the following exception:")
+_CHAINED = re.compile(
+    r"During handling of the above exception, another exception occurred:|"
+    r"The above exception was the direct cause of the following exception:"
+)
 
 
 def _class_in_message(message) -> Optional[type]:
@@ -150,6 +161,7 @@ def _retyped(error: tf.errors.OpError) -> tf.errors.OpError:
 
 def _retyping(fn):
     """fn, whose OpErrors that carry a scaleout class name leave as that class."""
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
@@ -159,6 +171,7 @@ def _retyping(fn):
             if converted is e:
                 raise
             raise converted from None
+
     return wrapper
 
 
@@ -174,11 +187,13 @@ def install() -> None:
     _installed = True
     try:
         from tensorflow.python.eager import context as context_module
+
         context_module.Context.call_function = _retyping(context_module.Context.call_function)
     except (ImportError, AttributeError):  # pragma: no cover - depends on TF's internals
         pass
     try:
         from tensorflow.python.client import session as session_module
+
         session_module.BaseSession._do_call = _retyping(session_module.BaseSession._do_call)
     except (ImportError, AttributeError):  # pragma: no cover
         pass

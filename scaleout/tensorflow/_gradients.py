@@ -5,6 +5,7 @@ All gradients of a step go to the core in one op (submitted together, then waite
 so the core fuses them into a few large messages. Names come from the gradient's position and its
 variable's name, so they are the same on every rank and in every step.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -13,8 +14,8 @@ from typing import Any, List, Optional, Sequence
 import tensorflow as tf
 
 from scaleout._gradient_rules import check_predivide_op, predivided
-from scaleout._native import Average, Sum, resolve_op
 from scaleout._naming import INDICES, VALUES, member, part
+from scaleout._native import Average, Sum, resolve_op
 from scaleout._process_sets import global_process_set, set_size
 from scaleout._topk import TopK, given_momentum
 from scaleout.tensorflow._arguments import as_tensor, check_device, set_id, variable_label
@@ -23,16 +24,27 @@ from scaleout.tensorflow._errors import UnsupportedError, tf_errors
 from scaleout.tensorflow._op_runner import not_converted, request, run_batch
 from scaleout.tensorflow._topk import TopKVariables
 
-__all__ = ["DistributedGradientTape", "PartialDistributedGradientTape", "reduce_gradients",
-           "check_groups", "LocalSources"]
+__all__ = [
+    "DistributedGradientTape",
+    "PartialDistributedGradientTape",
+    "reduce_gradients",
+    "check_groups",
+    "LocalSources",
+]
 
 
 @not_converted
-def reduce_gradients(grads: Sequence[Any], sources: Sequence[Any], prefix: str,
-                     op: int = Average, compression=Compression.none,
-                     sparse_as_dense: bool = False,
-                     gradient_predivide_factor: float = 1.0,
-                     generic_names: bool = False, process_set=global_process_set) -> List[Any]:
+def reduce_gradients(
+    grads: Sequence[Any],
+    sources: Sequence[Any],
+    prefix: str,
+    op: int = Average,
+    compression=Compression.none,
+    sparse_as_dense: bool = False,
+    gradient_predivide_factor: float = 1.0,
+    generic_names: bool = False,
+    process_set=global_process_set,
+) -> List[Any]:
     """Reduces every gradient across the ranks of `process_set` in one op; None stays None.
     Average divides by the set's size. A tf.IndexedSlices is gathered (values and indices)
     unless `sparse_as_dense`, which reduces it as a dense tensor. Names: the prefix, the
@@ -51,8 +63,7 @@ def reduce_gradients(grads: Sequence[Any], sources: Sequence[Any], prefix: str,
             plan.append(None)
             continue
         label = part(prefix, f"grad_{i}") if generic_names else member(prefix, i)
-        var_label = ("" if generic_names or isinstance(source, tf.Tensor)
-                     else variable_label(source))
+        var_label = "" if generic_names or isinstance(source, tf.Tensor) else variable_label(source)
         if var_label:
             label = part(label, var_label)
         if isinstance(grad, tf.IndexedSlices) and (sparse_as_dense or topk):
@@ -65,10 +76,13 @@ def reduce_gradients(grads: Sequence[Any], sources: Sequence[Any], prefix: str,
             if op not in (Sum, Average):
                 raise UnsupportedError(
                     f"sparse gradient of {label}: tf.IndexedSlices are reduced with Sum or "
-                    "Average; pass sparse_as_dense=True for other ops")
+                    "Average; pass sparse_as_dense=True for other ops"
+                )
             values, ctx = compression.compress(as_tensor(grad.values, "gradient"))
-            requests += [request("allgather", part(label, VALUES), process_set=ps),
-                         request("allgather", part(label, INDICES), process_set=ps)]
+            requests += [
+                request("allgather", part(label, VALUES), process_set=ps),
+                request("allgather", part(label, INDICES), process_set=ps),
+            ]
             inputs += [values, as_tensor(grad.indices, "gradient")]
             plan.append(("sparse", ctx, grad.dense_shape))
         else:
@@ -78,8 +92,9 @@ def reduce_gradients(grads: Sequence[Any], sources: Sequence[Any], prefix: str,
             plan.append(("dense", ctx, None))
 
     if topk:
-        outs = iter(compression.reduce(inputs, requests, wire_op, prescale, postscale, ps)
-                    if inputs else [])
+        outs = iter(
+            compression.reduce(inputs, requests, wire_op, prescale, postscale, ps) if inputs else []
+        )
         compression = Compression.none
     else:
         outs = iter(run_batch(requests, inputs, "scaleout_reduce_gradients"))
@@ -109,8 +124,8 @@ def tape_topk_state(compression, what: str = "DistributedGradientTape"):
         return compression
     if compression.tf_state is None:
         compression.tf_state = TopKVariables(
-            compression, given_momentum(compression, what),
-            "DistributedGradientTape")
+            compression, given_momentum(compression, what), "DistributedGradientTape"
+        )
     return compression.tf_state
 
 
@@ -118,14 +133,19 @@ def check_groups(num_groups: int, groups):
     """Horovod's checks of `num_groups` (deprecated, warns) and `groups` (a positive number or a
     list of lists of variables); returns the groups to use."""
     if num_groups:
-        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be "
-                      "removed (as in Horovod)", DeprecationWarning, stacklevel=3)
+        warnings.warn(
+            "Parameter `num_groups` has been replaced by `groups` and will be "
+            "removed (as in Horovod)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
         if groups is None:
             groups = num_groups
     if groups is not None and not isinstance(groups, list):
         if isinstance(groups, bool) or not isinstance(groups, int) or groups <= 0:
-            raise ValueError("groups should be a non-negative integer or a list of list of "
-                             "tf.Variable.")
+            raise ValueError(
+                "groups should be a non-negative integer or a list of list of tf.Variable."
+            )
     return groups
 
 
@@ -158,8 +178,9 @@ class LocalSources:
         if grad is None or not self.scale:
             return grad
         if isinstance(grad, tf.IndexedSlices):
-            return tf.IndexedSlices(grad.values / tf.cast(size, grad.values.dtype), grad.indices,
-                                    grad.dense_shape)
+            return tf.IndexedSlices(
+                grad.values / tf.cast(size, grad.values.dtype), grad.indices, grad.dense_shape
+            )
         return grad / tf.cast(size, grad.dtype)
 
     def reduce(self, grads, sources, prefix: str, **options) -> list:
@@ -168,8 +189,9 @@ class LocalSources:
         shared, local = self.split(grads, sources)
         out = list(grads)
         if any(grads[i] is not None for i in shared):
-            reduced = reduce_gradients([grads[i] for i in shared], [sources[i] for i in shared],
-                                       prefix, **options)
+            reduced = reduce_gradients(
+                [grads[i] for i in shared], [sources[i] for i in shared], prefix, **options
+            )
             for i, g in zip(shared, reduced):
                 out[i] = g
         if local:
@@ -202,17 +224,35 @@ class DistributedGradientTape(tf.GradientTape):
     only.
     """
 
-    def __init__(self, gradtape: tf.GradientTape, device_dense: str = "",
-                 device_sparse: str = "", compression=Compression.none,
-                 sparse_as_dense: bool = False, op: int = Average,
-                 gradient_predivide_factor: float = 1.0, num_groups: int = 0, groups=None,
-                 process_set=global_process_set, scale_local_gradients: bool = True,
-                 name: Optional[str] = None):
+    def __init__(
+        self,
+        gradtape: tf.GradientTape,
+        device_dense: str = "",
+        device_sparse: str = "",
+        compression=Compression.none,
+        sparse_as_dense: bool = False,
+        op: int = Average,
+        gradient_predivide_factor: float = 1.0,
+        num_groups: int = 0,
+        groups=None,
+        process_set=global_process_set,
+        scale_local_gradients: bool = True,
+        name: Optional[str] = None,
+    ):
         if not isinstance(gradtape, tf.GradientTape):
-            raise TypeError(f"DistributedGradientTape wraps a tf.GradientTape, not "
-                            f"{type(gradtape).__name__}")
-        groups = _configure("DistributedGradientTape", device_dense, device_sparse, op,
-                            gradient_predivide_factor, num_groups, groups, process_set)
+            raise TypeError(
+                f"DistributedGradientTape wraps a tf.GradientTape, not {type(gradtape).__name__}"
+            )
+        groups = _configure(
+            "DistributedGradientTape",
+            device_dense,
+            device_sparse,
+            op,
+            gradient_predivide_factor,
+            num_groups,
+            groups,
+            process_set,
+        )
         # Take over the recorded tape's state (not a copy of the recording), so this object is
         # the tape: it can be used instead of it, also as a context manager.
         self.__dict__.update(gradtape.__dict__)
@@ -231,15 +271,26 @@ class DistributedGradientTape(tf.GradientTape):
         self._scaleout_local.add(source)
 
     @not_converted
-    def gradient(self, target, sources, output_gradients=None, use_generic_names: bool = False,
-                 unconnected_gradients=tf.UnconnectedGradients.NONE):
-        grads = super().gradient(target, sources, output_gradients=output_gradients,
-                                 unconnected_gradients=unconnected_gradients)
+    def gradient(
+        self,
+        target,
+        sources,
+        output_gradients=None,
+        use_generic_names: bool = False,
+        unconnected_gradients=tf.UnconnectedGradients.NONE,
+    ):
+        grads = super().gradient(
+            target,
+            sources,
+            output_gradients=output_gradients,
+            unconnected_gradients=unconnected_gradients,
+        )
         return _reduce_structure(self, grads, sources, use_generic_names)
 
     @not_converted
-    def get_local_and_global_gradients(self, target, sources, output_gradients=None,
-                                       use_generic_names: bool = False):
+    def get_local_and_global_gradients(
+        self, target, sources, output_gradients=None, use_generic_names: bool = False
+    ):
         """As Horovod's: (local, global), two lists of (source, gradient) pairs: the sources
         registered with register_local_source and their gradients (scaled as gradient() scales
         them), and the other sources with their gradients reduced across ranks."""
@@ -257,16 +308,30 @@ def _reduce_structure(tape, grads, sources, generic_names: bool):
     flat_grads = tf.nest.flatten(grads)
     flat_sources = tf.nest.flatten(sources)
     reduced = tape._scaleout_local.reduce(
-        flat_grads, flat_sources, tape._scaleout_prefix, op=tape._scaleout_op,
-        compression=tape._scaleout_compression, sparse_as_dense=tape._scaleout_sparse_as_dense,
-        gradient_predivide_factor=tape._scaleout_predivide, generic_names=generic_names,
-        process_set=tape.process_set)
+        flat_grads,
+        flat_sources,
+        tape._scaleout_prefix,
+        op=tape._scaleout_op,
+        compression=tape._scaleout_compression,
+        sparse_as_dense=tape._scaleout_sparse_as_dense,
+        gradient_predivide_factor=tape._scaleout_predivide,
+        generic_names=generic_names,
+        process_set=tape.process_set,
+    )
     return tf.nest.pack_sequence_as(grads, reduced)
 
 
 @tf_errors
-def _configure(what: str, device_dense, device_sparse, op, gradient_predivide_factor,
-               num_groups, groups, process_set):
+def _configure(
+    what: str,
+    device_dense,
+    device_sparse,
+    op,
+    gradient_predivide_factor,
+    num_groups,
+    groups,
+    process_set,
+):
     """The checks Horovod's DistributedGradientTape and DistributedOptimizer make, in its order;
     returns the groups to use."""
     check_predivide_op(resolve_op(op, None), gradient_predivide_factor)
@@ -279,16 +344,24 @@ def _configure(what: str, device_dense, device_sparse, op, gradient_predivide_fa
     return groups
 
 
-def PartialDistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
-                                   device_sparse: str = "", compression=Compression.none,
-                                   sparse_as_dense: bool = False, op: int = Average,
-                                   gradient_predivide_factor: float = 1.0, num_groups: int = 0,
-                                   groups=None, process_set=global_process_set,
-                                   local_layers=None, scale_local_gradients: bool = True
-                                   ) -> DistributedGradientTape:
+def PartialDistributedGradientTape(
+    gradtape: tf.GradientTape,
+    device_dense: str = "",
+    device_sparse: str = "",
+    compression=Compression.none,
+    sparse_as_dense: bool = False,
+    op: int = Average,
+    gradient_predivide_factor: float = 1.0,
+    num_groups: int = 0,
+    groups=None,
+    process_set=global_process_set,
+    local_layers=None,
+    scale_local_gradients: bool = True,
+) -> DistributedGradientTape:
     """A DistributedGradientTape whose `local_layers` (Keras layers; one or a list) keep their
     gradients local: their trainable weights are registered with register_local_source."""
     import keras
+
     if local_layers is None:
         local_layers = []
     elif isinstance(local_layers, keras.layers.Layer):
@@ -297,9 +370,19 @@ def PartialDistributedGradientTape(gradtape: tf.GradientTape, device_dense: str 
         local_layers = list(local_layers)
         if not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
             raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
-    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression,
-                                   sparse_as_dense, op, gradient_predivide_factor, num_groups,
-                                   groups, process_set, scale_local_gradients)
+    tape = DistributedGradientTape(
+        gradtape,
+        device_dense,
+        device_sparse,
+        compression,
+        sparse_as_dense,
+        op,
+        gradient_predivide_factor,
+        num_groups,
+        groups,
+        process_set,
+        scale_local_gradients,
+    )
     for layer in local_layers:
         for variable in layer.trainable_weights:
             tape.register_local_source(variable)

@@ -14,6 +14,7 @@ tf.function, Note [TF1 graph order] below for tf.compat.v1 graphs.
 XLA: a numpy_function cannot be compiled by XLA, so these ops refuse to be traced into a
 `tf.function(jit_compile=True)` (or a Keras model compiled with `jit_compile=True`) and say so.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -29,8 +30,7 @@ from scaleout._native import ALLGATHER, ALLREDUCE, BROADCAST, REDUCESCATTER, Sum
 from scaleout.tensorflow import _errors
 from scaleout.tensorflow._errors import typed
 
-__all__ = ["Request", "request", "not_converted", "call", "aligned_empty", "out_shape",
-           "run_batch"]
+__all__ = ["Request", "request", "not_converted", "call", "aligned_empty", "out_shape", "run_batch"]
 
 _errors.install()  # graph errors as their scaleout and tf.errors classes (Note [TF error types])
 
@@ -40,8 +40,15 @@ _errors.install()  # graph errors as their scaleout and tf.errors classes (Note 
 Request = Tuple[str, str, int, float, float, int, int]
 
 
-def request(kind: str, name: str, op: int = Sum, prescale: float = 1.0, postscale: float = 1.0,
-            root: int = 0, process_set: int = 0) -> Request:
+def request(
+    kind: str,
+    name: str,
+    op: int = Sum,
+    prescale: float = 1.0,
+    postscale: float = 1.0,
+    root: int = 0,
+    process_set: int = 0,
+) -> Request:
     return (kind, name, op, prescale, postscale, root, process_set)
 
 
@@ -53,6 +60,7 @@ not_converted = tf.autograph.experimental.do_not_convert
 def _check_not_xla(what: str) -> None:
     try:  # a private module; if it moves, XLA's own error still names the PyFunc op
         from tensorflow.python.ops import control_flow_util
+
         in_xla = control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
     except (ImportError, AttributeError):
         return
@@ -61,7 +69,8 @@ def _check_not_xla(what: str) -> None:
             f"{what} cannot run inside an XLA-compiled function: scaleout's collectives are "
             "Python functions (tf.numpy_function), which XLA cannot compile. Use "
             "tf.function(jit_compile=False), or model.compile(..., jit_compile=False) for Keras "
-            "(Keras's default 'auto' already picks False on CPU-only machines).")
+            "(Keras's default 'auto' already picks False on CPU-only machines)."
+        )
 
 
 # Note [TF1 graph order]
@@ -90,15 +99,24 @@ def _chained_op(graph, make, chain: bool):
     deps = [previous[0]] if previous is not None and previous[1] is context else []
     with tf.control_dependencies(deps):
         outs = make()
-    op = outs.op if isinstance(outs, tf.Tensor) else (
-        outs if isinstance(outs, tf.Operation) else (outs[0].op if outs else None))
+    op = (
+        outs.op
+        if isinstance(outs, tf.Tensor)
+        else (outs if isinstance(outs, tf.Operation) else (outs[0].op if outs else None))
+    )
     if op is not None:
         _last_graph_op[graph] = (op, context)
     return outs
 
 
-def call(np_fn: Callable[..., list], inputs: Sequence[tf.Tensor], out_dtypes: Sequence[tf.DType],
-         out_shapes: Sequence, what: str, chain: bool = True) -> List[tf.Tensor]:
+def call(
+    np_fn: Callable[..., list],
+    inputs: Sequence[tf.Tensor],
+    out_dtypes: Sequence[tf.DType],
+    out_shapes: Sequence,
+    what: str,
+    chain: bool = True,
+) -> List[tf.Tensor]:
     """Runs `np_fn(*arrays) -> list of arrays` now (eagerly) or as one stateful graph op. Errors
     leave as their TensorFlow-typed classes (scaleout.tensorflow._errors)."""
     try:
@@ -121,9 +139,17 @@ def call(np_fn: Callable[..., list], inputs: Sequence[tf.Tensor], out_dtypes: Se
             raise typed(e) from None
 
     graph = tf.compat.v1.get_default_graph()
-    outs = _chained_op(graph, lambda: tf.numpy_function(
-        not_converted(typed_fn), list(inputs), list(out_dtypes), stateful=True,
-        name=what.replace(" ", "_")), chain)
+    outs = _chained_op(
+        graph,
+        lambda: tf.numpy_function(
+            not_converted(typed_fn),
+            list(inputs),
+            list(out_dtypes),
+            stateful=True,
+            name=what.replace(" ", "_"),
+        ),
+        chain,
+    )
     if isinstance(outs, tf.Operation):
         return [outs]
     if not isinstance(outs, (list, tuple)):
@@ -145,8 +171,12 @@ def _host_view(tensor: tf.Tensor) -> np.ndarray:
 def _adopt(array, dtype: tf.DType) -> tf.Tensor:
     """A tensor over a result array the caller no longer uses (no copy where DLPack allows)."""
     array = np.asarray(array)
-    if (array.size and array.flags.c_contiguous and address(array) % _ALIGN == 0
-            and array.dtype == dtype.as_numpy_dtype):
+    if (
+        array.size
+        and array.flags.c_contiguous
+        and address(array) % _ALIGN == 0
+        and array.dtype == dtype.as_numpy_dtype
+    ):
         try:
             return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
         except (BufferError, TypeError, ValueError, RuntimeError, tf.errors.OpError):
@@ -162,7 +192,7 @@ def aligned_empty(shape, dtype) -> np.ndarray:
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     raw = np.empty(nbytes + _ALIGN, np.uint8)
     start = -address(raw) % _ALIGN
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
+    return raw[start : start + nbytes].view(dtype).reshape(shape)
 
 
 _ALIGN = 64
@@ -174,17 +204,38 @@ def _submit(req: Request, array: np.ndarray) -> _so.Handle:
     kind, name, op, prescale, postscale, root, ps = req
     if kind == "allreduce":
         a = np.asarray(array)
-        return submit_into(ALLREDUCE, name, a, output=aligned_empty(a.shape, a.dtype), op=op,
-                           prescale_factor=prescale, postscale_factor=postscale, process_set=ps)
+        return submit_into(
+            ALLREDUCE,
+            name,
+            a,
+            output=aligned_empty(a.shape, a.dtype),
+            op=op,
+            prescale_factor=prescale,
+            postscale_factor=postscale,
+            process_set=ps,
+        )
     if kind == "allgather":
         return submit_owned(ALLGATHER, name, array, process_set=ps)
     if kind == "broadcast":
         a = np.asarray(array)
-        return submit_into(BROADCAST, name, a, output=aligned_empty(a.shape, a.dtype),
-                           root_rank=root, process_set=ps)
+        return submit_into(
+            BROADCAST,
+            name,
+            a,
+            output=aligned_empty(a.shape, a.dtype),
+            root_rank=root,
+            process_set=ps,
+        )
     if kind == "reducescatter":
-        return submit_owned(REDUCESCATTER, name, array, op=op, prescale_factor=prescale,
-                            postscale_factor=postscale, process_set=ps)
+        return submit_owned(
+            REDUCESCATTER,
+            name,
+            array,
+            op=op,
+            prescale_factor=prescale,
+            postscale_factor=postscale,
+            process_set=ps,
+        )
     raise InvalidArgumentError(f"unknown collective kind {kind!r}")
 
 
@@ -198,8 +249,12 @@ def out_shape(kind: str, shape: tf.TensorShape) -> tf.TensorShape:
     return tf.TensorShape([None]).concatenate(shape[1:])
 
 
-def run_batch(requests: Sequence[Request], tensors: Sequence[tf.Tensor],
-              what: str = "scaleout_batch", chain: bool = True) -> List[tf.Tensor]:
+def run_batch(
+    requests: Sequence[Request],
+    tensors: Sequence[tf.Tensor],
+    what: str = "scaleout_batch",
+    chain: bool = True,
+) -> List[tf.Tensor]:
     """Runs one collective per (request, tensor), all submitted before any is waited for, as one
     op. Outputs keep the inputs' dtypes."""
     requests = list(requests)
@@ -212,6 +267,11 @@ def run_batch(requests: Sequence[Request], tensors: Sequence[tf.Tensor],
         handles = [_submit(req, a) for req, a in zip(requests, arrays)]
         return [np.asarray(r) for r in wait_all(handles)]
 
-    return call(np_fn, tensors, [t.dtype for t in tensors],
-                [out_shape(req[0], t.shape) for req, t in zip(requests, tensors)], what, chain)
-
+    return call(
+        np_fn,
+        tensors,
+        [t.dtype for t in tensors],
+        [out_shape(req[0], t.shape) for req, t in zip(requests, tensors)],
+        what,
+        chain,
+    )

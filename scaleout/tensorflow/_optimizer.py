@@ -5,6 +5,7 @@
   becomes a tf.compat.v1.train.Optimizer whose compute_gradients() reduces the gradients across
   ranks (so minimize() does too) and whose apply_gradients() is the wrapped optimizer's.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -15,9 +16,13 @@ import keras
 import tensorflow as tf
 
 from scaleout._errors import InvalidArgumentError
-from scaleout._gradient_rules import (check_adasum_aggregation, check_adasum_compression,
-                                      check_adasum_keras, check_adasum_process_set,
-                                      check_backward_passes_per_step)
+from scaleout._gradient_rules import (
+    check_adasum_aggregation,
+    check_adasum_compression,
+    check_adasum_keras,
+    check_adasum_process_set,
+    check_backward_passes_per_step,
+)
 from scaleout._naming import member, part
 from scaleout._native import Adasum, Average, Sum
 from scaleout._process_sets import global_process_set, process_set_id
@@ -66,17 +71,31 @@ class _LegacyDistributedOptimizer(_WrappingOptimizer):
     """A tf.compat.v1.train.Optimizer that reduces gradients across ranks in compute_gradients
     and delegates everything else to the optimizer it wraps (Note [TF1 local aggregation])."""
 
-    def __init__(self, optimizer, name, use_locking, compression, sparse_as_dense, op,
-                 gradient_predivide_factor, scale_local_gradients, backward_passes_per_step,
-                 average_aggregated_gradients, process_set):
+    def __init__(
+        self,
+        optimizer,
+        name,
+        use_locking,
+        compression,
+        sparse_as_dense,
+        op,
+        gradient_predivide_factor,
+        scale_local_gradients,
+        backward_passes_per_step,
+        average_aggregated_gradients,
+        process_set,
+    ):
         # the state: the pass counter and, by gradient position, the local sums
-        super().__init__(optimizer, name or f"Distributed{type(optimizer).__name__}",
-                         use_locking, _CountedSlots)
-        self._scaleout_options = dict(op=op, compression=tape_topk_state(
-            compression, "a TF1 DistributedOptimizer"),
-                                      sparse_as_dense=bool(sparse_as_dense),
-                                      gradient_predivide_factor=float(gradient_predivide_factor),
-                                      process_set=process_set)
+        super().__init__(
+            optimizer, name or f"Distributed{type(optimizer).__name__}", use_locking, _CountedSlots
+        )
+        self._scaleout_options = dict(
+            op=op,
+            compression=tape_topk_state(compression, "a TF1 DistributedOptimizer"),
+            sparse_as_dense=bool(sparse_as_dense),
+            gradient_predivide_factor=float(gradient_predivide_factor),
+            process_set=process_set,
+        )
         self.process_set = process_set
         self._scaleout_local = LocalSources(scale_local_gradients)
         self._passes = int(backward_passes_per_step)
@@ -88,8 +107,9 @@ class _LegacyDistributedOptimizer(_WrappingOptimizer):
         self._scaleout_local.add(var)
 
     def _reduce(self, grads, variables):
-        return self._scaleout_local.reduce(grads, variables, self.get_name(),
-                                           **self._scaleout_options)
+        return self._scaleout_local.reduce(
+            grads, variables, self.get_name(), **self._scaleout_options
+        )
 
     @tf_errors
     def compute_gradients(self, *args, **kwargs):
@@ -110,15 +130,21 @@ class _LegacyDistributedOptimizer(_WrappingOptimizer):
             g = grads[i]
             if isinstance(g, tf.IndexedSlices):
                 if not self._scaleout_options["sparse_as_dense"]:
-                    raise ValueError("IndexedSlices are not supported when "
-                                     "backward_passes_per_step > 1 and sparse_as_dense is False: "
-                                     "pass sparse_as_dense=True")
+                    raise ValueError(
+                        "IndexedSlices are not supported when "
+                        "backward_passes_per_step > 1 and sparse_as_dense is False: "
+                        "pass sparse_as_dense=True"
+                    )
                 g = tf.convert_to_tensor(g)
             dense[i] = g
         state = self._state()
-        state.ensure(f"{self.get_name()}_aggregation_counter",
-                     {i: (f"{self.get_name()}_aggregated_{i}", tuple(variables[i].shape),
-                          dense[i].dtype) for i in present})
+        state.ensure(
+            f"{self.get_name()}_aggregation_counter",
+            {
+                i: (f"{self.get_name()}_aggregated_{i}", tuple(variables[i].shape), dense[i].dtype)
+                for i in present
+            },
+        )
         updates = [state.slots[i].assign_add(dense[i], read_value=False) for i in present]
         with tf.control_dependencies([u for u in updates if u is not None]):
             count = state.count.assign_add(1, read_value=True)
@@ -133,8 +159,10 @@ class _LegacyDistributedOptimizer(_WrappingOptimizer):
             if self._average_passes:
                 out = [g / tf.cast(self._passes, g.dtype) for g in out]
             with tf.control_dependencies(out):
-                clears = [state.slots[i].assign(tf.zeros_like(state.slots[i]), read_value=False)
-                          for i in present]
+                clears = [
+                    state.slots[i].assign(tf.zeros_like(state.slots[i]), read_value=False)
+                    for i in present
+                ]
                 clears.append(state.count.assign(0, read_value=False))
             with tf.control_dependencies([c for c in clears if c is not None]):
                 return [tf.identity(g) for g in out]
@@ -159,8 +187,9 @@ class _LegacyDistributedOptimizer(_WrappingOptimizer):
         after = [g for g, _ in grads_and_vars if g is not None]
 
         def apply():
-            with tf.control_dependencies([self._optimizer.apply_gradients(
-                    grads_and_vars, global_step, name)]):
+            with tf.control_dependencies(
+                [self._optimizer.apply_gradients(grads_and_vars, global_step, name)]
+            ):
                 return tf.constant(True)
 
         def skip():
@@ -179,8 +208,12 @@ class _AdasumDistributedOptimizer(_WrappingOptimizer):
     """DistributedOptimizer(op=Adasum) for a TF1 optimizer (Note [TF1 Adasum optimizer])."""
 
     def __init__(self, optimizer, name, use_locking, compression, backward_passes_per_step):
-        super().__init__(optimizer, name or f"DistributedDelta{type(optimizer).__name__}",
-                         use_locking, _CountedSlots)
+        super().__init__(
+            optimizer,
+            name or f"DistributedDelta{type(optimizer).__name__}",
+            use_locking,
+            _CountedSlots,
+        )
         self._compression = compression
         self._passes = int(backward_passes_per_step)
 
@@ -193,15 +226,20 @@ class _AdasumDistributedOptimizer(_WrappingOptimizer):
         grads_and_vars = [(g, v) for g, v in grads_and_vars]
         variables = [v for g, v in grads_and_vars if g is not None]
         state = self._state()  # the calls counted, and each variable's start
-        state.ensure(f"{self.get_name()}_delta_count",
-                     {v.ref(): (f"{self.get_name()}_delta_start_{i}", v.shape,
-                                v.dtype.base_dtype) for i, v in enumerate(variables)})
+        state.ensure(
+            f"{self.get_name()}_delta_count",
+            {
+                v.ref(): (f"{self.get_name()}_delta_start_{i}", v.shape, v.dtype.base_dtype)
+                for i, v in enumerate(variables)
+            },
+        )
         starts = [state.slots[v.ref()] for v in variables]
         first = tf.equal(state.count.read_value(), 0)
 
         def keep_starts():
-            with tf.control_dependencies([s.assign(v.read_value(), read_value=False)
-                                          for s, v in zip(starts, variables)]):
+            with tf.control_dependencies(
+                [s.assign(v.read_value(), read_value=False) for s, v in zip(starts, variables)]
+            ):
                 return tf.constant(True)
 
         kept = tf.cond(first, keep_starts, lambda: tf.constant(False))
@@ -235,8 +273,9 @@ def _kept_variable(initial, name):
     broadcast with the global variables."""
     if tf.executing_eagerly():
         return tf.Variable(initial, trainable=False, name=name)
-    return tf.compat.v1.Variable(initial, trainable=False, name=name,
-                                 collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES])
+    return tf.compat.v1.Variable(
+        initial, trainable=False, name=name, collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES]
+    )
 
 
 def adasum_changes(deltas, variables, prefix, compression):
@@ -291,14 +330,23 @@ class _CountedSlots:
 
 
 @tf_errors
-def DistributedOptimizer(optimizer, name: Optional[str] = None, use_locking: bool = False,
-                         device_dense: str = "", device_sparse: str = "",
-                         compression=Compression.none, sparse_as_dense: bool = False,
-                         backward_passes_per_step: int = 1, op: int = Average,
-                         gradient_predivide_factor: float = 1.0,
-                         average_aggregated_gradients: bool = False, num_groups: int = 0,
-                         groups=None, process_set=global_process_set,
-                         scale_local_gradients: bool = True):
+def DistributedOptimizer(
+    optimizer,
+    name: Optional[str] = None,
+    use_locking: bool = False,
+    device_dense: str = "",
+    device_sparse: str = "",
+    compression=Compression.none,
+    sparse_as_dense: bool = False,
+    backward_passes_per_step: int = 1,
+    op: int = Average,
+    gradient_predivide_factor: float = 1.0,
+    average_aggregated_gradients: bool = False,
+    num_groups: int = 0,
+    groups=None,
+    process_set=global_process_set,
+    scale_local_gradients: bool = True,
+):
     """Wraps a TF1 (tf.compat.v1.train.Optimizer) or Keras optimizer so that its gradients are
     reduced across ranks, with Horovod 0.28.1's arguments and checks:
 
@@ -319,33 +367,61 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None, use_locking: boo
     if isinstance(optimizer, keras.optimizers.Optimizer):
         check_adasum_keras(op)
         if op != Average:
-            warnings.warn("scaleout.tensorflow.DistributedOptimizer of a Keras optimizer averages "
-                          "whatever `op` says (as Horovod's does); for Sum use "
-                          "scaleout.tensorflow.keras.DistributedOptimizer(..., op=Sum)",
-                          stacklevel=3)
+            warnings.warn(
+                "scaleout.tensorflow.DistributedOptimizer of a Keras optimizer averages "
+                "whatever `op` says (as Horovod's does); for Sum use "
+                "scaleout.tensorflow.keras.DistributedOptimizer(..., op=Sum)",
+                stacklevel=3,
+            )
         return keras_optimizer.DistributedOptimizer(
-            optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,
-            compression=compression, sparse_as_dense=sparse_as_dense,
+            optimizer,
+            name=name,
+            device_dense=device_dense,
+            device_sparse=device_sparse,
+            compression=compression,
+            sparse_as_dense=sparse_as_dense,
             gradient_predivide_factor=gradient_predivide_factor,
             backward_passes_per_step=backward_passes_per_step,
-            average_aggregated_gradients=average_aggregated_gradients, process_set=process_set,
-            scale_local_gradients=scale_local_gradients)
+            average_aggregated_gradients=average_aggregated_gradients,
+            process_set=process_set,
+            scale_local_gradients=scale_local_gradients,
+        )
     if not isinstance(optimizer, tf.compat.v1.train.Optimizer):
-        raise ValueError(f"DistributedOptimizer wraps a tf.compat.v1.train.Optimizer or a Keras "
-                         f"optimizer, not {type(optimizer).__name__}")
-    _configure("DistributedOptimizer", device_dense, device_sparse, op,
-               gradient_predivide_factor, num_groups, groups, process_set)
+        raise ValueError(
+            f"DistributedOptimizer wraps a tf.compat.v1.train.Optimizer or a Keras "
+            f"optimizer, not {type(optimizer).__name__}"
+        )
+    _configure(
+        "DistributedOptimizer",
+        device_dense,
+        device_sparse,
+        op,
+        gradient_predivide_factor,
+        num_groups,
+        groups,
+        process_set,
+    )
     if op == Adasum:
         check_adasum_compression(op, isinstance(compression, TopK))
         check_adasum_aggregation(average_aggregated_gradients)
         check_adasum_process_set(process_set_id(process_set, "DistributedOptimizer"))
         check_backward_passes_per_step(int(backward_passes_per_step), ValueError)
-        return _AdasumDistributedOptimizer(optimizer, name, use_locking, compression,
-                                           backward_passes_per_step)
+        return _AdasumDistributedOptimizer(
+            optimizer, name, use_locking, compression, backward_passes_per_step
+        )
     if op not in (Average, Sum):
         raise InvalidArgumentError("DistributedOptimizer: op must be Average or Sum")
     check_backward_passes_per_step(int(backward_passes_per_step), ValueError)
-    return _LegacyDistributedOptimizer(optimizer, name, use_locking, compression,
-                                       sparse_as_dense, op, gradient_predivide_factor,
-                                       scale_local_gradients, backward_passes_per_step,
-                                       average_aggregated_gradients, process_set)
+    return _LegacyDistributedOptimizer(
+        optimizer,
+        name,
+        use_locking,
+        compression,
+        sparse_as_dense,
+        op,
+        gradient_predivide_factor,
+        scale_local_gradients,
+        backward_passes_per_step,
+        average_aggregated_gradients,
+        process_set,
+    )

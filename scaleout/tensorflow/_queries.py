@@ -1,5 +1,6 @@
 """Horovod's graph-time queries (size_op, rank_op, ...): values read when the op runs, not when
 it is built."""
+
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -15,16 +16,19 @@ from scaleout.tensorflow._op_runner import not_converted
 
 __all__ = ["size_op", "local_size_op", "rank_op", "local_rank_op", "process_set_included_op"]
 
+
 def _query_op(fn: Callable[[], int], name: Optional[str]) -> tf.Tensor:
     def typed_fn():
         try:
             return np.int32(fn())
         except ScaleoutError as e:  # its class name travels in the graph error's message
             raise typed(e) from None
+
     if tf.executing_eagerly():
         return tf.constant(typed_fn(), tf.int32)
-    out = tf.numpy_function(not_converted(typed_fn), [], tf.int32, stateful=True,
-                            name=name or "scaleout_query")
+    out = tf.numpy_function(
+        not_converted(typed_fn), [], tf.int32, stateful=True, name=name or "scaleout_query"
+    )
     out.set_shape([])
     return out
 
@@ -37,9 +41,11 @@ PROCESS_SET_ERROR_UNKNOWN_SET = -3
 def _query_set_id(process_set_id, what: str) -> int:
     """Horovod's query ops take the set's integer id (`ps.process_set_id`), not the set."""
     if isinstance(process_set_id, bool) or not isinstance(process_set_id, (int, np.integer)):
-        raise InvalidArgumentError(f"{what}: process_set_id must be a process set's integer id "
-                                   f"(ProcessSet.process_set_id; 0: the global set), not "
-                                   f"{process_set_id!r}")
+        raise InvalidArgumentError(
+            f"{what}: process_set_id must be a process set's integer id "
+            f"(ProcessSet.process_set_id; 0: the global set), not "
+            f"{process_set_id!r}"
+        )
     return int(process_set_id)
 
 
@@ -65,6 +71,7 @@ def size_op(process_set_id: int = 0, name: Optional[str] = None) -> tf.Tensor:
         if described is None:
             raise InvalidArgumentError(f"size_op: there is no process set with id {set_id_}")
         return described[1]
+
     return _query_op(size, name)
 
 
@@ -102,4 +109,5 @@ def process_set_included_op(process_set_id: int = 0, name: Optional[str] = None)
         if described is None:
             return PROCESS_SET_ERROR_UNKNOWN_SET
         return int(described[0] >= 0)
+
     return _query_op(included, name)

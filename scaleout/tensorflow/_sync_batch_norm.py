@@ -1,4 +1,5 @@
 """SyncBatchNormalization: Keras batch normalization with statistics over the global batch."""
+
 from __future__ import annotations
 
 import keras
@@ -9,6 +10,7 @@ from scaleout._runtime import size
 from scaleout.tensorflow._collectives import allreduce
 
 __all__ = ["SyncBatchNormalization"]
+
 
 class SyncBatchNormalization(keras.layers.BatchNormalization):
     """keras.layers.BatchNormalization whose training-mode mean and variance are those of the
@@ -33,11 +35,16 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
         if mask is None:
             weights = tf.ones_like(inputs)
         else:
-            weights = tf.cast(tf.broadcast_to(tf.expand_dims(mask, -1), tf.shape(inputs)),
-                              inputs.dtype)
-        local = tf.stack([tf.reduce_sum(inputs * weights, axes),
-                          tf.reduce_sum(tf.square(inputs) * weights, axes),
-                          tf.reduce_sum(weights, axes)])
+            weights = tf.cast(
+                tf.broadcast_to(tf.expand_dims(mask, -1), tf.shape(inputs)), inputs.dtype
+            )
+        local = tf.stack(
+            [
+                tf.reduce_sum(inputs * weights, axes),
+                tf.reduce_sum(tf.square(inputs) * weights, axes),
+                tf.reduce_sum(weights, axes),
+            ]
+        )
         total = allreduce(local, op=Sum, name=f"{self.name}.moments")
         count = tf.maximum(total[2], keras.backend.epsilon())
         mean = total[0] / count

@@ -6,6 +6,7 @@ reduced gradients and the updated state, which is then assigned to the variables
 is ordinary TensorFlow state (checkpointed, broadcast, saved with a Keras optimizer) and the op
 works eagerly, in tf.function and in TF1 graphs alike.
 """
+
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence
@@ -67,14 +68,23 @@ class TopKVariables:
                     continue
                 keep = residual_dtype(dtype)
                 self.residuals[label] = self._variable(
-                    tf.zeros([size], keep), f"{self.prefix}_topk_residual_{len(self.residuals)}")
+                    tf.zeros([size], keep), f"{self.prefix}_topk_residual_{len(self.residuals)}"
+                )
                 if self.momentum is not None:
                     self.velocities[label] = self._variable(
                         tf.zeros([size], keep),
-                        f"{self.prefix}_topk_velocity_{len(self.velocities)}")
+                        f"{self.prefix}_topk_velocity_{len(self.velocities)}",
+                    )
 
-    def reduce(self, grads: Sequence[tf.Tensor], labels: Sequence[str], op: int,
-               prescale: float, postscale: float, ps: int) -> List[tf.Tensor]:
+    def reduce(
+        self,
+        grads: Sequence[tf.Tensor],
+        labels: Sequence[str],
+        op: int,
+        prescale: float,
+        postscale: float,
+        ps: int,
+    ) -> List[tf.Tensor]:
         """The dense reduced gradients (Note [Top-k sparsification]), the state updated."""
         grads = list(grads)
         labels = list(labels)
@@ -87,32 +97,45 @@ class TopKVariables:
         out_dtypes = [g.dtype.as_numpy_dtype for g in grads]
 
         def np_fn(*arrays):
-            gs, rs = arrays[:count], arrays[count:2 * count]
-            vs, step = arrays[2 * count:-1], int(arrays[-1])
+            gs, rs = arrays[:count], arrays[count : 2 * count]
+            vs, step = arrays[2 * count : -1], int(arrays[-1])
             new_rs = [np.array(r, copy=True).reshape(-1) for r in rs]
             new_vs = [np.array(v, copy=True).reshape(-1) for v in vs]
             outs, started = [], []
             for i, (label, g) in enumerate(zip(labels, gs)):
                 flat = np.asarray(g).reshape(-1).astype(new_rs[i].dtype, copy=False)
                 out = np.empty(flat.size, new_rs[i].dtype)
-                started.append(exchange.start(label, flat, new_rs[i], step,
-                                              new_vs[i] if momentum else None, momentum, out))
+                started.append(
+                    exchange.start(
+                        label, flat, new_rs[i], step, new_vs[i] if momentum else None, momentum, out
+                    )
+                )
                 outs.append(out)
             exchange.finish_all(list(zip(started, outs)))
-            reduced = [out.reshape(np.shape(g)).astype(dtype, copy=False)
-                       for out, g, dtype in zip(outs, gs, out_dtypes)]
+            reduced = [
+                out.reshape(np.shape(g)).astype(dtype, copy=False)
+                for out, g, dtype in zip(outs, gs, out_dtypes)
+            ]
             return reduced + new_rs + new_vs
 
-        inputs = grads + [r.read_value() for r in residuals] + \
-            [v.read_value() for v in velocities] + [self.step.read_value()]
-        results = call(np_fn, inputs,
-                       [g.dtype for g in grads] + [r.dtype for r in residuals]
-                       + [v.dtype for v in velocities],
-                       [g.shape for g in grads] + [r.shape for r in residuals]
-                       + [v.shape for v in velocities], "scaleout_topk")
+        inputs = (
+            grads
+            + [r.read_value() for r in residuals]
+            + [v.read_value() for v in velocities]
+            + [self.step.read_value()]
+        )
+        results = call(
+            np_fn,
+            inputs,
+            [g.dtype for g in grads] + [r.dtype for r in residuals] + [v.dtype for v in velocities],
+            [g.shape for g in grads] + [r.shape for r in residuals] + [v.shape for v in velocities],
+            "scaleout_topk",
+        )
         reduced = results[:count]
-        updates = [var.assign(value, read_value=False) for var, value in
-                   zip(residuals + velocities, results[count:])]
+        updates = [
+            var.assign(value, read_value=False)
+            for var, value in zip(residuals + velocities, results[count:])
+        ]
         with tf.control_dependencies(results):  # (a TF1 graph has no automatic order)
             updates.append(self.step.assign_add(1, read_value=False))
         with tf.control_dependencies([u for u in updates if u is not None]):

@@ -16,9 +16,24 @@ What each state saves, syncs and commits: Note [Keras elastic state]
 (scaleout/tensorflow/_elastic_state.py). ObjectState's bcast_object and get_rank may be left
 out, and Horovod's one-argument bcast_object (broadcast_object_fn()'s) works.
 """
-from scaleout.elastic import (HorovodInternalError, HostsUpdatedInterrupt, HostUpdateResult,
-                              ObjectState, State, run)
+
+from scaleout.elastic import (
+    HorovodInternalError,
+    HostsUpdatedInterrupt,
+    HostUpdateResult,
+    ObjectState,
+    State,
+    run,
+)
 from scaleout.tensorflow._elastic_state import TensorFlowKerasState, TensorFlowState
 
-__all__ = ["run", "State", "ObjectState", "TensorFlowKerasState", "TensorFlowState",
-           "HostsUpdatedInterrupt", "HostUpdateResult", "HorovodInternalError"]
+__all__ = [
+    "run",
+    "State",
+    "ObjectState",
+    "TensorFlowKerasState",
+    "TensorFlowState",
+    "HostsUpdatedInterrupt",
+    "HostUpdateResult",
+    "HorovodInternalError",
+]

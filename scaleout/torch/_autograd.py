@@ -3,17 +3,30 @@
 The backward passes apply the rules of scaleout._gradient_rules (Horovod's definitions, shared
 with scaleout.tensorflow) to torch tensors.
 """
+
 from __future__ import annotations
 
 import torch
 
 from scaleout import _gradient_rules, _naming
 from scaleout._native import ALLGATHER, synchronize
-from scaleout.torch._tensors import (start_allreduce, start_alltoall, start_broadcast,
-                                     start_grouped_allreduce, start_reducescatter, submit_owned)
+from scaleout.torch._tensors import (
+    start_allreduce,
+    start_alltoall,
+    start_broadcast,
+    start_grouped_allreduce,
+    start_reducescatter,
+    submit_owned,
+)
 
-__all__ = ["AllreduceFn", "GroupedAllreduceFn", "AllgatherFn", "BroadcastFn", "AlltoallFn",
-           "ReducescatterFn"]
+__all__ = [
+    "AllreduceFn",
+    "GroupedAllreduceFn",
+    "AllgatherFn",
+    "BroadcastFn",
+    "AlltoallFn",
+    "ReducescatterFn",
+]
 
 
 class _TorchOps(_gradient_rules.Ops):
@@ -46,8 +59,9 @@ class AllreduceFn(torch.autograd.Function):
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, ps):
         ctx.args = (name, op, prescale_factor, postscale_factor)
         ctx.ps = ps
-        return synchronize(start_allreduce(tensor, name, op, prescale_factor, postscale_factor,
-                                           False, ps))
+        return synchronize(
+            start_allreduce(tensor, name, op, prescale_factor, postscale_factor, False, ps)
+        )
 
     @staticmethod
     def backward(ctx, grad):
@@ -59,16 +73,21 @@ class GroupedAllreduceFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, op, prescale_factor, postscale_factor, ps, *tensors):
         ctx.args = (name, op, prescale_factor, postscale_factor, ps)
-        return tuple(synchronize(start_grouped_allreduce(tensors, None, name, op,
-                                                         prescale_factor, postscale_factor,
-                                                         False, ps)))
+        return tuple(
+            synchronize(
+                start_grouped_allreduce(
+                    tensors, None, name, op, prescale_factor, postscale_factor, False, ps
+                )
+            )
+        )
 
     @staticmethod
     def backward(ctx, *grads):
         name, op, pre, post, ps = ctx.args
         _gradient_rules.check_gradient_op("allreduce", op)
-        gs = synchronize(start_grouped_allreduce(grads, None, _naming.gradient(name), op, pre,
-                                                 post, False, ps))
+        gs = synchronize(
+            start_grouped_allreduce(grads, None, _naming.gradient(name), op, pre, post, False, ps)
+        )
         return (None, None, None, None, None, *gs)
 
 
@@ -122,8 +141,9 @@ class ReducescatterFn(torch.autograd.Function):
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, ps):
         ctx.args = (name, op, prescale_factor, postscale_factor)
         ctx.ps = ps
-        return synchronize(start_reducescatter(tensor, name, op, prescale_factor,
-                                               postscale_factor, ps))
+        return synchronize(
+            start_reducescatter(tensor, name, op, prescale_factor, postscale_factor, ps)
+        )
 
     @staticmethod
     def backward(ctx, grad):

@@ -1,4 +1,5 @@
 """Making every rank start from root's model and optimizer state."""
+
 from __future__ import annotations
 
 from typing import Any, Iterable, List, Mapping, NamedTuple, Tuple, Union
@@ -29,9 +30,13 @@ def _wait_all(handles) -> None:
         raise error
 
 
-def broadcast_parameters(params: Union[Mapping[str, torch.Tensor], Iterable[Any]], root_rank: int,
-                         process_set=global_process_set, *,
-                         name: str = "broadcast_parameters") -> None:
+def broadcast_parameters(
+    params: Union[Mapping[str, torch.Tensor], Iterable[Any]],
+    root_rank: int,
+    process_set=global_process_set,
+    *,
+    name: str = "broadcast_parameters",
+) -> None:
     """Overwrites, in place, each tensor with root_rank's value, as Horovod's does: a dict such
     as `model.state_dict()` (parameters and buffers such as BatchNorm statistics; broadcast in
     sorted key order), or a list of tensors (`list(model.parameters())`) or of (name, tensor)
@@ -45,20 +50,28 @@ def broadcast_parameters(params: Union[Mapping[str, torch.Tensor], Iterable[Any]
     elif isinstance(params, Iterable) and not isinstance(params, (str, bytes, torch.Tensor)):
         items = [p if isinstance(p, tuple) else (None, p) for p in params]
     else:
-        raise InvalidArgumentError(f"broadcast_parameters takes a dict or a list of tensors or "
-                                   f"(name, tensor) pairs, not {type(params).__name__}")
+        raise InvalidArgumentError(
+            f"broadcast_parameters takes a dict or a list of tensors or "
+            f"(name, tensor) pairs, not {type(params).__name__}"
+        )
     handles = []
     for index, item in enumerate(items):
-        if not (isinstance(item, tuple) and len(item) == 2
-                and (item[0] is None or isinstance(item[0], str))):
-            raise InvalidArgumentError("broadcast_parameters takes tensors or (name, tensor) "
-                                       f"pairs, got {type(item).__name__} {str(item)[:60]}")
+        if not (
+            isinstance(item, tuple)
+            and len(item) == 2
+            and (item[0] is None or isinstance(item[0], str))
+        ):
+            raise InvalidArgumentError(
+                "broadcast_parameters takes tensors or (name, tensor) "
+                f"pairs, got {type(item).__name__} {str(item)[:60]}"
+            )
         key, tensor = item
         if tensor is None:
             continue
         if not isinstance(tensor, torch.Tensor):
-            raise InvalidArgumentError(f"broadcast_parameters: '{key}' is a "
-                                       f"{type(tensor).__name__}, not a tensor")
+            raise InvalidArgumentError(
+                f"broadcast_parameters: '{key}' is a {type(tensor).__name__}, not a tensor"
+            )
         label = key if key is not None else f"#{index}"
         handles.append(start_broadcast(tensor, root_rank, member(name, label), True, ps))
     _wait_all(handles)
@@ -66,6 +79,7 @@ def broadcast_parameters(params: Union[Mapping[str, torch.Tensor], Iterable[Any]
 
 class _TensorSlot(NamedTuple):
     """Stands for a tensor in the state skeleton that root sends with broadcast_object."""
+
     index: int
     shape: Tuple[int, ...]
     dtype: str
@@ -97,9 +111,14 @@ def _fill(obj: Any, tensors: List[torch.Tensor]) -> Any:
     return obj
 
 
-def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int, model=None,
-                              process_set=global_process_set, *,
-                              name: str = "broadcast_optimizer_state") -> None:
+def broadcast_optimizer_state(
+    optimizer: torch.optim.Optimizer,
+    root_rank: int,
+    model=None,
+    process_set=global_process_set,
+    *,
+    name: str = "broadcast_optimizer_state",
+) -> None:
     """Gives every rank root_rank's optimizer state: the options of every parameter group (lr,
     momentum, betas, ..., tensor-valued ones included), per-parameter tensors (momentum buffers,
     Adam moments) and scalar state (step counts), value for value.
@@ -121,12 +140,14 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int, 
     tensors: List[torch.Tensor] = []
     # Compression.topk's residuals are per rank (what each has not sent): each keeps its own.
     skeleton = _split(_without_topk(optimizer.state_dict()), tensors) if is_root else None
-    skeleton = broadcast_object(skeleton, root_rank, name=part(name, "structure"),
-                                process_set=process_set)
+    skeleton = broadcast_object(
+        skeleton, root_rank, name=part(name, "structure"), process_set=process_set
+    )
     if not is_root:
         _collect_slots(skeleton, tensors)
-    handles = [start_broadcast(t, root_rank, member(name, i), True, ps)
-               for i, t in enumerate(tensors)]
+    handles = [
+        start_broadcast(t, root_rank, member(name, i), True, ps) for i, t in enumerate(tensors)
+    ]
     _wait_all(handles)
     if not is_root:
         optimizer.load_state_dict(_fill(skeleton, tensors))
@@ -163,6 +184,7 @@ def _collect_slots(obj: Any, tensors: List[torch.Tensor]) -> None:
         elif isinstance(o, (list, tuple)):
             for v in o:
                 walk(v)
+
     walk(obj)
     slots.sort(key=lambda s: s.index)
     tensors.extend(torch.empty(s.shape, dtype=getattr(torch, s.dtype)) for s in slots)

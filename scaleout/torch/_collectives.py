@@ -5,6 +5,7 @@ here is a `scaleout.Handle`, finished by `synchronize` / `poll`. How a tensor re
 _tensors.py's. The out-of-place forms are differentiable (the autograd Functions are in
 _autograd.py).
 """
+
 from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
@@ -13,23 +14,71 @@ import torch
 
 from scaleout import _naming
 from scaleout._errors import InvalidArgumentError
-from scaleout._native import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, REDUCESCATTER, Average,
-                              Handle, Sum, auto_name, group, poll, resolve_op, synchronize,
-                              wait_all)
-from scaleout._ops import barrier as _barrier_np, join as _join_np
+from scaleout._native import (
+    ALLGATHER,
+    ALLREDUCE,
+    ALLTOALL,
+    BROADCAST,
+    REDUCESCATTER,
+    Average,
+    Handle,
+    Sum,
+    auto_name,
+    group,
+    poll,
+    resolve_op,
+    synchronize,
+    wait_all,
+)
+from scaleout._ops import barrier as _barrier_np
+from scaleout._ops import join as _join_np
 from scaleout._process_sets import global_process_set, process_set_id, set_size
-from scaleout.torch._autograd import (AllgatherFn, AllreduceFn, AlltoallFn, BroadcastFn,
-                                      GroupedAllreduceFn, ReducescatterFn)
-from scaleout.torch._tensors import (start_allreduce, start_alltoall, start_broadcast,
-                                     start_grouped_allreduce, start_reducescatter, submit_owned)
+from scaleout.torch._autograd import (
+    AllgatherFn,
+    AllreduceFn,
+    AlltoallFn,
+    BroadcastFn,
+    GroupedAllreduceFn,
+    ReducescatterFn,
+)
+from scaleout.torch._tensors import (
+    start_allreduce,
+    start_alltoall,
+    start_broadcast,
+    start_grouped_allreduce,
+    start_reducescatter,
+    submit_owned,
+)
 
-__all__ = ["allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
-           "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
-           "allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async",
-           "broadcast", "broadcast_", "broadcast_async", "broadcast_async_", "alltoall",
-           "alltoall_async", "reducescatter", "reducescatter_async", "grouped_reducescatter",
-           "grouped_reducescatter_async", "sparse_allreduce_async", "barrier", "join", "poll",
-           "synchronize"]
+__all__ = [
+    "allreduce",
+    "allreduce_",
+    "allreduce_async",
+    "allreduce_async_",
+    "grouped_allreduce",
+    "grouped_allreduce_",
+    "grouped_allreduce_async",
+    "grouped_allreduce_async_",
+    "allgather",
+    "allgather_async",
+    "grouped_allgather",
+    "grouped_allgather_async",
+    "broadcast",
+    "broadcast_",
+    "broadcast_async",
+    "broadcast_async_",
+    "alltoall",
+    "alltoall_async",
+    "reducescatter",
+    "reducescatter_async",
+    "grouped_reducescatter",
+    "grouped_reducescatter_async",
+    "sparse_allreduce_async",
+    "barrier",
+    "join",
+    "poll",
+    "synchronize",
+]
 
 # Every collective takes Horovod's process_set= (a registered ProcessSet; the global set by
 # default). Below the public functions it travels as the core's id (`ps`, 0: the global set).
@@ -38,41 +87,81 @@ _GLOBAL = global_process_set
 
 # ---- allreduce ----
 
-def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None,
-                    name: Optional[str] = None, op: Optional[int] = None,
-                    prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                    process_set=_GLOBAL) -> Handle:
+
+def allreduce_async(
+    tensor: torch.Tensor,
+    average: Optional[bool] = None,
+    name: Optional[str] = None,
+    op: Optional[int] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set=_GLOBAL,
+) -> Handle:
     """Starts reducing `tensor` across ranks (default op Average); synchronize() returns a new
     tensor. Not differentiable (use allreduce for that)."""
-    return start_allreduce(tensor, name, resolve_op(op, average), prescale_factor,
-                           postscale_factor, False, process_set_id(process_set, "allreduce"))
+    return start_allreduce(
+        tensor,
+        name,
+        resolve_op(op, average),
+        prescale_factor,
+        postscale_factor,
+        False,
+        process_set_id(process_set, "allreduce"),
+    )
 
 
-def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None,
-                     name: Optional[str] = None, op: Optional[int] = None,
-                     prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                     process_set=_GLOBAL) -> Handle:
+def allreduce_async_(
+    tensor: torch.Tensor,
+    average: Optional[bool] = None,
+    name: Optional[str] = None,
+    op: Optional[int] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set=_GLOBAL,
+) -> Handle:
     """In-place form: the result is written into `tensor` (its memory, when contiguous)."""
-    return start_allreduce(tensor, name, resolve_op(op, average), prescale_factor,
-                           postscale_factor, True, process_set_id(process_set, "allreduce_"))
+    return start_allreduce(
+        tensor,
+        name,
+        resolve_op(op, average),
+        prescale_factor,
+        postscale_factor,
+        True,
+        process_set_id(process_set, "allreduce_"),
+    )
 
 
-def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
-               op: Optional[int] = None, prescale_factor: float = 1.0,
-               postscale_factor: float = 1.0, process_set=_GLOBAL) -> torch.Tensor:
+def allreduce_(
+    tensor: torch.Tensor,
+    average: Optional[bool] = None,
+    name: Optional[str] = None,
+    op: Optional[int] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set=_GLOBAL,
+) -> torch.Tensor:
     """Reduces `tensor` in place and returns it."""
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
-                                        postscale_factor, process_set))
+    return synchronize(
+        allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set)
+    )
 
 
 def _differentiable(*tensors) -> bool:
     return torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+        isinstance(t, torch.Tensor) and t.requires_grad for t in tensors
+    )
 
 
-def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
-              compression=None, op: Optional[int] = None, prescale_factor: float = 1.0,
-              postscale_factor: float = 1.0, process_set=_GLOBAL) -> torch.Tensor:
+def allreduce(
+    tensor: torch.Tensor,
+    average: Optional[bool] = None,
+    name: Optional[str] = None,
+    compression=None,
+    op: Optional[int] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set=_GLOBAL,
+) -> torch.Tensor:
     """Reduces `tensor` across ranks (default Average) and returns a new tensor.
 
     Differentiable: the gradient is the allreduce of the output's gradient with the same op and
@@ -87,8 +176,9 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
     if _differentiable(tensor):
         out = AllreduceFn.apply(tensor, name, op, prescale_factor, postscale_factor, ps)
     else:
-        out = synchronize(start_allreduce(tensor, name, op, prescale_factor, postscale_factor,
-                                          False, ps))
+        out = synchronize(
+            start_allreduce(tensor, name, op, prescale_factor, postscale_factor, False, ps)
+        )
     return compression.decompress(out, ctx) if compression is not None else out
 
 
@@ -106,39 +196,77 @@ def _decompress_all(compression, outs: List[torch.Tensor], ctxs) -> List[torch.T
     return [compression.decompress(o, c) for o, c in zip(outs, ctxs)]
 
 
-def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
-                            name: Optional[str] = None, op: Optional[int] = None,
-                            prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                            process_set=_GLOBAL) -> Handle:
+def grouped_allreduce_async(
+    tensors: Sequence[torch.Tensor],
+    average: Optional[bool] = None,
+    name: Optional[str] = None,
+    op: Optional[int] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set=_GLOBAL,
+) -> Handle:
     """Reduces a list of tensors together (fused whenever they fit the buffer); synchronize()
     returns the list of results."""
-    return start_grouped_allreduce(tensors, average, name, op, prescale_factor,
-                                   postscale_factor, False,
-                                   process_set_id(process_set, "grouped_allreduce"))
+    return start_grouped_allreduce(
+        tensors,
+        average,
+        name,
+        op,
+        prescale_factor,
+        postscale_factor,
+        False,
+        process_set_id(process_set, "grouped_allreduce"),
+    )
 
 
-def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
-                             name: Optional[str] = None, op: Optional[int] = None,
-                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                             process_set=_GLOBAL) -> Handle:
+def grouped_allreduce_async_(
+    tensors: Sequence[torch.Tensor],
+    average: Optional[bool] = None,
+    name: Optional[str] = None,
+    op: Optional[int] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set=_GLOBAL,
+) -> Handle:
     """In-place form of grouped_allreduce_async."""
-    return start_grouped_allreduce(tensors, average, name, op, prescale_factor,
-                                   postscale_factor, True,
-                                   process_set_id(process_set, "grouped_allreduce_"))
+    return start_grouped_allreduce(
+        tensors,
+        average,
+        name,
+        op,
+        prescale_factor,
+        postscale_factor,
+        True,
+        process_set_id(process_set, "grouped_allreduce_"),
+    )
 
 
-def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
-                       name: Optional[str] = None, op: Optional[int] = None,
-                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                       process_set=_GLOBAL) -> List[torch.Tensor]:
-    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                                postscale_factor, process_set))
+def grouped_allreduce_(
+    tensors: Sequence[torch.Tensor],
+    average: Optional[bool] = None,
+    name: Optional[str] = None,
+    op: Optional[int] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set=_GLOBAL,
+) -> List[torch.Tensor]:
+    return synchronize(
+        grouped_allreduce_async_(
+            tensors, average, name, op, prescale_factor, postscale_factor, process_set
+        )
+    )
 
 
-def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
-                      name: Optional[str] = None, compression=None, op: Optional[int] = None,
-                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                      process_set=_GLOBAL) -> List[torch.Tensor]:
+def grouped_allreduce(
+    tensors: Sequence[torch.Tensor],
+    average: Optional[bool] = None,
+    name: Optional[str] = None,
+    compression=None,
+    op: Optional[int] = None,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+    process_set=_GLOBAL,
+) -> List[torch.Tensor]:
     """Reduces a list of tensors together and returns new tensors. Differentiable like
     allreduce."""
     ps = process_set_id(process_set, "grouped_allreduce")
@@ -147,25 +275,33 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] =
     name = auto_name(ALLREDUCE, name, ps)
     tensors, ctxs = _compress_all(compression, tensors)
     if _differentiable(*tensors):
-        outs = list(GroupedAllreduceFn.apply(name, op, prescale_factor, postscale_factor, ps,
-                                             *tensors))
+        outs = list(
+            GroupedAllreduceFn.apply(name, op, prescale_factor, postscale_factor, ps, *tensors)
+        )
     else:
-        outs = synchronize(start_grouped_allreduce(tensors, None, name, op, prescale_factor,
-                                                   postscale_factor, False, ps))
+        outs = synchronize(
+            start_grouped_allreduce(
+                tensors, None, name, op, prescale_factor, postscale_factor, False, ps
+            )
+        )
     return _decompress_all(compression, outs, ctxs)
 
 
 # ---- allgather, broadcast, alltoall, reducescatter ----
 
-def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
-                    process_set=_GLOBAL) -> Handle:
+
+def allgather_async(
+    tensor: torch.Tensor, name: Optional[str] = None, process_set=_GLOBAL
+) -> Handle:
     """Concatenates every rank's tensor along the first dimension (which may differ by rank)."""
-    return submit_owned(ALLGATHER, tensor, name, "allgather",
-                        process_set_id(process_set, "allgather"))
+    return submit_owned(
+        ALLGATHER, tensor, name, "allgather", process_set_id(process_set, "allgather")
+    )
 
 
-def allgather(tensor: torch.Tensor, name: Optional[str] = None,
-              process_set=_GLOBAL) -> torch.Tensor:
+def allgather(
+    tensor: torch.Tensor, name: Optional[str] = None, process_set=_GLOBAL
+) -> torch.Tensor:
     """Concatenation of every rank's tensor along dim 0. Differentiable: each rank's gradient is
     its own rows of the Average-allreduce of the output gradients (Horovod's definition)."""
     ps = process_set_id(process_set, "allgather")
@@ -175,25 +311,30 @@ def allgather(tensor: torch.Tensor, name: Optional[str] = None,
     return synchronize(submit_owned(ALLGATHER, tensor, name, "allgather", ps))
 
 
-def _grouped_names(collective: int, name: Optional[str], count: int,
-                   ps: int) -> Tuple[str, List[str]]:
+def _grouped_names(
+    collective: int, name: Optional[str], count: int, ps: int
+) -> Tuple[str, List[str]]:
     """The group's name and its members' ("<name>.<i>")."""
     base = auto_name(collective, name, ps)
     return base, _naming.members(base, count)
 
 
-def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
-                            process_set=_GLOBAL) -> Handle:
+def grouped_allgather_async(
+    tensors: Sequence[torch.Tensor], name: Optional[str] = None, process_set=_GLOBAL
+) -> Handle:
     """allgather of each tensor, submitted together; synchronize() returns the list."""
     ps = process_set_id(process_set, "grouped_allgather")
     tensors = list(tensors)
     base, names = _grouped_names(ALLGATHER, name, len(tensors), ps)
-    return group([submit_owned(ALLGATHER, t, n, "grouped_allgather", ps)
-                  for t, n in zip(tensors, names)], base)
+    return group(
+        [submit_owned(ALLGATHER, t, n, "grouped_allgather", ps) for t, n in zip(tensors, names)],
+        base,
+    )
 
 
-def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
-                      process_set=_GLOBAL) -> List[torch.Tensor]:
+def grouped_allgather(
+    tensors: Sequence[torch.Tensor], name: Optional[str] = None, process_set=_GLOBAL
+) -> List[torch.Tensor]:
     """allgather of each tensor, together; differentiable as allgather."""
     ps = process_set_id(process_set, "grouped_allgather")
     tensors = list(tensors)
@@ -203,27 +344,29 @@ def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = Non
     return synchronize(grouped_allgather_async(tensors, name, process_set))
 
 
-def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
-                    process_set=_GLOBAL) -> Handle:
+def broadcast_async(
+    tensor: torch.Tensor, root_rank: int, name: Optional[str] = None, process_set=_GLOBAL
+) -> Handle:
     """Starts sending root_rank's tensor to every rank; synchronize() returns a new tensor."""
-    return start_broadcast(tensor, root_rank, name, False,
-                           process_set_id(process_set, "broadcast"))
+    return start_broadcast(tensor, root_rank, name, False, process_set_id(process_set, "broadcast"))
 
 
-def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
-                     process_set=_GLOBAL) -> Handle:
+def broadcast_async_(
+    tensor: torch.Tensor, root_rank: int, name: Optional[str] = None, process_set=_GLOBAL
+) -> Handle:
     """In-place form: root_rank's values are written into `tensor` on every rank."""
-    return start_broadcast(tensor, root_rank, name, True,
-                           process_set_id(process_set, "broadcast_"))
+    return start_broadcast(tensor, root_rank, name, True, process_set_id(process_set, "broadcast_"))
 
 
-def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
-               process_set=_GLOBAL) -> torch.Tensor:
+def broadcast_(
+    tensor: torch.Tensor, root_rank: int, name: Optional[str] = None, process_set=_GLOBAL
+) -> torch.Tensor:
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
-def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
-              process_set=_GLOBAL) -> torch.Tensor:
+def broadcast(
+    tensor: torch.Tensor, root_rank: int, name: Optional[str] = None, process_set=_GLOBAL
+) -> torch.Tensor:
     """root_rank's tensor on every rank, as a new tensor. Differentiable: the root's gradient is
     the Average-allreduce of the output gradients, the other ranks' is zero (Horovod's)."""
     ps = process_set_id(process_set, "broadcast")
@@ -233,16 +376,16 @@ def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
     return synchronize(start_broadcast(tensor, root_rank, name, False, ps))
 
 
-def alltoall_async(tensor: torch.Tensor, splits=None, name: Optional[str] = None,
-                   process_set=_GLOBAL) -> Handle:
+def alltoall_async(
+    tensor: torch.Tensor, splits=None, name: Optional[str] = None, process_set=_GLOBAL
+) -> Handle:
     """Sends splits[i] rows of `tensor` (default: equal parts) to rank i. synchronize() returns
     (received rows, rows received from each rank as an int32 tensor), as Horovod's does,
     whether or not splits were given."""
     return start_alltoall(tensor, splits, name, process_set_id(process_set, "alltoall"))
 
 
-def alltoall(tensor: torch.Tensor, splits=None, name: Optional[str] = None,
-             process_set=_GLOBAL):
+def alltoall(tensor: torch.Tensor, splits=None, name: Optional[str] = None, process_set=_GLOBAL):
     """Synchronous alltoall: the received rows, and with splits given also the rows received
     from each rank (int32). Differentiable (the gradient is the reverse alltoall)."""
     ps = process_set_id(process_set, "alltoall")
@@ -254,18 +397,35 @@ def alltoall(tensor: torch.Tensor, splits=None, name: Optional[str] = None,
     return (out, received) if splits is not None else out
 
 
-def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None,
-                        op: Optional[int] = Average, process_set=_GLOBAL,
-                        prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> Handle:
+def reducescatter_async(
+    tensor: torch.Tensor,
+    name: Optional[str] = None,
+    op: Optional[int] = Average,
+    process_set=_GLOBAL,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> Handle:
     """Reduces `tensor` across ranks (default Average); rank r gets slice r of the first
     dimension (the first dim % size ranks get one row more)."""
-    return start_reducescatter(tensor, name, resolve_op(op, None), prescale_factor,
-                               postscale_factor, process_set_id(process_set, "reducescatter"))
+    return start_reducescatter(
+        tensor,
+        name,
+        resolve_op(op, None),
+        prescale_factor,
+        postscale_factor,
+        process_set_id(process_set, "reducescatter"),
+    )
 
 
-def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, compression=None,
-                  op: Optional[int] = Average, process_set=_GLOBAL,
-                  prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
+def reducescatter(
+    tensor: torch.Tensor,
+    name: Optional[str] = None,
+    compression=None,
+    op: Optional[int] = Average,
+    process_set=_GLOBAL,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> torch.Tensor:
     """Synchronous reducescatter; differentiable for Sum and Average (the gradient is the
     allgather of the output gradients, scaled as the forward was). `compression` casts the
     tensor for the wire and back, as in allreduce."""
@@ -278,28 +438,43 @@ def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, compression=
     if _differentiable(tensor):
         out = ReducescatterFn.apply(tensor, name, op, prescale_factor, postscale_factor, ps)
     else:
-        out = synchronize(start_reducescatter(tensor, name, op, prescale_factor,
-                                              postscale_factor, ps))
+        out = synchronize(
+            start_reducescatter(tensor, name, op, prescale_factor, postscale_factor, ps)
+        )
     return compression.decompress(out, ctx) if compression is not None else out
 
 
-def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
-                                op: Optional[int] = Average, process_set=_GLOBAL,
-                                prescale_factor: float = 1.0,
-                                postscale_factor: float = 1.0) -> Handle:
+def grouped_reducescatter_async(
+    tensors: Sequence[torch.Tensor],
+    name: Optional[str] = None,
+    op: Optional[int] = Average,
+    process_set=_GLOBAL,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> Handle:
     """reducescatter of each tensor, submitted together; synchronize() returns the list."""
     ps = process_set_id(process_set, "grouped_reducescatter")
     tensors = list(tensors)
     op = resolve_op(op, None)
     base, names = _grouped_names(REDUCESCATTER, name, len(tensors), ps)
-    return group([start_reducescatter(t, n, op, prescale_factor, postscale_factor, ps)
-                  for t, n in zip(tensors, names)], base)
+    return group(
+        [
+            start_reducescatter(t, n, op, prescale_factor, postscale_factor, ps)
+            for t, n in zip(tensors, names)
+        ],
+        base,
+    )
 
 
-def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
-                          compression=None, op: Optional[int] = Average, process_set=_GLOBAL,
-                          prescale_factor: float = 1.0,
-                          postscale_factor: float = 1.0) -> List[torch.Tensor]:
+def grouped_reducescatter(
+    tensors: Sequence[torch.Tensor],
+    name: Optional[str] = None,
+    compression=None,
+    op: Optional[int] = Average,
+    process_set=_GLOBAL,
+    prescale_factor: float = 1.0,
+    postscale_factor: float = 1.0,
+) -> List[torch.Tensor]:
     """reducescatter of each tensor, together; differentiable and compressed as reducescatter."""
     ps = process_set_id(process_set, "grouped_reducescatter")
     tensors = list(tensors)
@@ -307,11 +482,16 @@ def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: Optional[str] =
     tensors, ctxs = _compress_all(compression, tensors)
     if _differentiable(*tensors):
         _, names = _grouped_names(REDUCESCATTER, name, len(tensors), ps)
-        outs = [ReducescatterFn.apply(t, n, op, prescale_factor, postscale_factor, ps)
-                for t, n in zip(tensors, names)]
+        outs = [
+            ReducescatterFn.apply(t, n, op, prescale_factor, postscale_factor, ps)
+            for t, n in zip(tensors, names)
+        ]
     else:
-        outs = synchronize(grouped_reducescatter_async(tensors, name, op, process_set,
-                                                       prescale_factor, postscale_factor))
+        outs = synchronize(
+            grouped_reducescatter_async(
+                tensors, name, op, process_set, prescale_factor, postscale_factor
+            )
+        )
     return _decompress_all(compression, outs, ctxs)
 
 
@@ -327,11 +507,20 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int, process_set
         raise InvalidArgumentError("sparse_allreduce_async reduces with op=Average or op=Sum")
     t = tensor.coalesce() if not tensor.is_coalesced() else tensor
     # allgather concatenates along dim 0, so the (ndim, nnz) indices travel as (nnz, ndim).
-    indices_handle = submit_owned(ALLGATHER, t.indices().t().contiguous(),
-                                  _naming.part(name, _naming.INDICES), "sparse_allreduce_async",
-                                  ps)
-    values_handle = submit_owned(ALLGATHER, t.values().contiguous(),
-                                 _naming.part(name, _naming.VALUES), "sparse_allreduce_async", ps)
+    indices_handle = submit_owned(
+        ALLGATHER,
+        t.indices().t().contiguous(),
+        _naming.part(name, _naming.INDICES),
+        "sparse_allreduce_async",
+        ps,
+    )
+    values_handle = submit_owned(
+        ALLGATHER,
+        t.values().contiguous(),
+        _naming.part(name, _naming.VALUES),
+        "sparse_allreduce_async",
+        ps,
+    )
     world = set_size(ps)
 
     def wait() -> torch.Tensor:
@@ -339,6 +528,7 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int, process_set
         if op == Average:
             values = values / world
         return torch.sparse_coo_tensor(indices.t(), values, t.size(), check_invariants=False)
+
     return wait
 
 

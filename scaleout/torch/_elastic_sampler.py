@@ -11,6 +11,7 @@ Python's `random.Random(seed + epoch)` when `shuffle`; the remaining samples are
 wrapping around to a multiple of size() (so a rank may see a few samples twice at the end of an
 epoch, as with torch's DistributedSampler). `set_epoch(e)` starts epoch e from its beginning.
 """
+
 from __future__ import annotations
 
 import math
@@ -61,7 +62,7 @@ class ElasticSampler(torch.utils.data.Sampler):
         order: List[int] = list(range(len(self.dataset)))
         if self.shuffle:
             random.Random(self.seed + self.epoch).shuffle(order)
-        self.remaining_indices = order[self.processed_num:]
+        self.remaining_indices = order[self.processed_num :]
         self.num_samples = int(math.ceil(len(self.remaining_indices) / self.num_replicas))
         self.total_size = self.num_samples * self.num_replicas
 
@@ -69,8 +70,8 @@ class ElasticSampler(torch.utils.data.Sampler):
         indices = list(self.remaining_indices)
         if indices:
             while len(indices) < self.total_size:  # wrap around to a multiple of the ranks
-                indices += indices[:self.total_size - len(indices)]
-        return iter(indices[self.rank:self.total_size:self.num_replicas])
+                indices += indices[: self.total_size - len(indices)]
+        return iter(indices[self.rank : self.total_size : self.num_replicas])
 
     def __len__(self) -> int:
         return self.num_samples

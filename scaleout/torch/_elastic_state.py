@@ -7,6 +7,7 @@ keeps a deep copy of their state_dict(), restore() loads it back, sync() broadca
 every other keyword argument is an ObjectState attribute. Assigning a handled attribute
 (`state.model = other`) switches the handler to the new object and saves it.
 """
+
 from __future__ import annotations
 
 import copy
@@ -27,8 +28,11 @@ __all__ = ["TorchState"]
 def _reduce_tensor(obj: Any) -> Any:
     """A dense CPU tensor as its bytes, which pickle keeps out of band (Note [Commit format]),
     and what rebuilds it; NotImplemented for anything else."""
-    if not isinstance(obj, torch.Tensor) or obj.layout is not torch.strided \
-            or obj.device.type != "cpu":
+    if (
+        not isinstance(obj, torch.Tensor)
+        or obj.layout is not torch.strided
+        or obj.device.type != "cpu"
+    ):
         return NotImplemented
     flat = obj.detach().contiguous().reshape(-1)
     return (_tensor_from_bytes, (flat.view(torch.uint8).numpy(), str(obj.dtype), tuple(obj.shape)))
@@ -66,8 +70,9 @@ class _OptimizerHandler(_Handler):
 
 class _SamplerHandler(_Handler):
     def sync(self) -> None:
-        self.value.load_state_dict(broadcast_object(self.value.state_dict(), root_rank=0,
-                                                    name="TorchState.sampler"))
+        self.value.load_state_dict(
+            broadcast_object(self.value.state_dict(), root_rank=0, name="TorchState.sampler")
+        )
 
 
 def _handler_for(value: Any):
@@ -83,8 +88,9 @@ def _handler_for(value: Any):
 class TorchState(ObjectState):
     """State of a torch training: TorchState(model=None, optimizer=None, **kwargs)."""
 
-    def __init__(self, model: torch.nn.Module = None, optimizer: torch.optim.Optimizer = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, model: torch.nn.Module = None, optimizer: torch.optim.Optimizer = None, **kwargs: Any
+    ) -> None:
         kwargs.update(model=model, optimizer=optimizer)
         handlers: Dict[str, _Handler] = {}
         plain: Dict[str, Any] = {}
@@ -124,8 +130,10 @@ class TorchState(ObjectState):
     _pickle_reduce = staticmethod(_reduce_tensor)
 
     def _serializable(self) -> Dict[str, Any]:
-        return {**super()._serializable(),
-                "handlers": {name: h.saved for name, h in self._handlers.items()}}
+        return {
+            **super()._serializable(),
+            "handlers": {name: h.saved for name, h in self._handlers.items()},
+        }
 
     def _load_serializable(self, loaded: Dict[str, Any]) -> None:
         for name, saved in loaded["handlers"].items():

@@ -10,6 +10,7 @@ The returned object is an instance of a subclass of the wrapped optimizer's clas
 isinstance checks, LR schedulers, state_dict() and load_state_dict() work) that shares the
 wrapped optimizer's parameter groups and state.
 """
+
 from __future__ import annotations
 
 import collections
@@ -21,8 +22,12 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 import torch
 
 from scaleout._errors import InvalidArgumentError, ScaleoutError
-from scaleout._gradient_rules import (check_adasum_process_set, check_backward_passes_per_step,
-                                      check_predivide_op, predivided)
+from scaleout._gradient_rules import (
+    check_adasum_process_set,
+    check_backward_passes_per_step,
+    check_predivide_op,
+    predivided,
+)
 from scaleout._native import Adasum, Average, Sum, resolve_op
 from scaleout._process_sets import global_process_set, process_set_id, set_rank, set_size
 from scaleout.torch._compression import Compression
@@ -39,9 +44,18 @@ class _DistributedMixin:
 
     # ---- set-up ----
 
-    def _so_setup(self, named_parameters, compression, backward_passes_per_step: int, op: int,
-                  gradient_predivide_factor: float, sparse_as_dense: bool, num_groups: int,
-                  groups, process_set) -> None:
+    def _so_setup(
+        self,
+        named_parameters,
+        compression,
+        backward_passes_per_step: int,
+        op: int,
+        gradient_predivide_factor: float,
+        sparse_as_dense: bool,
+        num_groups: int,
+        groups,
+        process_set,
+    ) -> None:
         self._so_ps = process_set_id(process_set, "DistributedOptimizer")
         # As Horovod's: on a rank outside the set, step() is the wrapped optimizer's alone.
         self._so_included = set_rank(self._so_ps) >= 0
@@ -49,16 +63,26 @@ class _DistributedMixin:
             check_adasum_process_set(self._so_ps)
             check_predivide_op(Adasum, gradient_predivide_factor)
         elif resolve_op(op) not in (Average, Sum):
-            raise InvalidArgumentError("DistributedOptimizer reduces gradients with op=Average, "
-                                       "op=Sum or op=Adasum")
+            raise InvalidArgumentError(
+                "DistributedOptimizer reduces gradients with op=Average, op=Sum or op=Adasum"
+            )
         # Horovod's public attributes.
         self.op = op
         self.process_set = process_set
-        reduce_op, prescale, postscale = predivided(op, gradient_predivide_factor,
-                                                    set_size(self._so_ps))
-        self._so_reduction = reduction_for(self, op, compression or Compression.none, reduce_op,
-                                           prescale, postscale, self._so_ps, process_set,
-                                           sparse_as_dense)
+        reduce_op, prescale, postscale = predivided(
+            op, gradient_predivide_factor, set_size(self._so_ps)
+        )
+        self._so_reduction = reduction_for(
+            self,
+            op,
+            compression or Compression.none,
+            reduce_op,
+            prescale,
+            postscale,
+            self._so_ps,
+            process_set,
+            sparse_as_dense,
+        )
         self._so_names: Dict[torch.Tensor, str] = {}
         self._so_group_index: Dict[torch.Tensor, int] = {}  # parameter -> its group's index
         self._so_named = None if named_parameters is None else _check_names(named_parameters)
@@ -91,27 +115,32 @@ class _DistributedMixin:
             members = []
             for g in groups:
                 if not isinstance(g, (list, tuple)) or not all(
-                        isinstance(p, torch.Tensor) for p in g):
-                    raise InvalidArgumentError("groups must be a list of lists of parameters "
-                                               "(or an int: the number of groups)")
+                    isinstance(p, torch.Tensor) for p in g
+                ):
+                    raise InvalidArgumentError(
+                        "groups must be a list of lists of parameters "
+                        "(or an int: the number of groups)"
+                    )
                 members.append([p for p in g if p.requires_grad])
         elif num_groups:
             if not isinstance(num_groups, int) or num_groups < 0:
                 raise InvalidArgumentError(f"num_groups must be an int >= 0, not {num_groups!r}")
             n = min(num_groups, len(params))
             bounds = [len(params) * i // n for i in range(n + 1)] if n else []
-            members = [params[bounds[i]:bounds[i + 1]] for i in range(n)]
+            members = [params[bounds[i] : bounds[i + 1]] for i in range(n)]
         else:
             return
         known = set(params)
         for index, g in enumerate(members):
             for p in g:
                 if p not in known:
-                    raise InvalidArgumentError("groups names a parameter the optimizer does not "
-                                               "update")
+                    raise InvalidArgumentError(
+                        "groups names a parameter the optimizer does not update"
+                    )
                 if p in self._so_group_of:
-                    raise InvalidArgumentError(f"parameter '{self._so_names[p]}' is in more "
-                                               "than one of groups")
+                    raise InvalidArgumentError(
+                        f"parameter '{self._so_names[p]}' is in more than one of groups"
+                    )
                 self._so_group_of[p] = index
         self._so_group_members = members
         self._so_group_ready = {i: set() for i in range(len(members))}
@@ -134,13 +163,17 @@ class _DistributedMixin:
             raise InvalidArgumentError(
                 f"named_parameters misses {len(unnamed)} parameter(s) the optimizer updates "
                 f"(shapes {shapes}{', ...' if len(unnamed) > 5 else ''}); pass the "
-                "named_parameters() of the model whose parameters the optimizer holds")
+                "named_parameters() of the model whose parameters the optimizer holds"
+            )
         me = weakref.ref(self)
         for p in params:
             if p.requires_grad and self._so_included:
                 self._so_passes_left[p] = self._so_passes
-                self._so_hooks.append(p.register_post_accumulate_grad_hook(
-                    lambda param, me=me: _grad_ready(me, param)))
+                self._so_hooks.append(
+                    p.register_post_accumulate_grad_hook(
+                        lambda param, me=me: _grad_ready(me, param)
+                    )
+                )
 
     def add_param_group(self, param_group: dict) -> None:
         super().add_param_group(param_group)
@@ -151,8 +184,10 @@ class _DistributedMixin:
         """How many backward passes accumulate locally before the gradients are reduced."""
         check_backward_passes_per_step(passes)
         if self._so_handles:
-            raise ScaleoutError("set_backward_passes_per_step() while gradient reductions are "
-                                "pending; call it after step()")
+            raise ScaleoutError(
+                "set_backward_passes_per_step() while gradient reductions are "
+                "pending; call it after step()"
+            )
         self._so_passes = passes
         self.backward_passes_per_step = passes
         self._so_reset_counts()
@@ -167,7 +202,8 @@ class _DistributedMixin:
                 f"the gradient of '{self._so_names[p]}' was computed more than "
                 f"backward_passes_per_step={self._so_passes} times before step() or "
                 "synchronize(); raise backward_passes_per_step to accumulate more passes "
-                "locally")
+                "locally"
+            )
         self._so_synchronized = False
         left = self._so_passes_left[p] - 1
         self._so_passes_left[p] = left
@@ -231,8 +267,10 @@ class _DistributedMixin:
     def skip_synchronize(self) -> Iterator[None]:
         """step() inside this block does not reduce: use after an explicit synchronize()."""
         if self._so_reduction.combines_updates:
-            raise AssertionError("skip_synchronize() cannot be used with op=Adasum (as in "
-                                 "Horovod): step() steps locally and combines the changes")
+            raise AssertionError(
+                "skip_synchronize() cannot be used with op=Adasum (as in "
+                "Horovod): step() steps locally and combines the changes"
+            )
         self._so_skip = True
         try:
             yield
@@ -251,17 +289,21 @@ class _DistributedMixin:
             return loss
         if self._so_skip:
             if self._so_handles:
-                raise ScaleoutError("step() inside skip_synchronize() while gradient reductions "
-                                    "are pending: call optimizer.synchronize() first")
+                raise ScaleoutError(
+                    "step() inside skip_synchronize() while gradient reductions "
+                    "are pending: call optimizer.synchronize() first"
+                )
         else:
             if self._so_synchronized:
                 # Horovod's behaviour, kept for compatibility: warn, then reduce again (a
                 # second Average leaves averaged gradients as they are; a second Sum does not).
-                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
-                              "context after optimizer.synchronize(): the gradients are reduced "
-                              "a second time, which slows training. Wrap step() in `with "
-                              "optimizer.skip_synchronize():` after an explicit synchronize().",
-                              stacklevel=2)
+                warnings.warn(
+                    "optimizer.step() called without optimizer.skip_synchronize() "
+                    "context after optimizer.synchronize(): the gradients are reduced "
+                    "a second time, which slows training. Wrap step() in `with "
+                    "optimizer.skip_synchronize():` after an explicit synchronize().",
+                    stacklevel=2,
+                )
             self.synchronize()
         self._so_synchronized = False
         with self._so_reduction.stepping(self):
@@ -277,7 +319,8 @@ class _DistributedMixin:
             raise ScaleoutError(
                 "zero_grad() was called while gradient reductions are pending (after backward(), "
                 "before step() or synchronize()); the core is still writing those gradients. "
-                "Call step() or synchronize() first.")
+                "Call step() or synchronize() first."
+            )
         self._so_reset_counts()
         super().zero_grad(set_to_none=set_to_none)
 
@@ -301,11 +344,16 @@ def _grad_ready(optimizer_ref, param: torch.Tensor) -> None:
 def _check_names(named_parameters) -> Dict[torch.Tensor, str]:
     pairs = list(named_parameters)
     for pair in pairs:
-        if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)
-                and isinstance(pair[1], torch.Tensor)):
+        if not (
+            isinstance(pair, tuple)
+            and len(pair) == 2
+            and isinstance(pair[0], str)
+            and isinstance(pair[1], torch.Tensor)
+        ):
             raise InvalidArgumentError(
                 "named_parameters must be (name, parameter) pairs, as model.named_parameters() "
-                f"gives; got {type(pair).__name__} {str(pair)[:60]}")
+                f"gives; got {type(pair).__name__} {str(pair)[:60]}"
+            )
     counts = collections.Counter(name for name, _ in pairs)
     duplicates = sorted(name for name, n in counts.items() if n > 1)
     if duplicates:
@@ -319,12 +367,18 @@ def _check_names(named_parameters) -> Dict[torch.Tensor, str]:
 _classes: Dict[type, type] = {}
 
 
-def DistributedOptimizer(optimizer: torch.optim.Optimizer,
-                         named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]] = None,
-                         compression=Compression.none, backward_passes_per_step: int = 1,
-                         op: int = Average, gradient_predivide_factor: float = 1.0,
-                         num_groups: int = 0, groups=None, sparse_as_dense: bool = False,
-                         process_set=global_process_set) -> torch.optim.Optimizer:
+def DistributedOptimizer(
+    optimizer: torch.optim.Optimizer,
+    named_parameters: Optional[Iterable[Tuple[str, torch.Tensor]]] = None,
+    compression=Compression.none,
+    backward_passes_per_step: int = 1,
+    op: int = Average,
+    gradient_predivide_factor: float = 1.0,
+    num_groups: int = 0,
+    groups=None,
+    sparse_as_dense: bool = False,
+    process_set=global_process_set,
+) -> torch.optim.Optimizer:
     """Wraps a torch.optim optimizer so that step() uses gradients averaged over all ranks.
 
     - named_parameters: model.named_parameters(); the names identify the reductions across
@@ -362,24 +416,38 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer,
     schedulers on the returned optimizer; the parameters' hooks go when it is deleted.
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise InvalidArgumentError(f"DistributedOptimizer wraps a torch.optim.Optimizer, not "
-                                   f"{type(optimizer).__name__}")
+        raise InvalidArgumentError(
+            f"DistributedOptimizer wraps a torch.optim.Optimizer, not {type(optimizer).__name__}"
+        )
     if isinstance(optimizer, _DistributedMixin):
         raise InvalidArgumentError("this optimizer is already a DistributedOptimizer")
     base = type(optimizer)
     cls = _classes.get(base)
     if cls is None:
-        cls = _classes[base] = type(base.__name__, (_DistributedMixin, base),
-                                    {"__module__": base.__module__})
+        cls = _classes[base] = type(
+            base.__name__, (_DistributedMixin, base), {"__module__": base.__module__}
+        )
     wrapped = cls.__new__(cls)
     # Share groups, state and hooks. An LR scheduler made on the original optimizer left a
     # `step` wrapper on the instance that would bypass the reduction: leave it behind.
     state = dict(optimizer.__dict__)
     if "step" in state:
-        warnings.warn("an LR scheduler was created on the optimizer before wrapping it; create "
-                      "schedulers on the DistributedOptimizer instead", stacklevel=2)
+        warnings.warn(
+            "an LR scheduler was created on the optimizer before wrapping it; create "
+            "schedulers on the DistributedOptimizer instead",
+            stacklevel=2,
+        )
         del state["step"]
     wrapped.__dict__.update(state)
-    wrapped._so_setup(named_parameters, compression, backward_passes_per_step, op,
-                      gradient_predivide_factor, sparse_as_dense, num_groups, groups, process_set)
+    wrapped._so_setup(
+        named_parameters,
+        compression,
+        backward_passes_per_step,
+        op,
+        gradient_predivide_factor,
+        sparse_as_dense,
+        num_groups,
+        groups,
+        process_set,
+    )
     return wrapped

@@ -12,6 +12,7 @@ adds to state_dict():
 - TopKReduction: Note [Top-k sparsification] (scaleout/_topk.py).
 - AdasumDeltas: Note [Adasum optimizer].
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,8 +30,7 @@ from scaleout._topk import Momentum, TopK, TopKExchange, check_optimizer_momentu
 from scaleout.torch._collectives import sparse_allreduce_async
 from scaleout.torch._tensors import start_allreduce
 
-__all__ = ["Reduction", "Allreduce", "TopKReduction", "AdasumDeltas", "reduction_for",
-           "STATE_KEY"]
+__all__ = ["Reduction", "Allreduce", "TopKReduction", "AdasumDeltas", "reduction_for", "STATE_KEY"]
 
 # Where state_dict() keeps a strategy's own state (top-k's residuals); saved optimizer files
 # have it under this key.
@@ -71,24 +71,35 @@ class Reduction:
 class _InPlace(NamedTuple):
     """A dense tensor being reduced in its own memory; `ctx` is the compression's, to cast the
     result back (None: nothing to cast)."""
+
     handle: Handle
     ctx: object
 
 
 class _Gathered(NamedTuple):
     """A sparse gradient's indices and values being allgathered; wait() returns the result."""
+
     wait: Callable[[], torch.Tensor]
 
 
 class _TopKStarted(NamedTuple):
     """A top-k exchange under way, and the flat tensor its result is written into."""
+
     started: object
     out: torch.Tensor
 
 
 class Allreduce(Reduction):
-    def __init__(self, compression, op: int, prescale: float, postscale: float, ps: int,
-                 process_set, sparse_as_dense: bool) -> None:
+    def __init__(
+        self,
+        compression,
+        op: int,
+        prescale: float,
+        postscale: float,
+        ps: int,
+        process_set,
+        sparse_as_dense: bool,
+    ) -> None:
         self.compression = compression
         self.op, self.prescale, self.postscale = op, prescale, postscale
         self.ps = ps
@@ -102,12 +113,25 @@ class Allreduce(Reduction):
         elif p.grad.layout != torch.strided:
             if not self.sparse_as_dense:
                 # Horovod's default: indices and values allgathered (no compression).
-                return _Gathered(sparse_allreduce_async(p.grad, parameter_gradient(name),
-                                                        self.op, self.process_set))
+                return _Gathered(
+                    sparse_allreduce_async(
+                        p.grad, parameter_gradient(name), self.op, self.process_set
+                    )
+                )
             p.grad = p.grad.to_dense()
         wire, ctx = self.compression.compress(p.grad)
-        return _InPlace(start_allreduce(wire, parameter_gradient(name), self.op, self.prescale,
-                                        self.postscale, True, self.ps), ctx)
+        return _InPlace(
+            start_allreduce(
+                wire,
+                parameter_gradient(name),
+                self.op,
+                self.prescale,
+                self.postscale,
+                True,
+                self.ps,
+            ),
+            ctx,
+        )
 
     def finish(self, opt, pending):
         in_place = {p: q for p, q in pending.items() if isinstance(q, _InPlace)}
@@ -125,8 +149,9 @@ class TopKReduction(Reduction):
     name (flat 'residual' and, with momentum correction, 'velocity' tensors) and its count of
     finished steps."""
 
-    def __init__(self, opt, config: TopK, op: int, prescale: float, postscale: float,
-                 ps: int) -> None:
+    def __init__(
+        self, opt, config: TopK, op: int, prescale: float, postscale: float, ps: int
+    ) -> None:
         if check_optimizer_momentum(config, "DistributedOptimizer"):
             _check_sgd(opt)
         self.exchange = TopKExchange(config, op, prescale, postscale, ps)
@@ -160,11 +185,20 @@ class TopKReduction(Reduction):
             momentum = Momentum(group["momentum"], group["nesterov"])
             if group["weight_decay"]:  # folded into the gradient before the momentum, as SGD
                 flat = flat + group["weight_decay"] * p.detach().reshape(-1).to(flat.dtype)
-        out = grad.view(-1) if grad.dtype == residual.dtype and grad.is_contiguous() else \
-            torch.empty(p.numel(), dtype=residual.dtype)
+        out = (
+            grad.view(-1)
+            if grad.dtype == residual.dtype and grad.is_contiguous()
+            else torch.empty(p.numel(), dtype=residual.dtype)
+        )
         started = self.exchange.start(
-            parameter_gradient(name), flat.numpy(), residual.numpy(), self.steps,
-            slots["velocity"].numpy() if self.momentum else None, momentum, out.numpy())
+            parameter_gradient(name),
+            flat.numpy(),
+            residual.numpy(),
+            self.steps,
+            slots["velocity"].numpy() if self.momentum else None,
+            momentum,
+            out.numpy(),
+        )
         return _TopKStarted(started, out)
 
     def finish(self, opt, pending):
@@ -195,16 +229,19 @@ class TopKReduction(Reduction):
 
     def state(self):
         """The residuals (and velocities) by parameter name and the step count."""
-        return {"steps": self.steps,
-                "slots": {name: dict(slots) for name, slots in self.slots.items()}}
+        return {
+            "steps": self.steps,
+            "slots": {name: dict(slots) for name, slots in self.slots.items()},
+        }
 
     def load_state(self, saved):
         if saved is None:
             return
         self.steps = int(saved["steps"])
-        self.slots = {name: {key: t.detach().to("cpu", copy=True).reshape(-1)
-                             for key, t in slots.items()}
-                      for name, slots in saved["slots"].items()}
+        self.slots = {
+            name: {key: t.detach().to("cpu", copy=True).reshape(-1) for key, t in slots.items()}
+            for name, slots in saved["slots"].items()
+        }
 
 
 def _check_sgd(opt) -> None:
@@ -214,13 +251,15 @@ def _check_sgd(opt) -> None:
         raise InvalidArgumentError(
             "Compression.topk(momentum_correction=True) moves the optimizer's momentum into "
             "the compression (Deep Gradient Compression): it needs torch.optim.SGD with "
-            f"momentum > 0, not {type(opt).__name__}")
+            f"momentum > 0, not {type(opt).__name__}"
+        )
     for group in opt.param_groups:
         if not group["momentum"] > 0 or group["dampening"] != 0:
             raise InvalidArgumentError(
                 "Compression.topk(momentum_correction=True) needs SGD with momentum > 0 and "
                 f"dampening 0 in every parameter group; got momentum={group['momentum']}, "
-                f"dampening={group['dampening']}")
+                f"dampening={group['dampening']}"
+            )
 
 
 class AdasumDeltas(Reduction):
@@ -249,9 +288,11 @@ class AdasumDeltas(Reduction):
             p.grad = torch.zeros_like(p)
         elif p.grad.layout != torch.strided:
             if not self.sparse_as_dense:
-                raise InvalidArgumentError(f"op=Adasum steps with dense gradients only; "
-                                           f"'{name}' has a sparse one (pass "
-                                           "sparse_as_dense=True)")
+                raise InvalidArgumentError(
+                    f"op=Adasum steps with dense gradients only; "
+                    f"'{name}' has a sparse one (pass "
+                    "sparse_as_dense=True)"
+                )
             p.grad = p.grad.to_dense()
         start = self.starts.get(p)
         if start is None:
@@ -268,8 +309,9 @@ class AdasumDeltas(Reduction):
                     group["params"] = params
             p.sub_(start)
         wire, ctx = self.compression.compress(p.data)
-        return _InPlace(start_allreduce(wire, f"delta.{name}", Adasum, 1.0, 1.0, True, self.ps),
-                        ctx)
+        return _InPlace(
+            start_allreduce(wire, f"delta.{name}", Adasum, 1.0, 1.0, True, self.ps), ctx
+        )
 
     def finish(self, opt, pending):
         """Every parameter's combined change added to its start."""
@@ -281,8 +323,17 @@ class AdasumDeltas(Reduction):
                 p.copy_(start)
 
 
-def reduction_for(opt, op: int, compression, reduce_op: int, prescale: float, postscale: float,
-                  ps: int, process_set, sparse_as_dense: bool) -> Reduction:
+def reduction_for(
+    opt,
+    op: int,
+    compression,
+    reduce_op: int,
+    prescale: float,
+    postscale: float,
+    ps: int,
+    process_set,
+    sparse_as_dense: bool,
+) -> Reduction:
     """The strategy for a DistributedOptimizer's arguments (checked already, but for top-k's):
     `op` as given, `reduce_op`/`prescale`/`postscale` after the predivide factor."""
     if isinstance(compression, TopK):
@@ -292,5 +343,4 @@ def reduction_for(opt, op: int, compression, reduce_op: int, prescale: float, po
     # are reduced (a copy) as with any op.
     if resolve_op(op) == Adasum and set_size(ps) > 1:
         return AdasumDeltas(compression, ps, sparse_as_dense)
-    return Allreduce(compression, reduce_op, prescale, postscale, ps, process_set,
-                     sparse_as_dense)
+    return Allreduce(compression, reduce_op, prescale, postscale, ps, process_set, sparse_as_dense)

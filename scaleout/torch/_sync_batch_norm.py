@@ -1,4 +1,5 @@
 """SyncBatchNorm: batch normalisation with statistics over the whole global batch."""
+
 from __future__ import annotations
 
 import itertools
@@ -28,9 +29,17 @@ class SyncBatchNorm(_BatchNorm):
     Each instance has a name that identifies its collectives across ranks (by default its
     construction order: build the model identically on every rank, or pass `name`)."""
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: Optional[float] = 0.1,
-                 affine: bool = True, track_running_stats: bool = True, device=None, dtype=None,
-                 name: Optional[str] = None):
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: Optional[float] = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        device=None,
+        dtype=None,
+        name: Optional[str] = None,
+    ):
         super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
         self.name = name or f"SyncBatchNorm.{next(_instances)}"
 
@@ -50,10 +59,19 @@ class SyncBatchNorm(_BatchNorm):
         running_mean = self.running_mean if not self.training or self.track_running_stats else None
         running_var = self.running_var if not self.training or self.track_running_stats else None
         if not use_batch_stats or size() == 1:
-            return F.batch_norm(input, running_mean, running_var, self.weight, self.bias,
-                                use_batch_stats, factor, self.eps)
-        return _SyncBatchNormFn.apply(input, self.weight, self.bias, running_mean, running_var,
-                                      self.eps, factor, self.name)
+            return F.batch_norm(
+                input,
+                running_mean,
+                running_var,
+                self.weight,
+                self.bias,
+                use_batch_stats,
+                factor,
+                self.eps,
+            )
+        return _SyncBatchNormFn.apply(
+            input, self.weight, self.bias, running_mean, running_var, self.eps, factor, self.name
+        )
 
     @classmethod
     def convert_sync_batchnorm(cls, module: torch.nn.Module) -> torch.nn.Module:
@@ -61,8 +79,13 @@ class SyncBatchNorm(_BatchNorm):
         same parameters and statistics."""
         out = module
         if isinstance(module, _BatchNorm) and not isinstance(module, SyncBatchNorm):
-            out = cls(module.num_features, module.eps, module.momentum, module.affine,
-                      module.track_running_stats)
+            out = cls(
+                module.num_features,
+                module.eps,
+                module.momentum,
+                module.affine,
+                module.track_running_stats,
+            )
             with torch.no_grad():
                 if module.affine:
                     out.weight = module.weight
@@ -94,10 +117,11 @@ class _SyncBatchNormFn(torch.autograd.Function):
             mean = var = torch.zeros(channels, dtype=compute)
         # One row per rank: [count, mean, biased var]; combined with the parallel-variance
         # formula in float64 (stable, unlike a global sum of squares).
-        local = torch.cat([torch.tensor([float(count)], dtype=torch.float64), mean.double(),
-                           var.double()]).reshape(1, -1)
+        local = torch.cat(
+            [torch.tensor([float(count)], dtype=torch.float64), mean.double(), var.double()]
+        ).reshape(1, -1)
         rows = synchronize(allgather_async(local, part(name, "stats")))
-        counts, means, variances = rows[:, :1], rows[:, 1:channels + 1], rows[:, channels + 1:]
+        counts, means, variances = rows[:, :1], rows[:, 1 : channels + 1], rows[:, channels + 1 :]
         total = float(counts.sum())
         if total == 0:
             raise ValueError("SyncBatchNorm got an empty batch on every rank")
@@ -133,8 +157,11 @@ class _SyncBatchNormFn(torch.autograd.Function):
         grad_bias = sum_dy.to(bias_dtype) if bias_dtype is not None else None
         # Each output depends on every rank's inputs through the mean and variance, so the two
         # channel sums are taken over the global batch.
-        both = synchronize(start_allreduce(torch.cat([sum_dy, sum_dy_xhat]), gradient(name),
-                                           Sum, 1.0, 1.0, False, 0))
+        both = synchronize(
+            start_allreduce(
+                torch.cat([sum_dy, sum_dy_xhat]), gradient(name), Sum, 1.0, 1.0, False, 0
+            )
+        )
         mean_dy, mean_dy_xhat = (both / total).split(sum_dy.numel())
         scale = invstd if weight is None else invstd * weight.detach().to(invstd.dtype)
         dx = scale.view(shape) * (dy - mean_dy.view(shape) - xhat * mean_dy_xhat.view(shape))

@@ -3,6 +3,7 @@
 The core reads and writes a contiguous tensor's memory directly through `data_ptr()` (no copy,
 no compiled code against torch); a non-contiguous tensor goes through a contiguous copy.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -14,16 +15,38 @@ from torch.autograd.graph import increment_version
 from scaleout import _naming
 from scaleout._arrays import splits_array
 from scaleout._errors import InvalidArgumentError
-from scaleout._native import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, DTYPE_CODES,
-                              REDUCESCATTER, Handle, Sum, auto_name, group, register_tensor_type,
-                              resolve_op, submit)
+from scaleout._native import (
+    ALLGATHER,
+    ALLREDUCE,
+    ALLTOALL,
+    BROADCAST,
+    DTYPE_CODES,
+    REDUCESCATTER,
+    Handle,
+    Sum,
+    auto_name,
+    group,
+    register_tensor_type,
+    resolve_op,
+    submit,
+)
 
-__all__ = ["check_device", "submit_owned", "start_allreduce", "start_grouped_allreduce",
-           "start_broadcast", "start_alltoall", "start_reducescatter"]
+__all__ = [
+    "check_device",
+    "submit_owned",
+    "start_allreduce",
+    "start_grouped_allreduce",
+    "start_broadcast",
+    "start_alltoall",
+    "start_reducescatter",
+]
 
 # The core's element type codes, by torch dtype (from the core's table).
-_DTYPE_CODES = {getattr(torch, name): code for name, code in DTYPE_CODES.items()
-                if isinstance(getattr(torch, name, None), torch.dtype)}
+_DTYPE_CODES = {
+    getattr(torch, name): code
+    for name, code in DTYPE_CODES.items()
+    if isinstance(getattr(torch, name, None), torch.dtype)
+}
 
 
 register_tensor_type(torch.Tensor, _DTYPE_CODES, torch.strided)
@@ -36,9 +59,11 @@ def check_device(device: torch.device) -> None:
     if device.type in ("cuda", "xpu", "mps", "hip"):
         raise InvalidArgumentError(
             f"GPU tensors are not supported yet: got a tensor on '{device}'. scaleout reduces CPU "
-            "tensors; move it with tensor.cpu() (and the result back with .to(device)).")
-    raise InvalidArgumentError(f"tensors on device '{device}' are not supported; scaleout "
-                               "works on CPU tensors")
+            "tensors; move it with tensor.cpu() (and the result back with .to(device))."
+        )
+    raise InvalidArgumentError(
+        f"tensors on device '{device}' are not supported; scaleout works on CPU tensors"
+    )
 
 
 def _dtype_code(tensor, what: str) -> int:
@@ -52,15 +77,19 @@ def _dtype_code(tensor, what: str) -> int:
 def _refuse(tensor, what: str):
     """Raises the error that says why the core cannot take `tensor`."""
     if not isinstance(tensor, torch.Tensor):
-        raise InvalidArgumentError(f"{what} takes a torch.Tensor, not {type(tensor).__name__} "
-                                   "(use scaleout's numpy API for arrays)")
+        raise InvalidArgumentError(
+            f"{what} takes a torch.Tensor, not {type(tensor).__name__} "
+            "(use scaleout's numpy API for arrays)"
+        )
     check_device(tensor.device)
     if tensor.layout != torch.strided:
-        raise InvalidArgumentError(f"{what}: {tensor.layout} tensors are not supported; "
-                                   "convert with tensor.to_dense()")
+        raise InvalidArgumentError(
+            f"{what}: {tensor.layout} tensors are not supported; convert with tensor.to_dense()"
+        )
     raise InvalidArgumentError(
         f"{what}: dtype {tensor.dtype} is not supported; scaleout handles "
-        f"{', '.join(str(d).replace('torch.', '') for d in _DTYPE_CODES)}")
+        f"{', '.join(str(d).replace('torch.', '') for d in _DTYPE_CODES)}"
+    )
 
 
 def _dense(tensor: torch.Tensor) -> torch.Tensor:
@@ -71,10 +100,12 @@ def _dense(tensor: torch.Tensor) -> torch.Tensor:
 def _allocator(dtype: torch.dtype):
     """A core-owned result (allgather, alltoall, reducescatter) as a tensor viewing the core's
     bytes (no copy; the tensor keeps them alive)."""
+
     def alloc(shape, buffer):
         if 0 in shape:
             return torch.empty(shape, dtype=dtype)  # frombuffer refuses an empty buffer
         return torch.frombuffer(buffer, dtype=dtype).reshape(shape)
+
     return alloc
 
 
@@ -87,73 +118,151 @@ def _bumped(tensor: torch.Tensor) -> torch.Tensor:
 
 def _copied_back(tensor: torch.Tensor):
     """Finishes an in-place collective that went through a contiguous stand-in."""
+
     def finish(result: torch.Tensor) -> torch.Tensor:
         tensor.detach().copy_(result)
         return tensor
+
     return finish
 
 
-def _submit_into(collective: int, tensor, name: Optional[str], inplace: bool, op: int,
-                 root: int, prescale: float, postscale: float, what: str, ps: int) -> Handle:
+def _submit_into(
+    collective: int,
+    tensor,
+    name: Optional[str],
+    inplace: bool,
+    op: int,
+    root: int,
+    prescale: float,
+    postscale: float,
+    what: str,
+    ps: int,
+) -> Handle:
     """allreduce / broadcast: the result in a new tensor, or written into `tensor`."""
     if inplace:
         # The hot path of every DistributedOptimizer hook: the binding reads the tensor itself.
         try:
-            return submit(collective, name=name, data=tensor, output=tensor, op=op,
-                          root_rank=root, prescale_factor=prescale, postscale_factor=postscale,
-                          finish=_bumped, process_set=ps)
+            return submit(
+                collective,
+                name=name,
+                data=tensor,
+                output=tensor,
+                op=op,
+                root_rank=root,
+                prescale_factor=prescale,
+                postscale_factor=postscale,
+                finish=_bumped,
+                process_set=ps,
+            )
         except BufferError:
             pass  # not a contiguous CPU tensor of a core dtype: explained or copied below
     code = _dtype_code(tensor, what)
     src = _dense(tensor)
     if inplace:
         ptr = src.data_ptr()
-        return submit(collective, name=name, data=src, address=ptr, dtype=code, shape=src.shape,
-                      output=src, out_address=ptr, op=op, root_rank=root,
-                      prescale_factor=prescale, postscale_factor=postscale,
-                      finish=_copied_back(tensor), process_set=ps)
+        return submit(
+            collective,
+            name=name,
+            data=src,
+            address=ptr,
+            dtype=code,
+            shape=src.shape,
+            output=src,
+            out_address=ptr,
+            op=op,
+            root_rank=root,
+            prescale_factor=prescale,
+            postscale_factor=postscale,
+            finish=_copied_back(tensor),
+            process_set=ps,
+        )
     dst = torch.empty_like(src, memory_format=torch.contiguous_format)
-    return submit(collective, name=name, data=src, address=src.data_ptr(), dtype=code,
-                  shape=src.shape, output=dst, out_address=dst.data_ptr(), op=op,
-                  root_rank=root, prescale_factor=prescale, postscale_factor=postscale,
-                  process_set=ps)
+    return submit(
+        collective,
+        name=name,
+        data=src,
+        address=src.data_ptr(),
+        dtype=code,
+        shape=src.shape,
+        output=dst,
+        out_address=dst.data_ptr(),
+        op=op,
+        root_rank=root,
+        prescale_factor=prescale,
+        postscale_factor=postscale,
+        process_set=ps,
+    )
 
 
-def submit_owned(collective: int, tensor, name: Optional[str], what: str, ps: int,
-                 op: int = Sum, prescale: float = 1.0, postscale: float = 1.0, splits=None,
-                 finish=None) -> Handle:
+def submit_owned(
+    collective: int,
+    tensor,
+    name: Optional[str],
+    what: str,
+    ps: int,
+    op: int = Sum,
+    prescale: float = 1.0,
+    postscale: float = 1.0,
+    splits=None,
+    finish=None,
+) -> Handle:
     """allgather / alltoall / reducescatter: the core owns the result until completion."""
     code = _dtype_code(tensor, what)
     src = _dense(tensor)
     if collective == ALLGATHER and src.dim() == 0:
         src = src.reshape(1)
-    return submit(collective, name=name, data=src, address=src.data_ptr(), dtype=code,
-                  shape=src.shape, output=_allocator(src.dtype), op=op,
-                  prescale_factor=prescale, postscale_factor=postscale, splits=splits,
-                  finish=finish, process_set=ps)
+    return submit(
+        collective,
+        name=name,
+        data=src,
+        address=src.data_ptr(),
+        dtype=code,
+        shape=src.shape,
+        output=_allocator(src.dtype),
+        op=op,
+        prescale_factor=prescale,
+        postscale_factor=postscale,
+        splits=splits,
+        finish=finish,
+        process_set=ps,
+    )
 
 
 # ---- each collective's start (a Handle), for the public functions and the autograd ones ----
 
-def start_allreduce(tensor, name: Optional[str], op: int, prescale_factor: float,
-                    postscale_factor: float, inplace: bool, ps: int) -> Handle:
-    return _submit_into(ALLREDUCE, tensor, name, inplace, op, 0, prescale_factor,
-                        postscale_factor, "allreduce", ps)
+
+def start_allreduce(
+    tensor,
+    name: Optional[str],
+    op: int,
+    prescale_factor: float,
+    postscale_factor: float,
+    inplace: bool,
+    ps: int,
+) -> Handle:
+    return _submit_into(
+        ALLREDUCE, tensor, name, inplace, op, 0, prescale_factor, postscale_factor, "allreduce", ps
+    )
 
 
-def start_grouped_allreduce(tensors, average, name, op, prescale_factor, postscale_factor,
-                            inplace, ps: int) -> Handle:
+def start_grouped_allreduce(
+    tensors, average, name, op, prescale_factor, postscale_factor, inplace, ps: int
+) -> Handle:
     op = resolve_op(op, average)
     base = auto_name(ALLREDUCE, name, ps)
-    return group([start_allreduce(t, _naming.member(base, i), op, prescale_factor,
-                                  postscale_factor, inplace, ps)
-                  for i, t in enumerate(tensors)], base)
+    return group(
+        [
+            start_allreduce(
+                t, _naming.member(base, i), op, prescale_factor, postscale_factor, inplace, ps
+            )
+            for i, t in enumerate(tensors)
+        ],
+        base,
+    )
 
 
-def start_broadcast(tensor, root_rank: int, name: Optional[str], inplace: bool,
-                    ps: int) -> Handle:
-    return _submit_into(BROADCAST, tensor, name, inplace, Sum, root_rank, 1.0, 1.0,
-                        "broadcast", ps)
+def start_broadcast(tensor, root_rank: int, name: Optional[str], inplace: bool, ps: int) -> Handle:
+    return _submit_into(BROADCAST, tensor, name, inplace, Sum, root_rank, 1.0, 1.0, "broadcast", ps)
 
 
 def _splits_array(splits) -> Optional[np.ndarray]:
@@ -169,11 +278,20 @@ def _with_received_splits(result):
 
 
 def start_alltoall(tensor, splits, name: Optional[str], ps: int) -> Handle:
-    return submit_owned(ALLTOALL, tensor, name, "alltoall", ps, splits=_splits_array(splits),
-                        finish=_with_received_splits)
+    return submit_owned(
+        ALLTOALL,
+        tensor,
+        name,
+        "alltoall",
+        ps,
+        splits=_splits_array(splits),
+        finish=_with_received_splits,
+    )
 
 
-def start_reducescatter(tensor, name: Optional[str], op: int, prescale_factor: float,
-                        postscale_factor: float, ps: int) -> Handle:
-    return submit_owned(REDUCESCATTER, tensor, name, "reducescatter", ps, op, prescale_factor,
-                        postscale_factor)
+def start_reducescatter(
+    tensor, name: Optional[str], op: int, prescale_factor: float, postscale_factor: float, ps: int
+) -> Handle:
+    return submit_owned(
+        REDUCESCATTER, tensor, name, "reducescatter", ps, op, prescale_factor, postscale_factor
+    )

@@ -1,4 +1,5 @@
 """Helpers for scripts that run on every rank: named checks that report which rank failed."""
+
 from __future__ import annotations
 
 import sys
@@ -22,9 +23,14 @@ def check(cond: bool, what: str) -> None:
 
 def check_close(got, want, what: str, rtol=1e-6, atol=1e-6) -> None:
     got, want = np.asarray(got), np.asarray(want)
-    ok = got.shape == want.shape and np.allclose(got.astype(np.float64), want.astype(np.float64),
-                                                 rtol=rtol, atol=atol)
-    check(ok, f"{what}: got {got.ravel()[:8]} shape {got.shape}, want {want.ravel()[:8]} shape {want.shape}")
+    ok = got.shape == want.shape and np.allclose(
+        got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol
+    )
+    check(
+        ok,
+        f"{what}: got {got.ravel()[:8]} shape {got.shape}, "
+        f"want {want.ravel()[:8]} shape {want.shape}",
+    )
 
 
 def expect_error(exc_type, fn, *fragments: str, what: str = "") -> str:
@@ -63,9 +69,11 @@ def main(fn, **init_args) -> None:
 
 def main_tests(namespace: dict) -> None:
     """Inits, then runs every test_*(rank, size) function of a script's namespace in order."""
+
     def run():
         r, n = so.rank(), so.size()
         for name, fn in list(namespace.items()):
             if name.startswith("test_"):
                 fn(r, n)
+
     main(run)

@@ -4,12 +4,13 @@ op=Adasum (Note [Adasum]) against a numpy evaluation of Horovod's rule: a binary
 the ranks, (0, 1), (2, 3), ... first, each pair (a, b) per tensor into
 (1 - a.b / 2|a|^2) a + (1 - a.b / 2|b|^2) b. numpy, torch and TensorFlow front ends; the same
 bits on every rank; the errors Horovod gives (3 ranks, process sets, integer tensors)."""
+
 import importlib
 
 import numpy as np
+from _harness import check, check_close, expect_error, finish
 
 import scaleout as so
-from _harness import check, check_close, expect_error, finish
 
 so.init(process_sets="dynamic")
 r, n = so.rank(), so.size()
@@ -43,8 +44,9 @@ if power_of_two:
         got = so.allreduce(x, op=so.Adasum, name=f"ada.{np.dtype(dtype).name}")
         want = tree([contribution(q, 1001, 1).astype(dtype) for q in range(n)])
         check(got.dtype == dtype, f"Adasum keeps {np.dtype(dtype).name}")
-        check_close(got.astype(np.float64), want, f"Adasum {np.dtype(dtype).name}", rtol=tol,
-                    atol=tol)
+        check_close(
+            got.astype(np.float64), want, f"Adasum {np.dtype(dtype).name}", rtol=tol, atol=tol
+        )
         digests = so.allgather_object(got.tobytes())
         check(all(d == digests[0] for d in digests), f"same bits everywhere ({dtype})")
     # Known cases: equal vectors give themselves (their average), orthogonal ones their sum.
@@ -52,19 +54,36 @@ if power_of_two:
     check_close(same, np.full(8, 3.0), "Adasum of equal vectors is the vector")
     basis = np.zeros(n)
     basis[r] = 1.0
-    check_close(so.allreduce(basis, op=so.Adasum, name="ada.orth"), np.ones(n),
-                "Adasum of orthogonal vectors is their sum")
+    check_close(
+        so.allreduce(basis, op=so.Adasum, name="ada.orth"),
+        np.ones(n),
+        "Adasum of orthogonal vectors is their sum",
+    )
     # Fused tensors: each tensor has its own coefficients, as if reduced alone.
-    handles = [so.allreduce_async(contribution(r, 10 + 7 * k, 2 + k) * (k + 1), op=so.Adasum,
-                                  name=f"ada.fused.{k}") for k in range(6)]
+    handles = [
+        so.allreduce_async(
+            contribution(r, 10 + 7 * k, 2 + k) * (k + 1), op=so.Adasum, name=f"ada.fused.{k}"
+        )
+        for k in range(6)
+    ]
     for k, h in enumerate(handles):
         want = tree([contribution(q, 10 + 7 * k, 2 + k) * (k + 1) for q in range(n)])
         check_close(so.synchronize(h), want, f"fused Adasum tensor {k}", rtol=1e-12, atol=1e-12)
     # Scale factors apply before and after; no averaging is implied.
-    got = so.allreduce(contribution(r, 50, 9), op=so.Adasum, prescale_factor=2.0,
-                       postscale_factor=0.25, name="ada.scaled")
-    check_close(got, 0.25 * tree([2.0 * contribution(q, 50, 9) for q in range(n)]),
-                "Adasum with scale factors", rtol=1e-12, atol=1e-12)
+    got = so.allreduce(
+        contribution(r, 50, 9),
+        op=so.Adasum,
+        prescale_factor=2.0,
+        postscale_factor=0.25,
+        name="ada.scaled",
+    )
+    check_close(
+        got,
+        0.25 * tree([2.0 * contribution(q, 50, 9) for q in range(n)]),
+        "Adasum with scale factors",
+        rtol=1e-12,
+        atol=1e-12,
+    )
     # torch and TensorFlow reach the same core.
     for framework, tensor_of, seed in (("torch", "tensor", 11), ("tensorflow", "constant", 12)):
         try:
@@ -72,30 +91,47 @@ if power_of_two:
             hvd = importlib.import_module(f"scaleout.{framework}")
         except ImportError:
             continue
-        t = hvd.allreduce(getattr(lib, tensor_of)(contribution(r, 64, seed)), op=hvd.Adasum,
-                          name=f"ada.{framework}")
-        check_close(t.numpy(), tree([contribution(q, 64, seed) for q in range(n)]),
-                    f"{framework} Adasum", rtol=1e-12, atol=1e-12)
+        t = hvd.allreduce(
+            getattr(lib, tensor_of)(contribution(r, 64, seed)),
+            op=hvd.Adasum,
+            name=f"ada.{framework}",
+        )
+        check_close(
+            t.numpy(),
+            tree([contribution(q, 64, seed) for q in range(n)]),
+            f"{framework} Adasum",
+            rtol=1e-12,
+            atol=1e-12,
+        )
     # Errors: integer tensors; reducescatter; a process set.
-    expect_error(so.InvalidArgumentError, lambda: so.allreduce(np.ones(4, np.int32),
-                                                               op=so.Adasum, name="ada.int"),
-                 "Adasum reduces float16, bfloat16, float32 and float64 tensors, not int32")
-    expect_error(so.InvalidArgumentError, lambda: so.reducescatter(np.ones(4 * n), op=so.Adasum,
-                                                                   name="ada.rs"),
-                 "Adasum is an allreduce op")
+    expect_error(
+        so.InvalidArgumentError,
+        lambda: so.allreduce(np.ones(4, np.int32), op=so.Adasum, name="ada.int"),
+        "Adasum reduces float16, bfloat16, float32 and float64 tensors, not int32",
+    )
+    expect_error(
+        so.InvalidArgumentError,
+        lambda: so.reducescatter(np.ones(4 * n), op=so.Adasum, name="ada.rs"),
+        "Adasum is an allreduce op",
+    )
     ps = so.add_process_set([0, 1])
     if ps.included():
-        expect_error(NotImplementedError,
-                     lambda: so.allreduce(np.ones(4), op=so.Adasum, process_set=ps, name="ada.ps"),
-                     "Adasum does not support non-global process sets yet")
+        expect_error(
+            NotImplementedError,
+            lambda: so.allreduce(np.ones(4), op=so.Adasum, process_set=ps, name="ada.ps"),
+            "Adasum does not support non-global process sets yet",
+        )
     so.remove_process_set(ps)
 else:
     # As Horovod: NotImplementedError on every rank, at the call.
-    expect_error(NotImplementedError,
-                 lambda: so.allreduce(np.ones(4), op=so.Adasum, name="ada.three"),
-                 "running Adasum with non-power of 2 ranks is not supported yet",
-                 f"this job has {n}")
-    expect_error(so.NotYetImplementedError,
-                 lambda: so.allreduce(np.ones(4), op=so.Adasum, name="ada.three2"))
+    expect_error(
+        NotImplementedError,
+        lambda: so.allreduce(np.ones(4), op=so.Adasum, name="ada.three"),
+        "running Adasum with non-power of 2 ranks is not supported yet",
+        f"this job has {n}",
+    )
+    expect_error(
+        so.NotYetImplementedError, lambda: so.allreduce(np.ones(4), op=so.Adasum, name="ada.three2")
+    )
 so.barrier()
 finish()

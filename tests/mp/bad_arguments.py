@@ -5,16 +5,17 @@ Bad arguments to every front end's collectives are InvalidArgumentErrors (also V
 the rank that passed them, raised before anything is submitted, so the job goes on: no value is
 silently converted (a float or string root rank, float or string splits, a string scale factor),
 no name is cut short (an embedded NUL) or unencodable, no non-handle is polled."""
+
 import numpy as np
 import torch
-
+from _harness import check, check_close, expect_error, main_tests
 from tf_common import tf  # noqa: F401  (TensorFlow set up quietly first)
+
 import scaleout as so
 import scaleout.tensorflow as hvd_tf
 import scaleout.torch as hvd_torch
-from _harness import check, check_close, expect_error, main_tests
 
-BAD_ROOTS = [0.9, "0", 2 ** 31, 2 ** 32 + 1, -2 ** 40, None]
+BAD_ROOTS = [0.9, "0", 2**31, 2**32 + 1, -(2**40), None]
 
 
 def expect_invalid(fn, *fragments, what):
@@ -48,7 +49,9 @@ def test_splits_must_be_integers(r, n):
         "torch": lambda s: hvd_torch.alltoall(torch.ones(n), splits=s),
         "tensorflow": lambda s: hvd_tf.alltoall(tf.ones(n), splits=s),
     }.items():
-        expect_invalid(lambda: call(np.ones(n)), "splits", "integers", what=f"{front}: float splits")
+        expect_invalid(
+            lambda: call(np.ones(n)), "splits", "integers", what=f"{front}: float splits"
+        )
         expect_invalid(lambda: call("1" * n), "splits", what=f"{front}: string splits")
         out, received = call(np.ones(n, np.int32))
         check(np.asarray(received).tolist() == [1] * n, f"{front}: int32 splits work")
@@ -68,10 +71,16 @@ def test_names_stay_distinct(r, n):
 
 
 def test_other_arguments(r, n):
-    expect_invalid(lambda: so.allreduce(np.ones(2), prescale_factor="2"), "prescale_factor",
-                   what="a string scale factor")
-    expect_invalid(lambda: hvd_torch.allreduce(torch.ones(2), postscale_factor="2"),
-                   "postscale_factor", what="torch: a string scale factor")
+    expect_invalid(
+        lambda: so.allreduce(np.ones(2), prescale_factor="2"),
+        "prescale_factor",
+        what="a string scale factor",
+    )
+    expect_invalid(
+        lambda: hvd_torch.allreduce(torch.ones(2), postscale_factor="2"),
+        "postscale_factor",
+        what="torch: a string scale factor",
+    )
     expect_invalid(lambda: so.poll(5), "Handle", what="poll of a non-handle")
     expect_invalid(lambda: so.synchronize("x"), "Handle", what="synchronize of a non-handle")
     expect_invalid(lambda: hvd_torch.synchronize(3), "Handle", what="torch synchronize")

@@ -2,13 +2,14 @@
 
 init(comm=...) on a sub-communicator, the user's own mpi4py calls beside the coordinator,
 and inputs given through the buffer protocol and DLPack."""
+
 import threading
 
 import numpy as np
+from _harness import check, check_close, expect_error, finish
 from mpi4py import MPI
 
 import scaleout as so
-from _harness import check, check_close, expect_error, finish
 
 world = MPI.COMM_WORLD
 wr, wn = world.rank, world.size
@@ -61,15 +62,21 @@ class DLPackOnly:
         return self._arr.__dlpack_device__()
 
 
-check_close(so.allreduce(DLPackOnly(np.full(4, 2.0, np.float32)), op=so.Sum, name="dl"),
-            np.full(4, 2.0 * wn), "DLPack input")
+check_close(
+    so.allreduce(DLPackOnly(np.full(4, 2.0, np.float32)), op=so.Sum, name="dl"),
+    np.full(4, 2.0 * wn),
+    "DLPack input",
+)
 buf = bytearray(np.full(8, wr + 1, np.uint8).tobytes())
 out = so.allreduce(buf, op=so.Sum, name="bytes")
 check(out.dtype == np.uint8 and out.tolist() == [wn * (wn + 1) // 2] * 8, "buffer-protocol input")
 mv = memoryview(np.arange(6, dtype=np.int32))
 check(so.allgather(mv, name="mv").tolist() == list(range(6)) * wn, "memoryview allgather")
-expect_error(so.InvalidArgumentError, lambda: so.allreduce_(np.ones(3).setflags(write=False) or
-                                                          np.frombuffer(b"abc", np.uint8)),
-             "writable", what="in-place on read-only memory")
+expect_error(
+    so.InvalidArgumentError,
+    lambda: so.allreduce_(np.ones(3).setflags(write=False) or np.frombuffer(b"abc", np.uint8)),
+    "writable",
+    what="in-place on read-only memory",
+)
 so.shutdown()
 finish()

@@ -5,6 +5,7 @@ host's first rank keeps a copy of every commit in its own store; after hostA's c
 (the host lost), the newest commit still comes back, from hostB. Prints one RESULT line.
 
 argv[1]: a directory; each host keeps its store in <dir>/<its hostname>."""
+
 import json
 import socket
 import sys

@@ -1,6 +1,7 @@
 """Run by tests/test_errors_and_lifecycle.py::test_a_crashing_rank_ends_the_job.
 
 One rank dies in the middle of training; the job must end, not hang."""
+
 import os
 import sys
 
@@ -9,7 +10,7 @@ import numpy as np
 import scaleout as so
 
 so.init()
-for step in range(5):
+for _ in range(5):
     so.allreduce(np.ones(1000), name="g")
 if so.rank() == so.size() - 1:
     os._exit(7)

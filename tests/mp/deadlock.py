@@ -6,17 +6,19 @@ every rank waits for, and the job goes on. A rank that is still computing is nev
 deadlocked.
 
 argv[1]: numpy or torch (the front end whose handles the ranks wait on)."""
+
 import sys
 import time
 
 import numpy as np
+from _harness import check, check_close, expect_error, main_tests
 
 import scaleout as so
-from _harness import check, check_close, expect_error, main_tests
 
 FRONT = sys.argv[1]
 if FRONT == "torch":
     import torch
+
     import scaleout.torch as hvd
 
     def reduce(value, name):
@@ -40,9 +42,15 @@ def test_names_that_differ_between_ranks(r, n):
     # a typo on one rank: rank 0 waits for 'grad.w', the others for 'grad.W'
     name = "grad.w" if r == 0 else "grad.W"
     others = "rank 1" if n == 2 else "ranks " + ", ".join(str(k) for k in range(1, n))
-    msg = expect_error(hvd.DeadlockError, lambda: timed(lambda: reduce(1, name)),
-                       "deadlock", "rank 0 waits for 'grad.w'", "'grad.W' submitted only by "
-                       + others, "'grad.w' submitted only by rank 0", what="differing names")
+    msg = expect_error(
+        hvd.DeadlockError,
+        lambda: timed(lambda: reduce(1, name)),
+        "deadlock",
+        "rank 0 waits for 'grad.w'",
+        "'grad.W' submitted only by " + others,
+        "'grad.w' submitted only by rank 0",
+        what="differing names",
+    )
     check(isinstance(hvd.DeadlockError("x"), RuntimeError), "DeadlockError is a RuntimeError")
     check(timed.seconds < 10, f"detected in {timed.seconds:.1f} s")
     check_close(reduce(r, "after.deadlock"), [n * (n - 1) / 2] * 2, "the job goes on")
@@ -53,9 +61,14 @@ def test_a_collective_skipped_on_one_rank(r, n):
     # the last rank caught an exception and skipped 'step.1', so it waits in 'step.2' while the
     # others wait in 'step.1': every rank's call fails, and all meet again at 'step.3'
     mine = "step.2" if r == n - 1 else "step.1"
-    expect_error(hvd.DeadlockError, lambda: reduce(1, mine), f"'{mine}'", "'step.1' submitted "
-                 "only by", "'step.2' submitted only by rank " + str(n - 1),
-                 what="a skipped collective")
+    expect_error(
+        hvd.DeadlockError,
+        lambda: reduce(1, mine),
+        f"'{mine}'",
+        "'step.1' submitted only by",
+        "'step.2' submitted only by rank " + str(n - 1),
+        what="a skipped collective",
+    )
     check_close(reduce(1, "step.3"), [n, n], "back in step afterwards")
 
 
@@ -64,12 +77,20 @@ def test_unnamed_collectives_off_by_one(r, n):
     # others wait at the next point they all should have met
     check_close(so.allreduce(np.ones(1), op=so.Sum), [n], "the first unnamed call pairs up")
     if r == 0:
-        expect_error(hvd.DeadlockError, lambda: so.allreduce(np.ones(1), op=so.Sum),
-                     "rank 0 waits for 'allreduce.noname.", what="rank 0's extra unnamed call")
+        expect_error(
+            hvd.DeadlockError,
+            lambda: so.allreduce(np.ones(1), op=so.Sum),
+            "rank 0 waits for 'allreduce.noname.",
+            what="rank 0's extra unnamed call",
+        )
     else:
-        expect_error(hvd.DeadlockError, lambda: so.allreduce(np.ones(1), name="sync.point"),
-                     "'allreduce.noname.", "submitted only by rank 0",
-                     what="the others, at their next collective")
+        expect_error(
+            hvd.DeadlockError,
+            lambda: so.allreduce(np.ones(1), name="sync.point"),
+            "'allreduce.noname.",
+            "submitted only by rank 0",
+            what="the others, at their next collective",
+        )
     check_close(so.allreduce(np.ones(1), op=so.Sum, name="named.again"), [n], "named works")
 
 

@@ -4,6 +4,7 @@ Runs a script (argv[2:]) with one host's copy of commit argv[1] torn: in the ela
 first generation, rank 0 (which writes its host's copy) writes half of it to the temporary file
 and then kills itself (SIGKILL), as a host lost in the middle of a commit would. Used by
 tests/test_elastic.py."""
+
 import os
 import runpy
 import signal
@@ -18,13 +19,18 @@ write = _commit_store.CommitStore.write
 
 
 def tearing_write(self, commit_id, payload):
-    if (commit_id == torn and os.environ.get("SCALEOUT_ELASTIC_GENERATION") == "0"
-            and os.environ.get("PMI_RANK") == "0"):
-        data = b"".join(bytes(piece) for piece in payload)   # the commit's pieces
+    if (
+        commit_id == torn
+        and os.environ.get("SCALEOUT_ELASTIC_GENERATION") == "0"
+        and os.environ.get("PMI_RANK") == "0"
+    ):
+        data = b"".join(bytes(piece) for piece in payload)  # the commit's pieces
         with open(self.directory / ".writing-torn", "wb") as f:
-            f.write(data[:len(data) // 2])
-        print(f"rank {os.environ.get('PMI_RANK')}: killing itself while writing commit {torn}",
-              flush=True)
+            f.write(data[: len(data) // 2])
+        print(
+            f"rank {os.environ.get('PMI_RANK')}: killing itself while writing commit {torn}",
+            flush=True,
+        )
         os.kill(os.getpid(), signal.SIGKILL)
     return write(self, commit_id, payload)
 

@@ -7,6 +7,7 @@ every batch, the samples of every committed batch recorded in the state. KILL=ra
 that rank kill itself (SIGKILL) before that batch's commit, in the first generation. At the end
 rank 0 prints the samples the committed batches trained on, and the generations' sizes (and
 the size the reset callback saw)."""
+
 import json
 import os
 import signal
@@ -27,8 +28,9 @@ if os.environ.get("SCALEOUT_ELASTIC_GENERATION", "0") != "0":
 torch.manual_seed(0)
 data = torch.randn(LENGTH, 8)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
-optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
-                                     named_parameters=model.named_parameters())
+optimizer = hvd.DistributedOptimizer(
+    torch.optim.SGD(model.parameters(), lr=0.01), named_parameters=model.named_parameters()
+)
 sampler = ElasticSampler(list(range(LENGTH)), shuffle=True, seed=1)
 state = TorchState(model, optimizer, sampler=sampler, seen=[], sizes=[], batch=0)
 state.register_reset_callbacks([lambda: state.sizes.append(("reset", hvd.size()))])
@@ -39,7 +41,7 @@ def train(state):
     state.sizes.append(hvd.size())
     mine = list(state.sampler)
     for b in range(-(-len(mine) // BATCH)):  # the last batch may be short
-        indices = mine[b * BATCH:(b + 1) * BATCH]
+        indices = mine[b * BATCH : (b + 1) * BATCH]
         optimizer.zero_grad()
         model(data[indices]).pow(2).mean().backward()
         optimizer.step()

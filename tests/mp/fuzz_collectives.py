@@ -12,21 +12,37 @@ has. Never a valid call refused, an invalid one accepted, another exception, a c
 outcomes, so they stay in lockstep.
 
 argv[1]: the number of examples per collective."""
+
 import sys
 
 import numpy as np
-from hypothesis import HealthCheck, Phase, given, settings, strategies as st
+from _harness import check, main_tests
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
 import scaleout as so
-from _harness import check, main_tests
 
 EXAMPLES = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 40
-SETTINGS = settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
-                    phases=(Phase.explicit, Phase.generate),
-                    suppress_health_check=list(HealthCheck))
+SETTINGS = settings(
+    max_examples=EXAMPLES,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    phases=(Phase.explicit, Phase.generate),
+    suppress_health_check=list(HealthCheck),
+)
 
-DTYPES = [np.uint8, np.int8, np.uint16, np.int16, np.int32, np.int64, np.float16, np.float32,
-          np.float64]
+DTYPES = [
+    np.uint8,
+    np.int8,
+    np.uint16,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.float16,
+    np.float32,
+    np.float64,
+]
 OPS = [so.Sum, so.Average, so.Min, so.Max, so.Product]
 shapes = st.lists(st.integers(0, 4), min_size=0, max_size=3).map(tuple)
 names = st.one_of(st.none(), st.text(max_size=10))
@@ -51,6 +67,7 @@ def agree(outcome: str, ok: bool, what: str) -> None:
 # What the API refuses, from the arguments alone. Each returns the reasons an argument is
 # invalid, as a word the InvalidArgumentError's message carries, so that a refusal for some
 # other reason fails too; an empty list: valid.
+
 
 def name_refusal(name) -> list:
     """A name is None (one is generated) or a non-empty string the core can compare whole:
@@ -96,8 +113,11 @@ def run(call, expected, what: str, close=np.array_equal, refused_for=()):
         if not refused_for:
             agree("InvalidArgumentError", False, f"{what}: a valid call was refused: {e}")
         else:
-            agree("InvalidArgumentError", any(word in str(e) for word in refused_for),
-                  f"{what}: refused, but not for {list(refused_for)}: {e}")
+            agree(
+                "InvalidArgumentError",
+                any(word in str(e) for word in refused_for),
+                f"{what}: refused, but not for {list(refused_for)}: {e}",
+            )
         return
     except Exception as e:  # noqa: BLE001
         agree(type(e).__name__, False, f"{what}: {type(e).__name__}: {e}")
@@ -107,20 +127,32 @@ def run(call, expected, what: str, close=np.array_equal, refused_for=()):
         return
     want = expected()
     ok = close(got, want)
-    agree("ok", ok, f"{what}: got {np.asarray(got).ravel()[:6]}, want "
-                    f"{np.asarray(want).ravel()[:6]}")
+    agree(
+        "ok", ok, f"{what}: got {np.asarray(got).ravel()[:6]}, want {np.asarray(want).ravel()[:6]}"
+    )
 
 
 def approx(got, want):
     got, want = np.asarray(got), np.asarray(want)
-    return got.shape == want.shape and got.dtype == want.dtype and np.allclose(
-        got.astype(np.float64), want.astype(np.float64), rtol=1e-2, atol=1e-2)
+    return (
+        got.shape == want.shape
+        and got.dtype == want.dtype
+        and np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-2, atol=1e-2)
+    )
 
 
 def test_allreduce(r, n):
     @SETTINGS
-    @given(st.sampled_from(DTYPES), shapes, st.sampled_from(OPS), scales, scales, st.booleans(),
-           names, st.integers(0, 10 ** 6))
+    @given(
+        st.sampled_from(DTYPES),
+        shapes,
+        st.sampled_from(OPS),
+        scales,
+        scales,
+        st.booleans(),
+        names,
+        st.integers(0, 10**6),
+    )
     def prop(dtype, shape, op, pre, post, inplace, name, salt):
         every = [data(k, shape, dtype, salt) for k in range(n)]
         mine = every[r].copy()
@@ -132,44 +164,78 @@ def test_allreduce(r, n):
             integer = np.issubdtype(dtype, np.integer)
             cut = np.trunc if integer else (lambda v: v)
             stacked = np.stack([cut(e.astype(np.float64) * pre) for e in every])
-            reduced = {so.Sum: stacked.sum(0), so.Average: stacked.sum(0),
-                       so.Min: stacked.min(0), so.Max: stacked.max(0),
-                       so.Product: stacked.prod(0)}[op]
+            reduced = {
+                so.Sum: stacked.sum(0),
+                so.Average: stacked.sum(0),
+                so.Min: stacked.min(0),
+                so.Max: stacked.max(0),
+                so.Product: stacked.prod(0),
+            }[op]
             factor = post / n if op == so.Average else post
             return cut(reduced * factor).astype(dtype)
 
-        call = ((lambda: (so.allreduce_(mine, op=op, name=name, prescale_factor=pre,
-                                        postscale_factor=post), mine)[1]) if inplace else
-                (lambda: so.allreduce(mine, op=op, name=name, prescale_factor=pre,
-                                      postscale_factor=post)))
-        run(call, expected, f"allreduce {np.dtype(dtype).name} {shape} op {op} pre {pre} "
-                            f"post {post} inplace {inplace} name {name!r}", approx,
-            name_refusal(name))
+        call = (
+            (
+                lambda: (
+                    so.allreduce_(
+                        mine, op=op, name=name, prescale_factor=pre, postscale_factor=post
+                    ),
+                    mine,
+                )[1]
+            )
+            if inplace
+            else (
+                lambda: so.allreduce(
+                    mine, op=op, name=name, prescale_factor=pre, postscale_factor=post
+                )
+            )
+        )
+        run(
+            call,
+            expected,
+            f"allreduce {np.dtype(dtype).name} {shape} op {op} pre {pre} "
+            f"post {post} inplace {inplace} name {name!r}",
+            approx,
+            name_refusal(name),
+        )
+
     prop()
 
 
 def test_allgather_and_broadcast(r, n):
     @SETTINGS
-    @given(st.sampled_from(DTYPES), shapes, st.integers(-1, 4), names, st.integers(0, 10 ** 6))
+    @given(st.sampled_from(DTYPES), shapes, st.integers(-1, 4), names, st.integers(0, 10**6))
     def prop(dtype, shape, root, name, salt):
         rows = lambda k: (k % 2 + (shape[0] if shape else 0),) + tuple(shape[1:])  # noqa: E731
         every = [data(k, rows(k) if shape else (), dtype, salt) for k in range(n)]
-        run(lambda: so.allgather(every[r], name=name),
+        run(
+            lambda: so.allgather(every[r], name=name),
             lambda: np.concatenate([np.atleast_1d(e) for e in every]),
-            f"allgather {shape} name {name!r}", refused_for=name_refusal(name))
+            f"allgather {shape} name {name!r}",
+            refused_for=name_refusal(name),
+        )
         same = [data(k, shape, dtype, salt) for k in range(n)]
         b_name = None if name is None else name + ".b"
-        run(lambda: so.broadcast(same[r], root, name=b_name),
-            lambda: same[root], f"broadcast {shape} root {root} name {b_name!r}",
-            refused_for=name_refusal(b_name) + root_refusal(root, n))
+        run(
+            lambda: so.broadcast(same[r], root, name=b_name),
+            lambda: same[root],
+            f"broadcast {shape} root {root} name {b_name!r}",
+            refused_for=name_refusal(b_name) + root_refusal(root, n),
+        )
+
     prop()
 
 
 def test_alltoall_and_reducescatter(r, n):
     @SETTINGS
-    @given(st.sampled_from(DTYPES), st.integers(0, 6), st.integers(0, 3),
-           st.one_of(st.none(), st.lists(st.integers(-1, 4), min_size=0, max_size=4)),
-           st.sampled_from([so.Sum, so.Average, so.Max]), st.integers(0, 10 ** 6))
+    @given(
+        st.sampled_from(DTYPES),
+        st.integers(0, 6),
+        st.integers(0, 3),
+        st.one_of(st.none(), st.lists(st.integers(-1, 4), min_size=0, max_size=4)),
+        st.sampled_from([so.Sum, so.Average, so.Max]),
+        st.integers(0, 10**6),
+    )
     def prop(dtype, rows, width, splits, op, salt):
         shape = (rows, width)
         every = [data(k, shape, dtype, salt) for k in range(n)]
@@ -177,26 +243,40 @@ def test_alltoall_and_reducescatter(r, n):
         def expected_alltoall():
             counts = splits if splits is not None else [rows // n] * n
             starts = np.cumsum([0] + list(counts))
-            return np.concatenate([every[k][starts[r]:starts[r] + counts[r]] for k in range(n)])
+            return np.concatenate([every[k][starts[r] : starts[r] + counts[r]] for k in range(n)])
 
         def call_alltoall():
             out = so.alltoall(every[r], splits=splits)
             return out[0] if splits is not None else out
-        run(call_alltoall, expected_alltoall, f"alltoall {shape} splits {splits}",
-            refused_for=splits_refusal(rows, splits, n))
+
+        run(
+            call_alltoall,
+            expected_alltoall,
+            f"alltoall {shape} splits {splits}",
+            refused_for=splits_refusal(rows, splits, n),
+        )
 
         def expected_reducescatter():
             stacked = np.stack([e.astype(np.float64) for e in every])
-            total = {so.Sum: stacked.sum(0), so.Average: stacked.sum(0) / n,
-                     so.Max: stacked.max(0)}[op]
+            total = {
+                so.Sum: stacked.sum(0),
+                so.Average: stacked.sum(0) / n,
+                so.Max: stacked.max(0),
+            }[op]
             counts = [rows // n + (1 if k < rows % n else 0) for k in range(n)]
             start = sum(counts[:r])
-            part = total[start:start + counts[r]]
+            part = total[start : start + counts[r]]
             if np.issubdtype(dtype, np.integer):
                 part = np.trunc(part)
             return part.astype(dtype)
-        run(lambda: so.reducescatter(every[r], op=op), expected_reducescatter,
-            f"reducescatter {shape} op {op}", approx)
+
+        run(
+            lambda: so.reducescatter(every[r], op=op),
+            expected_reducescatter,
+            f"reducescatter {shape} op {op}",
+            approx,
+        )
+
     prop()
 
 

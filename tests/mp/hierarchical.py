@@ -5,6 +5,7 @@ Allreduces across machines (run by tests/test_multihost_hierarchical.py on two n
 namespace "hosts"): every op and dtype, small and large (many staging rounds, slices of uneven
 sizes), and fused groups, against numpy, with the same bits on every rank. Prints one RESULT
 line per rank: the algorithm config() names, what failed, and a digest of every result."""
+
 import hashlib
 import json
 import sys
@@ -25,10 +26,10 @@ DTYPES = [np.float32, np.float64, np.int32, np.int64, np.float16, np.uint8]
 
 def contribution(q, count, dtype, op):
     rng = np.random.default_rng(1000 * q + count)
-    if op == "product":   # small factors, exact in every dtype
+    if op == "product":  # small factors, exact in every dtype
         values = rng.integers(1, 3, count)
     elif np.issubdtype(dtype, np.integer):
-        values = rng.integers(0, 250 // n, count)   # a sum still fits uint8
+        values = rng.integers(0, 250 // n, count)  # a sum still fits uint8
     else:
         values = rng.standard_normal(count) * 8
     return values.astype(dtype)
@@ -36,9 +37,13 @@ def contribution(q, count, dtype, op):
 
 def expected(count, dtype, op):
     parts = np.stack([contribution(q, count, dtype, op).astype(np.float64) for q in range(n)])
-    return {"sum": parts.sum(0), "average": parts.mean(0), "min": parts.min(0),
-            "max": parts.max(0), "product": parts.prod(0)}[op]
-
+    return {
+        "sum": parts.sum(0),
+        "average": parts.mean(0),
+        "min": parts.min(0),
+        "max": parts.max(0),
+        "product": parts.prod(0),
+    }[op]
 
 
 def every_op_and_dtype():
@@ -48,18 +53,26 @@ def every_op_and_dtype():
                 if op == "average" and np.issubdtype(dtype, np.integer):
                     continue
                 if dtype in (np.float16, np.uint8) and op in ("sum", "product") and count > 1000:
-                    continue   # out of the dtype's exact range: checked at the smaller counts
-                got = so.allreduce(contribution(r, count, dtype, op), op=OPS[op],
-                                   name=f"{count}.{dtype.__name__}.{op}")
+                    continue  # out of the dtype's exact range: checked at the smaller counts
+                got = so.allreduce(
+                    contribution(r, count, dtype, op),
+                    op=OPS[op],
+                    name=f"{count}.{dtype.__name__}.{op}",
+                )
                 want = expected(count, dtype, op)
                 tol = 1e-2 if dtype == np.float16 else 1e-5
-                if got.dtype != dtype or not np.allclose(got.astype(np.float64), want, rtol=tol,
-                                                         atol=tol):
+                if got.dtype != dtype or not np.allclose(
+                    got.astype(np.float64), want, rtol=tol, atol=tol
+                ):
                     failures.append(f"{op} of {count} {dtype.__name__}")
                 digest.update(got.tobytes())
     # A fused group of many tensors of different sizes, submitted together.
-    handles = [so.allreduce_async(np.full(k * 37 + 1, float(r + k), np.float32), op=so.Sum,
-                                  name=f"group.{k}") for k in range(40)]
+    handles = [
+        so.allreduce_async(
+            np.full(k * 37 + 1, float(r + k), np.float32), op=so.Sum, name=f"group.{k}"
+        )
+        for k in range(40)
+    ]
     for k, h in enumerate(handles):
         got = so.synchronize(h)
         if not np.array_equal(got, np.full(k * 37 + 1, float(n * k + n * (n - 1) // 2))):
@@ -71,8 +84,9 @@ def broadcasts():
     """From every root, one element and many staging rounds' worth (Note [Staged broadcast])."""
     for root in range(n):
         for count in (1, 300_001):
-            got = so.broadcast(contribution(r, count, np.float64, "sum"), root,
-                               name=f"bcast.{root}.{count}")
+            got = so.broadcast(
+                contribution(r, count, np.float64, "sum"), root, name=f"bcast.{root}.{count}"
+            )
             if not np.array_equal(got, contribution(root, count, np.float64, "sum")):
                 failures.append(f"broadcast of {count} from rank {root}")
             digest.update(got.tobytes())
@@ -88,8 +102,10 @@ def allgathers():
         if not np.array_equal(got, want):
             failures.append(f"allgather of {rows(1)}-style rows")
         digest.update(got.tobytes())
-    handles = [so.allgather_async(np.full((r + k, 2), float(k), np.float32), name=f"fg.{k}")
-               for k in range(6)]
+    handles = [
+        so.allgather_async(np.full((r + k, 2), float(k), np.float32), name=f"fg.{k}")
+        for k in range(6)
+    ]
     for k, h in enumerate(handles):
         got = so.synchronize(h)
         if got.shape != (sum(q + k for q in range(n)), 2) or not np.all(got == k):
@@ -104,12 +120,12 @@ def alltoalls():
     others over MPI (Note [Staged alltoall])."""
     for scale in (1, 3000):
         splits = [(r * 7 + k * 3) % 4 * scale for k in range(n)]
-        rows = np.concatenate([np.full((splits[k], 2), r * 100 + k, np.int64)
-                               for k in range(n)])
+        rows = np.concatenate([np.full((splits[k], 2), r * 100 + k, np.int64) for k in range(n)])
         got, received = so.alltoall(rows, splits=splits, name=f"a2a.{scale}")
         want_received = [(q * 7 + r * 3) % 4 * scale for q in range(n)]
-        want = np.concatenate([np.full((want_received[q], 2), q * 100 + r, np.int64)
-                               for q in range(n)])
+        want = np.concatenate(
+            [np.full((want_received[q], 2), q * 100 + r, np.int64) for q in range(n)]
+        )
         if list(received) != want_received or not np.array_equal(got, want):
             failures.append(f"alltoall of {scale}-row blocks")
     got = so.alltoall(np.arange(n * 5, dtype=np.float32) + 1000 * r, name="a2a.even")
@@ -117,7 +133,7 @@ def alltoalls():
     if not np.array_equal(got, want):
         failures.append("alltoall split evenly")
     got = so.reducescatter(np.arange(n * 3, dtype=np.float64) * (r + 1), op=so.Sum, name="rs")
-    want = np.arange(n * 3, dtype=np.float64)[3 * r:3 * r + 3] * (n * (n + 1) // 2)
+    want = np.arange(n * 3, dtype=np.float64)[3 * r : 3 * r + 3] * (n * (n + 1) // 2)
     if not np.array_equal(got, want):
         failures.append("reducescatter")
 
@@ -125,8 +141,9 @@ def alltoalls():
 def adasum_pair(a, b):
     dot, na, nb = a @ b, a @ a, b @ b
     tiny = np.sqrt(np.finfo(np.float64).tiny)
-    return (1 - dot / (2 * na) if na >= tiny else 1.0) * a + \
-        (1 - dot / (2 * nb) if nb >= tiny else 1.0) * b
+    return (1 - dot / (2 * na) if na >= tiny else 1.0) * a + (
+        1 - dot / (2 * nb) if nb >= tiny else 1.0
+    ) * b
 
 
 def adasums():
@@ -139,15 +156,26 @@ def adasums():
     machines = sorted(set(places), key=places.index)
     for dtype, tol in ((np.float64, 1e-12), (np.float32, 1e-5)):
         counts = (1000, 300_001, 3)
-        handles = [so.allreduce_async(contribution(r, c, dtype, "sum"), op=so.Adasum,
-                                      name=f"adasum.{c}.{dtype.__name__}") for c in counts]
+        handles = [
+            so.allreduce_async(
+                contribution(r, c, dtype, "sum"), op=so.Adasum, name=f"adasum.{c}.{dtype.__name__}"
+            )
+            for c in counts
+        ]
         for c, h in zip(counts, handles):
             got = so.synchronize(h)
-            vectors = [sum(contribution(q, c, dtype, "sum").astype(np.float64)
-                           for q in range(n) if places[q] == m) for m in machines]
+            vectors = [
+                sum(
+                    contribution(q, c, dtype, "sum").astype(np.float64)
+                    for q in range(n)
+                    if places[q] == m
+                )
+                for m in machines
+            ]
             while len(vectors) > 1:
-                vectors = [adasum_pair(vectors[i], vectors[i + 1])
-                           for i in range(0, len(vectors), 2)]
+                vectors = [
+                    adasum_pair(vectors[i], vectors[i + 1]) for i in range(0, len(vectors), 2)
+                ]
             if not np.allclose(got.astype(np.float64), vectors[0], rtol=tol, atol=tol * 10):
                 failures.append(f"adasum of {c} {dtype.__name__}")
             digest.update(got.tobytes())
@@ -168,8 +196,12 @@ def on_a_process_set():
     ps = so.add_process_set(members)
     if ps.included():
         for count, op in ((300_001, "sum"), (1000, "max"), (7, "product")):
-            got = so.allreduce(contribution(r, count, np.float64, op), op=OPS[op],
-                               name=f"set.{count}", process_set=ps)
+            got = so.allreduce(
+                contribution(r, count, np.float64, op),
+                op=OPS[op],
+                name=f"set.{count}",
+                process_set=ps,
+            )
             parts = np.stack([contribution(q, count, np.float64, op) for q in members])
             want = {"sum": parts.sum(0), "max": parts.max(0), "product": parts.prod(0)}[op]
             if not np.allclose(got, want, rtol=1e-9, atol=1e-9):
@@ -194,11 +226,21 @@ set_digests = so.allgather_object(digest_set.hexdigest())
 if len(set(d for q, d in enumerate(set_digests) if q in (0, 1, n // 2, n // 2 + 1))) > 1:
     failures.append("the set's ranks got different bits")
 digests = so.allgather_object(digest.hexdigest())
-print("RESULT " + json.dumps({
-    "rank": r, "algorithm": so.config()["allreduce_algorithm"],
-    "broadcast": so.config()["broadcast_algorithm"],
-    "allgather": so.config()["allgather_algorithm"],
-    "alltoall": so.config()["alltoall_algorithm"],
-    "adasum": so.config()["adasum_algorithm"], "plan": _binding.algorithms(), "failures": failures,
-    "same_bits": len(set(digests)) == 1}), flush=True)
+print(
+    "RESULT "
+    + json.dumps(
+        {
+            "rank": r,
+            "algorithm": so.config()["allreduce_algorithm"],
+            "broadcast": so.config()["broadcast_algorithm"],
+            "allgather": so.config()["allgather_algorithm"],
+            "alltoall": so.config()["alltoall_algorithm"],
+            "adasum": so.config()["adasum_algorithm"],
+            "plan": _binding.algorithms(),
+            "failures": failures,
+            "same_bits": len(set(digests)) == 1,
+        }
+    ),
+    flush=True,
+)
 so.shutdown()

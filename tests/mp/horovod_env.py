@@ -6,15 +6,16 @@ tests/test_horovod_env.py::test_a_bad_log_level_fails_init_naming_the_variable.
 
 Reports what the core read from the environment, for tests/test_horovod_env.py: each rank
 writes <argv[1]>/rank<r>.json with config() and the CPUs each of its threads may run on."""
+
 import json
 import os
 import sys
 from pathlib import Path
 
 import numpy as np
+from _harness import check_close, main
 
 import scaleout as so
-from _harness import check_close, main
 from scaleout import _binding
 
 
@@ -29,11 +30,18 @@ def thread_cpus() -> dict:
 
 
 def run():
-    report = {"config": so.config(), "plan": _binding.algorithms(), "local_rank": so.local_rank(),
-              "threads": thread_cpus()}
+    report = {
+        "config": so.config(),
+        "plan": _binding.algorithms(),
+        "local_rank": so.local_rank(),
+        "threads": thread_cpus(),
+    }
     (Path(sys.argv[1]) / f"rank{so.rank()}.json").write_text(json.dumps(report))
-    check_close(so.allreduce(np.ones(3), op=so.Sum, name="env.sum"), np.full(3, so.size()),
-                "collectives work with the Horovod variables set")
+    check_close(
+        so.allreduce(np.ones(3), op=so.Sum, name="env.sum"),
+        np.full(3, so.size()),
+        "collectives work with the Horovod variables set",
+    )
 
 
 if __name__ == "__main__":

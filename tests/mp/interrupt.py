@@ -1,6 +1,7 @@
 """Run by tests/test_errors_and_lifecycle.py::test_ctrl_c_interrupts_a_blocked_wait.
 
 Ctrl-C reaches a rank blocked in a collective that can never complete."""
+
 import os
 import signal
 import threading

@@ -2,10 +2,11 @@
 
 join() with uneven amounts of data: joined ranks contribute zeros to allreduces, allgather and
 broadcast fail on every rank still running (as in Horovod), nothing hangs."""
+
 import numpy as np
+from _harness import check, check_close, expect_error, main
 
 import scaleout as so
-from _harness import check, check_close, expect_error, main
 
 
 def run():
@@ -21,13 +22,21 @@ def run():
             g = so.allgather(np.full((1, 2), r), name="rows")
             check(g.shape == (n, 2), f"step {step}: allgather before any rank joined")
         else:  # Horovod: "Allgather is not supported with Join at this time"
-            expect_error(so.InvalidArgumentError,
-                         lambda: so.allgather(np.full((1, 2), r), name="rows"),
-                         "allgather 'rows' cannot run while", "joined",
-                         "not supported with join()", what=f"step {step}: allgather after a join")
-            expect_error(RuntimeError, lambda: so.broadcast(np.ones(2), 0, name="bcast"),
-                         "broadcast 'bcast' cannot run while", "joined",
-                         what=f"step {step}: broadcast after a join")
+            expect_error(
+                so.InvalidArgumentError,
+                lambda: so.allgather(np.full((1, 2), r), name="rows"),
+                "allgather 'rows' cannot run while",
+                "joined",
+                "not supported with join()",
+                what=f"step {step}: allgather after a join",
+            )
+            expect_error(
+                RuntimeError,
+                lambda: so.broadcast(np.ones(2), 0, name="bcast"),
+                "broadcast 'bcast' cannot run while",
+                "joined",
+                what=f"step {step}: broadcast after a join",
+            )
     last = so.join()
     check(last == n - 1, f"join returns the last rank to join ({last})")
     # the job goes on normally after everyone joined, and join works twice

@@ -3,14 +3,18 @@
 Collectives before init, shutdown with pending work, idempotent shutdown, init again."""
 
 import numpy as np
+from _harness import check, expect_error, finish
 
 import scaleout as so
-from _harness import check, expect_error, finish
 
 
 def run():
-    expect_error(so.NotInitializedError, lambda: so.allreduce(np.ones(2)), "init",
-                 what="allreduce before init")
+    expect_error(
+        so.NotInitializedError,
+        lambda: so.allreduce(np.ones(2)),
+        "init",
+        what="allreduce before init",
+    )
     expect_error(so.NotInitializedError, so.rank, "init", what="rank before init")
     so.init()
     r, n = so.rank(), so.size()
@@ -25,8 +29,12 @@ def run():
     so.shutdown()  # idempotent
     check(not so.is_initialized(), "not initialized after shutdown")
     if r == 0:
-        expect_error(so.ShutDownError, lambda: so.synchronize(h), "shut down",
-                     what="pending handle fails at shutdown")
+        expect_error(
+            so.ShutDownError,
+            lambda: so.synchronize(h),
+            "shut down",
+            what="pending handle fails at shutdown",
+        )
     expect_error(so.NotInitializedError, lambda: so.allreduce(np.ones(2)), what="after shutdown")
     for life in range(2):
         so.init()
@@ -35,10 +43,18 @@ def run():
         if r == 0 and life == 0:  # pending when this life ends
             stale = so.allreduce_async(np.ones(3), name="never.again")
         if r == 0 and life == 1:  # a handle of an earlier runtime, used in a new one
-            expect_error(so.ShutDownError, lambda: so.poll(stale), "shut down",
-                         what="poll of a handle from before the last shutdown")
-            expect_error(so.ShutDownError, lambda: so.synchronize(stale), "shut down",
-                         what="synchronize of a handle from before the last shutdown")
+            expect_error(
+                so.ShutDownError,
+                lambda: so.poll(stale),
+                "shut down",
+                what="poll of a handle from before the last shutdown",
+            )
+            expect_error(
+                so.ShutDownError,
+                lambda: so.synchronize(stale),
+                "shut down",
+                what="synchronize of a handle from before the last shutdown",
+            )
         so.barrier()
         so.shutdown()
     # a rank that shuts down while another still waits: the waiter gets ShutDownError, no hang
@@ -61,6 +77,7 @@ def run():
         so.shutdown()
     else:
         import time
+
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
@@ -71,8 +88,12 @@ def run():
                 break
         else:
             check(False, "collectives kept working after rank 0 shut down")
-        expect_error(so.ShutDownError, lambda: so.allreduce(np.ones(2), name="again"), "rank 0",
-                     what="still failing, not hanging")
+        expect_error(
+            so.ShutDownError,
+            lambda: so.allreduce(np.ones(2), name="again"),
+            "rank 0",
+            what="still failing, not hanging",
+        )
         so.shutdown()
     finish()
 

@@ -13,6 +13,7 @@ argv[2]: "idle": the victim dies between collectives, the survivors then wait in
          "busy": it dies while every rank runs large allgathers back to back, so survivors are
          inside the data plane (MPI) when it goes.
 """
+
 import os
 import socket
 import sys
@@ -20,9 +21,9 @@ import threading
 import time
 
 import numpy as np
+from _harness import check, expect_error, failures
 
 import scaleout as so
-from _harness import check, expect_error, failures
 
 so.init()
 r, n = so.rank(), so.size()
@@ -56,10 +57,15 @@ else:
     except so.HorovodInternalError as exc:
         check(fragment in str(exc), f"the busy allgather's error names the dead rank: {exc}")
         check(exc.culprit_ranks == (victim,), f"culprits of {exc!r}: {exc.culprit_ranks}")
-expect_error(so.ShutDownError, lambda: so.allreduce(np.ones(4), name="later"), fragment,
-             what="a later collective")
-print(f"rank {r}: survived the death of rank {victim} in {time.monotonic() - start:.1f} s",
-      flush=True)
+expect_error(
+    so.ShutDownError,
+    lambda: so.allreduce(np.ones(4), name="later"),
+    fragment,
+    what="a later collective",
+)
+print(
+    f"rank {r}: survived the death of rank {victim} in {time.monotonic() - start:.1f} s", flush=True
+)
 print(f"rank {r}: {'checks failed' if failures else 'all checks passed'}", flush=True)
 # A normal exit: scaleout leaves without MPI_Finalize, which would wait for the dead rank.
 sys.exit(1 if failures else 0)

@@ -4,21 +4,24 @@ Process sets on the numpy-level API (Note [Process sets]), at 3 or 4 ranks.
 
 Sets: A and B disjoint (n=4: [0, 2] and [1, 3]; n=3: [0] and [1, 2]), C overlapping both
 ([1, 2, 3]; n=3: [0, 1]), all registered at init; D added and removed while the others run."""
+
 import numpy as np
+from _harness import check, check_close, expect_error, main
 from mpi4py import MPI
 
 import scaleout as so
-from _harness import check, check_close, expect_error, main
 
-world = MPI.COMM_WORLD.Dup()   # the test's own messages, outside scaleout
+world = MPI.COMM_WORLD.Dup()  # the test's own messages, outside scaleout
 
 
 def body():
     r, n = so.rank(), so.size()
     check(DUPLICATE.process_set_id is None, f"a set given twice: {DUPLICATE}")
     A, B, C = SETS
-    check([A.process_set_id, B.process_set_id, C.process_set_id] == [1, 2, 3],
-          f"ids in order of init: {A}, {B}, {C}")
+    check(
+        [A.process_set_id, B.process_set_id, C.process_set_id] == [1, 2, 3],
+        f"ids in order of init: {A}, {B}, {C}",
+    )
     mine, other = (A, B) if r in A.ranks else (B, A)
     check(mine.included() and not other.included(), "included()")
     check(mine.rank() == mine.ranks.index(r) and other.rank() == -1, "rank() within the set")
@@ -29,8 +32,11 @@ def body():
     check_close(got, [sum(q + 1 for q in mine.ranks)], "allreduce on the set")
     check_close(so.allgather(np.array([r]), process_set=mine), mine.ranks, "allgather")
     root = mine.ranks[-1]
-    check_close(so.broadcast(np.array([r * 10]), root, process_set=mine), [root * 10],
-                "broadcast from the job's rank of the set's last member")
+    check_close(
+        so.broadcast(np.array([r * 10]), root, process_set=mine),
+        [root * 10],
+        "broadcast from the job's rank of the set's last member",
+    )
     k = len(mine.ranks)
     out = so.alltoall(np.arange(k) + 100 * r, process_set=mine)
     check_close(out, [100 * q + mine.rank() for q in mine.ranks], "alltoall")
@@ -65,35 +71,54 @@ def body():
     check_close(so.synchronize(h2), [2.0 * n], "'same' on the global set")
 
     # Errors: not a member, at once; a mismatch inside a set, on its ranks only.
-    expect_error(so.InvalidArgumentError, lambda: so.allreduce(np.ones(1), process_set=other),
-                 f"rank {r} is not in process set {other.process_set_id}", what="not a member")
-    expect_error(so.InvalidArgumentError,
-                 lambda: so.broadcast(np.ones(1), other.ranks[0], process_set=mine),
-                 f"root rank {other.ranks[0]} is not in process set {mine.process_set_id}",
-                 what="a root outside the set")
+    expect_error(
+        so.InvalidArgumentError,
+        lambda: so.allreduce(np.ones(1), process_set=other),
+        f"rank {r} is not in process set {other.process_set_id}",
+        what="not a member",
+    )
+    expect_error(
+        so.InvalidArgumentError,
+        lambda: so.broadcast(np.ones(1), other.ranks[0], process_set=mine),
+        f"root rank {other.ranks[0]} is not in process set {mine.process_set_id}",
+        what="a root outside the set",
+    )
     if len(mine.ranks) > 1:
         shape = (2,) if mine.rank() == 0 else (3,)
-        expect_error(so.MismatchError, lambda: so.allreduce(np.ones(shape), name="bad",
-                                                            process_set=mine),
-                     "Mismatched", f"in process set {mine.process_set_id}, whose ranks",
-                     what="a mismatch inside the set")
+        expect_error(
+            so.MismatchError,
+            lambda: so.allreduce(np.ones(shape), name="bad", process_set=mine),
+            "Mismatched",
+            f"in process set {mine.process_set_id}, whose ranks",
+            what="a mismatch inside the set",
+        )
 
     # A deadlock inside a set (its ranks wait for differently named collectives) is found on
     # that set's ranks, naming the set; the set then goes on working.
     if len(mine.ranks) > 1:
         label = "dl.a" if mine.rank() == 0 else "dl.b"
-        expect_error(so.DeadlockError, lambda: so.allreduce(np.ones(1), name=label,
-                                                            process_set=mine),
-                     f"in process set {mine.process_set_id}", what="a deadlock inside the set")
-        check_close(so.allreduce(np.array([1.0]), op=so.Sum, name="after_deadlock",
-                                 process_set=mine), [len(mine.ranks)], "the set after a deadlock")
+        expect_error(
+            so.DeadlockError,
+            lambda: so.allreduce(np.ones(1), name=label, process_set=mine),
+            f"in process set {mine.process_set_id}",
+            what="a deadlock inside the set",
+        )
+        check_close(
+            so.allreduce(np.array([1.0]), op=so.Sum, name="after_deadlock", process_set=mine),
+            [len(mine.ranks)],
+            "the set after a deadlock",
+        )
 
     # Dynamic: D added while A and B exist, used, then removed; a removal with work in flight
     # fails naming the rank, changing nothing.
     D = so.add_process_set([0, n - 1])
     check(D.process_set_id == 4 and D.ranks == [0, n - 1], f"added {D}")
-    expect_error(so.InvalidArgumentError, lambda: so.add_process_set([0, n - 1]),
-                 "has these ranks already", what="a duplicate set")
+    expect_error(
+        so.InvalidArgumentError,
+        lambda: so.add_process_set([0, n - 1]),
+        "has these ranks already",
+        what="a duplicate set",
+    )
     try:  # Note [Error details]: the existing set's id comes as data
         so.add_process_set([0, n - 1])
     except so.InvalidArgumentError as e:
@@ -103,27 +128,40 @@ def body():
     pending = None
     if r == 0:
         pending = so.allreduce_async(np.ones(1), name="unmatched", process_set=D)
-    expect_error(so.InvalidArgumentError, lambda: so.remove_process_set(D),
-                 "still has collectives in flight on rank(s) 0", what="removing a busy set")
+    expect_error(
+        so.InvalidArgumentError,
+        lambda: so.remove_process_set(D),
+        "still has collectives in flight on rank(s) 0",
+        what="removing a busy set",
+    )
     if r == n - 1:
         so.allreduce(np.ones(1), name="unmatched", process_set=D)
     if pending is not None:
         so.synchronize(pending)
     check(so.remove_process_set(D) is True, "removed")
     check(D.process_set_id is None, "a removed set is unregistered")
-    expect_error(so.InvalidArgumentError, lambda: so.allreduce(np.ones(1), process_set=D),
-                 "is not registered", what="a removed set")
+    expect_error(
+        so.InvalidArgumentError,
+        lambda: so.allreduce(np.ones(1), process_set=D),
+        "is not registered",
+        what="a removed set",
+    )
     check(so.remove_process_set(so.global_process_set) is False, "the global set stays")
 
     # Adding and removing a set while collectives of other sets are in flight: big allreduces
     # on the rank's own set and on the global set are submitted first and waited for after.
     big = np.full(1 << 20, float(r + 1))
-    pending = [so.allreduce_async(big, op=so.Sum, name="inflight.own", process_set=mine),
-               so.allreduce_async(big, op=so.Sum, name="inflight.all")]
+    pending = [
+        so.allreduce_async(big, op=so.Sum, name="inflight.own", process_set=mine),
+        so.allreduce_async(big, op=so.Sum, name="inflight.all"),
+    ]
     E = so.add_process_set([n - 1, 0] if n > 2 else [0])
     if E.included():
-        check_close(so.allreduce(np.array([1.0]), op=so.Sum, process_set=E), [len(E.ranks)],
-                    "a set added while others' collectives are in flight")
+        check_close(
+            so.allreduce(np.array([1.0]), op=so.Sum, process_set=E),
+            [len(E.ranks)],
+            "a set added while others' collectives are in flight",
+        )
     check(so.remove_process_set(E) is True, "removed while others' collectives are in flight")
     own, everyone = so.synchronize(pending[0]), so.synchronize(pending[1])
     check_close(own[:3], [sum(q + 1 for q in mine.ranks)] * 3, "in flight on the own set")
@@ -133,10 +171,11 @@ def body():
 
 if __name__ == "__main__":
     import os
+
     size = MPI.COMM_WORLD.size
     pairs = ([0, 2], [1, 3]) if size == 4 else ([0], [1, 2])
     overlap = range(1, size) if size == 4 else [0, 1]
     SETS = [so.ProcessSet(pairs[0]), so.ProcessSet(pairs[1]), so.ProcessSet(overlap)]
-    DUPLICATE = so.ProcessSet(pairs[1])   # given twice: the later object stays unregistered
-    os.environ["SCALEOUT_DYNAMIC_PROCESS_SETS"] = "1"   # D is added after init
+    DUPLICATE = so.ProcessSet(pairs[1])  # given twice: the later object stays unregistered
+    os.environ["SCALEOUT_DYNAMIC_PROCESS_SETS"] = "1"  # D is added after init
     main(body, process_sets=SETS + [DUPLICATE])

@@ -10,6 +10,7 @@ the stopped rank is woken and exits, which ends the survivors' collectives.
 argv[1]: "allgather" (through MPI) or "allreduce" (through shared memory on one machine).
 argv[2]: seconds after which the stopped rank exits.
 """
+
 import os
 import signal
 import subprocess
@@ -32,9 +33,13 @@ if r == victim:
     # scenario, not waits for an event: a stop of argv[2] s, longer than the stall check time,
     # that starts half a second in, while the large collectives below are in flight.
     signal.signal(signal.SIGUSR2, lambda *_: os._exit(9))
-    subprocess.Popen(["sh", "-c", f"sleep {float(sys.argv[2])}; kill -USR2 {me}; kill -CONT {me}"],
-                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                     stderr=subprocess.DEVNULL, start_new_session=True)
+    subprocess.Popen(
+        ["sh", "-c", f"sleep {float(sys.argv[2])}; kill -USR2 {me}; kill -CONT {me}"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     threading.Timer(0.5, lambda: os.kill(me, signal.SIGSTOP)).start()
 # The stopped rank's contribution is the large one: the others stay inside the collective until
 # it has sent all of it.

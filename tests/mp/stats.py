@@ -3,24 +3,27 @@ tests/test_stats.py::test_scaleoutrun_stats_prints_a_line_per_rank_at_shutdown.
 
 scaleout.stats()["collectives"] counts what a rank's collectives moved (argument: "shm" or
 "mpi", the allreduce path the job uses). Prints "all checks passed" when every count holds."""
+
 import sys
 
 import numpy as np
+from _harness import check, finish
 
 import scaleout as so
-from _harness import check, finish
 
 so.init()
 r, n = so.rank(), so.size()
 path = sys.argv[1]
 before = so.stats()["collectives"]
-check(all(c["calls"] == 0 and c["bytes"] == 0 for c in before.values()),
-      f"counts start at zero after init: {before}")
+check(
+    all(c["calls"] == 0 and c["bytes"] == 0 for c in before.values()),
+    f"counts start at zero after init: {before}",
+)
 
-x = np.ones(1 << 18, np.float32)          # 1 MiB
+x = np.ones(1 << 18, np.float32)  # 1 MiB
 for _ in range(5):
     so.allreduce_(x, op=so.Sum, name="s.f32")
-half = np.ones(1 << 18, np.float16)       # the same elements in half the bytes
+half = np.ones(1 << 18, np.float16)  # the same elements in half the bytes
 for _ in range(5):
     so.allreduce_(half, op=so.Sum, name="s.f16")
 so.allgather(np.ones((r + 1, 10), np.float64), name="s.gather")
@@ -43,8 +46,10 @@ else:
 check(a["wait_seconds"] >= 0 and a["reduce_seconds"] >= 0, f"times: {a}")
 g = got["allgather"]
 moved = g["shm_bytes"] if path == "shm" else g["mpi_bytes"]
-check(g["calls"] == 1 and g["bytes"] == (r + 1) * 80 and moved == (r + 1) * 80,
-      f"allgather over {path}: {g}")
+check(
+    g["calls"] == 1 and g["bytes"] == (r + 1) * 80 and moved == (r + 1) * 80,
+    f"allgather over {path}: {g}",
+)
 b = got["broadcast"]
 check(b["calls"] == 1 and b["bytes"] == 4000, f"broadcast: {b}")
 # Only the root sends a broadcast's bytes.

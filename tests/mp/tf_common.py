@@ -1,5 +1,6 @@
 """Setup shared by the TensorFlow scripts: quiet logs and one thread per rank (the ranks share
 two cores), imported before TensorFlow is."""
+
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -10,8 +11,9 @@ tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(1)
 tf.get_logger().setLevel("ERROR")
 
-import scaleout as so  # noqa: E402
 from _harness import check, failures  # noqa: E402
+
+import scaleout as so  # noqa: E402
 
 
 def expect_graph_error(fn, *fragments, what=""):

@@ -5,12 +5,13 @@ The Keras elastic callbacks in model.fit on real ranks, as after a restart in th
 an epoch (state.epoch 1, state.batch 3) with 8 steps per epoch: which commits happen and what
 state.epoch and state.batch are at each, the shortened first epoch (8 - 3 steps, really run),
 and another callback's request to stop, which the shortening leaves in place."""
-import numpy as np
 
-from tf_common import tf  # noqa: F401  (quiet, one thread)
 import keras
-import scaleout.tensorflow.keras as hvd
+import numpy as np
 from _harness import check, finish
+from tf_common import tf  # noqa: F401  (quiet, one thread)
+
+import scaleout.tensorflow.keras as hvd
 
 hvd.init()
 r, n = hvd.rank(), hvd.size()
@@ -59,34 +60,54 @@ def recording_commit():
 
 state.commit = recording_commit
 counted = BatchesPerEpoch()
-callbacks = [hvd.elastic.UpdateEpochStateCallback(state),
-             hvd.elastic.UpdateBatchStateCallback(state),
-             hvd.elastic.CommitStateCallback(state, batches_per_commit=3), counted]
+callbacks = [
+    hvd.elastic.UpdateEpochStateCallback(state),
+    hvd.elastic.UpdateBatchStateCallback(state),
+    hvd.elastic.CommitStateCallback(state, batches_per_commit=3),
+    counted,
+]
 
 state.epoch, state.batch = 1, 3  # as resumed from a commit made after batch 3 of epoch 1
 before = int(model.optimizer.iterations)
-model.fit(x, y, batch_size=B, epochs=3 - state.epoch, callbacks=callbacks, verbose=0,
-          shuffle=False)
-check(counted.counts == [STEPS - 3, STEPS], f"batches run per epoch: {counted.counts}, want "
-      f"[{STEPS - 3}, {STEPS}] (the first epoch shortened by state.batch)")
-check(int(model.optimizer.iterations) - before == 2 * STEPS - 3,
-      f"optimizer steps: {int(model.optimizer.iterations) - before}, want {2 * STEPS - 3}")
+model.fit(x, y, batch_size=B, epochs=3 - state.epoch, callbacks=callbacks, verbose=0, shuffle=False)
+check(
+    counted.counts == [STEPS - 3, STEPS],
+    f"batches run per epoch: {counted.counts}, want "
+    f"[{STEPS - 3}, {STEPS}] (the first epoch shortened by state.batch)",
+)
+check(
+    int(model.optimizer.iterations) - before == 2 * STEPS - 3,
+    f"optimizer steps: {int(model.optimizer.iterations) - before}, want {2 * STEPS - 3}",
+)
 # A commit every 3rd batch of the fit and at each epoch's end; the count goes on across epochs.
 # Inside the shortened epoch state.batch counts from 3.
 want = [(1, 5), (2, 0), (2, 0), (2, 3), (2, 6), (3, 0)]
 check(commits == want, f"commits (epoch, batch): {commits}, want {want}")
-check(state.epoch == 3 and state.batch == 0, f"at the end: epoch {state.epoch}, batch "
-      f"{state.batch}, want 3, 0")
+check(
+    state.epoch == 3 and state.batch == 0,
+    f"at the end: epoch {state.epoch}, batch {state.batch}, want 3, 0",
+)
 
 # Another callback's stop at the shortened epoch's last batch ends the fit there.
 state.epoch, state.batch = 1, 3
-model.fit(x, y, batch_size=B, epochs=2, verbose=0, shuffle=False,
-          callbacks=callbacks + [StopAtBatch(STEPS - 3 - 1)])
-check(counted.counts == [STEPS - 3], f"a stop requested by another callback holds: "
-      f"{counted.counts}, want [{STEPS - 3}]")
+model.fit(
+    x,
+    y,
+    batch_size=B,
+    epochs=2,
+    verbose=0,
+    shuffle=False,
+    callbacks=callbacks + [StopAtBatch(STEPS - 3 - 1)],
+)
+check(
+    counted.counts == [STEPS - 3],
+    f"a stop requested by another callback holds: {counted.counts}, want [{STEPS - 3}]",
+)
 # Without a shortening, fit runs every epoch in full.
 state.epoch, state.batch = 0, 0
 model.fit(x, y, batch_size=B, epochs=2, verbose=0, shuffle=False, callbacks=callbacks)
-check(counted.counts == [STEPS, STEPS] and state.epoch == 2,
-      f"no shortening: {counted.counts}, epoch {state.epoch}")
+check(
+    counted.counts == [STEPS, STEPS] and state.epoch == 2,
+    f"no shortening: {counted.counts}, epoch {state.epoch}",
+)
 finish()

@@ -13,18 +13,19 @@ that step, then the Keras callbacks in fit (commits, state.batch and state.epoch
 epoch).
 
 argv: phase, a directory for the stores (one per host) and the expected values."""
+
 import socket
 import sys
 from pathlib import Path
 
 import cloudpickle
-import numpy as np
-
-from tf_common import tf
 import keras
+import numpy as np
+from _harness import check, check_close, expect_error, finish
+from tf_common import tf
+
 import scaleout.tensorflow as tfhvd
 import scaleout.tensorflow.keras as hvd
-from _harness import check, check_close, expect_error, finish
 from scaleout._commit_store import CommitStore
 
 hvd.init()
@@ -50,8 +51,10 @@ def compiled(model, optimizer, **options):
 
 def batch(seed, rows=B):
     rng = np.random.default_rng(seed)
-    return (rng.normal(size=(rows, FEATURES)).astype(np.float32),
-            rng.integers(0, 3, rows).astype(np.int32))
+    return (
+        rng.normal(size=(rows, FEATURES)).astype(np.float32),
+        rng.integers(0, 3, rows).astype(np.int32),
+    )
 
 
 def values(variables):
@@ -78,10 +81,18 @@ def store():
 
 def construction():
     unbuilt = keras.Sequential([keras.layers.Dense(2)])
-    expect_error(ValueError, lambda: hvd.elastic.KerasState(unbuilt), "Model must be built first",
-                 what="an unbuilt model")
-    expect_error(ValueError, lambda: hvd.elastic.KerasState(make_model(0)), "optimizer",
-                 what="a model without an optimizer")
+    expect_error(
+        ValueError,
+        lambda: hvd.elastic.KerasState(unbuilt),
+        "Model must be built first",
+        what="an unbuilt model",
+    )
+    expect_error(
+        ValueError,
+        lambda: hvd.elastic.KerasState(make_model(0)),
+        "optimizer",
+        what="a model without an optimizer",
+    )
 
 
 def keras_state():
@@ -98,9 +109,11 @@ def keras_state():
     model.train_on_batch(*batch(r))
     state.restore()
     check(same(values(model.weights), synced), "restore to a save before the first step: model")
-    check(int(optimizer.iterations) == 0 and
-          all(not np.any(v) for v in values(optimizer.variables[2:])),
-          "restore to a save before the first step: no steps, Adam's slots zero")
+    check(
+        int(optimizer.iterations) == 0
+        and all(not np.any(v) for v in values(optimizer.variables[2:])),
+        "restore to a save before the first step: no steps, Adam's slots zero",
+    )
 
     for step in range(2):
         model.train_on_batch(*batch(10 * r + step))
@@ -113,17 +126,21 @@ def keras_state():
     check(not same(values(optimizer.variables), committed_optimizer), "the steps moved Adam")
     state.restore()
     check(same(values(model.weights), committed_model), "restore: the committed model")
-    check(same(values(optimizer.variables), committed_optimizer),
-          "restore: the committed Adam slots and iteration count")
+    check(
+        same(values(optimizer.variables), committed_optimizer),
+        "restore: the committed Adam slots and iteration count",
+    )
     check(state.batch == 2 and state.epoch == 0, "restore: the committed attributes")
     return state
 
 
 def topk_and_seed_states():
     """Per-rank variables: kept by save/restore, left alone by sync."""
-    model = compiled(make_model(seed=100 + r, dropout=True),
-                     keras.optimizers.SGD(0.1, momentum=0.9),
-                     compression=hvd.Compression.topk(0.25))
+    model = compiled(
+        make_model(seed=100 + r, dropout=True),
+        keras.optimizers.SGD(0.1, momentum=0.9),
+        compression=hvd.Compression.topk(0.25),
+    )
     optimizer = model.optimizer
     state = hvd.elastic.KerasState(model)
     state.sync()
@@ -150,8 +167,9 @@ def topk_and_seed_states():
 
 def aggregation_window():
     """A commit in the middle of a backward_passes_per_step window rolls back exactly."""
-    model = compiled(make_model(seed=200), keras.optimizers.SGD(0.1, momentum=0.9),
-                     backward_passes_per_step=2)
+    model = compiled(
+        make_model(seed=200), keras.optimizers.SGD(0.1, momentum=0.9), backward_passes_per_step=2
+    )
     state = hvd.elastic.KerasState(model)
     state.sync()
     model.train_on_batch(*batch(50 + r))  # the first half of a window: no update yet
@@ -161,8 +179,10 @@ def aggregation_window():
     model.train_on_batch(*batch(70 + r))  # half of the next window
     state.restore()
     model.train_on_batch(*batch(60 + r))
-    check(same(values(model.weights), after),
-          "restore in a window: the same update again (the window's sums rolled back)")
+    check(
+        same(values(model.weights), after),
+        "restore in a window: the same update again (the window's sums rolled back)",
+    )
 
 
 def tensorflow_states():
@@ -170,8 +190,10 @@ def tensorflow_states():
     b = tf.Variable(np.int64(10 * r))
     state = tfhvd.elastic.TensorFlowState([a, b], step=r)
     state.sync()
-    check(np.array_equal(a.numpy(), np.zeros(3)) and int(b.numpy()) == 0 and state.step == 0,
-          "TensorFlowState.sync: rank 0's variables and attributes")
+    check(
+        np.array_equal(a.numpy(), np.zeros(3)) and int(b.numpy()) == 0 and state.step == 0,
+        "TensorFlowState.sync: rank 0's variables and attributes",
+    )
     a.assign_add(np.ones(3, np.float32))
     state.step = 1
     state.commit()
@@ -179,8 +201,10 @@ def tensorflow_states():
     b.assign(7)
     state.step = 2
     state.restore()
-    check(np.array_equal(a.numpy(), np.ones(3)) and int(b.numpy()) == 0 and state.step == 1,
-          "TensorFlowState.restore: the committed variables and attributes")
+    check(
+        np.array_equal(a.numpy(), np.ones(3)) and int(b.numpy()) == 0 and state.step == 1,
+        "TensorFlowState.restore: the committed variables and attributes",
+    )
 
     graph = tf.Graph()
     with graph.as_default():
@@ -191,14 +215,18 @@ def tensorflow_states():
             session.run(tf.compat.v1.global_variables_initializer())
             state = tfhvd.elastic.TensorFlowState(session=session, step=r)  # global variables
             state.sync()
-            check(np.array_equal(session.run(v), np.ones(2)) and state.step == 0,
-                  "TF1 TensorFlowState.sync: rank 0's variable")
+            check(
+                np.array_equal(session.run(v), np.ones(2)) and state.step == 0,
+                "TF1 TensorFlowState.sync: rank 0's variable",
+            )
             session.run(increment)
             state.commit()
             session.run(overwrite)
             state.restore()
-            check(np.array_equal(session.run(v), np.full(2, 2)),
-                  "TF1 TensorFlowState.restore: the committed variable")
+            check(
+                np.array_equal(session.run(v), np.full(2, 2)),
+                "TF1 TensorFlowState.restore: the committed variable",
+            )
 
 
 def object_states():
@@ -226,8 +254,10 @@ if phase == "first":
     state.epoch, state.batch = 3, 2
     state.commit()
     state.commit()
-    expected = {"model": values(state.model.weights),
-                "optimizer": values(state.model.optimizer.variables)}
+    expected = {
+        "model": values(state.model.weights),
+        "optimizer": values(state.model.optimizer.variables),
+    }
     state.model.train_on_batch(*COMMON)  # not committed
     expected["next"] = values(state.model.weights)
     if r == 0:
@@ -239,11 +269,16 @@ else:
     check(state.resume(), "a commit to resume from")
     expected = cloudpickle.loads((directory / "expected.pkl").read_bytes())
     check(same(values(model.weights), expected["model"]), "resumed: the committed model")
-    check(same(values(model.optimizer.variables), expected["optimizer"]),
-          "resumed: the committed Adam (iterations, learning rate, slots)")
+    check(
+        same(values(model.optimizer.variables), expected["optimizer"]),
+        "resumed: the committed Adam (iterations, learning rate, slots)",
+    )
     check(state.epoch == 3 and state.batch == 2, "resumed: the attributes")
     model.train_on_batch(*COMMON)
-    check_close(np.concatenate([w.ravel() for w in values(model.weights)]),
-                np.concatenate([w.ravel() for w in expected["next"]]),
-                "the resumed optimizer takes the step the committed one would", rtol=1e-5)
+    check_close(
+        np.concatenate([w.ravel() for w in values(model.weights)]),
+        np.concatenate([w.ravel() for w in expected["next"]]),
+        "the resumed optimizer takes the step the committed one would",
+        rtol=1e-5,
+    )
 finish()

@@ -8,14 +8,15 @@ at the end of that batch, before its commit, in the first generation. At the end
 what a user would look at: the epoch and batch counters, the optimizer's step count, the
 batches run per epoch in the last generation, the sizes seen, and whether every rank holds the
 same weights."""
+
 import json
 import os
 import signal
 
-import numpy as np
-
-from tf_common import tf  # noqa: F401  (quiet, one thread)
 import keras
+import numpy as np
+from tf_common import tf  # noqa: F401  (quiet, one thread)
+
 import scaleout.tensorflow.keras as hvd
 
 hvd.init()
@@ -28,13 +29,21 @@ keras.utils.set_random_seed(hvd.rank())  # different on every rank until the sta
 rng = np.random.default_rng(hvd.rank())
 x = rng.normal(size=(B * STEPS, 8)).astype(np.float32)
 y = rng.integers(0, 4, B * STEPS).astype(np.int32)
-model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="tanh"),
-                          keras.layers.Dense(4)])
-model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.05, momentum=0.9)),
-              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model = keras.Sequential(
+    [keras.Input((8,)), keras.layers.Dense(16, activation="tanh"), keras.layers.Dense(4)]
+)
+model.compile(
+    optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.05, momentum=0.9)),
+    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+)
 state = hvd.elastic.KerasState(model, epoch=0, batch=0, sizes=[])
-state.register_reset_callbacks([lambda: state.sizes.append(
-    ["reset", hvd.size(), state.epoch, state.batch, int(model.optimizer.iterations)])])
+state.register_reset_callbacks(
+    [
+        lambda: state.sizes.append(
+            ["reset", hvd.size(), state.epoch, state.batch, int(model.optimizer.iterations)]
+        )
+    ]
+)
 
 
 class Kill(keras.callbacks.Callback):
@@ -56,24 +65,44 @@ class BatchesPerEpoch(keras.callbacks.Callback):
 
 
 counted = BatchesPerEpoch()
-callbacks = [Kill(), hvd.elastic.UpdateEpochStateCallback(state),
-             hvd.elastic.UpdateBatchStateCallback(state), hvd.elastic.CommitStateCallback(state),
-             counted]
+callbacks = [
+    Kill(),
+    hvd.elastic.UpdateEpochStateCallback(state),
+    hvd.elastic.UpdateBatchStateCallback(state),
+    hvd.elastic.CommitStateCallback(state),
+    counted,
+]
 
 
 @hvd.elastic.run
 def train(state):
     state.sizes = state.sizes + [hvd.size()]
-    state.model.fit(x, y, batch_size=B, epochs=EPOCHS - state.epoch, callbacks=callbacks,
-                    shuffle=False, verbose=0)
+    state.model.fit(
+        x,
+        y,
+        batch_size=B,
+        epochs=EPOCHS - state.epoch,
+        callbacks=callbacks,
+        shuffle=False,
+        verbose=0,
+    )
 
 
 train(state)
 weights = np.concatenate([w.ravel() for w in model.get_weights()])
 everywhere = hvd.allgather_object(weights, name="final weights")
 if hvd.rank() == 0:
-    print("RESULT " + json.dumps({
-        "epoch": state.epoch, "batch": state.batch,
-        "iterations": int(model.optimizer.iterations), "batches": counted.counts,
-        "sizes": state.sizes,
-        "same_weights": all(np.array_equal(everywhere[0], w) for w in everywhere)}), flush=True)
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "epoch": state.epoch,
+                "batch": state.batch,
+                "iterations": int(model.optimizer.iterations),
+                "batches": counted.counts,
+                "sizes": state.sizes,
+                "same_weights": all(np.array_equal(everywhere[0], w) for w in everywhere),
+            }
+        ),
+        flush=True,
+    )

@@ -5,30 +5,34 @@ process with the whole batch (SGD with momentum, Adam, AdamW with a schedule), t
 saving and loading, compression, and the jit_compile error.
 
 argv[1]: a directory shared by the ranks, for the saved model."""
+
 import os
 import sys
 
-import numpy as np
-
-from tf_common import so, tf
 import keras
-import scaleout.tensorflow.keras as hvd
+import numpy as np
 from _harness import check, check_close, expect_error, main
+from tf_common import so, tf
+
+import scaleout.tensorflow.keras as hvd
 
 B, STEPS, EPOCHS, FEATURES = 4, 3, 2, 5
 
 
 def make_model(seed):
     keras.utils.set_random_seed(seed)
-    return keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(8, activation="tanh"),
-                             keras.layers.Dense(3)])
+    return keras.Sequential(
+        [keras.Input((FEATURES,)), keras.layers.Dense(8, activation="tanh"), keras.layers.Dense(3)]
+    )
 
 
 def data(n):
     rng = np.random.default_rng(11)
     rows = STEPS * n * B
-    return (rng.normal(size=(rows, FEATURES)).astype(np.float32),
-            rng.integers(0, 3, rows).astype(np.int32))
+    return (
+        rng.normal(size=(rows, FEATURES)).astype(np.float32),
+        rng.integers(0, 3, rows).astype(np.int32),
+    )
 
 
 def shard(array, r, n):
@@ -42,21 +46,30 @@ LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 def fit_equivalence(r, n, make_optimizer, label, compression=hvd.Compression.none, tol=1e-5):
     x, y = data(n)
     model = make_model(seed=r)
-    model.compile(optimizer=hvd.DistributedOptimizer(make_optimizer(), compression=compression),
-                  loss=LOSS)
+    model.compile(
+        optimizer=hvd.DistributedOptimizer(make_optimizer(), compression=compression), loss=LOSS
+    )
     start = hvd.broadcast_object(model.get_weights(), root_rank=0)
     # BroadcastGlobalVariablesCallback broadcasts at the end of the first batch (Horovod's
     # timing), so the first step starts from root's weights only if they are set before fit().
     model.set_weights(start)
-    model.fit(shard(x, r, n), shard(y, r, n), batch_size=B, epochs=EPOCHS, shuffle=False,
-              verbose=0, callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    model.fit(
+        shard(x, r, n),
+        shard(y, r, n),
+        batch_size=B,
+        epochs=EPOCHS,
+        shuffle=False,
+        verbose=0,
+        callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)],
+    )
     reference = make_model(seed=0)
     reference.set_weights(start)
     reference.compile(optimizer=make_optimizer(), loss=LOSS)
     reference.fit(x, y, batch_size=n * B, epochs=EPOCHS, shuffle=False, verbose=0)
     for i, (got, want) in enumerate(zip(model.get_weights(), reference.get_weights())):
-        check_close(got, want, f"{label}: weight {i} equals the single-process run", rtol=tol,
-                    atol=tol)
+        check_close(
+            got, want, f"{label}: weight {i} equals the single-process run", rtol=tol, atol=tol
+        )
     check(int(model.optimizer.iterations) == STEPS * EPOCHS, f"{label}: step count")
     weights = hvd.allgather_object([w.tobytes() for w in model.get_weights()])
     check(all(w == weights[0] for w in weights), f"{label}: same weights on every rank")
@@ -68,19 +81,34 @@ def fit_equivalence(r, n, make_optimizer, label, compression=hvd.Compression.non
 def test_fit_equals_single_process(r, n):
     fit_equivalence(r, n, lambda: keras.optimizers.SGD(0.1, momentum=0.9), "SGD momentum")
     fit_equivalence(r, n, lambda: keras.optimizers.Adam(0.01), "Adam", tol=1e-4)
-    schedule = lambda: keras.optimizers.schedules.ExponentialDecay(0.02, decay_steps=2,  # noqa: E731
-                                                                    decay_rate=0.5)
-    fit_equivalence(r, n, lambda: keras.optimizers.AdamW(schedule(), weight_decay=0.1),
-                    "AdamW with a schedule", tol=1e-4)
-    fit_equivalence(r, n, lambda: keras.optimizers.SGD(0.1), "SGD, fp16 compression",
-                    compression=hvd.Compression.fp16, tol=2e-3)
+
+    def schedule():
+        return keras.optimizers.schedules.ExponentialDecay(0.02, decay_steps=2, decay_rate=0.5)
+
+    fit_equivalence(
+        r,
+        n,
+        lambda: keras.optimizers.AdamW(schedule(), weight_decay=0.1),
+        "AdamW with a schedule",
+        tol=1e-4,
+    )
+    fit_equivalence(
+        r,
+        n,
+        lambda: keras.optimizers.SGD(0.1),
+        "SGD, fp16 compression",
+        compression=hvd.Compression.fp16,
+        tol=2e-3,
+    )
 
 
 def test_apply_gradients_custom_loop(r, n):
     v = tf.Variable([0.0, 0.0])
     opt = hvd.DistributedOptimizer(keras.optimizers.SGD(1.0))
-    check(hvd.is_distributed(opt) and isinstance(opt, keras.optimizers.SGD),
-          "a distributed optimizer is still an SGD")
+    check(
+        hvd.is_distributed(opt) and isinstance(opt, keras.optimizers.SGD),
+        "a distributed optimizer is still an SGD",
+    )
     base = keras.optimizers.SGD(1.0)
     check(not hvd.is_distributed(base), "the optimizer passed in is left alone")
     opt.apply_gradients([(tf.constant([float(r), 1.0]), v)])
@@ -88,8 +116,12 @@ def test_apply_gradients_custom_loop(r, n):
     tf.function(lambda: opt.apply_gradients([(tf.constant([float(r), 1.0]), v)]))()
     check_close(v, [-(n - 1.0), -2.0], "apply_gradients averages inside tf.function")
     expect_error(ValueError, lambda: hvd.DistributedOptimizer(opt), "already", what="wrap twice")
-    expect_error(TypeError, lambda: hvd.DistributedOptimizer(object()), "Keras 3 optimizer",
-                 what="not an optimizer")
+    expect_error(
+        TypeError,
+        lambda: hvd.DistributedOptimizer(object()),
+        "Keras 3 optimizer",
+        what="not an optimizer",
+    )
 
 
 class Recorder(keras.callbacks.Callback):
@@ -109,13 +141,26 @@ def test_callbacks(r, n):
     xr, yr = shard(x, r, n), shard(y, r, n)
     # MetricAverageCallback: History holds the average over ranks of what each rank measured
     model = make_model(seed=r)
-    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.05)), loss=LOSS,
-                  metrics=["accuracy"])
+    model.compile(
+        optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.05)),
+        loss=LOSS,
+        metrics=["accuracy"],
+    )
     raw = Recorder()
-    history = model.fit(xr, yr, batch_size=B, epochs=EPOCHS, verbose=0, shuffle=False,
-                        validation_data=(xr[:4], yr[:4]),
-                        callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0), raw,
-                                   hvd.callbacks.MetricAverageCallback()])
+    history = model.fit(
+        xr,
+        yr,
+        batch_size=B,
+        epochs=EPOCHS,
+        verbose=0,
+        shuffle=False,
+        validation_data=(xr[:4], yr[:4]),
+        callbacks=[
+            hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+            raw,
+            hvd.callbacks.MetricAverageCallback(),
+        ],
+    )
     everyone = hvd.allgather_object(raw.epoch_logs)
     for key in ("loss", "accuracy", "val_loss", "val_accuracy"):
         for epoch in range(EPOCHS):
@@ -129,9 +174,15 @@ def test_callbacks(r, n):
     model = make_model(seed=0)
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.0)), loss=LOSS)
     lr = Recorder()
-    history = model.fit(xr, yr, batch_size=B, epochs=3, verbose=0, shuffle=False,
-                        callbacks=[hvd.callbacks.LearningRateWarmupCallback(
-                            initial_lr=0.4, warmup_epochs=2), lr])
+    history = model.fit(
+        xr,
+        yr,
+        batch_size=B,
+        epochs=3,
+        verbose=0,
+        shuffle=False,
+        callbacks=[hvd.callbacks.LearningRateWarmupCallback(initial_lr=0.4, warmup_epochs=2), lr],
+    )
     want = []
     for epoch in range(3):
         for batch in range(steps_per_epoch):
@@ -139,27 +190,57 @@ def test_callbacks(r, n):
             want.append(0.4 / n * (1 + e * (n - 1) / 2) if epoch < 2 else 0.4)
     check_close(lr.batch_lr, want, "warmup learning rates per batch")
     check_close(want[2 * steps_per_epoch - 1], 0.4, "the warmup's last batch runs at initial_lr")
-    check_close(history.history["lr"], [want[steps_per_epoch - 1], 0.4, 0.4],
-                "warmup: learning rate logged per epoch, full rate after the warmup")
+    check_close(
+        history.history["lr"],
+        [want[steps_per_epoch - 1], 0.4, 0.4],
+        "warmup: learning rate logged per epoch, full rate after the warmup",
+    )
 
     # LearningRateScheduleCallback: staircase multiplier from start_epoch on
     model = make_model(seed=0)
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.5)), loss=LOSS)
     lr = Recorder()
-    model.fit(xr, yr, batch_size=B, epochs=3, verbose=0, shuffle=False,
-              callbacks=[hvd.callbacks.LearningRateScheduleCallback(
-                  initial_lr=0.5, multiplier=lambda epoch: 0.1 ** epoch, start_epoch=1), lr])
-    check_close(lr.batch_lr, [0.5] * STEPS + [0.05] * STEPS + [0.005] * STEPS,
-                "staircase schedule from epoch 1")
+    model.fit(
+        xr,
+        yr,
+        batch_size=B,
+        epochs=3,
+        verbose=0,
+        shuffle=False,
+        callbacks=[
+            hvd.callbacks.LearningRateScheduleCallback(
+                initial_lr=0.5, multiplier=lambda epoch: 0.1**epoch, start_epoch=1
+            ),
+            lr,
+        ],
+    )
+    check_close(
+        lr.batch_lr,
+        [0.5] * STEPS + [0.05] * STEPS + [0.005] * STEPS,
+        "staircase schedule from epoch 1",
+    )
     model = make_model(seed=0)
     model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.5)), loss=LOSS)
     lr = Recorder()
-    model.fit(xr, yr, batch_size=B, epochs=2, verbose=0, shuffle=False,
-              callbacks=[hvd.callbacks.LearningRateScheduleCallback(
-                  initial_lr=1.0, multiplier=lambda e: 1.0 - e / 4, staircase=False,
-                  end_epoch=1), lr])
-    check_close(lr.batch_lr, [1.0 - (b / STEPS) / 4 for b in range(STEPS)]
-                + [1.0 - ((STEPS - 1) / STEPS) / 4] * STEPS, "smooth schedule until end_epoch")
+    model.fit(
+        xr,
+        yr,
+        batch_size=B,
+        epochs=2,
+        verbose=0,
+        shuffle=False,
+        callbacks=[
+            hvd.callbacks.LearningRateScheduleCallback(
+                initial_lr=1.0, multiplier=lambda e: 1.0 - e / 4, staircase=False, end_epoch=1
+            ),
+            lr,
+        ],
+    )
+    check_close(
+        lr.batch_lr,
+        [1.0 - (b / STEPS) / 4 for b in range(STEPS)] + [1.0 - ((STEPS - 1) / STEPS) / 4] * STEPS,
+        "smooth schedule until end_epoch",
+    )
 
 
 def test_save_and_load(r, n, directory):
@@ -172,8 +253,11 @@ def test_save_and_load(r, n, directory):
         model.save(path)
     hvd.barrier()
     loaded = hvd.load_model(path)
-    check(hvd.is_distributed(loaded.optimizer) and isinstance(loaded.optimizer, keras.optimizers.Adam),
-          "load_model gives a distributed Adam")
+    check(
+        hvd.is_distributed(loaded.optimizer)
+        and isinstance(loaded.optimizer, keras.optimizers.Adam),
+        "load_model gives a distributed Adam",
+    )
     check(int(loaded.optimizer.iterations) == STEPS, "optimizer state restored")
     for a, b in zip(loaded.optimizer.variables, model.optimizer.variables):
         check_close(a, b, f"optimizer variable {a.path} restored")
@@ -191,11 +275,16 @@ def test_save_and_load(r, n, directory):
 def test_jit_compile_is_refused(r, n):
     x, y = data(n)
     model = make_model(seed=0)
-    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss=LOSS,
-                  jit_compile=True)
-    expect_error(hvd.InvalidArgumentError,
-                 lambda: model.fit(x[:B], y[:B], batch_size=B, epochs=1, verbose=0),
-                 "XLA", "jit_compile=False", what="model.compile(jit_compile=True)")
+    model.compile(
+        optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)), loss=LOSS, jit_compile=True
+    )
+    expect_error(
+        hvd.InvalidArgumentError,
+        lambda: model.fit(x[:B], y[:B], batch_size=B, epochs=1, verbose=0),
+        "XLA",
+        "jit_compile=False",
+        what="model.compile(jit_compile=True)",
+    )
 
 
 def run():

@@ -1,14 +1,15 @@
 """Run by tests/test_timeline.py::test_timeline_is_a_chrome_trace_of_every_tensor.
 
 A run with SCALEOUT_TIMELINE set: rank 0 writes the trace checked by the test."""
+
 import numpy as np
+from _harness import main
 
 import scaleout as so
-from _harness import main
 
 
 def run():
-    for step in range(3):
+    for _ in range(3):
         hs = [so.allreduce_async(np.ones(100), name=f"layer{i}.grad") for i in range(4)]
         for h in hs:
             so.synchronize(h)

@@ -5,14 +5,15 @@ each stopped file is complete JSON holding only the collectives run while it was
 mark_cycles adds CYCLE_START marks; calls before init raise ValueError as Horovod's.
 
 argv[1]: a directory shared by the ranks."""
+
 import json
 import os
 import sys
 
 import torch
+from _harness import check, expect_error, finish
 
 import scaleout.torch as hvd
-from _harness import RANK, check, expect_error, finish
 
 directory = sys.argv[1]
 
@@ -24,14 +25,18 @@ def tensors_in(path):
     return names, [e for e in events if e.get("name") == "CYCLE_START"]
 
 
-expect_error(ValueError, lambda: hvd.start_timeline(os.path.join(directory, "x.json")),
-             "init", what="start_timeline before init")
+expect_error(
+    ValueError,
+    lambda: hvd.start_timeline(os.path.join(directory, "x.json")),
+    "init",
+    what="start_timeline before init",
+)
 hvd.init()
 r = hvd.rank()
 first, second = os.path.join(directory, "first.json"), os.path.join(directory, "second.json")
 hvd.allreduce(torch.ones(4), name="before")
 hvd.start_timeline(first, mark_cycles=True)
-for step in range(2):
+for _ in range(2):
     hvd.allreduce(torch.ones(4), name="during.first")
 hvd.allgather(torch.ones(2, 2), name="during.gather")
 hvd.stop_timeline()

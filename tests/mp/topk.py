@@ -4,10 +4,11 @@ Top-k sparsification with error feedback (Note [Top-k sparsification]) at the nu
 one implementation every front end uses: the result against a numpy evaluation from every
 rank's gradient, error feedback conserving the gradient sum over steps, dense warmup, momentum
 correction with factor masking, Sum and scale factors."""
+
 import numpy as np
+from _harness import check, check_close, main_tests
 
 import scaleout as so
-from _harness import check, check_close, main_tests
 from scaleout._native import Average, Sum
 from scaleout._topk import Momentum, TopK, TopKExchange, topk_count
 
@@ -37,15 +38,23 @@ def test_one_step_matches_numpy(r, n):
             rng = np.random.default_rng(1000 * r + size)
             g = rng.standard_normal(size)
             residual = np.zeros(size)
-            got = run(TopKExchange(TopK(density), Average, 1.0, 1.0), f"one.{size}.{density}",
-                      g, residual, 0)
+            got = run(
+                TopKExchange(TopK(density), Average, 1.0, 1.0),
+                f"one.{size}.{density}",
+                g,
+                residual,
+                0,
+            )
             k = topk_count(size, density)
             sent = [top(x, k) for x in everyone(g)]
             check_close(got, sum(sent) / n, f"size {size} density {density}: mean of the top-k")
-            check_close(residual, g - sent[r], f"size {size} density {density}: residual",
-                        rtol=0, atol=0)
-            check(np.count_nonzero(residual == 0) >= k,
-                  f"size {size} density {density}: k entries cleared")
+            check_close(
+                residual, g - sent[r], f"size {size} density {density}: residual", rtol=0, atol=0
+            )
+            check(
+                np.count_nonzero(residual == 0) >= k,
+                f"size {size} density {density}: k entries cleared",
+            )
 
 
 def test_error_feedback_conserves_the_gradient_sum(r, n):
@@ -63,8 +72,13 @@ def test_error_feedback_conserves_the_gradient_sum(r, n):
         delivered += run(exchange, "conserve", g, residual, step) * n  # Average: undo 1/n
     total_in = everyone(put_in).sum(0)
     held = everyone(residual).sum(0)
-    check_close(delivered + held, total_in, "delivered + residuals == gradients put in",
-                rtol=1e-9, atol=1e-9)
+    check_close(
+        delivered + held,
+        total_in,
+        "delivered + residuals == gradients put in",
+        rtol=1e-9,
+        atol=1e-9,
+    )
     # and the residual is small next to what was put in (the big entries do go out)
     check(np.abs(residual).max() < np.abs(put_in).max(), "the residual does not grow unbounded")
 

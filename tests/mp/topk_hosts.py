@@ -7,6 +7,7 @@ machine, every machine's top k), checked against numpy over several steps with a
 momentum correction and warmup; the machine's ranks keep the same residual bits; error feedback
 conserves the sum; a torch DistributedOptimizer trains alike on every rank. Uneven machines stay
 flat. Prints one RESULT line per rank."""
+
 import json
 
 import numpy as np
@@ -44,8 +45,9 @@ def top(x, k):
 
 
 def exchange_over_steps(size, density, momentum, warmup, steps=4, hierarchical=None):
-    exchange = TopKExchange(TopK(density, warmup_steps=warmup, hierarchical=hierarchical),
-                            Average, 1.0, 1.0)
+    exchange = TopKExchange(
+        TopK(density, warmup_steps=warmup, hierarchical=hierarchical), Average, 1.0, 1.0
+    )
     residual, velocity = np.zeros(size), np.zeros(size)
     workers = [members[h] for h in machines] if exchange.hierarchical else [[q] for q in range(n)]
     ref_res = [np.zeros(size) for _ in workers]
@@ -56,8 +58,15 @@ def exchange_over_steps(size, density, momentum, warmup, steps=4, hierarchical=N
     name = f"x.{size}.{density}.{momentum}.{warmup}.{hierarchical}"
     for step in range(steps):
         out = np.empty(size)
-        pending = exchange.start(name, grad(r, step, size), residual, step, velocity,
-                                 Momentum(momentum) if momentum else None, out)
+        pending = exchange.start(
+            name,
+            grad(r, step, size),
+            residual,
+            step,
+            velocity,
+            Momentum(momentum) if momentum else None,
+            out,
+        )
         exchange.finish_all([(pending, out)])
         want = np.zeros(size)
         for w, ranks in enumerate(workers):
@@ -74,10 +83,15 @@ def exchange_over_steps(size, density, momentum, warmup, steps=4, hierarchical=N
                 continue
             if exchange.hierarchical:  # each local rank's slice: its own top entries
                 L = len(workers[w])
-                idx = np.concatenate([
-                    lo + np.argsort(-np.abs(ref_res[w][lo:hi]), kind="stable")[
-                        :topk_count(hi - lo, density)]
-                    for lo, hi in ((size * q // L, size * (q + 1) // L) for q in range(L))])
+                idx = np.concatenate(
+                    [
+                        lo
+                        + np.argsort(-np.abs(ref_res[w][lo:hi]), kind="stable")[
+                            : topk_count(hi - lo, density)
+                        ]
+                        for lo, hi in ((size * q // L, size * (q + 1) // L) for q in range(L))
+                    ]
+                )
             else:
                 idx = np.argsort(-np.abs(ref_res[w]), kind="stable")[:k]
             want[idx] += ref_res[w][idx]
@@ -99,8 +113,11 @@ def exchange_over_steps(size, density, momentum, warmup, steps=4, hierarchical=N
 
 
 hierarchical = None
-for size, density, momentum, warmup in ((1000, 0.05, 0.0, 0), (70_001, 0.01, 0.9, 1),
-                                        (5, 0.3, 0.0, 2)):
+for size, density, momentum, warmup in (
+    (1000, 0.05, 0.0, 0),
+    (70_001, 0.01, 0.9, 1),
+    (5, 0.3, 0.0, 2),
+):
     hierarchical = exchange_over_steps(size, density, momentum, warmup)
 if exchange_over_steps(3000, 0.02, 0.0, 0, hierarchical=False):
     fail("hierarchical=False: still hierarchical")
@@ -108,13 +125,16 @@ if exchange_over_steps(3000, 0.02, 0.0, 0, hierarchical=False):
 torch_same = None
 try:
     import torch
+
     import scaleout.torch as hvd
+
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(50, 40), torch.nn.ReLU(), torch.nn.Linear(40, 3))
     opt = hvd.DistributedOptimizer(
         torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
         named_parameters=model.named_parameters(),
-        compression=hvd.Compression.topk(0.05, momentum_correction=True, warmup_steps=1))
+        compression=hvd.Compression.topk(0.05, momentum_correction=True, warmup_steps=1),
+    )
     for step in range(4):
         g = torch.Generator().manual_seed(r * 10 + step)
         x, y = torch.randn(16, 50, generator=g), torch.randint(0, 3, (16,), generator=g)
@@ -126,7 +146,16 @@ try:
 except ImportError:
     pass
 
-print("RESULT " + json.dumps({"hierarchical": hierarchical, "failures": failures[:10],
-                              "torch_same": torch_same,
-                              "algorithm": so.config()["allreduce_algorithm"]}), flush=True)
+print(
+    "RESULT "
+    + json.dumps(
+        {
+            "hierarchical": hierarchical,
+            "failures": failures[:10],
+            "torch_same": torch_same,
+            "algorithm": so.config()["allreduce_algorithm"],
+        }
+    ),
+    flush=True,
+)
 so.shutdown()

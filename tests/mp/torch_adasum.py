@@ -4,11 +4,11 @@ DistributedOptimizer(op=Adasum) (Note [Adasum optimizer]): each step, every rank
 change from the wrapped optimizer's local step is combined with Horovod's Adasum tree and
 added to the parameters, checked against a numpy evaluation for SGD with momentum over three
 steps; every rank ends with the same model; 3 ranks get NotImplementedError as Horovod."""
-import numpy as np
+
 import torch
+from _harness import check, check_close, expect_error, finish
 
 import scaleout.torch as hvd
-from _harness import check, check_close, expect_error, finish
 
 hvd.init()
 r, n = hvd.rank(), hvd.size()
@@ -30,20 +30,25 @@ def tree(vectors):
 
 def batch(q, step):
     g = torch.Generator().manual_seed(100 * step + q)
-    return torch.randn(8, 4, generator=g, dtype=torch.float64), \
-        torch.randn(8, 2, generator=g, dtype=torch.float64)
+    return torch.randn(8, 4, generator=g, dtype=torch.float64), torch.randn(
+        8, 2, generator=g, dtype=torch.float64
+    )
 
 
 def make():
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(),
-                               torch.nn.Linear(3, 2)).double()
+    return torch.nn.Sequential(
+        torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2)
+    ).double()
 
 
 if n & (n - 1) == 0:
     model = make()
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
-                                   named_parameters=model.named_parameters(), op=hvd.Adasum)
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+        named_parameters=model.named_parameters(),
+        op=hvd.Adasum,
+    )
     # The reference: every rank's model and momentum, stepped locally, changes combined.
     refs = [make() for _ in range(n)]
     ref_opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in refs]
@@ -66,19 +71,28 @@ if n & (n - 1) == 0:
                 for q in range(n):
                     list(refs[q].parameters())[i].copy_(s + torch.from_numpy(combined))
         for (name, p), want in zip(model.named_parameters(), refs[0].parameters()):
-            check_close(p.detach().numpy(), want.detach().numpy(), f"step {step}: {name}",
-                        rtol=1e-10, atol=1e-12)
+            check_close(
+                p.detach().numpy(),
+                want.detach().numpy(),
+                f"step {step}: {name}",
+                rtol=1e-10,
+                atol=1e-12,
+            )
     weights = hvd.allgather_object([p.detach().numpy().tobytes() for p in model.parameters()])
     check(all(w == weights[0] for w in weights), "every rank has the same model")
     opt.synchronize()  # does nothing with Adasum (as Horovod)
     expect_error(AssertionError, lambda: opt.skip_synchronize().__enter__(), "Adasum")
 else:
     model = make()
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                   named_parameters=model.named_parameters(), op=hvd.Adasum)
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        named_parameters=model.named_parameters(),
+        op=hvd.Adasum,
+    )
     x, y = batch(r, 0)
 
     def backward():
         torch.nn.functional.mse_loss(model(x), y).backward()
+
     expect_error(NotImplementedError, backward, "non-power of 2")
 finish()

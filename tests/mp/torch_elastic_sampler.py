@@ -7,12 +7,14 @@ processed, the ones before the save exactly once; the order is Horovod's (Python
 seed + epoch).
 
 argv: phase ('first' or 'second'), a file shared by the ranks."""
+
 import json
 import random
 import sys
 
-import scaleout.torch as hvd
 from _harness import check, finish
+
+import scaleout.torch as hvd
 from scaleout.torch._elastic_sampler import ElasticSampler
 
 hvd.init()
@@ -27,10 +29,10 @@ if phase == "first":
     sampler.set_epoch(EPOCH)
     mine = list(sampler)
     check(len(sampler) == -(-LENGTH // n), "len is this rank's share")
-    check(mine == (order + order)[r:n * len(sampler):n], "the rank's share of Horovod's order")
+    check(mine == (order + order)[r : n * len(sampler) : n], "the rank's share of Horovod's order")
     seen = []
     for b in range(3):
-        seen += mine[b * BATCH:(b + 1) * BATCH]
+        seen += mine[b * BATCH : (b + 1) * BATCH]
         sampler.record_batch(b, BATCH)
     everyone = hvd.allgather_object(seen)
     if r == 0:

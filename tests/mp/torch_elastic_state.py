@@ -7,20 +7,20 @@ reset callbacks run on reset. With a commit store attached, phase 'first' commit
 and phase 'second' (another number of ranks, fresh objects) resumes from the newest commit.
 
 argv: phase ('first', 'second'), a directory for the stores (one per host)."""
+
 import socket
 import sys
 import threading
 from pathlib import Path
 
-import numpy as np
 import torch
+from _harness import check, expect_error, finish
 
 import scaleout.torch as hvd
-from _harness import check, expect_error, finish
 from scaleout._commit_store import CommitStore
-from scaleout._errors import ScaleoutError
 from scaleout._elastic_protocol import HostUpdateResult
 from scaleout._elastic_state import HostsUpdatedInterrupt, ObjectState
+from scaleout._errors import ScaleoutError
 from scaleout.torch._elastic_sampler import ElasticSampler
 from scaleout.torch._elastic_state import TorchState
 
@@ -66,10 +66,14 @@ if phase == "first":
     state.batch = 2
     state.restore()
     check(torch.equal(weights(model), committed), "restore: the committed model")
-    check(torch.equal(opt.state_dict()["state"][0]["momentum_buffer"], momentum),
-          "restore: the committed momentum")
-    check(sampler.processed_num == 2 * n and state.batch == 1,
-          "restore: the committed sampler and attributes")
+    check(
+        torch.equal(opt.state_dict()["state"][0]["momentum_buffer"], momentum),
+        "restore: the committed momentum",
+    )
+    check(
+        sampler.processed_num == 2 * n and state.batch == 1,
+        "restore: the committed sampler and attributes",
+    )
     # A host update seen by rank 0 interrupts every rank's commit, after the save.
     if r == 0:
         state.on_hosts_updated(5, HostUpdateResult.removed)
@@ -95,9 +99,13 @@ if phase == "first":
     # though only a host's writer serializes): the program's error, on every rank.
     unpicklable = ObjectState(lock=threading.Lock())
     unpicklable.attach_store(store)
-    said = expect_error(ScaleoutError, unpicklable.commit, "was not written on every host",
-                        what="commit of an unpicklable attribute")
-    if store is not None:   # the writer says why
+    said = expect_error(
+        ScaleoutError,
+        unpicklable.commit,
+        "was not written on every host",
+        what="commit of an unpicklable attribute",
+    )
+    if store is not None:  # the writer says why
         check("cannot pickle" in said, f"the writer's reason: {said!r}")
 else:
     model, opt = make(seed=100 + r)
@@ -108,8 +116,10 @@ else:
     expected = torch.load(directory / "expected.pt")
     check(torch.equal(weights(model), expected), "resumed: the last committed model")
     check(state.epoch == 3 and state.batch == 1, "resumed: the attributes")
-    check(sampler.processed_num > 0 and sampler.num_replicas == n,
-          "resumed: the sampler, re-sharded over this job's ranks")
+    check(
+        sampler.processed_num > 0 and sampler.num_replicas == n,
+        "resumed: the sampler, re-sharded over this job's ranks",
+    )
     step(model, opt, 7)  # and training goes on
     state.commit()
 finish()

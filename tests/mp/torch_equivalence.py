@@ -6,18 +6,19 @@ Every rank also trains the single-process reference on the whole global batch (n
 communication) and compares parameters after every run. float64, so "exactly" means to
 rounding.
 """
+
 import copy
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from _harness import check, check_close, main
 
 import scaleout.torch as hvd
-from _harness import check, check_close, main
 
 torch.set_num_threads(1)
 
-B = 4        # rows per rank per backward pass
+B = 4  # rows per rank per backward pass
 STEPS = 6
 
 
@@ -30,8 +31,9 @@ def global_batch(step, micro, rows, features=6, classes=3, dtype=torch.float64):
 
 def mlp(dtype=torch.float64):
     torch.manual_seed(1)
-    return nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh(),
-                         nn.Linear(16, 3)).to(dtype)
+    return nn.Sequential(
+        nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 3)
+    ).to(dtype)
 
 
 def make_optimizer(kind, params):
@@ -51,9 +53,11 @@ def train_pair(r, n, kind, passes, dtype=torch.float64, make_model=mlp, data=glo
     """Returns (distributed model, reference model) after STEPS steps."""
     model = make_model(dtype)
     ref = make_model(dtype)
-    opt = hvd.DistributedOptimizer(make_optimizer(kind, model.parameters()),
-                                   named_parameters=model.named_parameters(),
-                                   backward_passes_per_step=passes)
+    opt = hvd.DistributedOptimizer(
+        make_optimizer(kind, model.parameters()),
+        named_parameters=model.named_parameters(),
+        backward_passes_per_step=passes,
+    )
     ref_opt = make_optimizer(kind, ref.parameters())
     for step in range(STEPS):
         opt.zero_grad()
@@ -75,8 +79,13 @@ def test_optimizers(r, n):
     for kind in ("sgd", "adam"):
         for passes in (1, 2):
             model, ref = train_pair(r, n, kind, passes)
-            compare(model, ref, f"{kind}, backward_passes_per_step={passes}, {n} ranks",
-                    rtol=1e-9, atol=1e-11)
+            compare(
+                model,
+                ref,
+                f"{kind}, backward_passes_per_step={passes}, {n} ranks",
+                rtol=1e-9,
+                atol=1e-11,
+            )
             # and the training moved the parameters at all
             moved = (model[0].weight - mlp()[0].weight).detach().abs().max()
             check(float(moved) > 1e-3, f"{kind}/{passes}: parameters moved ({float(moved)})")
@@ -117,8 +126,10 @@ def test_sync_batch_norm(r, n):
     model = sync_net(torch.float64)
     ref = plain_net(torch.float64)
     ref.load_state_dict(model.state_dict())
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
-                                   named_parameters=model.named_parameters())
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+        named_parameters=model.named_parameters(),
+    )
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
     for step in range(STEPS):
         x, y = bn_batch(step, 0, n * B)
@@ -129,8 +140,13 @@ def test_sync_batch_norm(r, n):
         ref_opt.zero_grad()
         F.cross_entropy(ref(x), y).backward()
         ref_opt.step()
-    compare(model, ref, f"SyncBatchNorm vs BatchNorm on the global batch, {n} ranks",
-            rtol=1e-9, atol=1e-11)
+    compare(
+        model,
+        ref,
+        f"SyncBatchNorm vs BatchNorm on the global batch, {n} ranks",
+        rtol=1e-9,
+        atol=1e-11,
+    )
     check(int(model.bn1.num_batches_tracked) == STEPS, "SyncBatchNorm counts batches")
     model.eval()
     ref.eval()
@@ -145,11 +161,17 @@ def test_sync_batch_norm(r, n):
     check(isinstance(converted[1], hvd.SyncBatchNorm), "BatchNorm1d converted")
     compare(converted, plain, "converted state", rtol=0, atol=0)
     x = torch.randn(2 * n, 3, dtype=torch.float64)
-    out = converted(x[r * 2:(r + 1) * 2])
-    check_close(out.detach().numpy(), plain(x)[r * 2:(r + 1) * 2].detach().numpy(),
-                "converted layer normalises over the global batch (cumulative momentum)")
-    check_close(converted[1].running_var.numpy(), plain[1].running_var.numpy(),
-                "converted running variance (unbiased, global)")
+    out = converted(x[r * 2 : (r + 1) * 2])
+    check_close(
+        out.detach().numpy(),
+        plain(x)[r * 2 : (r + 1) * 2].detach().numpy(),
+        "converted layer normalises over the global batch (cumulative momentum)",
+    )
+    check_close(
+        converted[1].running_var.numpy(),
+        plain[1].running_var.numpy(),
+        "converted running variance (unbiased, global)",
+    )
 
 
 def run():

@@ -1,6 +1,7 @@
 """Run by tests/test_torch.py::test_distributed_optimizer_broadcasts_and_join.
 
 DistributedOptimizer, the broadcast helpers and join() on real ranks."""
+
 import copy
 import gc
 import io
@@ -9,9 +10,9 @@ import warnings
 
 import torch
 import torch.nn as nn
+from _harness import check, check_close, expect_error, main
 
 import scaleout.torch as hvd
-from _harness import check, check_close, expect_error, main
 
 torch.set_num_threads(1)
 torch.set_default_dtype(torch.float64)
@@ -43,8 +44,10 @@ def local_grads(net, x, **kw):
     plain = copy.deepcopy(net)
     plain.zero_grad()
     plain(x, **kw).pow(2).sum().backward()
-    return {k: (p.grad.clone() if p.grad is not None else torch.zeros_like(p))
-            for k, p in plain.named_parameters()}
+    return {
+        k: (p.grad.clone() if p.grad is not None else torch.zeros_like(p))
+        for k, p in plain.named_parameters()
+    }
 
 
 def averaged(grads, tag, op=hvd.Average):
@@ -60,35 +63,66 @@ def test_construction_errors():
     net = make_net()
     sgd = lambda: torch.optim.SGD(net.parameters(), lr=0.1)  # noqa: E731
     named = list(net.named_parameters())
-    expect_error(hvd.InvalidArgumentError,
-                 lambda: hvd.DistributedOptimizer(sgd(), named_parameters=named + named[:1]),
-                 "duplicate names", "fc1.weight", what="duplicate names")
-    expect_error(hvd.InvalidArgumentError,
-                 lambda: hvd.DistributedOptimizer(sgd(), named_parameters=named[:-2]),
-                 "misses 2 parameter", what="missing names")
-    expect_error(hvd.InvalidArgumentError,
-                 lambda: hvd.DistributedOptimizer(sgd(), named_parameters=[p for _, p in named]),
-                 "(name, parameter) pairs", what="parameters without names")
-    expect_error(hvd.InvalidArgumentError, lambda: hvd.DistributedOptimizer(sgd(), op=hvd.Max),
-                 "op=Average, op=Sum or op=Adasum", what="op=Max")
-    expect_error(hvd.InvalidArgumentError,
-                 lambda: hvd.DistributedOptimizer(sgd(), op=hvd.Sum, gradient_predivide_factor=2),
-                 "needs op=Average", what="predivide with Sum")
-    expect_error(hvd.InvalidArgumentError,
-                 lambda: hvd.DistributedOptimizer(sgd(), backward_passes_per_step=0),
-                 ">= 1", what="backward_passes_per_step=0")
-    expect_error(hvd.InvalidArgumentError, lambda: hvd.DistributedOptimizer(net), "torch.optim",
-                 what="not an optimizer")
+    expect_error(
+        hvd.InvalidArgumentError,
+        lambda: hvd.DistributedOptimizer(sgd(), named_parameters=named + named[:1]),
+        "duplicate names",
+        "fc1.weight",
+        what="duplicate names",
+    )
+    expect_error(
+        hvd.InvalidArgumentError,
+        lambda: hvd.DistributedOptimizer(sgd(), named_parameters=named[:-2]),
+        "misses 2 parameter",
+        what="missing names",
+    )
+    expect_error(
+        hvd.InvalidArgumentError,
+        lambda: hvd.DistributedOptimizer(sgd(), named_parameters=[p for _, p in named]),
+        "(name, parameter) pairs",
+        what="parameters without names",
+    )
+    expect_error(
+        hvd.InvalidArgumentError,
+        lambda: hvd.DistributedOptimizer(sgd(), op=hvd.Max),
+        "op=Average, op=Sum or op=Adasum",
+        what="op=Max",
+    )
+    expect_error(
+        hvd.InvalidArgumentError,
+        lambda: hvd.DistributedOptimizer(sgd(), op=hvd.Sum, gradient_predivide_factor=2),
+        "needs op=Average",
+        what="predivide with Sum",
+    )
+    expect_error(
+        hvd.InvalidArgumentError,
+        lambda: hvd.DistributedOptimizer(sgd(), backward_passes_per_step=0),
+        ">= 1",
+        what="backward_passes_per_step=0",
+    )
+    expect_error(
+        hvd.InvalidArgumentError,
+        lambda: hvd.DistributedOptimizer(net),
+        "torch.optim",
+        what="not an optimizer",
+    )
     opt = hvd.DistributedOptimizer(sgd(), named_parameters=net.named_parameters())
-    check(isinstance(opt, torch.optim.SGD) and type(opt).__name__ == "SGD",
-          "the wrapper is an instance of the wrapped optimizer's class")
-    expect_error(hvd.InvalidArgumentError, lambda: hvd.DistributedOptimizer(opt),
-                 "already", what="wrapping twice")
+    check(
+        isinstance(opt, torch.optim.SGD) and type(opt).__name__ == "SGD",
+        "the wrapper is an instance of the wrapped optimizer's class",
+    )
+    expect_error(
+        hvd.InvalidArgumentError,
+        lambda: hvd.DistributedOptimizer(opt),
+        "already",
+        what="wrapping twice",
+    )
     # A dropped DistributedOptimizer's hooks go with it: a new one over the same model works.
     del opt
     gc.collect()
-    opt = hvd.DistributedOptimizer(sgd(), named_parameters=net.named_parameters(),
-                                   num_groups=2)  # a Horovod hint, accepted
+    opt = hvd.DistributedOptimizer(
+        sgd(), named_parameters=net.named_parameters(), num_groups=2
+    )  # a Horovod hint, accepted
     net(data(0)).pow(2).sum().backward()
     opt.step()
     same_on_all_ranks(net.fc1.weight, "weights after re-wrapping")
@@ -96,8 +130,9 @@ def test_construction_errors():
 
 def test_overlap_and_average(r, n):
     net = make_net()
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1),
-                                   named_parameters=net.named_parameters())
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(net.parameters(), lr=0.1), named_parameters=net.named_parameters()
+    )
     x = data(r).requires_grad_()
     want = averaged(local_grads(net, x.detach()), "overlap")
     started_before_input_grad = []
@@ -105,8 +140,10 @@ def test_overlap_and_average(r, n):
     net(x).pow(2).sum().backward()
     # The input's gradient is among the last things backward computes; by then the reductions
     # of the later layers were already under way.
-    check(started_before_input_grad[0] >= 6,
-          f"reductions started during backward: {started_before_input_grad[0]} of 8 params")
+    check(
+        started_before_input_grad[0] >= 6,
+        f"reductions started during backward: {started_before_input_grad[0]} of 8 params",
+    )
     deadline = time.time() + 30
     while not all(hvd.poll(h) for h, _ in opt._so_handles.values()) and time.time() < deadline:
         time.sleep(0.001)
@@ -122,8 +159,9 @@ def test_overlap_and_average(r, n):
 
 def test_unused_parameters(r, n):
     net = make_net()
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1),
-                                   named_parameters=net.named_parameters())
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(net.parameters(), lr=0.1), named_parameters=net.named_parameters()
+    )
     use_side = r != 0  # rank 0 never touches `side`
     x = data(r, 1)
     want = averaged(local_grads(net, x, use_side=use_side), "unused")
@@ -138,9 +176,11 @@ def test_unused_parameters(r, n):
 
 def test_backward_passes_per_step(r, n):
     net = make_net()
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1),
-                                   named_parameters=net.named_parameters(),
-                                   backward_passes_per_step=2)
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(net.parameters(), lr=0.1),
+        named_parameters=net.named_parameters(),
+        backward_passes_per_step=2,
+    )
     xs = [data(r, 10), data(r, 11)]
     g0, g1 = local_grads(net, xs[0]), local_grads(net, xs[1])
     want = averaged({k: g0[k] + g1[k] for k in g0}, "bpps")
@@ -151,8 +191,9 @@ def test_backward_passes_per_step(r, n):
     check(len(opt._so_handles) == 8, "every gradient reduced after the second pass")
     opt.synchronize()
     for k, p in net.named_parameters():
-        check_close(p.grad.numpy(), want[k].numpy(), f"{k}: two passes summed, then averaged",
-                    rtol=1e-5)
+        check_close(
+            p.grad.numpy(), want[k].numpy(), f"{k}: two passes summed, then averaged", rtol=1e-5
+        )
     with opt.skip_synchronize():
         opt.step()
     # The counts start over after a step.
@@ -161,15 +202,20 @@ def test_backward_passes_per_step(r, n):
     net(xs[1]).pow(2).sum().backward()
     # A third pass would add into gradients being reduced: an error (this step's gradients are
     # then unusable; the program has a bug to fix).
-    expect_error(hvd.ScaleoutError, lambda: net(xs[0]).pow(2).sum().backward(),
-                 "more than backward_passes_per_step=2", what="a third pass before step()")
+    expect_error(
+        hvd.ScaleoutError,
+        lambda: net(xs[0]).pow(2).sum().backward(),
+        "more than backward_passes_per_step=2",
+        what="a third pass before step()",
+    )
     opt.synchronize()
 
 
 def test_synchronize_clip_skip_zero_grad(r, n):
     net = make_net()
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.5),
-                                   named_parameters=net.named_parameters())
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(net.parameters(), lr=0.5), named_parameters=net.named_parameters()
+    )
     x = data(r, 3) * 10
     want = averaged(local_grads(net, x), "clip")
     opt.zero_grad()
@@ -179,8 +225,13 @@ def test_synchronize_clip_skip_zero_grad(r, n):
     def step_inside_skip():
         with opt.skip_synchronize():
             opt.step()
-    expect_error(hvd.ScaleoutError, step_inside_skip, "synchronize() first",
-                 what="skip_synchronize while pending")
+
+    expect_error(
+        hvd.ScaleoutError,
+        step_inside_skip,
+        "synchronize() first",
+        what="skip_synchronize while pending",
+    )
     opt.synchronize()
     for k, p in net.named_parameters():
         check_close(p.grad.numpy(), want[k].numpy(), f"{k}: averaged by synchronize()")
@@ -191,8 +242,11 @@ def test_synchronize_clip_skip_zero_grad(r, n):
     with opt.skip_synchronize():
         opt.step()
     for k, p in net.named_parameters():
-        check_close(p.detach().numpy(), (before[k] - 0.5 * clipped[k]).numpy(),
-                    f"{k}: step used the clipped gradient")
+        check_close(
+            p.detach().numpy(),
+            (before[k] - 0.5 * clipped[k]).numpy(),
+            f"{k}: step used the clipped gradient",
+        )
     # A step() without skip after synchronize() warns and reduces again, as Horovod's does
     # (a second Average of averaged gradients leaves them as they are).
     opt.zero_grad()
@@ -204,12 +258,18 @@ def test_synchronize_clip_skip_zero_grad(r, n):
         warnings.simplefilter("always")
         opt.step()
     texts = [str(w.message) for w in caught]
-    check(len(texts) == 1 and "optimizer.step() called without optimizer.skip_synchronize() "
-          "context after optimizer.synchronize()" in texts[0],
-          f"step() after synchronize() warns as Horovod's ({texts})")
-    check_close(net.fc1.weight.detach().numpy(),
-                (before["fc1.weight"] - 0.5 * grads["fc1.weight"]).numpy(),
-                "step() after synchronize(): averaged again, the same gradients")
+    check(
+        len(texts) == 1
+        and "optimizer.step() called without optimizer.skip_synchronize() "
+        "context after optimizer.synchronize()"
+        in texts[0],
+        f"step() after synchronize() warns as Horovod's ({texts})",
+    )
+    check_close(
+        net.fc1.weight.detach().numpy(),
+        (before["fc1.weight"] - 0.5 * grads["fc1.weight"]).numpy(),
+        "step() after synchronize(): averaged again, the same gradients",
+    )
     opt.zero_grad()  # nothing pending: fine
 
     # step(closure)
@@ -218,6 +278,7 @@ def test_synchronize_clip_skip_zero_grad(r, n):
         loss = net(x).pow(2).sum()
         loss.backward()
         return loss
+
     loss = opt.step(closure)
     check(isinstance(loss, torch.Tensor), "step(closure) returns the closure's loss")
     same_on_all_ranks(net.fc3.weight, "fc3.weight after step(closure)")
@@ -229,14 +290,19 @@ def test_ops_and_compression(r, n):
     local = local_grads(base, x)
     avg = averaged(local, "ops")
     total = averaged(local, "ops_sum", op=hvd.Sum)
-    cases = [("Sum", dict(op=hvd.Sum), total, 1e-6),
-             ("predivide", dict(gradient_predivide_factor=2.0), avg, 1e-6),
-             ("fp16", dict(compression=hvd.Compression.fp16), avg, 2e-2),
-             ("bf16", dict(compression=hvd.Compression.bf16), avg, 5e-2)]
+    cases = [
+        ("Sum", dict(op=hvd.Sum), total, 1e-6),
+        ("predivide", dict(gradient_predivide_factor=2.0), avg, 1e-6),
+        ("fp16", dict(compression=hvd.Compression.fp16), avg, 2e-2),
+        ("bf16", dict(compression=hvd.Compression.bf16), avg, 5e-2),
+    ]
     for label, kwargs, want, tol in cases:
         net = copy.deepcopy(base)
-        opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1),
-                                       named_parameters=net.named_parameters(), **kwargs)
+        opt = hvd.DistributedOptimizer(
+            torch.optim.SGD(net.parameters(), lr=0.1),
+            named_parameters=net.named_parameters(),
+            **kwargs,
+        )
         net(x).pow(2).sum().backward()
         opt.synchronize()
         for k, p in net.named_parameters():
@@ -248,8 +314,9 @@ def test_ops_and_compression(r, n):
 
 def test_state_dict_and_scheduler(r, n):
     net = make_net()
-    opt = hvd.DistributedOptimizer(torch.optim.Adam(net.parameters(), lr=0.01),
-                                   named_parameters=net.named_parameters())
+    opt = hvd.DistributedOptimizer(
+        torch.optim.Adam(net.parameters(), lr=0.01), named_parameters=net.named_parameters()
+    )
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -258,8 +325,10 @@ def test_state_dict_and_scheduler(r, n):
             net(data(r, 20 + step)).pow(2).sum().backward()
             opt.step()
             sched.step()
-    check(not [w for w in caught if "lr_scheduler" in str(w.message)],
-          f"no scheduler warnings: {[str(w.message) for w in caught]}")
+    check(
+        not [w for w in caught if "lr_scheduler" in str(w.message)],
+        f"no scheduler warnings: {[str(w.message) for w in caught]}",
+    )
     check_close(opt.param_groups[0]["lr"], 0.0025, "StepLR halved the lr twice")
     checkpoint = io.BytesIO()
     torch.save(opt.state_dict(), checkpoint)
@@ -267,21 +336,28 @@ def test_state_dict_and_scheduler(r, n):
     state = torch.load(checkpoint)
     check(float(state["state"][0]["step"]) == 4.0, "Adam counted 4 steps")
     net2 = make_net(seed=5)
-    opt2 = hvd.DistributedOptimizer(torch.optim.Adam(net2.parameters(), lr=0.01),
-                                    named_parameters=net2.named_parameters())
+    opt2 = hvd.DistributedOptimizer(
+        torch.optim.Adam(net2.parameters(), lr=0.01), named_parameters=net2.named_parameters()
+    )
     opt2.load_state_dict(state)
     hook_calls = []
     opt2.register_step_pre_hook(lambda *a: hook_calls.append(1))
     check_close(opt2.param_groups[0]["lr"], 0.0025, "load_state_dict restores the lr")
-    check_close(opt2.state[net2.fc1.weight]["exp_avg"].numpy(),
-                opt.state[net.fc1.weight]["exp_avg"].numpy(), "load_state_dict restores moments")
+    check_close(
+        opt2.state[net2.fc1.weight]["exp_avg"].numpy(),
+        opt.state[net.fc1.weight]["exp_avg"].numpy(),
+        "load_state_dict restores moments",
+    )
     net2.load_state_dict(net.state_dict())
     for o, m in ((opt, net), (opt2, net2)):
         o.zero_grad()
         m(data(r, 30)).pow(2).sum().backward()
         o.step()
-    check_close(net2.fc1.weight.detach().numpy(), net.fc1.weight.detach().numpy(),
-                "a restored optimizer continues identically")
+    check_close(
+        net2.fc1.weight.detach().numpy(),
+        net.fc1.weight.detach().numpy(),
+        "a restored optimizer continues identically",
+    )
     check(len(hook_calls) == 1, f"step pre-hooks run once per step ({len(hook_calls)})")
 
 
@@ -332,14 +408,17 @@ def test_broadcast_helpers(r, n):
     hvd.broadcast_optimizer_state(adam, root_rank=root)
     check(adam.param_groups[0]["betas"] == (0.8, 0.9 + 0.01 * root), "betas from root")
     state = adam.state[net.fc1.weight]
-    check(float(state["step"]) == 1.0 and not state["exp_avg"].any(),
-          f"empty state initialized by a zero step ({dict(state)})")
+    check(
+        float(state["step"]) == 1.0 and not state["exp_avg"].any(),
+        f"empty state initialized by a zero step ({dict(state)})",
+    )
     check(torch.equal(net.fc1.weight.detach(), weights), "the zero step moves no weight")
 
     # Adam with a tensor step count on root only, then trained on as one
     net2 = make_net()
-    opt = hvd.DistributedOptimizer(torch.optim.Adam(net2.parameters(), lr=0.01),
-                                   named_parameters=net2.named_parameters())
+    opt = hvd.DistributedOptimizer(
+        torch.optim.Adam(net2.parameters(), lr=0.01), named_parameters=net2.named_parameters()
+    )
     if r == root:  # trained alone (the hooks of `opt` must not see these passes)
         alone = copy.deepcopy(net2)
         plain = torch.optim.Adam(alone.parameters(), lr=0.01)
@@ -365,8 +444,10 @@ def test_join_uneven_data(r, n):
     joined ranks contributing zero gradients (Average still divides by n). Checked against the
     same arithmetic done in one process."""
     net = make_net(seed=7)
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.5),
-                                   named_parameters=net.named_parameters())
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.5),
+        named_parameters=net.named_parameters(),
+    )
     ref = make_net(seed=7)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.5)
     for step in range(2 + (n - 1)):
@@ -384,8 +465,13 @@ def test_join_uneven_data(r, n):
     check(last == n - 1, f"join() returns the last rank to join ({last})")
     hvd.broadcast_parameters(net.state_dict(), root_rank=last, name="after_join")
     for k, p in net.named_parameters():
-        check_close(p.detach().numpy(), dict(ref.named_parameters())[k].detach().numpy(),
-                    f"{k} after uneven data and join", rtol=1e-9, atol=1e-9)
+        check_close(
+            p.detach().numpy(),
+            dict(ref.named_parameters())[k].detach().numpy(),
+            f"{k} after uneven data and join",
+            rtol=1e-9,
+            atol=1e-9,
+        )
 
 
 def run():

@@ -6,13 +6,14 @@ on a rank outside its set.
 
 Sets: A the even ranks, B the odd ones (disjoint; at 3 ranks B has one rank), C = [0, 1]
 (overlapping both)."""
+
 import copy
 
 import torch
+from _harness import check, check_close, expect_error, main
 from mpi4py import MPI
 
 import scaleout.torch as hvd
-from _harness import check, check_close, expect_error, main
 
 
 def collectives(mine):
@@ -37,8 +38,11 @@ def collectives(mine):
     check_close(torch.cat([g1, g2]), torch.cat([want, want + 1]), "grouped_allgather")
 
     root = ranks[-1]
-    check_close(hvd.broadcast(torch.tensor([r * 10.0]), root, process_set=mine), [root * 10.0],
-                "broadcast from a job rank")
+    check_close(
+        hvd.broadcast(torch.tensor([r * 10.0]), root, process_set=mine),
+        [root * 10.0],
+        "broadcast from a job rank",
+    )
     z = torch.tensor([r * 1.0])
     hvd.broadcast_(z, root, process_set=mine)
     check_close(z, [root * 1.0], "broadcast_")
@@ -53,8 +57,9 @@ def collectives(mine):
 
     parts = hvd.reducescatter(torch.ones(k, 2) * (r + 1), op=hvd.Sum, process_set=mine)
     check_close(parts, torch.full((1, 2), total), "reducescatter")
-    p1, p2 = hvd.grouped_reducescatter([torch.ones(k) * (r + 1), torch.ones(k)], op=hvd.Sum,
-                                       process_set=mine)
+    p1, p2 = hvd.grouped_reducescatter(
+        [torch.ones(k) * (r + 1), torch.ones(k)], op=hvd.Sum, process_set=mine
+    )
     check_close(torch.cat([p1, p2]), [total, float(k)], "grouped_reducescatter")
 
     sparse = torch.sparse_coo_tensor([[r]], [1.0], (8,), check_invariants=True)
@@ -68,8 +73,9 @@ def collectives(mine):
     if me == 0:
         last = hvd.join(process_set=mine)
     else:
-        got = hvd.allreduce(torch.tensor([float(r + 1)]), op=hvd.Sum, name="after_join",
-                            process_set=mine)
+        got = hvd.allreduce(
+            torch.tensor([float(r + 1)]), op=hvd.Sum, name="after_join", process_set=mine
+        )
         check_close(got, [total - (ranks[0] + 1)], "a joined member contributes zeros")
         last = hvd.join(process_set=mine)
     check(last in (ranks[1:] or ranks), f"join returns the job's rank that joined last: {last}")
@@ -89,7 +95,7 @@ def gradients(mine):
     w = torch.arange(out.numel(), dtype=torch.float32).reshape(out.shape)
     (out * w).sum().backward()
     offset = sum(q + 1 for q in ranks[:me])
-    check_close(x.grad, w[offset:offset + r + 1], "allgather gradient at the set's offset")
+    check_close(x.grad, w[offset : offset + r + 1], "allgather gradient at the set's offset")
 
     x = torch.ones(k, 2, requires_grad=True)
     hvd.reducescatter(x, op=hvd.Sum, process_set=mine).sum().backward()
@@ -120,11 +126,10 @@ def train_on_set(mine, steps=4):
     """Each set trains its own model (the two disjoint sets at once): the same parameters on
     every rank of the set, equal to one process averaging the set's ranks' losses."""
     r = hvd.rank()
-    model = make_model(seed=r)             # differs by rank until the set's broadcast
+    model = make_model(seed=r)  # differs by rank until the set's broadcast
     reference = make_model(seed=mine.ranks[0])
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
-                                   process_set=mine)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), process_set=mine)
     hvd.broadcast_parameters(model.state_dict(), root_rank=mine.ranks[0], process_set=mine)
     hvd.broadcast_optimizer_state(opt, root_rank=mine.ranks[0], process_set=mine)
     ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
@@ -134,13 +139,16 @@ def train_on_set(mine, steps=4):
         torch.nn.functional.mse_loss(model(x), y).backward()
         opt.step()
         ref_opt.zero_grad()
-        loss = sum(torch.nn.functional.mse_loss(reference(*data(q, step)[:1]), data(q, step)[1])
-                   for q in mine.ranks) / len(mine.ranks)
+        loss = sum(
+            torch.nn.functional.mse_loss(reference(*data(q, step)[:1]), data(q, step)[1])
+            for q in mine.ranks
+        ) / len(mine.ranks)
         loss.backward()
         ref_opt.step()
     for (name, p), q in zip(model.named_parameters(), reference.parameters()):
-        check_close(p.detach(), q.detach(), f"set {mine.ranks}: {name} after training",
-                    rtol=1e-5, atol=1e-6)
+        check_close(
+            p.detach(), q.detach(), f"set {mine.ranks}: {name} after training", rtol=1e-5, atol=1e-6
+        )
 
 
 def outside_the_set(C):
@@ -148,8 +156,11 @@ def outside_the_set(C):
     r = hvd.rank()
     model = make_model(seed=7)
     local = copy.deepcopy(model)
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                   named_parameters=model.named_parameters(), process_set=C)
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        named_parameters=model.named_parameters(),
+        process_set=C,
+    )
     local_opt = torch.optim.SGD(local.parameters(), lr=0.1)
     x, y = data(r, 0)
     for m, o in ((model, opt), (local, local_opt)):
@@ -157,8 +168,11 @@ def outside_the_set(C):
         torch.nn.functional.mse_loss(m(x), y).backward()
         o.step()
     same = all(torch.equal(p, q) for p, q in zip(model.parameters(), local.parameters()))
-    check(same == (not C.included()), f"rank {r} {'in' if C.included() else 'outside'} C: "
-          f"local step {'expected' if not C.included() else 'not expected'}")
+    check(
+        same == (not C.included()),
+        f"rank {r} {'in' if C.included() else 'outside'} C: "
+        f"local step {'expected' if not C.included() else 'not expected'}",
+    )
 
 
 def body():
@@ -169,16 +183,28 @@ def body():
     gradients(mine)
     train_on_set(mine)
     outside_the_set(C)
-    expect_error(hvd.InvalidArgumentError, lambda: hvd.allreduce(torch.ones(1), process_set=other),
-                 f"rank {r} is not in process set {other.process_set_id}", what="not a member")
-    expect_error(ValueError, lambda: hvd.DistributedOptimizer(
-        torch.optim.SGD(make_model(0).parameters(), lr=0.1), process_set=hvd.ProcessSet([0])),
-        "is not registered", what="an unregistered set")
+    expect_error(
+        hvd.InvalidArgumentError,
+        lambda: hvd.allreduce(torch.ones(1), process_set=other),
+        f"rank {r} is not in process set {other.process_set_id}",
+        what="not a member",
+    )
+    expect_error(
+        ValueError,
+        lambda: hvd.DistributedOptimizer(
+            torch.optim.SGD(make_model(0).parameters(), lr=0.1), process_set=hvd.ProcessSet([0])
+        ),
+        "is not registered",
+        what="an unregistered set",
+    )
     hvd.barrier()
 
 
 if __name__ == "__main__":
     size = MPI.COMM_WORLD.size
-    SETS = [hvd.ProcessSet(range(0, size, 2)), hvd.ProcessSet(range(1, size, 2)),
-            hvd.ProcessSet([0, 1])]
+    SETS = [
+        hvd.ProcessSet(range(0, size, 2)),
+        hvd.ProcessSet(range(1, size, 2)),
+        hvd.ProcessSet([0, 1]),
+    ]
     main(body, process_sets=SETS)

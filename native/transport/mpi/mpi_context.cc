@@ -10,10 +10,14 @@ namespace {
 
 const char* ThreadLevelName(int level) {
   switch (level) {
-    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
-    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
-    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
-    default: return "MPI_THREAD_MULTIPLE";
+    case MPI_THREAD_SINGLE:
+      return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED:
+      return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED:
+      return "MPI_THREAD_SERIALIZED";
+    default:
+      return "MPI_THREAD_MULTIPLE";
   }
 }
 
@@ -42,8 +46,9 @@ Status MpiContext::Create(bool has_comm, int64_t comm_fortran_handle, int data_c
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (finalized) {
-    return Status::NotInitialized("MPI has already been finalized in this process; scaleout "
-                                  "cannot start after MPI_Finalize");
+    return Status::NotInitialized(
+        "MPI has already been finalized in this process; scaleout "
+        "cannot start after MPI_Finalize");
   }
   if (!initialized) {
     int provided = 0;
@@ -59,8 +64,8 @@ Status MpiContext::Create(bool has_comm, int64_t comm_fortran_handle, int data_c
         ", but scaleout's coordinator thread needs MPI_THREAD_MULTIPLE (with mpi4py, leave "
         "mpi4py.rc.thread_level at its default 'multiple' before importing mpi4py.MPI)");
   }
-  MPI_Comm user = !has_comm ? MPI_COMM_WORLD
-                                           : MPI_Comm_f2c(static_cast<MPI_Fint>(comm_fortran_handle));
+  MPI_Comm user =
+      !has_comm ? MPI_COMM_WORLD : MPI_Comm_f2c(static_cast<MPI_Fint>(comm_fortran_handle));
   if (user == MPI_COMM_NULL) return Status::InvalidArgument("init(comm=...) got MPI_COMM_NULL");
   std::unique_ptr<MpiContext> ctx(new MpiContext());
   int rc = MPI_Comm_dup(user, &ctx->control_);
@@ -72,8 +77,8 @@ Status MpiContext::Create(bool has_comm, int64_t comm_fortran_handle, int data_c
   settings.insert(settings.end(), agreed.begin(), agreed.end());
   std::vector<int64_t> range;
   for (const auto& setting : settings) range.insert(range.end(), {-setting.second, setting.second});
-  rc = MPI_Allreduce(MPI_IN_PLACE, range.data(), static_cast<int>(range.size()), MPI_INT64_T, MPI_MAX,
-                     ctx->control_);
+  rc = MPI_Allreduce(MPI_IN_PLACE, range.data(), static_cast<int>(range.size()), MPI_INT64_T,
+                     MPI_MAX, ctx->control_);
   if (rc != MPI_SUCCESS) return MpiError("MPI_Allreduce", rc);
   for (size_t i = 0; i < settings.size(); ++i) {
     if (-range[2 * i] == range[2 * i + 1]) continue;
@@ -89,8 +94,8 @@ Status MpiContext::Create(bool has_comm, int64_t comm_fortran_handle, int data_c
     std::string who;
     for (const auto& [value, ranks] : ranks_of) {
       // -1 is how the auto/1/0 settings say auto (the others are never negative).
-      who += (who.empty() ? "" : "; ") + (value == -1 ? std::string("auto") : std::to_string(value)) +
-             " on rank" +
+      who += (who.empty() ? "" : "; ") +
+             (value == -1 ? std::string("auto") : std::to_string(value)) + " on rank" +
              (ranks.size() > 1 ? "s " : " ");
       for (size_t k = 0; k < ranks.size(); ++k) who += (k ? ", " : "") + std::to_string(ranks[k]);
     }
@@ -109,7 +114,8 @@ Status MpiContext::Create(bool has_comm, int64_t comm_fortran_handle, int data_c
   Topology& t = ctx->topo_;
   MPI_Comm_rank(ctx->control_, &t.rank);
   MPI_Comm_size(ctx->control_, &t.size);
-  rc = MPI_Comm_split_type(ctx->control_, MPI_COMM_TYPE_SHARED, t.rank, MPI_INFO_NULL, &ctx->local_);
+  rc =
+      MPI_Comm_split_type(ctx->control_, MPI_COMM_TYPE_SHARED, t.rank, MPI_INFO_NULL, &ctx->local_);
   if (rc != MPI_SUCCESS) return MpiError("MPI_Comm_split_type", rc);
   MPI_Comm_rank(ctx->local_, &t.local_rank);
   MPI_Comm_size(ctx->local_, &t.local_size);

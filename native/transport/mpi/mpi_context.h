@@ -17,9 +17,9 @@ namespace scaleout {
 
 struct Topology {
   int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
-  int machines = 1;         // machines the communicator spans (every rank knows the same)
-  bool uniform = true;      // every machine has the same number of ranks
-  int max_local_size = 1;   // ranks on the largest machine
+  int machines = 1;        // machines the communicator spans (every rank knows the same)
+  bool uniform = true;     // every machine has the same number of ranks
+  int max_local_size = 1;  // ranks on the largest machine
   // Per rank of the communicator: its machine (the cross rank of the machine's first rank)
   // and its local rank there.
   std::vector<int> machine_of, local_rank_of;

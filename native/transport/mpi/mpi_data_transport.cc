@@ -17,18 +17,29 @@ namespace {
 
 MPI_Datatype MpiType(DataType t) {
   switch (t) {
-    case DataType::kUInt8: return MPI_UINT8_T;
-    case DataType::kInt8: return MPI_INT8_T;
-    case DataType::kInt16: return MPI_INT16_T;
-    case DataType::kUInt16: return MPI_UINT16_T;
-    case DataType::kInt32: return MPI_INT32_T;
-    case DataType::kInt64: return MPI_INT64_T;
-    case DataType::kFloat32: return MPI_FLOAT;
-    case DataType::kFloat64: return MPI_DOUBLE;
-    case DataType::kBool: return MPI_C_BOOL;
+    case DataType::kUInt8:
+      return MPI_UINT8_T;
+    case DataType::kInt8:
+      return MPI_INT8_T;
+    case DataType::kInt16:
+      return MPI_INT16_T;
+    case DataType::kUInt16:
+      return MPI_UINT16_T;
+    case DataType::kInt32:
+      return MPI_INT32_T;
+    case DataType::kInt64:
+      return MPI_INT64_T;
+    case DataType::kFloat32:
+      return MPI_FLOAT;
+    case DataType::kFloat64:
+      return MPI_DOUBLE;
+    case DataType::kBool:
+      return MPI_C_BOOL;
     case DataType::kFloat16:
-    case DataType::kBFloat16: return MPI_UINT16_T;  // reduced by the ops of HalfOp
-    default: return MPI_DATATYPE_NULL;
+    case DataType::kBFloat16:
+      return MPI_UINT16_T;  // reduced by the ops of HalfOp
+    default:
+      return MPI_DATATYPE_NULL;
   }
 }
 
@@ -52,10 +63,14 @@ MPI_Op HalfOp(ReduceOp op) {
     return made;
   }();
   switch (op) {
-    case ReduceOp::kMin: return ops[1];
-    case ReduceOp::kMax: return ops[2];
-    case ReduceOp::kProduct: return ops[3];
-    default: return ops[0];
+    case ReduceOp::kMin:
+      return ops[1];
+    case ReduceOp::kMax:
+      return ops[2];
+    case ReduceOp::kProduct:
+      return ops[3];
+    default:
+      return ops[0];
   }
 }
 
@@ -66,10 +81,14 @@ MPI_Op MpiOp(DataType t, ReduceOp op) {
     return (op == ReduceOp::kProduct || op == ReduceOp::kMin) ? MPI_LAND : MPI_LOR;
   }
   switch (op) {
-    case ReduceOp::kMin: return MPI_MIN;
-    case ReduceOp::kMax: return MPI_MAX;
-    case ReduceOp::kProduct: return MPI_PROD;
-    default: return MPI_SUM;
+    case ReduceOp::kMin:
+      return MPI_MIN;
+    case ReduceOp::kMax:
+      return MPI_MAX;
+    case ReduceOp::kProduct:
+      return MPI_PROD;
+    default:
+      return MPI_SUM;
   }
 }
 
@@ -234,7 +253,8 @@ Status MpiDataTransport::Sendrecv(const void* send, size_t bytes, int peer, void
     MPI_Request requests[2];
     int rc = MPI_Irecv(static_cast<char*>(recv) + done, n, MPI_BYTE, peer, 0, comm_, &requests[0]);
     if (rc != MPI_SUCCESS) return MpiError("MPI_Irecv", rc);
-    rc = MPI_Isend(static_cast<const char*>(send) + done, n, MPI_BYTE, peer, 0, comm_, &requests[1]);
+    rc =
+        MPI_Isend(static_cast<const char*>(send) + done, n, MPI_BYTE, peer, 0, comm_, &requests[1]);
     if (rc != MPI_SUCCESS) return MpiError("MPI_Isend", rc);
     for (MPI_Request& request : requests) {
       Status s = Wait(&request, "MPI_Isend/MPI_Irecv");

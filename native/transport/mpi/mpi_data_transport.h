@@ -32,8 +32,8 @@ class MpiDataTransport : public DataTransport {
                    const std::vector<size_t>& send_at, void* out,
                    const std::vector<size_t>& recv_bytes,
                    const std::vector<size_t>& recv_at) override;
-  Status ReduceScatter(const void* in, void* out, const std::vector<size_t>& counts,
-                       DataType dtype, ReduceOp op) override;
+  Status ReduceScatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
+                       ReduceOp op) override;
   Status Sendrecv(const void* send, size_t bytes, int peer, void* recv) override;
 
  private:

@@ -37,16 +37,16 @@ struct ShmPeerMemory::RankLine {
   std::atomic<uint32_t> futex;    // the low 32 bits of syncs, for waiters to sleep on
   std::atomic<uint32_t> waiters;  // ranks asleep (or about to be) on `futex`
   int64_t pid;
-  uint64_t pid_namespace;         // PidNamespace() of the rank
+  uint64_t pid_namespace;  // PidNamespace() of the rank
   uint8_t pad[128 - 4 * sizeof(uint64_t)];
 };
 
 namespace {
 
 static_assert(sizeof(std::atomic<uint64_t>) == sizeof(uint64_t) &&
-              std::atomic<uint64_t>::is_always_lock_free &&
-              sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
-              std::atomic<uint32_t>::is_always_lock_free,
+                  std::atomic<uint64_t>::is_always_lock_free &&
+                  sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
+                  std::atomic<uint32_t>::is_always_lock_free,
               "Sync() needs lock-free atomics in shared memory");
 
 // Process-shared futex calls (no FUTEX_PRIVATE_FLAG: the word is in a shared mapping).
@@ -54,11 +54,13 @@ void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, double seconds) {
   struct timespec timeout;
   timeout.tv_sec = static_cast<time_t>(seconds);
   timeout.tv_nsec = static_cast<long>((seconds - static_cast<double>(timeout.tv_sec)) * 1e9);
-  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &timeout, nullptr, 0);
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &timeout, nullptr,
+            0);
 }
 
 void FutexWakeAll(std::atomic<uint32_t>* word) {
-  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr,
+            0);
 }
 
 constexpr uint64_t kMagic = 0x73636c6f7574534dULL;  // "scloutSM"
@@ -113,7 +115,8 @@ void RemoveStaleSegments() {
 std::string NewName() {
   std::random_device device;
   std::ostringstream name;
-  name << "/scaleout-" << PidNamespace() << "-" << ::getpid() << "-" << std::hex << device() << device();
+  name << "/scaleout-" << PidNamespace() << "-" << ::getpid() << "-" << std::hex << device()
+       << device();
   return name.str();
 }
 
@@ -148,7 +151,8 @@ Status ShmPeerMemory::Create(DataTransport* bootstrap, size_t area_bytes,
   std::string error;
   char name[kNameBytes] = {0};
   if (!SegmentBytes(size, area_bytes, &bytes)) {
-    error = std::to_string(size) + " ranks' areas of " + std::to_string(area_bytes) + " bytes do not fit in memory";
+    error = std::to_string(size) + " ranks' areas of " + std::to_string(area_bytes) +
+            " bytes do not fit in memory";
   } else if (rank == 0) {
     RemoveStaleSegments();
     const std::string chosen = NewName();
@@ -158,7 +162,9 @@ Status ShmPeerMemory::Create(DataTransport* bootstrap, size_t area_bytes,
     } else {
       // posix_fallocate, unlike ftruncate alone, makes a too-small /dev/shm fail here rather
       // than with SIGBUS at the first touch of a page it cannot back.
-      int rc = ::ftruncate(fd, static_cast<off_t>(bytes)) != 0 ? errno : ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+      int rc = ::ftruncate(fd, static_cast<off_t>(bytes)) != 0
+                   ? errno
+                   : ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
       if (rc != 0) {
         error = SystemError("reserving " + std::to_string(bytes >> 20) + " MiB in " + chosen, rc);
       } else {
@@ -227,7 +233,8 @@ Status ShmPeerMemory::Create(DataTransport* bootstrap, size_t area_bytes,
 
 Status ShmPeerMemory::Map(int fd, size_t bytes) {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return Status::Transport(SystemError("mmap of the shared-memory segment", errno));
+  if (p == MAP_FAILED)
+    return Status::Transport(SystemError("mmap of the shared-memory segment", errno));
   base_ = static_cast<uint8_t*>(p);
   mapped_bytes_ = bytes;
   return Status::OK();
@@ -280,8 +287,9 @@ Status ShmPeerMemory::WaitFor(int peer, uint64_t count) {
     if (!arrived()) FutexWait(&theirs->futex, seen, kAliveCheckSeconds);
     theirs->waiters.fetch_sub(1, std::memory_order_seq_cst);
     if (!arrived() && Clock::now() - start >= Seconds(kAliveCheckSeconds) && PeerGone(peer)) {
-      return Status::Transport("rank " + std::to_string(peer) + " (pid " + std::to_string(theirs->pid) +
-                               ") ended while this rank waited for it in a shared-memory collective");
+      return Status::Transport(
+          "rank " + std::to_string(peer) + " (pid " + std::to_string(theirs->pid) +
+          ") ended while this rank waited for it in a shared-memory collective");
     }
   }
   return Status::OK();
@@ -290,7 +298,8 @@ Status ShmPeerMemory::WaitFor(int peer, uint64_t count) {
 bool ShmPeerMemory::PeerGone(int peer) const {
   // Ranks in different pid namespaces (containers sharing /dev/shm) cannot see each other's
   // processes: there a dead rank is left to the launcher.
-  if (Line(peer)->pid_namespace == 0 || Line(peer)->pid_namespace != Line(rank_)->pid_namespace) return false;
+  if (Line(peer)->pid_namespace == 0 || Line(peer)->pid_namespace != Line(rank_)->pid_namespace)
+    return false;
   return ProcessGone(static_cast<pid_t>(Line(peer)->pid));
 }
 

@@ -35,7 +35,8 @@ class ShmPeerMemory : public PeerMemory {
 
  private:
   struct RankLine;
-  ShmPeerMemory(int rank, int size, size_t area_bytes) : rank_(rank), size_(size), area_bytes_(area_bytes) {}
+  ShmPeerMemory(int rank, int size, size_t area_bytes)
+      : rank_(rank), size_(size), area_bytes_(area_bytes) {}
   Status Map(int fd, size_t bytes);
   RankLine* Line(int rank) const;
   Status WaitFor(int peer, uint64_t count);

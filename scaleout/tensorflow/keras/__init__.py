@@ -15,14 +15,18 @@ Saved models load with `hvd.load_model` (optimizer distributed again) or, for in
 scaleout, with plain `keras.models.load_model`. XLA (`jit_compile=True`) is not supported: Keras's
 default `jit_compile="auto"` picks False on CPU-only machines; elsewhere pass jit_compile=False.
 """
+
 try:
     import keras as _keras
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError("scaleout.tensorflow.keras needs TensorFlow with Keras 3: "
-                      "pip install tensorflow-cpu") from exc
+    raise ImportError(
+        "scaleout.tensorflow.keras needs TensorFlow with Keras 3: pip install tensorflow-cpu"
+    ) from exc
 if not _keras.__version__.startswith("3."):  # pragma: no cover
-    raise ImportError(f"scaleout.tensorflow.keras supports Keras 3 (TensorFlow >= 2.16), "
-                      f"found Keras {_keras.__version__}")
+    raise ImportError(
+        f"scaleout.tensorflow.keras supports Keras 3 (TensorFlow >= 2.16), "
+        f"found Keras {_keras.__version__}"
+    )
 
 from scaleout import _frontend_api
 from scaleout._frontend_api import *  # noqa: F401,F403
@@ -32,19 +36,35 @@ from scaleout.tensorflow import _v1 as _tf_v1
 from scaleout.tensorflow._collectives import alltoall, barrier, broadcast_variables, join
 from scaleout.tensorflow._compression import Compression
 from scaleout.tensorflow.keras import callbacks
-from scaleout.tensorflow.keras._optimizer import (DistributedOptimizer,
-                                                  PartialDistributedOptimizer, is_distributed,
-                                                  load_model)
+from scaleout.tensorflow.keras._optimizer import (
+    DistributedOptimizer,
+    PartialDistributedOptimizer,
+    is_distributed,
+    load_model,
+)
 
 
 # Horovod's Keras module orders these arguments differently from its TensorFlow module
 # (name comes second), so they are thin wrappers rather than re-exports.
-def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0,
-              op=None, compression=Compression.none):
+def allreduce(
+    value,
+    name=None,
+    average=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    op=None,
+    compression=Compression.none,
+):
     """Reduces a tensor-compatible value across ranks (default Average); returns a tensor."""
-    return _tf_ops.allreduce(value, average=average, compression=compression, op=op,
-                             prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-                             name=name)
+    return _tf_ops.allreduce(
+        value,
+        average=average,
+        compression=compression,
+        op=op,
+        prescale_factor=prescale_factor,
+        postscale_factor=postscale_factor,
+        name=name,
+    )
 
 
 def allgather(value, name=None):
@@ -74,21 +94,36 @@ def broadcast_global_variables(root_rank):
     tf_version = getattr(_tf_v1, "broadcast_global_variables", None)
     if tf_version is not None:
         return tf_version(root_rank)
-    raise RuntimeError("broadcast_global_variables() does not support eager execution (Keras 3 "
-                       "always runs eagerly); use hvd.broadcast_variables(model.weights, "
-                       "root_rank) or hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank)")
+    raise RuntimeError(
+        "broadcast_global_variables() does not support eager execution (Keras 3 "
+        "always runs eagerly); use hvd.broadcast_variables(model.weights, "
+        "root_rank) or hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank)"
+    )
 
 
 def __getattr__(name):
     # `hvd.elastic` (Horovod's attribute): imported when first used.
     if name == "elastic":
         import importlib
+
         return importlib.import_module("scaleout.tensorflow.keras.elastic")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = _frontend_api.__all__ + [
-    "allreduce", "allgather", "broadcast", "reducescatter", "alltoall", "join", "barrier",
-    "broadcast_variables", "broadcast_global_variables", "DistributedOptimizer",
-    "PartialDistributedOptimizer", "is_distributed", "load_model", "callbacks", "Compression",
+    "allreduce",
+    "allgather",
+    "broadcast",
+    "reducescatter",
+    "alltoall",
+    "join",
+    "barrier",
+    "broadcast_variables",
+    "broadcast_global_variables",
+    "DistributedOptimizer",
+    "PartialDistributedOptimizer",
+    "is_distributed",
+    "load_model",
+    "callbacks",
+    "Compression",
 ]

@@ -14,6 +14,7 @@ it and makes its optimizer distributed again. isinstance checks and get_config a
 Local gradient aggregation (`backward_passes_per_step=k`) follows Horovod's
 LocalGradientAggregationHelperEager: see Note [Local aggregation] below.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,15 +27,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from scaleout._gradient_rules import check_backward_passes_per_step, predivided
 from scaleout._native import Average, Min, Sum
 from scaleout._process_sets import global_process_set
-from scaleout._gradient_rules import check_backward_passes_per_step, predivided
+from scaleout._topk import Momentum, TopK, check_optimizer_momentum
 from scaleout.tensorflow._arguments import check_device, set_id
 from scaleout.tensorflow._collectives import allreduce
 from scaleout.tensorflow._compression import Compression
-from scaleout.tensorflow._op_runner import not_converted
-from scaleout._topk import Momentum, TopK, check_optimizer_momentum
 from scaleout.tensorflow._gradients import LocalSources, check_groups
+from scaleout.tensorflow._op_runner import not_converted
 from scaleout.tensorflow._topk import TopKVariables
 
 __all__ = ["DistributedOptimizer", "PartialDistributedOptimizer", "load_model", "is_distributed"]
@@ -57,6 +58,7 @@ class _Settings:
 @dataclass
 class _State:
     """What a distributed optimizer carries besides its Keras state (never saved with it)."""
+
     settings: _Settings
     local: LocalSources
     counter: Optional[tf.Variable] = None
@@ -70,17 +72,23 @@ def _scaleout_state(optimizer) -> _State:
 def _reduce(state: _State, grads: List[Any], variables: List[Any]) -> List[Any]:
     """Reduces the gradients of every variable not registered as local (LocalSources)."""
     settings = state.settings
-    return state.local.reduce(grads, variables, settings.prefix, op=settings.op,
-                              compression=settings.compression,
-                              sparse_as_dense=settings.sparse_as_dense,
-                              gradient_predivide_factor=settings.gradient_predivide_factor,
-                              process_set=settings.process_set)
+    return state.local.reduce(
+        grads,
+        variables,
+        settings.prefix,
+        op=settings.op,
+        compression=settings.compression,
+        sparse_as_dense=settings.sparse_as_dense,
+        gradient_predivide_factor=settings.gradient_predivide_factor,
+        process_set=settings.process_set,
+    )
 
 
 def _scaled(grad, factor: float):
     if isinstance(grad, tf.IndexedSlices):
-        return tf.IndexedSlices(grad.values * tf.cast(factor, grad.values.dtype), grad.indices,
-                                grad.dense_shape)
+        return tf.IndexedSlices(
+            grad.values * tf.cast(factor, grad.values.dtype), grad.indices, grad.dense_shape
+        )
     return grad * tf.cast(factor, grad.dtype)
 
 
@@ -96,27 +104,34 @@ def _scaled(grad, factor: float):
 #   correction see backward passes, exactly as under Horovod.
 # Only dense gradients can be summed locally: tf.IndexedSlices need sparse_as_dense=True.
 
-def _aggregated_apply(optimizer, state: _State, grads: List[Any], variables: List[Any],
-                      trainable_variables):
+
+def _aggregated_apply(
+    optimizer, state: _State, grads: List[Any], variables: List[Any], trainable_variables
+):
     settings = state.settings
     k = settings.backward_passes_per_step
     dense = []
     for g in grads:
         if isinstance(g, tf.IndexedSlices):
             if not settings.sparse_as_dense:
-                raise ValueError("IndexedSlices are not supported when backward_passes_per_step "
-                                 "> 1 and sparse_as_dense is False: pass sparse_as_dense=True")
+                raise ValueError(
+                    "IndexedSlices are not supported when backward_passes_per_step "
+                    "> 1 and sparse_as_dense is False: pass sparse_as_dense=True"
+                )
             g = tf.convert_to_tensor(g)
         dense.append(g)
     with tf.init_scope():  # created once, outside any tf.function, as the optimizer's own state
         if state.counter is None:
-            state.counter = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                        name=f"{settings.prefix}_aggregation_counter")
+            state.counter = tf.Variable(
+                0, dtype=tf.int64, trainable=False, name=f"{settings.prefix}_aggregation_counter"
+            )
         for i, (g, v) in enumerate(zip(dense, variables)):
             if g is not None and i not in state.sums:
-                state.sums[i] = tf.Variable(tf.zeros(tuple(v.shape), dtype=g.dtype),
-                                            trainable=False,
-                                            name=f"{settings.prefix}_aggregated_{i}")
+                state.sums[i] = tf.Variable(
+                    tf.zeros(tuple(v.shape), dtype=g.dtype),
+                    trainable=False,
+                    name=f"{settings.prefix}_aggregated_{i}",
+                )
     for i, g in enumerate(dense):
         if g is not None:
             state.sums[i].assign_add(g)
@@ -242,10 +257,14 @@ def _install_collective_finite_check() -> None:
         if inner is None or not is_distributed(inner):
             return finite
         settings = _scaleout_state(inner).settings
-        everywhere = allreduce(tf.cast(finite, tf.int32), op=Min,
-                               name=f"{settings.prefix}.grads_finite",
-                               process_set=settings.process_set)
+        everywhere = allreduce(
+            tf.cast(finite, tf.int32),
+            op=Min,
+            name=f"{settings.prefix}.grads_finite",
+            process_set=settings.process_set,
+        )
         return tf.cast(everywhere, tf.bool)
+
     wrapper_cls.check_finite = check_finite
 
 
@@ -254,11 +273,13 @@ def _make_distributed(optimizer, settings: _Settings):
     # Keras's tracker to record.
     _install_collective_finite_check()
     settings = _with_topk(optimizer, settings)
-    object.__setattr__(optimizer, "_scaleout_state",
-                       _State(settings, LocalSources(settings.scale_local_gradients)))
+    object.__setattr__(
+        optimizer, "_scaleout_state", _State(settings, LocalSources(settings.scale_local_gradients))
+    )
     object.__setattr__(optimizer, "apply", types.MethodType(_distributed_apply, optimizer))
-    object.__setattr__(optimizer, "register_local_var",
-                       types.MethodType(_register_local_var, optimizer))
+    object.__setattr__(
+        optimizer, "register_local_var", types.MethodType(_register_local_var, optimizer)
+    )
     return optimizer
 
 
@@ -268,20 +289,35 @@ def _check_groups(groups, num_groups):
     if isinstance(groups, list):
         for group in groups:
             if not isinstance(group, (list, tuple)) or not all(
-                    isinstance(v, (tf.Variable, keras.Variable)) for v in group):
-                raise ValueError("groups should be a non-negative integer or a list of list of "
-                                 "tf.Variable.")
+                isinstance(v, (tf.Variable, keras.Variable)) for v in group
+            ):
+                raise ValueError(
+                    "groups should be a non-negative integer or a list of list of tf.Variable."
+                )
     return groups
 
 
-def _settings(optimizer, name=None, device_dense="", device_sparse="",
-              compression=Compression.none, sparse_as_dense=False, gradient_predivide_factor=1.0,
-              op=Average, backward_passes_per_step=1, average_aggregated_gradients=False,
-              num_groups=0, groups=None, process_set=global_process_set,
-              scale_local_gradients=True) -> _Settings:
+def _settings(
+    optimizer,
+    name=None,
+    device_dense="",
+    device_sparse="",
+    compression=Compression.none,
+    sparse_as_dense=False,
+    gradient_predivide_factor=1.0,
+    op=Average,
+    backward_passes_per_step=1,
+    average_aggregated_gradients=False,
+    num_groups=0,
+    groups=None,
+    process_set=global_process_set,
+    scale_local_gradients=True,
+) -> _Settings:
     if not isinstance(optimizer, keras.optimizers.Optimizer):
-        raise TypeError(f"DistributedOptimizer wraps a Keras 3 optimizer (keras.optimizers.*), "
-                        f"not {type(optimizer).__name__}")
+        raise TypeError(
+            f"DistributedOptimizer wraps a Keras 3 optimizer (keras.optimizers.*), "
+            f"not {type(optimizer).__name__}"
+        )
     if is_distributed(optimizer):
         raise ValueError("this optimizer is already a DistributedOptimizer")
     set_id(process_set, "DistributedOptimizer")  # a registered ProcessSet (or the global set)
@@ -295,22 +331,36 @@ def _settings(optimizer, name=None, device_dense="", device_sparse="",
             check_device(device, "DistributedOptimizer")
     groups = _check_groups(groups, num_groups)
     predivided(op, float(gradient_predivide_factor), 1)  # validates the combination
-    return _Settings(prefix=name or f"Distributed{type(optimizer).__name__}", op=int(op),
-                     compression=compression, sparse_as_dense=bool(sparse_as_dense),
-                     gradient_predivide_factor=float(gradient_predivide_factor),
-                     backward_passes_per_step=int(backward_passes_per_step),
-                     average_aggregated_gradients=bool(average_aggregated_gradients),
-                     scale_local_gradients=bool(scale_local_gradients), groups=groups,
-                     process_set=process_set)
+    return _Settings(
+        prefix=name or f"Distributed{type(optimizer).__name__}",
+        op=int(op),
+        compression=compression,
+        sparse_as_dense=bool(sparse_as_dense),
+        gradient_predivide_factor=float(gradient_predivide_factor),
+        backward_passes_per_step=int(backward_passes_per_step),
+        average_aggregated_gradients=bool(average_aggregated_gradients),
+        scale_local_gradients=bool(scale_local_gradients),
+        groups=groups,
+        process_set=process_set,
+    )
 
 
-def DistributedOptimizer(optimizer, name: Optional[str] = None, device_dense: str = "",
-                         device_sparse: str = "", compression=Compression.none,
-                         sparse_as_dense: bool = False, gradient_predivide_factor: float = 1.0,
-                         op: int = Average, backward_passes_per_step: int = 1,
-                         average_aggregated_gradients: bool = False, num_groups: int = 0,
-                         groups=None, process_set=global_process_set,
-                         scale_local_gradients: bool = True):
+def DistributedOptimizer(
+    optimizer,
+    name: Optional[str] = None,
+    device_dense: str = "",
+    device_sparse: str = "",
+    compression=Compression.none,
+    sparse_as_dense: bool = False,
+    gradient_predivide_factor: float = 1.0,
+    op: int = Average,
+    backward_passes_per_step: int = 1,
+    average_aggregated_gradients: bool = False,
+    num_groups: int = 0,
+    groups=None,
+    process_set=global_process_set,
+    scale_local_gradients: bool = True,
+):
     """Returns a copy of the Keras optimizer `optimizer` that reduces gradients across ranks
     before every update:
 
@@ -346,10 +396,22 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None, device_dense: st
     For mixed precision, wrap the keras.optimizers.LossScaleOptimizer (so every rank checks the
     same reduced gradients). XLA: compile the model with jit_compile=False.
     """
-    settings = _settings(optimizer, name, device_dense, device_sparse, compression,
-                         sparse_as_dense, gradient_predivide_factor, op, backward_passes_per_step,
-                         average_aggregated_gradients, num_groups, groups, process_set,
-                         scale_local_gradients)
+    settings = _settings(
+        optimizer,
+        name,
+        device_dense,
+        device_sparse,
+        compression,
+        sparse_as_dense,
+        gradient_predivide_factor,
+        op,
+        backward_passes_per_step,
+        average_aggregated_gradients,
+        num_groups,
+        groups,
+        process_set,
+        scale_local_gradients,
+    )
     copy = type(optimizer).from_config(optimizer.get_config())
     return _make_distributed(copy, settings)
 
@@ -365,12 +427,16 @@ def _with_topk(optimizer, settings: _Settings) -> _Settings:
     momentum = None
     if check_optimizer_momentum(compression, "DistributedOptimizer"):
         if not isinstance(optimizer, keras.optimizers.SGD) or not optimizer.momentum > 0:
-            got = (f"SGD with momentum {optimizer.momentum}"
-                   if isinstance(optimizer, keras.optimizers.SGD) else type(optimizer).__name__)
+            got = (
+                f"SGD with momentum {optimizer.momentum}"
+                if isinstance(optimizer, keras.optimizers.SGD)
+                else type(optimizer).__name__
+            )
             raise ValueError(
                 "Compression.topk(momentum_correction=True) moves the optimizer's momentum into "
                 "the compression (Deep Gradient Compression): it needs keras.optimizers.SGD with "
-                f"momentum > 0, not {got}")
+                f"momentum > 0, not {got}"
+            )
         momentum = Momentum(float(optimizer.momentum), bool(optimizer.nesterov))
     state = TopKVariables(compression, momentum, settings.prefix)
     # Values load_model read for it (_keeping_extra_state), restored as the variables are made.
@@ -381,14 +447,22 @@ def _with_topk(optimizer, settings: _Settings) -> _Settings:
     return dataclasses.replace(settings, compression=state)
 
 
-def PartialDistributedOptimizer(optimizer, name: Optional[str] = None, device_dense: str = "",
-                                device_sparse: str = "", compression=Compression.none,
-                                sparse_as_dense: bool = False,
-                                gradient_predivide_factor: float = 1.0, op: int = Average,
-                                backward_passes_per_step: int = 1,
-                                average_aggregated_gradients: bool = False, groups=None,
-                                process_set=global_process_set, local_layers=None,
-                                scale_local_gradients: bool = True):
+def PartialDistributedOptimizer(
+    optimizer,
+    name: Optional[str] = None,
+    device_dense: str = "",
+    device_sparse: str = "",
+    compression=Compression.none,
+    sparse_as_dense: bool = False,
+    gradient_predivide_factor: float = 1.0,
+    op: int = Average,
+    backward_passes_per_step: int = 1,
+    average_aggregated_gradients: bool = False,
+    groups=None,
+    process_set=global_process_set,
+    local_layers=None,
+    scale_local_gradients: bool = True,
+):
     """DistributedOptimizer whose `local_layers` (a Keras layer or a list of them) keep their
     gradients local: every trainable weight of those layers is registered with
     `register_local_var`, as in Horovod (model parallelism: layers that differ per rank)."""
@@ -399,20 +473,33 @@ def PartialDistributedOptimizer(optimizer, name: Optional[str] = None, device_de
     elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
         raise ValueError("All local layers must be Keras layers (keras.layers.Layer)")
     distributed = DistributedOptimizer(
-        optimizer, name=name, device_dense=device_dense, device_sparse=device_sparse,
-        compression=compression, sparse_as_dense=sparse_as_dense,
-        gradient_predivide_factor=gradient_predivide_factor, op=op,
+        optimizer,
+        name=name,
+        device_dense=device_dense,
+        device_sparse=device_sparse,
+        compression=compression,
+        sparse_as_dense=sparse_as_dense,
+        gradient_predivide_factor=gradient_predivide_factor,
+        op=op,
         backward_passes_per_step=backward_passes_per_step,
-        average_aggregated_gradients=average_aggregated_gradients, groups=groups,
-        process_set=process_set, scale_local_gradients=scale_local_gradients)
+        average_aggregated_gradients=average_aggregated_gradients,
+        groups=groups,
+        process_set=process_set,
+        scale_local_gradients=scale_local_gradients,
+    )
     for layer in local_layers:
         for var in layer.trainable_weights:
             distributed.register_local_var(var)
     return distributed
 
 
-def load_model(filepath, custom_optimizers=None, custom_objects=None,
-               compression=Compression.none, legacy_opts: bool = False):
+def load_model(
+    filepath,
+    custom_optimizers=None,
+    custom_objects=None,
+    compression=Compression.none,
+    legacy_opts: bool = False,
+):
     """keras.models.load_model, with the model's optimizer (and its saved state) made a
     DistributedOptimizer with `compression`, as Horovod's load_model.
 
@@ -443,6 +530,7 @@ def _keeping_extra_state():
     the counts differ; while load_model runs, an optimizer loads its own variables and keeps the
     rest, for the top-k state to start from (TopKVariables.restore)."""
     from keras.src.optimizers.base_optimizer import BaseOptimizer
+
     original = BaseOptimizer.load_own_variables
 
     def load_own_variables(self, store):
@@ -451,8 +539,11 @@ def _keeping_extra_state():
             return original(self, store)
         for i, variable in enumerate(self.variables):
             variable.assign(store[str(i)])
-        object.__setattr__(self, "_scaleout_extra_state",
-                           [np.asarray(store[str(i)]) for i in range(own, len(store.keys()))])
+        object.__setattr__(
+            self,
+            "_scaleout_extra_state",
+            [np.asarray(store[str(i)]) for i in range(own, len(store.keys()))],
+        )
 
     BaseOptimizer.load_own_variables = load_own_variables
     try:

@@ -1,11 +1,12 @@
-"""Keras callbacks for data-parallel training, as Horovod 0.28.1's horovod.tensorflow.keras.callbacks:
-BroadcastGlobalVariablesCallback, MetricAverageCallback, LearningRateScheduleCallback,
-LearningRateWarmupCallback, BestModelCheckpoint.
+"""Keras callbacks for data-parallel training, as Horovod 0.28.1's
+horovod.tensorflow.keras.callbacks: BroadcastGlobalVariablesCallback, MetricAverageCallback,
+LearningRateScheduleCallback, LearningRateWarmupCallback, BestModelCheckpoint.
 
 They run between steps, in Python, so they use scaleout's numpy-level collectives directly.
 Horovod's hooks are kept: the broadcast happens at the end of the first batch, learning rates are
 set at the beginning of batches, metrics are averaged at the end of epochs.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -19,8 +20,13 @@ import scaleout as _so
 from scaleout.tensorflow._arguments import check_device
 from scaleout.tensorflow._collectives import broadcast_variables
 
-__all__ = ["BroadcastGlobalVariablesCallback", "MetricAverageCallback",
-           "LearningRateScheduleCallback", "LearningRateWarmupCallback", "BestModelCheckpoint"]
+__all__ = [
+    "BroadcastGlobalVariablesCallback",
+    "MetricAverageCallback",
+    "LearningRateScheduleCallback",
+    "LearningRateWarmupCallback",
+    "BestModelCheckpoint",
+]
 
 
 def _as_variable_list(local_variables):
@@ -72,15 +78,20 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         # model.weights: model.variables also holds Keras 3's random-seed states, which must
         # stay per rank (Dropout masks, augmentations)
         variables = [v for v in self.model.weights if id(v) not in self._local_vars]
-        broadcast_variables(variables, self.root_rank,
-                            name="BroadcastGlobalVariablesCallback.model")
+        broadcast_variables(
+            variables, self.root_rank, name="BroadcastGlobalVariablesCallback.model"
+        )
         optimizer = getattr(self.model, "optimizer", None)
         # Compression.topk's residuals are per rank (what each has not sent): not broadcast.
-        shared = [v for v in (optimizer.variables if optimizer is not None else [])
-                  if not getattr(v, "_scaleout_per_rank", False)]
+        shared = [
+            v
+            for v in (optimizer.variables if optimizer is not None else [])
+            if not getattr(v, "_scaleout_per_rank", False)
+        ]
         if shared:
-            broadcast_variables(shared, self.root_rank,
-                                name="BroadcastGlobalVariablesCallback.optimizer")
+            broadcast_variables(
+                shared, self.root_rank, name="BroadcastGlobalVariablesCallback.optimizer"
+            )
         self.broadcast_done = True
 
 
@@ -100,8 +111,11 @@ class MetricAverageCallback(keras.callbacks.Callback):
     def _average_metrics_in_place(self, logs) -> None:
         if not logs:
             return
-        keys = sorted(k for k, v in logs.items()
-                      if isinstance(v, numbers.Number) or (np.ndim(v) == 0 and _numeric(v)))
+        keys = sorted(
+            k
+            for k, v in logs.items()
+            if isinstance(v, numbers.Number) or (np.ndim(v) == 0 and _numeric(v))
+        )
         if not keys:
             return
         values = np.array([float(logs[k]) for k in keys], dtype=np.float64)
@@ -136,8 +150,10 @@ def _get_lr(optimizer) -> float:
 def _set_lr(optimizer, value: float) -> None:
     optimizer = _innermost(optimizer)
     if isinstance(optimizer._learning_rate, keras.optimizers.schedules.LearningRateSchedule):
-        raise ValueError("this callback sets the learning rate; it cannot be combined with an "
-                         "optimizer whose learning rate is a LearningRateSchedule")
+        raise ValueError(
+            "this callback sets the learning rate; it cannot be combined with an "
+            "optimizer whose learning rate is a LearningRateSchedule"
+        )
     optimizer.learning_rate = value
 
 
@@ -155,8 +171,9 @@ class _Momentum(float):
     def __new__(cls, value: float):
         self = super().__new__(cls, value)
         with tf.init_scope():
-            self.variable = tf.Variable(float(value), dtype=tf.float64, trainable=False,
-                                        name="momentum_correction")
+            self.variable = tf.Variable(
+                float(value), dtype=tf.float64, trainable=False, name="momentum_correction"
+            )
         return self
 
     def __tf_tensor__(self, dtype=None, name=None):
@@ -188,9 +205,16 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
     - The rate in force at the end of every epoch is written into `logs['lr']` (Horovod's key).
     """
 
-    def __init__(self, initial_lr: float, multiplier: Union[float, Callable[[float], float]],
-                 start_epoch: int = 0, end_epoch: Optional[int] = None, staircase: bool = True,
-                 momentum_correction: bool = True, steps_per_epoch: Optional[int] = None):
+    def __init__(
+        self,
+        initial_lr: float,
+        multiplier: Union[float, Callable[[float], float]],
+        start_epoch: int = 0,
+        end_epoch: Optional[int] = None,
+        staircase: bool = True,
+        momentum_correction: bool = True,
+        steps_per_epoch: Optional[int] = None,
+    ):
         super().__init__()
         if initial_lr is None:
             raise ValueError("Parameter `initial_lr` is required")
@@ -213,8 +237,10 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
             return params["steps"]
         if params.get("samples") and params.get("batch_size"):
             return params["samples"] // params["batch_size"]
-        raise ValueError(f"{type(self).__name__}: could not find the number of steps per epoch "
-                         "(fit() does not know it for this data); pass steps_per_epoch")
+        raise ValueError(
+            f"{type(self).__name__}: could not find the number of steps per epoch "
+            "(fit() does not know it for this data); pass steps_per_epoch"
+        )
 
     def _momentum(self) -> Optional[_Momentum]:
         momentum = getattr(_innermost(self.model.optimizer), "momentum", None)
@@ -240,8 +266,11 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
             self.steps_per_epoch = self._autodetect_steps_per_epoch()
         optimizer = _innermost(getattr(self.model, "optimizer", None))
         momentum = getattr(optimizer, "momentum", None)
-        if (self.momentum_correction and isinstance(momentum, numbers.Real)
-                and not isinstance(momentum, (_Momentum, bool))):
+        if (
+            self.momentum_correction
+            and isinstance(momentum, numbers.Real)
+            and not isinstance(momentum, (_Momentum, bool))
+        ):
             optimizer.momentum = _Momentum(momentum)
             # The train step may already be traced with the constant momentum.
             self.model.make_train_function(force=True)
@@ -250,8 +279,9 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         self.current_epoch = epoch
 
     def on_batch_begin(self, batch, logs=None):
-        if (self.current_epoch < self.start_epoch
-                or (self.end_epoch is not None and self.current_epoch >= self.end_epoch)):
+        if self.current_epoch < self.start_epoch or (
+            self.end_epoch is not None and self.current_epoch >= self.end_epoch
+        ):
             return
         if self.staircase:
             if batch == 0:
@@ -281,9 +311,14 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
     the warmup. momentum_correction and steps_per_epoch as LearningRateScheduleCallback.
     """
 
-    def __init__(self, initial_lr: float, warmup_epochs: float = 5,
-                 momentum_correction: bool = True, steps_per_epoch: Optional[int] = None,
-                 verbose: int = 0):
+    def __init__(
+        self,
+        initial_lr: float,
+        warmup_epochs: float = 5,
+        momentum_correction: bool = True,
+        steps_per_epoch: Optional[int] = None,
+        verbose: int = 0,
+    ):
         if not warmup_epochs > 0:
             raise ValueError(f"warmup_epochs must be positive, not {warmup_epochs}")
 
@@ -293,17 +328,26 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
             size = _so.size()
             return 1.0 / size * (epoch * (size - 1) / warmup_epochs + 1)
 
-        super().__init__(initial_lr, multiplier, start_epoch=0, end_epoch=warmup_epochs,
-                         staircase=False, momentum_correction=momentum_correction,
-                         steps_per_epoch=steps_per_epoch)
+        super().__init__(
+            initial_lr,
+            multiplier,
+            start_epoch=0,
+            end_epoch=warmup_epochs,
+            staircase=False,
+            momentum_correction=momentum_correction,
+            steps_per_epoch=steps_per_epoch,
+        )
         self.warmup_epochs = warmup_epochs
         self.verbose = verbose
 
     def on_epoch_end(self, epoch, logs=None):
         super().on_epoch_end(epoch, logs)
         if epoch == self.end_epoch - 1 and self.verbose > 0:  # on every such rank, as Horovod
-            print(f"\nEpoch {epoch + 1}: learning rate warmup finished, learning rate "
-                  f"{_get_lr(self.model.optimizer):g}.", flush=True)
+            print(
+                f"\nEpoch {epoch + 1}: learning rate warmup finished, learning rate "
+                f"{_get_lr(self.model.optimizer):g}.",
+                flush=True,
+            )
 
 
 class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
@@ -314,19 +358,33 @@ class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
     Like any checkpoint it saves on every rank that has it: add it on rank 0 only, and put
     MetricAverageCallback before it so that every rank's metric is the same."""
 
-    def __init__(self, monitor: str = "val_loss", verbose: int = 0,
-                 save_weights_only: bool = False, mode: str = "auto", save_freq="epoch",
-                 filepath: Optional[str] = None):
+    def __init__(
+        self,
+        monitor: str = "val_loss",
+        verbose: int = 0,
+        save_weights_only: bool = False,
+        mode: str = "auto",
+        save_freq="epoch",
+        filepath: Optional[str] = None,
+    ):
         # Keras 3 checks the extension when constructed: give it a valid placeholder.
         placeholder = "best.weights.h5" if save_weights_only else "best.keras"
-        super().__init__(filepath=filepath or placeholder, monitor=monitor, verbose=verbose,
-                         save_best_only=True, save_weights_only=save_weights_only, mode=mode,
-                         save_freq=save_freq)
+        super().__init__(
+            filepath=filepath or placeholder,
+            monitor=monitor,
+            verbose=verbose,
+            save_best_only=True,
+            save_weights_only=save_weights_only,
+            mode=mode,
+            save_freq=save_freq,
+        )
         if filepath is None:
             self.filepath = None
 
     def on_train_begin(self, logs=None):
         if self.filepath is None:
-            raise ValueError("BestModelCheckpoint: set its filepath (callback.filepath = "
-                             "'best.keras') before fit()")
+            raise ValueError(
+                "BestModelCheckpoint: set its filepath (callback.filepath = "
+                "'best.keras') before fit()"
+            )
         super().on_train_begin(logs)

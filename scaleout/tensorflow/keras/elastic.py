@@ -23,17 +23,34 @@ The callbacks are Horovod's (horovod/_keras/elastic.py), in Keras 3's fit loop:
   began plus Keras's epoch plus one (so pass `epochs=total - state.epoch`, not initial_epoch).
 Order them as above, so that a commit holds the batch and epoch it ends.
 """
+
 from __future__ import annotations
 
 import keras
 
-from scaleout.tensorflow.elastic import (HorovodInternalError, HostsUpdatedInterrupt,
-                                         HostUpdateResult, ObjectState, State,
-                                         TensorFlowKerasState, run)
+from scaleout.tensorflow.elastic import (
+    HorovodInternalError,
+    HostsUpdatedInterrupt,
+    HostUpdateResult,
+    ObjectState,
+    State,
+    TensorFlowKerasState,
+    run,
+)
 
-__all__ = ["run", "KerasState", "CommitStateCallback", "UpdateBatchStateCallback",
-           "UpdateEpochStateCallback", "TensorFlowKerasState", "State", "ObjectState",
-           "HostsUpdatedInterrupt", "HostUpdateResult", "HorovodInternalError"]
+__all__ = [
+    "run",
+    "KerasState",
+    "CommitStateCallback",
+    "UpdateBatchStateCallback",
+    "UpdateEpochStateCallback",
+    "TensorFlowKerasState",
+    "State",
+    "ObjectState",
+    "HostsUpdatedInterrupt",
+    "HostUpdateResult",
+    "HorovodInternalError",
+]
 
 
 class KerasState(TensorFlowKerasState):
@@ -122,8 +139,11 @@ class UpdateBatchStateCallback(keras.callbacks.Callback):
 
     def on_batch_end(self, batch, logs=None):
         self.state.batch = self._skipped + batch
-        if (self._last_batch is not None and batch >= self._last_batch
-                and not self.model.stop_training):
+        if (
+            self._last_batch is not None
+            and batch >= self._last_batch
+            and not self.model.stop_training
+        ):
             self.model.stop_training = _END_OF_EPOCH
 
     def on_epoch_end(self, epoch, logs=None):
