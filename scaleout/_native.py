@@ -135,58 +135,28 @@ def build_info() -> dict:
 Handle = _binding.Handle
 
 
-def submit(
-    collective: int,
-    *,
-    name: Optional[str],
-    data: Any = None,
-    address: Optional[int] = None,
-    dtype: Optional[int] = None,
-    shape: Optional[tuple] = None,
-    output: Any = None,
-    out_address: Optional[int] = None,
-    op: int = Sum,
-    root_rank: int = 0,
-    prescale_factor: float = 1.0,
-    postscale_factor: float = 1.0,
-    splits: Any = None,
-    finish: Optional[Callable[[Any], Any]] = None,
-    process_set: int = 0,
-) -> Handle:
-    """Submits one collective (a request record: every field by name) and returns its Handle.
-
-    - data owns the input memory and is kept alive until completion. With address None it is
-      read as a registered tensor type or through the buffer protocol (dtype and shape then come
-      from it; BufferError when the core cannot take it as it is), else address, dtype (a
-      DTYPE_CODES value) and shape (a tuple) describe it.
-    - output: allreduce/broadcast: the result object (data itself for in place), at out_address
-      or, with None, at a registered tensor's data_ptr() or through its buffer;
-      allgather/alltoall/reducescatter: alloc(shape, buffer) -> object, called at completion;
-      None for barrier and join.
-    - splits: alltoall's rows per rank, a C-contiguous int64 buffer, or None.
-    - finish(result) -> what synchronize returns, or None. alltoall's result is (received,
-      received_splits list); join's is the last rank to join.
-    - name None generates "<kind>.noname.<n>" (see auto_name).
-    - process_set: the core's id of the set (0: the global set).
-    Values go to the binding as given, field by field under the same names: it checks them (a
-    float root rank is an error, not truncated)."""
-    return _binding.submit(
-        collective,
-        name=name,
-        data=data,
-        address=address,
-        dtype=dtype,
-        shape=shape,
-        output=output,
-        out_address=out_address,
-        op=op,
-        root_rank=root_rank,
-        prescale_factor=prescale_factor,
-        postscale_factor=postscale_factor,
-        splits=splits,
-        finish=finish,
-        process_set=process_set,
-    )
+# submit(collective, *, name, data=None, address=None, dtype=None, shape=None, output=None,
+#        out_address=None, op=Average, root_rank=0, prescale_factor=1.0, postscale_factor=1.0,
+#        splits=None, finish=None, process_set=0) -> Handle
+# Submits one collective (a request record: every field by name) and returns its Handle.
+#
+# - data owns the input memory and is kept alive until completion. With address None it is
+#   read as a registered tensor type or through the buffer protocol (dtype and shape then come
+#   from it; BufferError when the core cannot take it as it is), else address, dtype (a
+#   DTYPE_CODES value) and shape (a tuple) describe it.
+# - output: allreduce/broadcast: the result object (data itself for in place), at out_address
+#   or, with None, at a registered tensor's data_ptr() or through its buffer;
+#   allgather/alltoall/reducescatter: alloc(shape, buffer) -> object, called at completion;
+#   None for barrier and join.
+# - splits: alltoall's rows per rank, a C-contiguous int64 buffer, or None.
+# - finish(result) -> what synchronize returns, or None. alltoall's result is (received,
+#   received_splits list); join's is the last rank to join.
+# - name None generates "<kind>.noname.<n>" (see auto_name).
+# - process_set: the core's id of the set (0: the global set).
+# The binding checks the values as given (a float root rank is an error, not truncated). This is
+# the binding's own function, with every field passed by keyword (Note [Request record]): no
+# Python frame in between, since this is every collective's path.
+submit: Callable[..., Handle] = _binding.submit
 
 
 # register_tensor_type(cls, {dtype object: DTYPE_CODES value}, strided_layout): submit then

@@ -69,21 +69,6 @@ __all__ = [
 # ---- allreduce ----
 
 
-def _allreduce_async(
-    tensor, name, op, prescale_factor, postscale_factor, inplace, ps: int = 0
-) -> Handle:
-    return submit_into(
-        ALLREDUCE,
-        name,
-        tensor,
-        inplace=inplace,
-        op=op,
-        prescale_factor=prescale_factor,
-        postscale_factor=postscale_factor,
-        process_set=ps,
-    )
-
-
 def allreduce_async(
     tensor,
     average=None,
@@ -95,14 +80,14 @@ def allreduce_async(
 ) -> Handle:
     """Starts reducing `tensor` across the ranks of `process_set` (default op Average);
     returns a Handle."""
-    return _allreduce_async(
-        tensor,
+    return submit_into(
+        ALLREDUCE,
         name,
-        resolve_op(op, average),
-        prescale_factor,
-        postscale_factor,
-        False,
-        process_set_id(process_set, "allreduce"),
+        tensor,
+        op=resolve_op(op, average),
+        prescale_factor=prescale_factor,
+        postscale_factor=postscale_factor,
+        process_set=process_set_id(process_set, "allreduce"),
     )
 
 
@@ -131,14 +116,15 @@ def allreduce_async_(
     process_set=global_process_set,
 ) -> Handle:
     """In-place form of allreduce_async: the result is written into `tensor`."""
-    return _allreduce_async(
-        tensor,
+    return submit_into(
+        ALLREDUCE,
         name,
-        resolve_op(op, average),
-        prescale_factor,
-        postscale_factor,
-        True,
-        process_set_id(process_set, "allreduce_"),
+        tensor,
+        inplace=True,
+        op=resolve_op(op, average),
+        prescale_factor=prescale_factor,
+        postscale_factor=postscale_factor,
+        process_set=process_set_id(process_set, "allreduce_"),
     )
 
 
@@ -164,8 +150,15 @@ def _grouped(
     base = auto_name(ALLREDUCE, name, ps)
     return group(
         [
-            _allreduce_async(
-                t, _naming.member(base, i), op, prescale_factor, postscale_factor, inplace, ps
+            submit_into(
+                ALLREDUCE,
+                _naming.member(base, i),
+                t,
+                inplace=inplace,
+                op=op,
+                prescale_factor=prescale_factor,
+                postscale_factor=postscale_factor,
+                process_set=ps,
             )
             for i, t in enumerate(tensors)
         ],
@@ -351,6 +344,7 @@ def barrier(name=None, process_set=global_process_set) -> None:
             BARRIER,
             name=name,
             address=0,
+            op=Sum,
             dtype=0,
             shape=(),
             process_set=process_set_id(process_set, "barrier"),
@@ -369,6 +363,7 @@ def join(process_set=global_process_set) -> int:
             JOIN,
             name="join",
             address=0,
+            op=Sum,
             dtype=0,
             shape=(),
             process_set=process_set_id(process_set, "join"),

@@ -367,7 +367,9 @@ def barrier(name: Optional[str] = None, process_set=global_process_set):
     name = op_name("barrier", name, process_set=ps)
 
     def np_fn():
-        synchronize(submit(BARRIER, name=name, address=0, dtype=0, shape=(), process_set=ps))
+        synchronize(
+            submit(BARRIER, name=name, address=0, dtype=0, shape=(), op=Sum, process_set=ps)
+        )
         return []
 
     outs = call(np_fn, [], [], [], "scaleout_barrier")

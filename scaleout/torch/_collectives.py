@@ -47,6 +47,7 @@ from scaleout.torch._tensors import (
     start_broadcast,
     start_grouped_allreduce,
     start_reducescatter,
+    submit_into,
     submit_owned,
 )
 
@@ -120,13 +121,16 @@ def allreduce_async_(
     process_set=_GLOBAL,
 ) -> Handle:
     """In-place form: the result is written into `tensor` (its memory, when contiguous)."""
-    return start_allreduce(
+    return submit_into(  # straight to the submit: a user's own per-tensor loop is a hot path
+        ALLREDUCE,
         tensor,
         name,
+        True,
         resolve_op(op, average),
+        0,
         prescale_factor,
         postscale_factor,
-        True,
+        "allreduce",
         process_set_id(process_set, "allreduce_"),
     )
 

@@ -126,7 +126,7 @@ def _copied_back(tensor: torch.Tensor):
     return finish
 
 
-def _submit_into(
+def submit_into(
     collective: int,
     tensor,
     name: Optional[str],
@@ -240,7 +240,7 @@ def start_allreduce(
     inplace: bool,
     ps: int,
 ) -> Handle:
-    return _submit_into(
+    return submit_into(
         ALLREDUCE, tensor, name, inplace, op, 0, prescale_factor, postscale_factor, "allreduce", ps
     )
 
@@ -262,7 +262,7 @@ def start_grouped_allreduce(
 
 
 def start_broadcast(tensor, root_rank: int, name: Optional[str], inplace: bool, ps: int) -> Handle:
-    return _submit_into(BROADCAST, tensor, name, inplace, Sum, root_rank, 1.0, 1.0, "broadcast", ps)
+    return submit_into(BROADCAST, tensor, name, inplace, Sum, root_rank, 1.0, 1.0, "broadcast", ps)
 
 
 def _splits_array(splits) -> Optional[np.ndarray]:
