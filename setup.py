@@ -36,7 +36,11 @@ class BuildNative(build_ext):
 
 TORCH = ["torch==2.13.0"]
 TENSORFLOW = ["tensorflow-cpu>=2.16"]
-TEST = ["pytest>=7", "pytest-timeout", "ml_dtypes", "scikit-learn", "hypothesis"]
+# The docs site (mkdocs build --strict, run by tests/test_docs.py); matplotlib redraws its plots.
+DOCS = ["mkdocs-material==9.8.2"]
+# The style tools are pinned: another version lays code out differently (tests/test_style.py).
+STYLE = ["ruff==0.17.6", "clang-format==23.1.5"]
+TEST = ["pytest>=7", "pytest-timeout", "ml_dtypes", "scikit-learn", "hypothesis"] + DOCS + STYLE
 
 setup(
     name="scaleout",
@@ -78,6 +82,7 @@ setup(
         "torch": TORCH,
         "tensorflow": TENSORFLOW,
         "test": TEST,
+        "docs": DOCS + ["matplotlib"],
         "all": TORCH + TENSORFLOW + TEST,
     },
     entry_points={"console_scripts": ["scaleoutrun = scaleout.launcher.main:main"]},
