@@ -20,6 +20,7 @@ __all__ = [
     "gradient",
     "part",
     "parameter_gradient",
+    "parameter_delta",
     "INDICES",
     "VALUES",
     "SIZE",
@@ -59,3 +60,9 @@ def parameter_gradient(parameter: str) -> str:
     """The name of the reduction of the gradient of the parameter named `parameter` (torch's
     DistributedOptimizer: its named_parameters, or generated names)."""
     return f"grad.{parameter}"
+
+
+def parameter_delta(parameter: str) -> str:
+    """The name of the Adasum combination of the change of the parameter named `parameter` over
+    a step (torch's DistributedOptimizer with op=Adasum)."""
+    return f"delta.{parameter}"

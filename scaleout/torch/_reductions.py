@@ -23,7 +23,7 @@ from torch.autograd.graph import increment_version
 
 from scaleout._errors import InvalidArgumentError
 from scaleout._gradient_rules import check_adasum_compression
-from scaleout._naming import parameter_gradient
+from scaleout._naming import parameter_delta, parameter_gradient
 from scaleout._native import Adasum, Handle, resolve_op, synchronize, wait_all
 from scaleout._process_sets import set_size
 from scaleout._topk import Momentum, TopK, TopKExchange, check_optimizer_momentum
@@ -310,7 +310,7 @@ class AdasumDeltas(Reduction):
             p.sub_(start)
         wire, ctx = self.compression.compress(p.data)
         return _InPlace(
-            start_allreduce(wire, f"delta.{name}", Adasum, 1.0, 1.0, True, self.ps), ctx
+            start_allreduce(wire, parameter_delta(name), Adasum, 1.0, 1.0, True, self.ps), ctx
         )
 
     def finish(self, opt, pending):
