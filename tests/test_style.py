@@ -33,6 +33,10 @@ def test_ruff_format():
 
 
 def test_clang_format():
-    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "native").rglob("*.[ch]*"))
+    files = sorted(
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "native").rglob("*")
+        if p.suffix in (".c", ".cc", ".h")
+    )
     assert files, "no native sources found"
     check(tool("clang-format"), "--dry-run", "-Werror", *files)
