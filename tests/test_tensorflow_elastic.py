@@ -24,8 +24,14 @@ def test_states_commit_restore_sync_and_resume_at_another_size(tmp_path):
     attributes; top-k residuals, seed states and aggregation sums per rank), TensorFlowState
     (eager and TF1), ObjectState; durable commits. Phase 2 on 2 fresh ranks resumes the last
     commit and takes the step the committed optimizer would."""
+    # The script checks that a restored state takes the same update again bit for bit. At 3 ranks
+    # a sum's bits depend on which rank reduces each element (its own block first, see
+    # Note [Staged allreduce]), which depends on where fusion put the element: each tensor
+    # travels alone here so that the same update is the same arithmetic.
     for phase, np_ in (("first", 3), ("second", 2)):
-        proc = run_mpi("tf_elastic_state.py", np_, phase, str(tmp_path))
+        proc = run_mpi(
+            "tf_elastic_state.py", np_, phase, str(tmp_path), env={"SCALEOUT_FUSION_THRESHOLD": "0"}
+        )
         assert proc.stdout.count("all checks passed") == np_, proc.stdout + proc.stderr
 
 
