@@ -22,8 +22,9 @@ placement, topology, rank_env, slurm, hosts, errors, shm_cleanup) import nothing
 so that starting a rank never loads MPI, which belongs to the user's program. The other modules
 import from scaleout only its pure modules, which load neither MPI nor the native core:
 scaleout._elastic_protocol (what the elastic driver and the ranks agree on), scaleout._rank_report
-(the records a rank's errors send scaleoutrun) and scaleout._commit_store (an elastic job's
-commits on disk). check_build loads the core, in its function, only when asked to.
+(the records a rank's errors send scaleoutrun), scaleout._commit_store (an elastic job's
+commits on disk) and scaleout._mpi_library (which MPI the ranks will load, asked of a
+subprocess). check_build loads the core, in its function, only when asked to.
 tests/test_launcher_layers.py checks both rules.
 
 Installed as the package scaleout.launcher.

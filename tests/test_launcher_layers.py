@@ -12,7 +12,12 @@ from conftest import run_job, run_python
 
 LAUNCHER = Path(__file__).resolve().parent.parent / "launcher"
 # scaleout's modules that load neither MPI nor the native core.
-PURE = {"scaleout._elastic_protocol", "scaleout._rank_report", "scaleout._commit_store"}
+PURE = {
+    "scaleout._elastic_protocol",
+    "scaleout._rank_report",
+    "scaleout._commit_store",
+    "scaleout._mpi_library",
+}
 
 
 def _imports(path: Path, top_level_only: bool) -> tuple[set[str], set[str]]:

@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "scaleout"
 LAYERS: List[Set[str]] = [
     # the C extension, and pure protocols: the names ranks match, the elastic driver's channel,
     # what a rank reports to scaleoutrun (these import nothing of scaleout's)
-    {"_binding", "_naming", "_elastic_protocol", "_rank_report"},
+    {"_binding", "_naming", "_elastic_protocol", "_rank_report", "_mpi_library"},
     {"_errors"},  # the exception classes
     {
         "_native",  # loading the library, the code tables, Handle, the one submit

@@ -1,0 +1,209 @@
+"""Which MPI library a process uses, which ABI it has, and what its launcher said.
+
+Pure (the standard library only): scaleout._native reads it to pick the core's MPI shim for the
+library mpi4py loaded (Note [One core, a shim per MPI ABI]), scaleout._runtime to refuse a
+singleton that its launcher meant to be one of many, and the launcher (a separate process) to
+learn, before it starts anything, which MPI the ranks will load. Run as a script (by path, so
+that importing the scaleout package is not needed) it prints that library as JSON:
+`python _mpi_library.py` imports mpi4py.MPI without initialising MPI.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from typing import Mapping, Optional, Sequence
+
+__all__ = [
+    "ABIS",
+    "ABI_LIBRARIES",
+    "MpiLibrary",
+    "loaded",
+    "describe",
+    "probe",
+    "ProbeError",
+    "launcher_sizes",
+    "singleton_error",
+]
+
+# The ABIs a shim can be built for, and the library each one links (its soname).
+ABI_LIBRARIES = {
+    "mpich": "libmpi.so.12",  # MPICH, Intel MPI, MVAPICH, Cray MPICH (the MPICH ABI)
+    "openmpi": "libmpi.so.40",  # Open MPI 3 to 5
+    "mpiabi": "libmpi_abi.so.1",  # the MPI 5 standard ABI (MPICH 5's libmpi_abi)
+}
+ABIS = tuple(ABI_LIBRARIES)
+
+# A mapped file that is an MPI library itself (not its C++ or Fortran bindings).
+_LIBMPI = re.compile(r"^lib(mpi|mpi_abi|mpi_cray|mpi_intel|mpi_mt|mpi_dbg)\.so(\.\d+)*$")
+
+
+@dataclass(frozen=True)
+class MpiLibrary:
+    path: str  # the library file, as mapped into the process
+    abi: str  # one of ABIS
+    family: str  # "MPICH", "Intel MPI", "Open MPI", "MVAPICH", "Cray MPICH", or "MPI"
+    version: str  # the first line of MPI_Get_library_version
+
+    def __str__(self) -> str:
+        return f"{self.version} ({os.path.basename(self.path)} at {os.path.dirname(self.path)})"
+
+
+def loaded() -> Optional[str]:
+    """The MPI library mapped into this process, or None."""
+    try:
+        with open("/proc/self/maps") as maps:
+            lines = maps.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split(None, 5)
+        if len(fields) == 6 and _LIBMPI.match(os.path.basename(fields[5])):
+            return fields[5]
+    return None
+
+
+def describe(path: str) -> MpiLibrary:
+    """The ABI, family and version of the MPI library at `path` (loaded if it is not yet;
+    nothing is initialised: MPI_Get_library_version may be called before MPI_Init)."""
+    lib = ctypes.CDLL(path, mode=os.RTLD_LAZY | os.RTLD_LOCAL)
+    text = ctypes.create_string_buffer(8192)  # MPICH's MPI_MAX_LIBRARY_VERSION_STRING, the largest
+    length = ctypes.c_int(0)
+    version = "an MPI library"
+    if hasattr(lib, "MPI_Get_library_version") and not lib.MPI_Get_library_version(
+        text, ctypes.byref(length)
+    ):
+        version = " ".join(text.value.decode(errors="replace").strip().splitlines()[0].split())
+    return MpiLibrary(path=path, abi=_abi(lib), family=_family(version), version=version)
+
+
+def _abi(lib: ctypes.CDLL) -> str:
+    # The standard ABI says so itself; Open MPI's handles are its exported objects.
+    get = getattr(lib, "MPI_Abi_get_version", None)
+    if get is not None:
+        major, minor = ctypes.c_int(0), ctypes.c_int(0)
+        if get(ctypes.byref(major), ctypes.byref(minor)) == 0 and major.value > 0:
+            return "mpiabi"
+    return "openmpi" if hasattr(lib, "ompi_mpi_comm_self") else "mpich"
+
+
+def _family(version: str) -> str:
+    for needle, family in (
+        ("Intel(R) MPI", "Intel MPI"),
+        ("Open MPI", "Open MPI"),
+        ("MVAPICH", "MVAPICH"),
+        ("CRAY MPICH", "Cray MPICH"),
+        ("MPICH", "MPICH"),
+    ):
+        if needle.lower() in version.lower():
+            return family
+    return "MPI"
+
+
+class ProbeError(RuntimeError):
+    """The probe of the ranks' MPI could not run (mpi4py missing or broken)."""
+
+
+def probe(python: str = sys.executable, env: Optional[Mapping[str, str]] = None) -> MpiLibrary:
+    """The MPI library that `python`, in environment `env`, loads with mpi4py: what a rank
+    started there will use. Runs in a subprocess (MPI is not initialised there)."""
+    res = subprocess.run(
+        [python, os.path.abspath(__file__)],
+        capture_output=True,
+        text=True,
+        env=dict(env) if env is not None else None,
+        timeout=120,
+    )
+    if res.returncode != 0:
+        raise ProbeError(
+            f"{python} could not import mpi4py.MPI: "
+            + (res.stderr.strip().splitlines() or ["(no output)"])[-1]
+        )
+    return MpiLibrary(**json.loads(res.stdout.strip().splitlines()[-1]))
+
+
+# Variables in which a launcher tells each process how many processes it started, the launcher
+# that sets them, and the MPIs that read them.
+_LAUNCHER_SIZES = (
+    ("PMI_SIZE", "a PMI launcher (MPICH's or Intel MPI's Hydra mpiexec, or srun --mpi=pmi2)"),
+    ("OMPI_COMM_WORLD_SIZE", "Open MPI's mpirun/prterun"),
+    ("MV2_COMM_WORLD_SIZE", "MVAPICH's mpirun_rsh"),
+    ("SLURM_STEP_NUM_TASKS", "Slurm's srun"),
+)
+
+
+def launcher_sizes(environ: Mapping[str, str]) -> list[tuple[str, int, str]]:
+    """(variable, processes, who sets it) for every launcher variable in `environ`."""
+    found = []
+    for name, who in _LAUNCHER_SIZES:
+        value = environ.get(name, "")
+        if value.isdigit():
+            found.append((name, int(value), who))
+    return found
+
+
+# Note [No silent singletons]
+# A rank whose MPI library cannot read what its launcher told it (Open MPI's library under
+# MPICH's mpiexec, MPICH's under srun --mpi=none) does not fail: MPI_Init makes it a job of one.
+# Every rank then trains its own model and reports success, the worst thing a data-parallel
+# library can do. Launchers say how many processes they started in variables of their own, so
+# init() compares: a world of 1 under a launcher that started more is an error naming the
+# library, the launcher and the fix, raised before any collective.
+def singleton_error(
+    world_size: int, library: Optional[MpiLibrary], environ: Mapping[str, str]
+) -> Optional[str]:
+    """Why this process must not run, or None: its MPI started it alone (a world of 1) while
+    its launcher started several (Note [No silent singletons])."""
+    if world_size != 1:
+        return None
+    sizes = launcher_sizes(environ)
+    # srun's variable is inherited by what runs inside a step (mpiexec's proxies under Slurm):
+    # an MPI launcher's own variable, when there is one, is the one that counts.
+    direct = [entry for entry in sizes if entry[0] != "SLURM_STEP_NUM_TASKS"]
+    name, count, who = (direct or sizes or [("", 1, "")])[0]
+    if count <= 1:
+        return None
+    mine = str(library) if library is not None else "an MPI library"
+    if name == "SLURM_STEP_NUM_TASKS":
+        pmi = "pmix" if library is not None and library.abi == "openmpi" else "pmi2"
+        fix = (
+            f"srun started the tasks without a process-management interface this MPI reads: "
+            f"run srun with --mpi={pmi} (`srun --mpi=list` shows the plugins), or start the "
+            "ranks with scaleoutrun inside the allocation"
+        )
+    else:
+        fix = (
+            "start the ranks with the launcher of the MPI they load (its mpiexec, mpirun or "
+            "prterun, from the same installation; scaleoutrun picks it), or make mpi4py and "
+            "scaleout load the MPI of that launcher"
+        )
+    return (
+        f"this process's MPI, {mine}, started it as a job of 1 process, but {who} started "
+        f"{count} ({name}={count}): each process would train alone. The launcher and the MPI "
+        f"library belong to different MPIs, or the launcher spoke a protocol this MPI does not "
+        f"read. Fix: {fix}."
+    )
+
+
+def _main(argv: Sequence[str]) -> int:
+    import mpi4py
+
+    mpi4py.rc.initialize = False
+    mpi4py.rc.finalize = False
+    from mpi4py import MPI  # noqa: F401  (loads the library mpi4py chose)
+
+    path = loaded()
+    if path is None:
+        print("mpi4py.MPI is loaded, but no MPI library is mapped in this process", file=sys.stderr)
+        return 1
+    print(json.dumps(asdict(describe(path))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
