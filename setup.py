@@ -12,10 +12,26 @@ import build_native  # noqa: E402
 
 
 class NativeLibrary(Extension):
-    """A plain shared library (no Python module init inside), opened by scaleout._binding."""
+    """A plain shared library (no Python module init inside), opened by scaleout._binding: the
+    core, or the MPI shim for one ABI (`abi`, built with the MPI compiler wrapper `mpicxx`)."""
 
-    def __init__(self, name):
+    def __init__(self, name, abi=None, mpicxx=None, error=None):
         super().__init__(name, sources=[])
+        self.abi, self.mpicxx, self.error = abi, mpicxx, error
+
+
+def mpi_shims():
+    """One NativeLibrary per MPI ABI the build makes a shim for (Note [One core, a shim per MPI
+    ABI] in native/mpi/so_mpi.h). Without an MPI compiler wrapper, a placeholder whose build
+    fails naming what is missing (so that metadata can still be read)."""
+    try:
+        wrappers = build_native.shim_wrappers()
+    except build_native.BuildError as exc:
+        return [NativeLibrary("scaleout._scaleout_mpi", error=str(exc))]
+    return [
+        NativeLibrary(f"scaleout._scaleout_mpi_{abi}", abi=abi, mpicxx=mpicxx)
+        for abi, mpicxx in sorted(wrappers.items())
+    ]
 
 
 class BuildNative(build_ext):
@@ -24,12 +40,17 @@ class BuildNative(build_ext):
             return super().build_extension(ext)
         output = Path(self.get_ext_fullpath(ext.name)).resolve()
         try:
-            build_native.build(
-                output,
-                Path(self.build_temp).resolve() / "native",
-                shared=True,
-                jobs=self.parallel or None,
-            )
+            if ext.error:
+                raise build_native.BuildError(ext.error)
+            if ext.abi:
+                build_native.build_shim(output, ext.mpicxx, ext.abi)
+            else:
+                build_native.build(
+                    output,
+                    Path(self.build_temp).resolve() / "native",
+                    shared=True,
+                    jobs=self.parallel or None,
+                )
         except build_native.BuildError as exc:
             sys.exit(f"scaleout: building the native core failed: {exc}")
 
@@ -59,6 +80,7 @@ setup(
     package_dir={"scaleout.launcher": "launcher"},
     ext_modules=[
         NativeLibrary("scaleout._scaleout_core"),
+        *mpi_shims(),
         # The one Python binding of the C ABI (it opens the core itself: importing it loads no MPI).
         Extension(
             "scaleout._binding",

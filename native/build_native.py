@@ -1,11 +1,16 @@
-"""Compiles the native core with the MPI's C++ compiler wrapper.
+"""Compiles the native core and its MPI shims (Note [One core, a shim per MPI ABI] in
+native/mpi/so_mpi.h).
 
-Used by setup.py (the shared library) and by the native unit tests (a test executable). Kept
-free of setuptools so both can call it.
+Used by setup.py (the shared libraries), tools/build_wheel.sh (through setup.py) and the native
+unit tests (a test executable). Kept free of setuptools so all can call it.
 
-Which MPI: SCALEOUT_MPICXX (a compiler wrapper such as Open MPI's or Intel MPI's mpicxx) or
-MPICXX when set; otherwise the first of mpicxx, mpic++, mpiCC on PATH, which is the `mpich`
-wheel's wrapper in a virtual environment that has it.
+The core includes no MPI header: it is compiled with the C++ compiler (CXX, else c++ or g++).
+Each shim is native/mpi/mpi_shim.cc compiled with one MPI's C++ compiler wrapper. Which shims:
+- SCALEOUT_MPI_SHIMS="abi=wrapper,abi=wrapper" (what tools/build_wheel.sh sets: one per ABI);
+- else SCALEOUT_MPICXX (a wrapper such as Open MPI's or Intel MPI's mpicxx) or MPICXX when set,
+  otherwise the first of mpicxx, mpic++, mpiCC beside this Python or on PATH (the `mpich` wheel's
+  wrapper in a virtual environment that has it), plus that MPI's standard-ABI wrapper
+  (mpicxx_abi) when it has one. The ABI of a wrapper is read from its header.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 NATIVE_DIR = Path(__file__).resolve().parent
+ABIS = ("mpich", "openmpi", "mpiabi")  # as scaleout/_mpi_library.py names them
 CXXFLAGS = [
     "-std=c++17",
     "-O3",
@@ -33,6 +39,19 @@ CXXFLAGS = [
 
 class BuildError(RuntimeError):
     pass
+
+
+def find_cxx() -> str:
+    value = os.environ.get("CXX")
+    candidates = [value] if value else ["c++", "g++", "clang++"]
+    for name in candidates:
+        found = shutil.which(name)
+        if found:
+            return found
+    raise BuildError(
+        f"no C++17 compiler found (looked for {', '.join(candidates)}): install one (Debian: "
+        "apt-get install g++), or install scaleout from its prebuilt wheel, which needs none"
+    )
 
 
 def find_mpicxx() -> str:
@@ -55,37 +74,63 @@ def find_mpicxx() -> str:
     )
 
 
-def mpi_description(mpicxx: str) -> str:
-    """One line naming the MPI behind the wrapper, for so_build_info()."""
-    for probe in (["-show"], ["--showme"], ["-showme"]):
-        try:
-            out = subprocess.run([mpicxx, *probe], capture_output=True, text=True, timeout=30)
-        except OSError:
-            continue
-        if out.returncode == 0 and out.stdout.strip():
-            break
-    prefix = Path(mpicxx).resolve().parent.parent
-    version = ""
-    mpichversion = prefix / "bin" / "mpichversion"
-    if mpichversion.exists():
-        res = subprocess.run([str(mpichversion), "-v"], capture_output=True, text=True)
-        version = " ".join(res.stdout.split()).replace("MPICH Version:", "MPICH")
-    ompi_info = prefix / "bin" / "ompi_info"
-    if not version and ompi_info.exists():
-        res = subprocess.run([str(ompi_info), "--version"], capture_output=True, text=True)
-        version = res.stdout.strip().splitlines()[0] if res.stdout.strip() else "Open MPI"
-    return f"{version or 'MPI'} via {mpicxx}"
+def wrapper_abi(mpicxx: str) -> str:
+    """The ABI of the MPI header a wrapper compiles against."""
+    probe = "#include <mpi.h>\nMPI_ABI_IS OMPI_MAJOR_VERSION MPI_ABI_VERSION MPICH_VERSION\n"
+    res = subprocess.run(
+        [mpicxx, "-E", "-x", "c++", "-"], input=probe, capture_output=True, text=True
+    )
+    if res.returncode != 0:
+        raise BuildError(f"{mpicxx} cannot compile against its mpi.h:\n{res.stderr}")
+    line = [x for x in res.stdout.splitlines() if x.startswith("MPI_ABI_IS")][-1].split()
+    if Path(mpicxx).name.endswith("_abi") or line[2] != "MPI_ABI_VERSION":
+        return "mpiabi"
+    return "openmpi" if line[1] != "OMPI_MAJOR_VERSION" else "mpich"
+
+
+def shim_wrappers() -> dict[str, str]:
+    """{abi: compiler wrapper} of the shims to build."""
+    listed = os.environ.get("SCALEOUT_MPI_SHIMS", "").strip()
+    if listed:
+        wrappers = {}
+        for item in listed.split(","):
+            abi, _, wrapper = item.partition("=")
+            found = shutil.which(wrapper.strip())
+            if abi.strip() not in ABIS or not found:
+                raise BuildError(
+                    f"SCALEOUT_MPI_SHIMS: {item!r} is not abi=wrapper with abi one of "
+                    f"{', '.join(ABIS)} and an executable wrapper"
+                )
+            if wrapper_abi(found) != abi.strip():
+                raise BuildError(
+                    f"SCALEOUT_MPI_SHIMS: {found} compiles for the {wrapper_abi(found)} ABI, "
+                    f"not {abi.strip()}"
+                )
+            wrappers[abi.strip()] = found
+        return wrappers
+    mpicxx = find_mpicxx()
+    wrappers = {wrapper_abi(mpicxx): mpicxx}
+    standard = Path(mpicxx).with_name(Path(mpicxx).name + "_abi")
+    if standard.exists() and "mpiabi" not in wrappers:
+        wrappers["mpiabi"] = str(standard)
+    return wrappers
 
 
 def core_sources() -> list[Path]:
-    """Every .cc of the core except the unit tests."""
+    """Every .cc of the core: not the unit tests, not the shim."""
     return sorted(
-        p for p in NATIVE_DIR.rglob("*.cc") if "tests" not in p.relative_to(NATIVE_DIR).parts
+        p
+        for p in NATIVE_DIR.rglob("*.cc")
+        if not {"tests", "mpi"} & set(p.relative_to(NATIVE_DIR).parts[:1])
     )
 
 
 def test_sources() -> list[Path]:
     return sorted((NATIVE_DIR / "tests").glob("*.cc"))
+
+
+def shim_source() -> Path:
+    return NATIVE_DIR / "mpi" / "mpi_shim.cc"
 
 
 def _run(cmd: list[str]) -> None:
@@ -104,11 +149,12 @@ def build(
     jobs: int | None = None,
 ) -> Path:
     """Compiles the core (plus extra_sources) into a shared library or an executable."""
-    mpicxx = find_mpicxx()
+    cxx = find_cxx()
     build_dir.mkdir(parents=True, exist_ok=True)
     output.parent.mkdir(parents=True, exist_ok=True)
     defines = dict(defines or {})
-    defines.setdefault("SCALEOUT_BUILD_INFO", mpi_description(mpicxx))
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
+    defines.setdefault("SCALEOUT_BUILD_INFO", (version.splitlines() or [cxx])[0])
     flags = CXXFLAGS + [f"-I{NATIVE_DIR}"]
     flags += [f"-D{k}={_c_string(v)}" for k, v in defines.items()]
     sources = core_sources() + list(extra_sources)
@@ -118,24 +164,35 @@ def build(
         rel = src.relative_to(NATIVE_DIR) if src.is_relative_to(NATIVE_DIR) else Path(src.name)
         obj = build_dir / (str(rel).replace(os.sep, "__") + ".o")
         objects.append(obj)
-        commands.append([mpicxx, *flags, "-c", str(src), "-o", str(obj)])
+        commands.append([cxx, *flags, "-c", str(src), "-o", str(obj)])
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as pool:
         for _ in pool.map(_run, commands):
             pass
-    # $ORIGIN/../../.. is <prefix>/lib for a package in <prefix>/lib/pythonX.Y/site-packages/,
-    # where the mpich wheel puts libmpi.so.12.
-    link = [
-        mpicxx,
-        "-pthread",
-        *map(str, objects),
-        "-o",
-        str(output),
-        "-Wl,-rpath,$ORIGIN/../../..",
-        "-Wl,--disable-new-dtags",
-    ]
+    link = [cxx, "-pthread", *map(str, objects), "-o", str(output), "-ldl"]
     if shared:
         link[1:1] = ["-shared"]
     _run(link)
+    return output
+
+
+def build_shim(output: Path, mpicxx: str, abi: str) -> Path:
+    """Compiles the MPI shim for `abi` with that MPI's compiler wrapper."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    flags = CXXFLAGS + [f"-I{NATIVE_DIR}", f'-DSCALEOUT_MPI_ABI_NAME="{abi}"']
+    # $ORIGIN/../../.. is <prefix>/lib for a package in <prefix>/lib/pythonX.Y/site-packages/,
+    # where the MPI wheels put libmpi: found there when mpi4py has not loaded it already.
+    _run(
+        [
+            mpicxx,
+            *flags,
+            "-shared",
+            str(shim_source()),
+            "-o",
+            str(output),
+            "-Wl,-rpath,$ORIGIN/../../..",
+            "-Wl,--disable-new-dtags",
+        ]
+    )
     return output
 
 

@@ -22,6 +22,7 @@ from typing import Mapping, Optional, Sequence
 __all__ = [
     "ABIS",
     "ABI_LIBRARIES",
+    "SUPPORTED",
     "MpiLibrary",
     "loaded",
     "describe",
@@ -43,15 +44,40 @@ ABIS = tuple(ABI_LIBRARIES)
 _LIBMPI = re.compile(r"^lib(mpi|mpi_abi|mpi_cray|mpi_intel|mpi_mt|mpi_dbg)\.so(\.\d+)*$")
 
 
+# What the shims need of a library: its ABI's soname version (the file's, as mapped) and the MPI
+# 3 standard (nonblocking collectives, shared-memory communicators).
+_ABI_MAJOR = {"mpich": 12, "openmpi": 40}
+SUPPORTED = (
+    "Supported: the MPICH ABI (libmpi.so.12: MPICH 3.1 and later, Intel MPI, MVAPICH, Cray "
+    "MPICH), the Open MPI ABI (libmpi.so.40: Open MPI 3 to 5) and the MPI 5 standard ABI "
+    "(libmpi_abi.so), each implementing MPI 3.0 or later"
+)
+
+
 @dataclass(frozen=True)
 class MpiLibrary:
     path: str  # the library file, as mapped into the process
     abi: str  # one of ABIS
     family: str  # "MPICH", "Intel MPI", "Open MPI", "MVAPICH", "Cray MPICH", or "MPI"
     version: str  # the first line of MPI_Get_library_version
+    standard: str = "3.1"  # the MPI standard it implements (MPI_Get_version)
 
     def __str__(self) -> str:
         return f"{self.version} ({os.path.basename(self.path)} at {os.path.dirname(self.path)})"
+
+    @property
+    def abi_supported(self) -> bool:
+        """Whether a shim of its ABI runs on it."""
+        if tuple(int(x) for x in self.standard.split(".")) < (3, 0):
+            return False
+        major = re.search(r"\.so\.(\d+)", os.path.basename(self.path))
+        return self.abi not in _ABI_MAJOR or major is None or int(major[1]) == _ABI_MAJOR[self.abi]
+
+    @property
+    def abi_description(self) -> str:
+        major = re.search(r"\.so\.(\d+)", os.path.basename(self.path))
+        soname = f", soname version {major[1]}" if major else ""
+        return f"{self.abi} (MPI {self.standard}{soname})"
 
 
 def loaded() -> Optional[str]:
@@ -79,7 +105,15 @@ def describe(path: str) -> MpiLibrary:
         text, ctypes.byref(length)
     ):
         version = " ".join(text.value.decode(errors="replace").strip().splitlines()[0].split())
-    return MpiLibrary(path=path, abi=_abi(lib), family=_family(version), version=version)
+    major, minor = ctypes.c_int(0), ctypes.c_int(0)
+    standard = "0.0"
+    if hasattr(lib, "MPI_Get_version") and not lib.MPI_Get_version(
+        ctypes.byref(major), ctypes.byref(minor)
+    ):
+        standard = f"{major.value}.{minor.value}"
+    return MpiLibrary(
+        path=path, abi=_abi(lib), family=_family(version), version=version, standard=standard
+    )
 
 
 def _abi(lib: ctypes.CDLL) -> str:

@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from scaleout import _binding, _errors
+from scaleout import _binding, _errors, _mpi_library
 from scaleout._errors import InvalidArgumentError, MPINotFoundError, ScaleoutError
 
 __all__ = [
@@ -54,6 +54,8 @@ __all__ = [
     "ensure_loaded",
     "library_path",
     "build_info",
+    "mpi_library",
+    "mpi_shims",
 ]
 
 # ---- the tables (from native/c_api/scaleout.h) ----
@@ -90,9 +92,50 @@ def library_path() -> Path:
     return Path(found[0])
 
 
+def mpi_shims() -> dict[str, Path]:
+    """{ABI: shim} of the MPI shims this installation has (Note [One core, a shim per MPI
+    ABI] in native/mpi/so_mpi.h)."""
+    here = Path(__file__).resolve().parent
+    shims = {}
+    for abi in _mpi_library.ABIS:
+        found = sorted(glob.glob(str(here / f"_scaleout_mpi_{abi}*.so")))
+        if found:
+            shims[abi] = Path(found[0])
+    return shims
+
+
+_mpi: Optional[_mpi_library.MpiLibrary] = None
+_shim_built_with = ""
+
+
+def mpi_library() -> _mpi_library.MpiLibrary:
+    """The MPI library this process uses (loads it, with mpi4py, when nothing has yet)."""
+    ensure_loaded()
+    assert _mpi is not None
+    return _mpi
+
+
+def _shim_for(library: _mpi_library.MpiLibrary) -> Path:
+    shims = mpi_shims()
+    if library.abi in shims and library.abi_supported:
+        return shims[library.abi]
+    have = (
+        ", ".join(f"{abi} ({_mpi_library.ABI_LIBRARIES[abi]})" for abi in shims)
+        or "none (the installation is broken: reinstall scaleout)"
+    )
+    raise MPINotFoundError(
+        f"mpi4py loaded {library}, an MPI of the {library.abi_description} ABI, and this scaleout "
+        f"installation has shims for: {have}. {_mpi_library.SUPPORTED}. Use an MPI of a "
+        "supported ABI (make mpi4py load it: MPI4PY_LIBMPI or your cluster's MPI module), or "
+        "build scaleout from source against this one (SCALEOUT_MPICXX=/path/to/its/mpicxx pip "
+        "install --no-build-isolation .)."
+    )
+
+
 def ensure_loaded() -> None:
-    """Loads the core once per process, after mpi4py (so both use the same MPI library)."""
-    global _loaded
+    """Loads the core once per process, with the MPI shim for the library mpi4py loaded, so
+    both use the same MPI."""
+    global _loaded, _mpi, _shim_built_with
     if _loaded:
         return
     with _load_lock:
@@ -106,26 +149,40 @@ def ensure_loaded() -> None:
                 "Install them with `pip install mpich mpi4py` (no system MPI needed), or load "
                 "your cluster's MPI module and `pip install --no-binary mpi4py mpi4py`."
             ) from exc
+        where = _mpi_library.loaded()
+        if where is None:
+            raise MPINotFoundError(
+                "mpi4py.MPI is imported, but no MPI library (libmpi*.so) is mapped in this "
+                "process: scaleout cannot tell which MPI to use"
+            )
+        library = _mpi_library.describe(where)
+        shim = _shim_for(library)
         path = library_path()
         try:
             _binding.load(str(path))
+            _, _shim_built_with = _binding.load_mpi(str(shim))
         except OSError as exc:
             raise MPINotFoundError(
-                f"could not load scaleout's native core {path.name}: {exc}. The core was built "
-                "against an MPI library that this environment does not provide. Install the "
-                "MPICH wheel (`pip install mpich`), or rebuild scaleout against your MPI with "
+                f"could not load scaleout's native core for {library}: {exc}. Reinstall "
+                "scaleout, or rebuild it against your MPI with "
                 "SCALEOUT_MPICXX=/path/to/mpicxx pip install --no-build-isolation ."
             ) from exc
+        _mpi = library
         _loaded = True
 
 
 def build_info() -> dict:
-    """What --check-build prints: the core's version and the MPI it was built against."""
-    ensure_loaded()
+    """What --check-build prints: the core's version and compiler, the MPI library in use and
+    the shims installed."""
+    library = mpi_library()
     return {
         "version": _binding.version(),
         "build": _binding.build_info(),
         "library": str(library_path()),
+        "mpi": str(library),
+        "mpi_abi": library.abi,
+        "mpi_shim": f"{mpi_shims()[library.abi].name} (built with {_shim_built_with})",
+        "mpi_shims": sorted(mpi_shims()),
     }
 
 

@@ -48,14 +48,20 @@ _topology: Optional[tuple] = None
 _atexit_registered = False
 
 
+def _signed(handle: int) -> int:
+    """mpi4py gives a handle's bits as an unsigned integer (an MPICH communicator, an int, sign
+    extended); the core takes them as an int64."""
+    return handle - (1 << 64) if handle >= 1 << 63 else handle
+
+
 def _comm_handle(comm: Any) -> Optional[int]:
-    """The Fortran handle of the communicator to run on (None: MPI_COMM_WORLD)."""
+    """The C handle of the communicator to run on (None: MPI_COMM_WORLD)."""
     if comm is None:
         return None
     from mpi4py import MPI
 
     if isinstance(comm, MPI.Comm):
-        return int(comm.py2f())
+        return _signed(comm.handle)
     if isinstance(comm, (list, tuple)):
         ranks = [int(r) for r in comm]
         group = MPI.COMM_WORLD.Get_group().Incl(ranks)
@@ -65,7 +71,7 @@ def _comm_handle(comm: Any) -> Optional[int]:
                 f"init(comm={ranks}): this process (world rank "
                 f"{MPI.COMM_WORLD.rank}) is not in the list"
             )
-        return int(sub.py2f())
+        return _signed(sub.handle)
     raise TypeError(
         f"init(comm=...) takes an mpi4py communicator or a list of ranks, not {type(comm).__name__}"
     )

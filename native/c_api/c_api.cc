@@ -11,11 +11,12 @@
 #include "common/dtype.h"
 #include "common/traffic.h"
 #include "runtime/runtime.h"
+#include "transport/mpi/mpi_api.h"
 
 #define SO_EXPORT extern "C" __attribute__((visibility("default")))
 
 #ifndef SCALEOUT_BUILD_INFO
-#define SCALEOUT_BUILD_INFO "unknown MPI"
+#define SCALEOUT_BUILD_INFO "an unnamed compiler"
 #endif
 
 namespace {
@@ -126,12 +127,19 @@ SO_EXPORT int so_last_error_details(int32_t* culprits_out, int capacity, int32_t
   return SO_OK;
 }
 
-SO_EXPORT int so_init(int has_comm, int64_t comm_fortran_handle) {
+SO_EXPORT int so_use_mpi(const so_mpi_api* api) {
+  return Guard([&]() -> int {
+    Status s = scaleout::UseMpi(api);
+    return s.ok() ? SO_OK : Fail(s);
+  });
+}
+
+SO_EXPORT int so_init(int has_comm, int64_t comm_c_handle) {
   return Guard([&]() -> int {
     std::lock_guard<std::mutex> lock(g_mu);
     if (g_runtime) return SO_OK;
     std::shared_ptr<Runtime> rt;
-    Status s = Runtime::Create(has_comm != 0, comm_fortran_handle, g_last_epoch + 1, &rt);
+    Status s = Runtime::Create(has_comm != 0, comm_c_handle, g_last_epoch + 1, &rt);
     if (!s.ok()) return Fail(s);
     ++g_last_epoch;
     g_runtime = std::move(rt);

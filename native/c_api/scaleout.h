@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define SCALEOUT_ABI_VERSION 9
+#define SCALEOUT_ABI_VERSION 10
 
 /*
  * The tables: every code the ABI uses, with its name, written once here. The core takes its names
@@ -129,7 +129,7 @@ enum { SO_ALGORITHM_TABLE(SO_ENUM_ALGORITHM_) SO_ALGORITHM_COUNT };
 /* ---- identity and diagnostics ---- */
 int so_abi_version(void);
 const char* so_version(void);         /* "0.1.0" */
-const char* so_build_info(void);      /* compiler, MPI library it was built against */
+const char* so_build_info(void);      /* the compiler the core was built with */
 const char* so_status_name(int code); /* "MISMATCH", ...; "UNKNOWN" for other codes */
 const char* so_last_error(void);      /* message of this thread's last failing call */
 /* The details of this thread's last failing call (Note [Error details] in common/status.h):
@@ -140,12 +140,19 @@ const char* so_last_error(void);      /* message of this thread's last failing c
 int so_last_error_details(int32_t* culprits_out, int capacity, int32_t* count_out,
                           int32_t* process_set_out);
 
+/* ---- MPI (Note [One core, a shim per MPI ABI] in mpi/so_mpi.h) ---- */
+struct so_mpi_api;
+/* The core calls MPI through this shim's table (so_mpi_api_get() of the shim for the MPI library
+ * the process uses), for the rest of the process: before the first so_init. A second, different
+ * table is refused (SO_ERR_INVALID_ARGUMENT), the same one again is SO_OK. */
+int so_use_mpi(const struct so_mpi_api* api);
+
 /* ---- lifecycle ---- */
-/* Starts the runtime on the communicator whose Fortran handle is given (MPI_Comm_c2f / mpi4py's
- * Comm.py2f()) when has_comm != 0, else on MPI_COMM_WORLD. MPI must already be initialised with
- * MPI_THREAD_MULTIPLE, or not at all (the core then initialises it and finalises it at exit).
- * Calling so_init while initialised is a no-op returning SO_OK. */
-int so_init(int has_comm, int64_t comm_fortran_handle);
+/* Starts the runtime on the communicator whose C handle is given (the bits of the MPI_Comm, as
+ * mpi4py's Comm.handle gives them) when has_comm != 0, else on MPI_COMM_WORLD. MPI must already be
+ * initialised with MPI_THREAD_MULTIPLE, or not at all (the core then initialises it and finalises
+ * it at exit). Calling so_init while initialised is a no-op returning SO_OK. */
+int so_init(int has_comm, int64_t comm_c_handle);
 /* Stops the coordinator; pending handles fail with SO_ERR_SHUT_DOWN. Idempotent. */
 int so_shutdown(void);
 int so_is_initialized(void);

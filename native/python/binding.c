@@ -24,6 +24,7 @@
 #include "python/binding.h"
 
 #include "common/settings_table.h"
+#include "mpi/so_mpi.h"
 
 struct so_api api;
 int api_loaded = 0;
@@ -148,6 +149,24 @@ static PyObject* load(PyObject* self, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
+/* load_mpi(path) -> (abi, built_with): opens an MPI shim (after load) and gives its table to the
+ * core (Note [One core, a shim per MPI ABI]); OSError when it cannot be opened, the core's error
+ * when the core refuses it. */
+static PyObject* load_mpi(PyObject* self, PyObject* arg) {
+  if (!require_loaded()) return NULL;
+  const char* path = PyUnicode_AsUTF8(arg);
+  if (path == NULL) return NULL;
+  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL) return PyErr_Format(PyExc_OSError, "%s", dlerror());
+  const struct so_mpi_api* (*get)(void) =
+      (const struct so_mpi_api* (*)(void))dlsym(lib, "so_mpi_api_get");
+  if (get == NULL) return PyErr_Format(PyExc_OSError, "%s has no so_mpi_api_get", path);
+  const so_mpi_api* table = get();
+  int rc = api.so_use_mpi(table);
+  if (rc != 0) return raise_status(rc);
+  return Py_BuildValue("(ss)", table->abi, table->built_with);
+}
+
 /* register_errors(from_core): the factory that makes every exception this module raises. */
 static PyObject* register_errors(PyObject* self, PyObject* factory) {
   if (!PyCallable_Check(factory))
@@ -158,6 +177,8 @@ static PyObject* register_errors(PyObject* self, PyObject* factory) {
 
 static PyMethodDef methods[] = {
     {"load", load, METH_O, "load(path): opens the native core and resolves its C ABI"},
+    {"load_mpi", load_mpi, METH_O,
+     "load_mpi(path) -> (abi, built_with): opens an MPI shim and hands it to the core"},
     {"register_errors", register_errors, METH_O,
      "register_errors(from_core): from_core(status name, message, culprit ranks, process set id "
      "or None) makes every exception raised here"},

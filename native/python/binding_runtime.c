@@ -202,7 +202,7 @@ static PyObject* version(PyObject* self, PyObject* unused) { return text_of(api.
 static PyObject* build_info(PyObject* self, PyObject* unused) { return text_of(api.so_build_info); }
 
 static PyMethodDef methods[] = {
-    {"init", init, METH_O, "init(comm Fortran handle or None)"},
+    {"init", init, METH_O, "init(comm C handle or None)"},
     {"shutdown", shutdown, METH_NOARGS, "shutdown()"},
     {"is_initialized", is_initialized, METH_NOARGS, "is_initialized() -> bool"},
     {"topology", topology, METH_NOARGS,

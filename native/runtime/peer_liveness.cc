@@ -20,7 +20,7 @@
 #include "common/logging.h"
 #include "common/process.h"
 #include "runtime/liveness_link.h"
-#include "transport/mpi/mpi_context.h"
+#include "transport/mpi/mpi_api.h"
 
 namespace scaleout {
 
@@ -45,14 +45,15 @@ double Now() {
 
 }  // namespace
 
-Status PeerLiveness::Create(MPI_Comm comm, MPI_Comm local, const Options& options,
+Status PeerLiveness::Create(so_mpi_handle comm, so_mpi_handle local, const Options& options,
                             std::unique_ptr<PeerLiveness>* out) {
+  const so_mpi_api& mpi = Mpi();
   int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
+  mpi.comm_rank(comm, &rank);
+  mpi.comm_size(comm, &size);
   int64_t machine = rank;
-  int rc = MPI_Allreduce(MPI_IN_PLACE, &machine, 1, MPI_INT64_T, MPI_MIN, local);
-  if (rc != MPI_SUCCESS) return MpiError("MPI_Allreduce", rc);
+  int rc = mpi.allreduce(nullptr, &machine, 1, SO_MPI_INT64, SO_MPI_MIN, local);
+  if (rc != 0) return MpiError("MPI_Allreduce", rc);
   struct Record {
     int64_t pid, pid_namespace, machine;
     char host[kHostBytes];
@@ -60,8 +61,8 @@ Status PeerLiveness::Create(MPI_Comm comm, MPI_Comm local, const Options& option
   Record mine{static_cast<int64_t>(::getpid()), static_cast<int64_t>(PidNamespace()), machine, {0}};
   ::gethostname(mine.host, kHostBytes - 1);
   std::vector<Record> all(size);
-  rc = MPI_Allgather(&mine, sizeof(Record), MPI_BYTE, all.data(), sizeof(Record), MPI_BYTE, comm);
-  if (rc != MPI_SUCCESS) return MpiError("MPI_Allgather", rc);
+  rc = mpi.allgather(&mine, sizeof(Record), SO_MPI_BYTE, all.data(), comm);
+  if (rc != 0) return MpiError("MPI_Allgather", rc);
   std::unique_ptr<PeerLiveness> p(new PeerLiveness());
   p->self_ = rank;
   p->options_ = options;
@@ -94,8 +95,8 @@ Status PeerLiveness::Create(MPI_Comm comm, MPI_Comm local, const Options& option
     }
     p->thread_ = std::thread([raw = p.get()] { raw->Run(); });
   }
-  rc = MPI_Bcast(&invitation, sizeof(invitation), MPI_BYTE, 0, comm);
-  if (rc != MPI_SUCCESS) return MpiError("MPI_Bcast", rc);
+  rc = mpi.bcast(&invitation, sizeof(invitation), SO_MPI_BYTE, 0, comm);
+  if (rc != 0) return MpiError("MPI_Bcast", rc);
   int32_t ok = invitation.ok;
   std::string failure;
   int fd = -1;
@@ -124,8 +125,8 @@ Status PeerLiveness::Create(MPI_Comm comm, MPI_Comm local, const Options& option
     }
   }
   std::vector<int32_t> oks(size);
-  rc = MPI_Allgather(&ok, 1, MPI_INT32_T, oks.data(), 1, MPI_INT32_T, comm);
-  if (rc != MPI_SUCCESS) return MpiError("MPI_Allgather", rc);
+  rc = mpi.allgather(&ok, 1, SO_MPI_INT32, oks.data(), comm);
+  if (rc != 0) return MpiError("MPI_Allgather", rc);
   std::string missing;
   for (int r = 1; r < size; ++r) {
     if (!oks[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);

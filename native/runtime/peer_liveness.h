@@ -31,8 +31,6 @@
 #ifndef SCALEOUT_RUNTIME_PEER_LIVENESS_H_
 #define SCALEOUT_RUNTIME_PEER_LIVENESS_H_
 
-#include <mpi.h>
-
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -42,6 +40,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "mpi/so_mpi.h"
 
 namespace scaleout {
 
@@ -71,7 +70,7 @@ class PeerLiveness {
 
   // Collective over `comm`; `local` groups the ranks of this machine (MPI_COMM_TYPE_SHARED).
   // Fails only when MPI does; a TCP star that cannot be set up is logged and done without.
-  static Status Create(MPI_Comm comm, MPI_Comm local, const Options& options,
+  static Status Create(so_mpi_handle comm, so_mpi_handle local, const Options& options,
                        std::unique_ptr<PeerLiveness>* out);
   ~PeerLiveness();
   PeerLiveness(const PeerLiveness&) = delete;

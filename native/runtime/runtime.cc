@@ -10,7 +10,7 @@
 
 namespace scaleout {
 
-Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, int64_t epoch,
+Status Runtime::Create(bool has_comm, int64_t comm_c_handle, int64_t epoch,
                        std::shared_ptr<Runtime>* out) {
   std::shared_ptr<Runtime> rt(new Runtime());
   rt->handles_.SetEpoch(epoch);
@@ -19,7 +19,10 @@ Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, int64_t epoch
   if (!s.ok()) return s;
   // Settings that change how ranks take part in collectives must be the same on every rank.
   auto global = std::make_shared<ProcessSet>();
-  s = MpiContext::Create(has_comm, comm_fortran_handle, rt->config_.ep_servers,
+  so_mpi_handle user = 0;
+  s = MpiContext::StartMpi(has_comm, comm_c_handle, &user);
+  if (!s.ok()) return s;
+  s = MpiContext::Create(user, rt->config_.ep_servers,
                          {{"SCALEOUT_SHM", rt->config_.shm ? 1 : 0},
                           {"SCALEOUT_SHM_AREA", static_cast<int64_t>(rt->config_.shm_area_bytes)},
                           {"SCALEOUT_HIERARCHICAL_ALLREDUCE", rt->config_.hierarchical_allreduce},
@@ -57,7 +60,7 @@ Status Runtime::Create(bool has_comm, int64_t comm_fortran_handle, int64_t epoch
 Status OwnedDataPlane::Create(const MpiContext& mpi, const Config& config, PeerLiveness* liveness,
                               const std::string& who, std::unique_ptr<OwnedDataPlane>* out) {
   auto plane = std::make_unique<OwnedDataPlane>();
-  auto transport = [&](MPI_Comm comm) {
+  auto transport = [&](so_mpi_handle comm) {
     return std::make_unique<MpiDataTransport>(
         comm, [liveness] { return liveness->Interruption(); }, config.mpi_wait_sleeps);
   };
@@ -333,12 +336,12 @@ Status Runtime::Enqueue(const EnqueueArgs& args, int64_t* handle) {
 namespace {
 
 // Every rank gave the same value: checked with one reduction of (-v, v) pairs.
-Status SameEverywhere(MPI_Comm comm, std::vector<int64_t> values, bool* same) {
+Status SameEverywhere(so_mpi_handle comm, std::vector<int64_t> values, bool* same) {
   std::vector<int64_t> range;
   for (int64_t v : values) range.insert(range.end(), {-v, v});
-  int rc = MPI_Allreduce(MPI_IN_PLACE, range.data(), static_cast<int>(range.size()), MPI_INT64_T,
-                         MPI_MAX, comm);
-  if (rc != MPI_SUCCESS) return MpiError("MPI_Allreduce", rc);
+  int rc = Mpi().allreduce(nullptr, range.data(), static_cast<int>(range.size()), SO_MPI_INT64,
+                           SO_MPI_MAX, comm);
+  if (rc != 0) return MpiError("MPI_Allreduce", rc);
   *same = true;
   for (size_t i = 0; i < values.size(); ++i) *same = *same && -range[2 * i] == range[2 * i + 1];
   return Status::OK();
@@ -390,19 +393,19 @@ Status Runtime::AddProcessSet(const std::vector<int>& ranks, int32_t* id) {
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (ranks[i] == topo.rank) set->rank = static_cast<int>(i);
   }
-  MPI_Comm comm = MPI_COMM_NULL;
-  int rc = MPI_Comm_split(mpi().admin_comm(), set->rank >= 0 ? 0 : MPI_UNDEFINED, topo.rank, &comm);
-  if (rc != MPI_SUCCESS) return MpiError("MPI_Comm_split", rc);
+  so_mpi_handle comm = 0;
+  int rc = Mpi().comm_split(mpi().admin_comm(), set->rank >= 0 ? 0 : -1, topo.rank, &comm);
+  if (rc != 0) return MpiError("MPI_Comm_split", rc);
   Status made;
   if (set->rank >= 0) {
-    made = MpiContext::Create(true, MPI_Comm_c2f(comm), config_.ep_servers, {}, &set->mpi);
-    MPI_Comm_free(&comm);
+    made = MpiContext::Create(comm, config_.ep_servers, {}, &set->mpi);
+    Mpi().comm_free(&comm);
     if (made.ok()) made = StartProcessSet(set.get());
   }
   // Every rank learns whether it worked everywhere (members only could fail).
   int32_t ok = made.ok() ? 1 : 0;
-  rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT32_T, MPI_MIN, mpi().admin_comm());
-  if (rc != MPI_SUCCESS) return MpiError("MPI_Allreduce", rc);
+  rc = Mpi().allreduce(nullptr, &ok, 1, SO_MPI_INT32, SO_MPI_MIN, mpi().admin_comm());
+  if (rc != 0) return MpiError("MPI_Allreduce", rc);
   if (!ok) {
     StopProcessSet(set.get());
     return made.ok() ? Status::Transport(what + ": another rank could not make the process set")
@@ -472,8 +475,8 @@ Status Runtime::RemoveProcessSet(int32_t id) {
   const int size = topology().size;
   int32_t mine[2] = {set ? 1 : 0, set ? handles_.Unfinished(id) : 0};
   std::vector<int32_t> all(2 * static_cast<size_t>(size));
-  int rc = MPI_Allgather(mine, 2, MPI_INT32_T, all.data(), 2, MPI_INT32_T, mpi().admin_comm());
-  if (rc != MPI_SUCCESS) return MpiError("MPI_Allgather", rc);
+  int rc = Mpi().allgather(mine, 2, SO_MPI_INT32, all.data(), mpi().admin_comm());
+  if (rc != 0) return MpiError("MPI_Allgather", rc);
   bool same = false;
   Status s = SameEverywhere(mpi().admin_comm(), {id}, &same);
   if (!s.ok()) return s;

@@ -79,7 +79,7 @@ struct ProcessSet {
 class Runtime {
  public:
   // `epoch` (>= 1) goes into every handle id this runtime issues (SO_HANDLE_EPOCH_SHIFT).
-  static Status Create(bool has_comm, int64_t comm_fortran_handle, int64_t epoch,
+  static Status Create(bool has_comm, int64_t comm_c_handle, int64_t epoch,
                        std::shared_ptr<Runtime>* out);
   ~Runtime();
 

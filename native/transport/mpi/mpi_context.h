@@ -3,8 +3,6 @@
 #ifndef SCALEOUT_TRANSPORT_MPI_MPI_CONTEXT_H_
 #define SCALEOUT_TRANSPORT_MPI_MPI_CONTEXT_H_
 
-#include <mpi.h>
-
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -12,6 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "transport/mpi/mpi_api.h"
 
 namespace scaleout {
 
@@ -27,26 +26,28 @@ struct Topology {
 
 class MpiContext {
  public:
-  // Runs on the communicator with that Fortran handle, or MPI_COMM_WORLD when !has_comm.
-  // Initialises MPI when nobody has.
+  // Initialises MPI when nobody has (checking the thread level either way) and gives the
+  // communicator with that C handle (mpi4py's Comm.handle), or MPI_COMM_WORLD when !has_comm.
+  static Status StartMpi(bool has_comm, int64_t comm_c_handle, so_mpi_handle* user);
+  // Runs on `user` (a communicator of the shim in use, not freed here).
   // `data_channels` communicators are made for the data plane (one per endpoint server). Every
   // rank must ask for the same number, and give the same value for each of `agreed` (settings
   // named by their variable): checked here, an error naming the variable on every rank otherwise.
-  static Status Create(bool has_comm, int64_t comm_fortran_handle, int data_channels,
+  static Status Create(so_mpi_handle user, int data_channels,
                        const std::vector<std::pair<std::string, int64_t>>& agreed,
                        std::unique_ptr<MpiContext>* out);
   ~MpiContext();
 
-  MPI_Comm control_comm() const { return control_; }
-  MPI_Comm local_comm() const { return local_; }  // the ranks of this machine
+  so_mpi_handle control_comm() const { return control_; }
+  so_mpi_handle local_comm() const { return local_; }  // the ranks of this machine
   // For collectives on user threads (making process sets), never the coordinator's.
-  MPI_Comm admin_comm() const { return admin_; }
-  MPI_Comm data_comm(int i = 0) const { return data_[i]; }
+  so_mpi_handle admin_comm() const { return admin_; }
+  so_mpi_handle data_comm(int i = 0) const { return data_[i]; }
   // Data communicators of this machine's ranks, and of the ranks with this local rank on every
   // machine (one per data channel: Note [Hierarchical allreduce], Note [Endpoint servers]).
   // Made only when the communicator spans machines.
-  MPI_Comm local_data_comm() const { return local_data_; }
-  MPI_Comm cross_data_comm(int i = 0) const { return cross_data_[i]; }
+  so_mpi_handle local_data_comm() const { return local_data_; }
+  so_mpi_handle cross_data_comm(int i = 0) const { return cross_data_[i]; }
   int data_channels() const { return static_cast<int>(data_.size()); }
   const Topology& topology() const { return topo_; }
   // A peer has died (Note [Liveness]): MPI_Finalize would wait for it forever, and freeing the
@@ -55,19 +56,16 @@ class MpiContext {
 
  private:
   MpiContext() = default;
-  MPI_Comm control_ = MPI_COMM_NULL;
-  std::vector<MPI_Comm> data_;
-  MPI_Comm local_ = MPI_COMM_NULL;
-  MPI_Comm admin_ = MPI_COMM_NULL;
-  MPI_Comm cross_ = MPI_COMM_NULL;
-  MPI_Comm local_data_ = MPI_COMM_NULL;
-  std::vector<MPI_Comm> cross_data_;
+  so_mpi_handle control_ = 0;
+  std::vector<so_mpi_handle> data_;
+  so_mpi_handle local_ = 0;
+  so_mpi_handle admin_ = 0;
+  so_mpi_handle cross_ = 0;
+  so_mpi_handle local_data_ = 0;
+  std::vector<so_mpi_handle> cross_data_;
   Topology topo_;
   bool abandoned_ = false;
 };
-
-// "MPI_Allreduce failed: <MPI's error string>"
-Status MpiError(const char* what, int code);
 
 }  // namespace scaleout
 

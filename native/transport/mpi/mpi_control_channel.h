@@ -2,18 +2,17 @@
 #ifndef SCALEOUT_TRANSPORT_MPI_MPI_CONTROL_CHANNEL_H_
 #define SCALEOUT_TRANSPORT_MPI_MPI_CONTROL_CHANNEL_H_
 
-#include <mpi.h>
-
 #include <deque>
 #include <vector>
 
+#include "mpi/so_mpi.h"
 #include "transport/control_channel.h"
 
 namespace scaleout {
 
 class MpiControlChannel : public ControlChannel {
  public:
-  explicit MpiControlChannel(MPI_Comm comm);
+  explicit MpiControlChannel(so_mpi_handle comm);
   ~MpiControlChannel() override;
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -25,12 +24,12 @@ class MpiControlChannel : public ControlChannel {
 
  private:
   struct Pending {
-    MPI_Request request;
+    so_mpi_handle request;
     std::vector<uint8_t> bytes;
   };
   Status ReapSends();
 
-  MPI_Comm comm_;
+  so_mpi_handle comm_;
   int rank_ = 0;
   int size_ = 1;
   bool abandoned_ = false;

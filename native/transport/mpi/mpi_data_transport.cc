@@ -10,86 +10,51 @@
 
 #include "collectives/reduce_kernels.h"
 #include "common/traffic.h"
-#include "transport/mpi/mpi_context.h"
+#include "transport/mpi/mpi_api.h"
 
 namespace scaleout {
 namespace {
 
-MPI_Datatype MpiType(DataType t) {
+// The MPI type a dtype travels as; float16 and bfloat16 have none: they travel as 16-bit words
+// combined by the shim's ops that call back into the core (Note [Halves on the wire]).
+int MpiType(DataType t) {
   switch (t) {
     case DataType::kUInt8:
-      return MPI_UINT8_T;
+      return SO_MPI_UINT8;
     case DataType::kInt8:
-      return MPI_INT8_T;
+      return SO_MPI_INT8;
     case DataType::kInt16:
-      return MPI_INT16_T;
+      return SO_MPI_INT16;
     case DataType::kUInt16:
-      return MPI_UINT16_T;
-    case DataType::kInt32:
-      return MPI_INT32_T;
-    case DataType::kInt64:
-      return MPI_INT64_T;
-    case DataType::kFloat32:
-      return MPI_FLOAT;
-    case DataType::kFloat64:
-      return MPI_DOUBLE;
-    case DataType::kBool:
-      return MPI_C_BOOL;
     case DataType::kFloat16:
     case DataType::kBFloat16:
-      return MPI_UINT16_T;  // reduced by the ops of HalfOp
+      return SO_MPI_UINT16;
+    case DataType::kInt32:
+      return SO_MPI_INT32;
+    case DataType::kInt64:
+      return SO_MPI_INT64;
+    case DataType::kFloat32:
+      return SO_MPI_FLOAT;
+    case DataType::kFloat64:
+      return SO_MPI_DOUBLE;
+    case DataType::kBool:
+      return SO_MPI_C_BOOL;
     default:
-      return MPI_DATATYPE_NULL;
+      return -1;
   }
 }
 
-// float16 and bfloat16 have no MPI type: they travel as 16-bit words and are combined by user
-// ops that add (or min, max, multiply) two of them in float32 and round once (ReduceInto),
-// so each pairwise combine MPI's algorithm makes rounds once (Note [Halves on the wire]).
-template <DataType kType, ReduceOp kOp>
-void CombineHalves(void* in, void* inout, int* len, MPI_Datatype*) {
-  ReduceInto(inout, in, static_cast<size_t>(*len), kType, kOp);
-}
-
-template <DataType kType>
-MPI_Op HalfOp(ReduceOp op) {
-  // Made once, on first use (MPI is initialized by then) and kept until MPI_Finalize.
-  static const std::array<MPI_Op, 4> ops = [] {
-    std::array<MPI_Op, 4> made;
-    MPI_Op_create(&CombineHalves<kType, ReduceOp::kSum>, 1, &made[0]);
-    MPI_Op_create(&CombineHalves<kType, ReduceOp::kMin>, 1, &made[1]);
-    MPI_Op_create(&CombineHalves<kType, ReduceOp::kMax>, 1, &made[2]);
-    MPI_Op_create(&CombineHalves<kType, ReduceOp::kProduct>, 1, &made[3]);
-    return made;
-  }();
-  switch (op) {
-    case ReduceOp::kMin:
-      return ops[1];
-    case ReduceOp::kMax:
-      return ops[2];
-    case ReduceOp::kProduct:
-      return ops[3];
-    default:
-      return ops[0];
-  }
-}
-
-MPI_Op MpiOp(DataType t, ReduceOp op) {
-  if (t == DataType::kFloat16) return HalfOp<DataType::kFloat16>(op);
-  if (t == DataType::kBFloat16) return HalfOp<DataType::kBFloat16>(op);
+int MpiOp(DataType t, ReduceOp op) {
+  const int plain = op == ReduceOp::kMin       ? SO_MPI_MIN
+                    : op == ReduceOp::kMax     ? SO_MPI_MAX
+                    : op == ReduceOp::kProduct ? SO_MPI_PROD
+                                               : SO_MPI_SUM;
+  if (t == DataType::kFloat16) return SO_MPI_HALF_OP(SO_MPI_FLOAT16, plain);
+  if (t == DataType::kBFloat16) return SO_MPI_HALF_OP(SO_MPI_BFLOAT16, plain);
   if (t == DataType::kBool) {
-    return (op == ReduceOp::kProduct || op == ReduceOp::kMin) ? MPI_LAND : MPI_LOR;
+    return (op == ReduceOp::kProduct || op == ReduceOp::kMin) ? SO_MPI_LAND : SO_MPI_LOR;
   }
-  switch (op) {
-    case ReduceOp::kMin:
-      return MPI_MIN;
-    case ReduceOp::kMax:
-      return MPI_MAX;
-    case ReduceOp::kProduct:
-      return MPI_PROD;
-    default:
-      return MPI_SUM;
-  }
+  return plain;
 }
 
 // MPI counts are int: large buffers travel in chunks of at most kMaxCount elements.
@@ -120,18 +85,19 @@ constexpr unsigned kPollsPerCheck = 256;
 
 }  // namespace
 
-MpiDataTransport::MpiDataTransport(MPI_Comm comm, Interrupted interrupted, bool sleepy)
+MpiDataTransport::MpiDataTransport(so_mpi_handle comm, Interrupted interrupted, bool sleepy)
     : comm_(comm), interrupted_(std::move(interrupted)), sleepy_(sleepy) {
-  MPI_Comm_rank(comm_, &rank_);
-  MPI_Comm_size(comm_, &size_);
+  Mpi().comm_rank(comm_, &rank_);
+  Mpi().comm_size(comm_, &size_);
 }
 
-Status MpiDataTransport::Wait(MPI_Request* request, const char* what) {
+Status MpiDataTransport::Wait(so_mpi_handle* request, const char* what) {
   const traffic::Timed waiting(traffic::kWAIT_NS);
+  const auto test = Mpi().test;
   for (unsigned polls = 1;; ++polls) {
     int done = 0;
-    int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) return broken_ = MpiError(what, rc);
+    int rc = test(request, &done);
+    if (rc != 0) return broken_ = MpiError(what, rc);
     if (done) return Status::OK();
     if (polls % kPollsPerCheck != 0) continue;
     if (interrupted_) {
@@ -153,8 +119,8 @@ Status MpiDataTransport::Wait(MPI_Request* request, const char* what) {
 Status MpiDataTransport::Allreduce(const void* in, void* out, size_t count, DataType dtype,
                                    ReduceOp op) {
   if (!broken_.ok()) return broken_;
-  MPI_Datatype type = MpiType(dtype);
-  SO_CHECK(type != MPI_DATATYPE_NULL, "a dtype without an MPI type reached the MPI transport");
+  const int type = MpiType(dtype);
+  SO_CHECK(type >= 0, "a dtype without an MPI type reached the MPI transport");
   const size_t esize = DataTypeSize(dtype);
   for (size_t done = 0; done < count;) {
     const size_t n = std::min(count - done, kMaxCount);
@@ -170,10 +136,10 @@ Status MpiDataTransport::Allreduce(const void* in, void* out, size_t count, Data
       continue;
     }
     traffic::Add(traffic::kMPI_BYTES, static_cast<int64_t>(n * esize));
-    MPI_Request request;
-    int rc = MPI_Iallreduce(in == out ? MPI_IN_PLACE : src, dst, static_cast<int>(n), type,
-                            MpiOp(dtype, op), comm_, &request);
-    if (rc != MPI_SUCCESS) return MpiError("MPI_Iallreduce", rc);
+    so_mpi_handle request = 0;
+    int rc = Mpi().iallreduce(in == out ? nullptr : src, dst, static_cast<int>(n), type,
+                              MpiOp(dtype, op), comm_, &request);
+    if (rc != 0) return MpiError("MPI_Iallreduce", rc);
     Status s = Wait(&request, "MPI_Iallreduce");
     if (!s.ok()) return s;
     done += n;
@@ -200,11 +166,11 @@ Status MpiDataTransport::Allgatherv(const void* in, size_t in_bytes, void* out,
   Status s = FitsInt(recv_bytes, "allgather", &counts);
   if (!s.ok()) return s;
   std::vector<int> displs = Displacements(counts);
-  MPI_Request request;
+  so_mpi_handle request = 0;
   traffic::Add(traffic::kMPI_BYTES, static_cast<int64_t>(in_bytes));
-  int rc = MPI_Iallgatherv(in, static_cast<int>(in_bytes), MPI_BYTE, out, counts.data(),
-                           displs.data(), MPI_BYTE, comm_, &request);
-  if (rc != MPI_SUCCESS) return MpiError("MPI_Iallgatherv", rc);
+  int rc = Mpi().iallgatherv(in, static_cast<int>(in_bytes), out, counts.data(), displs.data(),
+                             comm_, &request);
+  if (rc != 0) return MpiError("MPI_Iallgatherv", rc);
   return Wait(&request, "MPI_Iallgatherv");
 }
 
@@ -212,11 +178,11 @@ Status MpiDataTransport::Broadcast(void* buf, size_t bytes, int root) {
   if (!broken_.ok()) return broken_;
   for (size_t done = 0; done < bytes;) {
     const size_t n = std::min(bytes - done, kMaxCount);
-    MPI_Request request;
+    so_mpi_handle request = 0;
     if (rank_ == root) traffic::Add(traffic::kMPI_BYTES, static_cast<int64_t>(n));
-    int rc = MPI_Ibcast(static_cast<char*>(buf) + done, static_cast<int>(n), MPI_BYTE, root, comm_,
-                        &request);
-    if (rc != MPI_SUCCESS) return MpiError("MPI_Ibcast", rc);
+    int rc =
+        Mpi().ibcast(static_cast<char*>(buf) + done, static_cast<int>(n), root, comm_, &request);
+    if (rc != 0) return MpiError("MPI_Ibcast", rc);
     Status s = Wait(&request, "MPI_Ibcast");
     if (!s.ok()) return s;
     done += n;
@@ -235,13 +201,13 @@ Status MpiDataTransport::Alltoallv(const void* in, const std::vector<size_t>& se
   if (s.ok()) s = FitsInt(send_at, "alltoall", &sdispls, "an offset");
   if (s.ok()) s = FitsInt(recv_at, "alltoall", &rdispls, "an offset");
   if (!s.ok()) return s;
-  MPI_Request request;
+  so_mpi_handle request = 0;
   int64_t sent = 0;
   for (int k = 0; k < size_; ++k) sent += k == rank_ ? 0 : scounts[k];
   traffic::Add(traffic::kMPI_BYTES, sent);
-  int rc = MPI_Ialltoallv(in, scounts.data(), sdispls.data(), MPI_BYTE, out, rcounts.data(),
-                          rdispls.data(), MPI_BYTE, comm_, &request);
-  if (rc != MPI_SUCCESS) return MpiError("MPI_Ialltoallv", rc);
+  int rc = Mpi().ialltoallv(in, scounts.data(), sdispls.data(), out, rcounts.data(), rdispls.data(),
+                            comm_, &request);
+  if (rc != 0) return MpiError("MPI_Ialltoallv", rc);
   return Wait(&request, "MPI_Ialltoallv");
 }
 
@@ -250,13 +216,12 @@ Status MpiDataTransport::Sendrecv(const void* send, size_t bytes, int peer, void
   traffic::Add(traffic::kMPI_BYTES, static_cast<int64_t>(bytes));
   for (size_t done = 0; done < bytes;) {
     const int n = static_cast<int>(std::min(bytes - done, static_cast<size_t>(INT_MAX)));
-    MPI_Request requests[2];
-    int rc = MPI_Irecv(static_cast<char*>(recv) + done, n, MPI_BYTE, peer, 0, comm_, &requests[0]);
-    if (rc != MPI_SUCCESS) return MpiError("MPI_Irecv", rc);
-    rc =
-        MPI_Isend(static_cast<const char*>(send) + done, n, MPI_BYTE, peer, 0, comm_, &requests[1]);
-    if (rc != MPI_SUCCESS) return MpiError("MPI_Isend", rc);
-    for (MPI_Request& request : requests) {
+    so_mpi_handle requests[2] = {0, 0};
+    int rc = Mpi().irecv(static_cast<char*>(recv) + done, n, peer, 0, comm_, &requests[0]);
+    if (rc != 0) return MpiError("MPI_Irecv", rc);
+    rc = Mpi().isend(static_cast<const char*>(send) + done, n, peer, 0, comm_, &requests[1]);
+    if (rc != 0) return MpiError("MPI_Isend", rc);
+    for (so_mpi_handle& request : requests) {
       Status s = Wait(&request, "MPI_Isend/MPI_Irecv");
       if (!s.ok()) return s;
     }
@@ -268,17 +233,17 @@ Status MpiDataTransport::Sendrecv(const void* send, size_t bytes, int peer, void
 Status MpiDataTransport::ReduceScatter(const void* in, void* out, const std::vector<size_t>& counts,
                                        DataType dtype, ReduceOp op) {
   if (!broken_.ok()) return broken_;
-  MPI_Datatype type = MpiType(dtype);
-  SO_CHECK(type != MPI_DATATYPE_NULL, "a dtype without an MPI type reached the MPI transport");
+  const int type = MpiType(dtype);
+  SO_CHECK(type >= 0, "a dtype without an MPI type reached the MPI transport");
   std::vector<int> icounts;
   Status s = FitsInt(counts, "reducescatter", &icounts);
   if (!s.ok()) return s;
-  MPI_Request request;
+  so_mpi_handle request = 0;
   int64_t elements = 0;
   for (size_t c : counts) elements += static_cast<int64_t>(c);
   traffic::Add(traffic::kMPI_BYTES, elements * static_cast<int64_t>(DataTypeSize(dtype)));
-  int rc = MPI_Ireduce_scatter(in, out, icounts.data(), type, MpiOp(dtype, op), comm_, &request);
-  if (rc != MPI_SUCCESS) return MpiError("MPI_Ireduce_scatter", rc);
+  int rc = Mpi().ireduce_scatter(in, out, icounts.data(), type, MpiOp(dtype, op), comm_, &request);
+  if (rc != 0) return MpiError("MPI_Ireduce_scatter", rc);
   return Wait(&request, "MPI_Ireduce_scatter");
 }
 

@@ -2,10 +2,9 @@
 #ifndef SCALEOUT_TRANSPORT_MPI_MPI_DATA_TRANSPORT_H_
 #define SCALEOUT_TRANSPORT_MPI_MPI_DATA_TRANSPORT_H_
 
-#include <mpi.h>
-
 #include <functional>
 
+#include "mpi/so_mpi.h"
 #include "transport/data_transport.h"
 
 namespace scaleout {
@@ -21,7 +20,7 @@ namespace scaleout {
 class MpiDataTransport : public DataTransport {
  public:
   using Interrupted = std::function<Status()>;
-  MpiDataTransport(MPI_Comm comm, Interrupted interrupted, bool sleepy);
+  MpiDataTransport(so_mpi_handle comm, Interrupted interrupted, bool sleepy);
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Status Allreduce(const void* in, void* out, size_t count, DataType dtype, ReduceOp op) override;
@@ -37,12 +36,12 @@ class MpiDataTransport : public DataTransport {
   Status Sendrecv(const void* send, size_t bytes, int peer, void* recv) override;
 
  private:
-  Status Wait(MPI_Request* request, const char* what);
+  Status Wait(so_mpi_handle* request, const char* what);
   // Allreduce as ReduceScatter then Allgatherv (halves: Note [Halves on the wire]).
   Status ReduceScatterAllgather(const void* in, void* out, size_t count, DataType dtype,
                                 ReduceOp op);
 
-  MPI_Comm comm_;
+  so_mpi_handle comm_;
   Interrupted interrupted_;
   bool sleepy_;
   Status broken_;
