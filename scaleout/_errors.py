@@ -88,6 +88,11 @@ class MPINotFoundError(ScaleoutError, ImportError):
     """No usable MPI library or mpi4py was found."""
 
 
+class MPIMismatchError(ScaleoutError):
+    """The MPI library, mpi4py and the launcher that started this process do not belong to one
+    MPI (Note [No silent singletons]): raised by init() instead of running a job of one."""
+
+
 BY_STATUS_NAME = {
     "INVALID_ARGUMENT": InvalidArgumentError,
     "NOT_INITIALIZED": NotInitializedError,

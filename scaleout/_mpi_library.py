@@ -105,6 +105,8 @@ def describe(path: str) -> MpiLibrary:
         text, ctypes.byref(length)
     ):
         version = " ".join(text.value.decode(errors="replace").strip().splitlines()[0].split())
+        # Open MPI's line goes on with its packager and repository revision.
+        version = version.split(", package:")[0].replace("MPICH Version:", "MPICH")
     major, minor = ctypes.c_int(0), ctypes.c_int(0)
     standard = "0.0"
     if hasattr(lib, "MPI_Get_version") and not lib.MPI_Get_version(
@@ -205,12 +207,16 @@ def singleton_error(
     mine = str(library) if library is not None else "an MPI library"
     if name == "SLURM_STEP_NUM_TASKS":
         pmi = "pmix" if library is not None and library.abi == "openmpi" else "pmi2"
+        why = "srun started the tasks without a process-management interface this MPI reads"
         fix = (
-            f"srun started the tasks without a process-management interface this MPI reads: "
             f"run srun with --mpi={pmi} (`srun --mpi=list` shows the plugins), or start the "
             "ranks with scaleoutrun inside the allocation"
         )
     else:
+        why = (
+            "the launcher belongs to another MPI than the library, or spoke a protocol the "
+            "library does not read"
+        )
         fix = (
             "start the ranks with the launcher of the MPI they load (its mpiexec, mpirun or "
             "prterun, from the same installation; scaleoutrun picks it), or make mpi4py and "
@@ -218,9 +224,7 @@ def singleton_error(
         )
     return (
         f"this process's MPI, {mine}, started it as a job of 1 process, but {who} started "
-        f"{count} ({name}={count}): each process would train alone. The launcher and the MPI "
-        f"library belong to different MPIs, or the launcher spoke a protocol this MPI does not "
-        f"read. Fix: {fix}."
+        f"{count} ({name}={count}): each process would train alone. Cause: {why}. Fix: {fix}."
     )
 
 

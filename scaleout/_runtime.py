@@ -12,8 +12,8 @@ import sys
 import threading
 from typing import Any, Optional
 
-from scaleout import _binding, _native
-from scaleout._errors import InvalidArgumentError, NotInitializedError
+from scaleout import _binding, _mpi_library, _native
+from scaleout._errors import InvalidArgumentError, MPIMismatchError, NotInitializedError
 
 __all__ = [
     "start",
@@ -86,11 +86,25 @@ def start(comm: Any = None) -> bool:
         if _binding.is_initialized():
             return False
         _binding.init(_comm_handle(comm))
+        _refuse_a_singleton()
         _topology = _binding.topology()
         if not _atexit_registered:
             atexit.register(shutdown)
             _atexit_registered = True
     return True
+
+
+def _refuse_a_singleton() -> None:
+    """Note [No silent singletons]: right after the core started (its collectives in a world of
+    1 wait for nobody), before the user's first."""
+    from mpi4py import MPI
+
+    error = _mpi_library.singleton_error(
+        MPI.COMM_WORLD.Get_size(), _native.mpi_library(), os.environ
+    )
+    if error:
+        _binding.shutdown()
+        raise MPIMismatchError(error)
 
 
 def shutdown() -> None:

@@ -1,0 +1,122 @@
+"""One core for every MPI (Note [One core, a shim per MPI ABI]) and no silent singletons
+(Note [No silent singletons]): what a rank learns about its MPI library, and what init() does
+when its launcher started more processes than its MPI sees."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import mpiexec, rank_program, run_job, run_python
+
+from scaleout import _mpi_library, _native
+
+pytestmark = pytest.mark.timeout(180)
+
+MPICH = _mpi_library.MpiLibrary(
+    path="/opt/mpich/lib/libmpi.so.12.5.2", abi="mpich", family="MPICH", version="MPICH 5.0.2"
+)
+OPENMPI = _mpi_library.MpiLibrary(
+    path="/opt/ompi/lib/libmpi.so.40.40.7", abi="openmpi", family="Open MPI", version="Open MPI"
+)
+
+
+def test_the_library_in_use_is_the_one_mpi4py_loaded():
+    probed = _mpi_library.probe()
+    assert probed.abi in _mpi_library.ABIS
+    assert os.path.exists(probed.path)
+    assert probed.abi in _native.mpi_shims(), "this installation has no shim for its own MPI"
+    # mpi4py, in a process of its own, names the same library.
+    res = subprocess.run(
+        [sys.executable, "-c", "from mpi4py import MPI; print(MPI.Get_library_version())"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    assert " ".join(res.stdout.split()).startswith(probed.version.split()[0])
+
+
+@pytest.mark.parametrize(
+    "environ, launcher",
+    [
+        ({"PMI_SIZE": "2", "PMI_RANK": "1"}, "PMI_SIZE=2"),
+        ({"OMPI_COMM_WORLD_SIZE": "3"}, "OMPI_COMM_WORLD_SIZE=3"),
+        ({"MV2_COMM_WORLD_SIZE": "4"}, "MV2_COMM_WORLD_SIZE=4"),
+        ({"SLURM_STEP_NUM_TASKS": "4"}, "SLURM_STEP_NUM_TASKS=4"),
+        # An MPI launcher's own count decides over srun's (which mpiexec's proxies inherit).
+        ({"SLURM_STEP_NUM_TASKS": "1", "PMI_SIZE": "2"}, "PMI_SIZE=2"),
+    ],
+)
+def test_a_world_of_one_under_a_launcher_of_many_is_refused(environ, launcher):
+    error = _mpi_library.singleton_error(1, OPENMPI, environ)
+    assert error is not None and launcher in error
+    assert "libmpi.so.40.40.7 at /opt/ompi/lib" in error  # the library, by file and place
+    assert "Fix:" in error
+
+
+def test_srun_without_pmi_names_the_mpi_value_to_use():
+    assert "--mpi=pmi2" in _mpi_library.singleton_error(1, MPICH, {"SLURM_STEP_NUM_TASKS": "4"})
+    assert "--mpi=pmix" in _mpi_library.singleton_error(1, OPENMPI, {"SLURM_STEP_NUM_TASKS": "4"})
+
+
+@pytest.mark.parametrize(
+    "world, environ",
+    [
+        (1, {}),  # a singleton started by hand
+        (1, {"PMI_SIZE": "1"}),
+        (2, {"PMI_SIZE": "2"}),
+        # mpiexec's proxies under Slurm run in a step of one task per node.
+        (1, {"PMI_SIZE": "1", "SLURM_STEP_NUM_TASKS": "2"}),
+        (4, {"SLURM_STEP_NUM_TASKS": "2"}),
+    ],
+)
+def test_what_is_not_a_silent_singleton_runs(world, environ):
+    assert _mpi_library.singleton_error(world, MPICH, environ) is None
+
+
+def test_unsupported_libraries_are_named():
+    old = _mpi_library.MpiLibrary(
+        path="/opt/ompi2/lib/libmpi.so.20.10.0", abi="openmpi", family="Open MPI", version="x"
+    )
+    assert not old.abi_supported
+    assert "soname version 20" in old.abi_description
+    ancient = _mpi_library.MpiLibrary(
+        path="/x/libmpi.so.12", abi="mpich", family="MPICH", version="y", standard="2.2"
+    )
+    assert not ancient.abi_supported
+    assert MPICH.abi_supported and OPENMPI.abi_supported
+
+
+SINGLETON = """
+import scaleout
+try:
+    scaleout.init()
+except scaleout.MPIMismatchError as e:
+    print("REFUSED", e, flush=True)
+else:
+    print(f"RAN {scaleout.size()}\n", end="", flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    "variable, fix",
+    [("SLURM_STEP_NUM_TASKS", "--mpi=pmi2"), ("OMPI_COMM_WORLD_SIZE", "launcher of the MPI")],
+)
+def test_init_refuses_to_run_alone_what_a_launcher_started_as_one_of_many(variable, fix):
+    # A real process of this MPI, started as srun --mpi=none or Open MPI's mpirun would start it.
+    res = run_python(SINGLETON, env={variable: "4"}, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("REFUSED"), res.stdout
+    assert f"{variable}=4" in res.stdout and fix in res.stdout
+    assert "job of 1 process" in res.stdout
+
+
+@pytest.mark.parametrize("np", [2, 3])
+def test_a_real_job_is_not_refused(tmp_path, np):
+    program = rank_program(tmp_path, SINGLETON)
+    res = run_job([mpiexec(), "-n", str(np), sys.executable, program], "singleton check", 120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count(f"RAN {np}") == np, res.stdout
