@@ -1,0 +1,224 @@
+"""Jobs under a real Slurm: slurmctld, two slurmd and munge from Debian's packages, on two hosts
+made of namespaces (tests/_slurm.py over tests/_hosts.py), started here and taken down at the
+end. Each job trains tests/mp/slurm_train.py's small model at 4 ranks on 2 nodes, started in
+each of the ways a Slurm user starts one:
+
+    salloc -N 2 -n 4 scaleoutrun python train.py   scaleoutrun reads the allocation (nodes and
+                                                   tasks per node) and starts the ranks through
+                                                   Slurm (Hydra's slurm launcher: srun)
+    srun -N 2 -n 4 --mpi=pmi2 python train.py      Slurm starts the ranks; no mpiexec
+    sbatch --wait job.sh                           a batch script running the first form
+
+and each must train what the same job trains under scaleoutrun over ssh (the weights bit for
+bit). Under srun, a rank that dies is named by the survivors (Note [Liveness]), and a step the
+MPI cannot read (no PMI plugin, or one it does not speak) fails instead of running singletons
+(Note [No silent singletons]).
+
+Needs root, the hosts' tools (tests/_hosts.py) and `apt-get install -y slurm-wlm munge`; where
+any is missing the tests skip and say why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _hosts import SSH_PORT
+from _slurm import Cluster, SlurmUnavailable, made_cluster
+from conftest import MP, SCALEOUTRUN
+
+TRAIN = str(MP / "slurm_train.py")
+PEER_DEATH = str(MP / "peer_death.py")
+JOB_LIMIT = 60  # seconds any one job may take: the hang guard
+JOB_ENV = {"SCALEOUT_STALL_CHECK_TIME_SECONDS": "30"}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    try:
+        with made_cluster(tmp_path_factory.mktemp("slurm"), 2) as made:
+            yield made
+    except SlurmUnavailable as exc:
+        pytest.skip(f"Slurm test: {exc}")
+
+
+def run(cluster: Cluster, *argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    try:
+        return cluster.run(list(argv), timeout=JOB_LIMIT, env=JOB_ENV, cwd=cwd)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"`{' '.join(argv)}` did not finish in {JOB_LIMIT} s (a hang)\n{exc.output}")
+
+
+def results(output: str) -> dict[int, dict]:
+    """Every rank's RESULT line (scaleoutrun prefixes a rank's lines with [rank], srun not)."""
+    found = {}
+    for line in output.splitlines():
+        match = re.search(r"RESULT (\{.*\})$", line)
+        if match:
+            got = json.loads(match.group(1))
+            found[got["rank"]] = got
+    return found
+
+
+def check_training(found: dict[int, dict], slots: dict[str, int], weights: str | None) -> None:
+    """Every rank ran where the allocation put it and ended with the same weights, `weights`
+    when given (the reference job's)."""
+    n = sum(slots.values())
+    assert sorted(found) == list(range(n)), found
+    rank_hosts = [host for host, count in slots.items() for _ in range(count)]
+    for r, got in found.items():
+        local_rank = rank_hosts[:r].count(rank_hosts[r])
+        assert got["size"] == n and got["host"] == rank_hosts[r], got
+        assert (got["local_rank"], got["local_size"]) == (local_rank, slots[rank_hosts[r]]), got
+    assert len({got["weights"] for got in found.values()}) == 1, found
+    if weights is not None:
+        assert found[0]["weights"] == weights, (found[0], weights)
+
+
+@pytest.fixture(scope="module")
+def reference_weights(cluster) -> str:
+    """The weights the 2x2 job trains under scaleoutrun over ssh, outside Slurm."""
+    done = run(
+        cluster,
+        *SCALEOUTRUN,
+        "--slurm",
+        "off",
+        "-H",
+        "hostA:2,hostB:2",
+        "--ssh-port",
+        str(SSH_PORT),
+        sys.executable,
+        TRAIN,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = results(done.stdout)
+    check_training(found, {"hostA": 2, "hostB": 2}, None)
+    return found[0]["weights"]
+
+
+def test_salloc_scaleoutrun_reads_the_allocation(cluster, reference_weights):
+    done = run(cluster, "salloc", "-N", "2", "-n", "4", *SCALEOUTRUN, sys.executable, TRAIN)
+    assert done.returncode == 0, done.stdout + done.stderr
+    check_training(results(done.stdout), {"hostA": 2, "hostB": 2}, reference_weights)
+
+
+def test_salloc_scaleoutrun_reads_uneven_tasks_per_node(cluster):
+    # SLURM_TASKS_PER_NODE=2,1: three ranks, two of them on the first node.
+    done = run(cluster, "salloc", "-N", "2", "-n", "3", *SCALEOUTRUN, sys.executable, TRAIN)
+    assert done.returncode == 0, done.stdout + done.stderr
+    check_training(results(done.stdout), {"hostA": 2, "hostB": 1}, None)
+
+
+def test_srun_starts_the_ranks(cluster, reference_weights):
+    done = run(cluster, "srun", "-N", "2", "-n", "4", "--mpi=pmi2", sys.executable, TRAIN)
+    assert done.returncode == 0, done.stdout + done.stderr
+    check_training(results(done.stdout), {"hostA": 2, "hostB": 2}, reference_weights)
+
+
+def test_sbatch_script(cluster, reference_weights, tmp_path):
+    output = tmp_path / "job.out"
+    script = tmp_path / "job.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        "#SBATCH -N 2\n"
+        "#SBATCH -n 4\n"
+        f"#SBATCH --output={output}\n"
+        f"exec {' '.join(SCALEOUTRUN)} {sys.executable} {TRAIN}\n"
+    )
+    # --wait: sbatch returns when the job has ended, with the job's exit status.
+    done = run(cluster, "sbatch", "--wait", str(script), cwd=tmp_path)
+    log = output.read_text() if output.exists() else "(no output file)"
+    assert done.returncode == 0, done.stdout + done.stderr + log
+    check_training(results(log), {"hostA": 2, "hostB": 2}, reference_weights)
+
+
+@pytest.mark.parametrize(
+    "victim, mode",
+    [("last", "idle"), ("zero", "idle"), ("last", "busy")],
+    ids=["last-idle", "zero-idle", "last-busy"],
+)
+def test_srun_a_killed_rank_is_named(cluster, victim, mode):
+    # srun leaves the other tasks running when one dies (KillOnBadExit=0, Slurm's default): the
+    # survivors' liveness (Note [Liveness]) must end their collectives with an error naming
+    # the dead rank, its pid and host; tests/mp/peer_death.py checks the error on every rank.
+    argv = ["srun", "-N", "2", "-n", "4", "--mpi=pmi2", sys.executable, PEER_DEATH]
+    done = run(cluster, *argv, victim, mode)
+    dead, host = (3, "hostB") if victim == "last" else (0, "hostA")
+    out = done.stdout + done.stderr
+    assert done.stdout.count("all checks passed") == 3, out
+    for r in sorted(set(range(4)) - {dead}):
+        blame = rf"scaleout ERROR \(rank {r}\): rank {dead} \(pid \d+ on {host}\) died"
+        assert re.search(blame, done.stderr), out
+    # srun's own account: the dead task, by its exit status.
+    assert f"{host}: task {dead}: Exited with exit code 9" in done.stderr, out
+    assert done.returncode != 0, out
+
+
+def test_srun_without_a_pmi_plugin_is_refused(cluster):
+    # --mpi=none: the tasks get no PMI, so MPI_Init makes each a job of one. Each must fail at
+    # init naming srun's task count and the --mpi= value to use (Note [No silent singletons]),
+    # not train four models alone.
+    done = run(cluster, "srun", "-l", "-N", "2", "-n", "4", "--mpi=none", sys.executable, TRAIN)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out
+    assert not results(done.stdout), out
+    for task in range(4):
+        lines = [line for line in out.splitlines() if line.startswith(f"{task}: ")]
+        named = [line for line in lines if "SLURM_STEP_NUM_TASKS=4" in line]
+        assert named and "--mpi=pmi2" in named[0], out
+
+
+def test_srun_with_pmix_is_refused_by_mpich(cluster):
+    # Slurm's pmix plugin speaks PMIx, which the mpich wheel's MPICH does not: MPI_Init aborts
+    # with MPICH's own message, on every task. (pmi2 is the plugin for MPICH.)
+    done = run(cluster, "srun", "-N", "2", "-n", "4", "--mpi=pmix", sys.executable, TRAIN)
+    out = done.stdout + done.stderr
+    if "can not load PMIx library" in out:
+        pytest.skip("Slurm's pmix plugin needs libpmix (apt-get install -y libpmix-dev)")
+    assert done.returncode != 0, out
+    assert not results(done.stdout), out
+    assert out.count("unsupported PMI version PMIx") >= 4, out
+
+
+def test_nothing_outlives_the_cluster(tmp_path):
+    # A cluster taken down with a job still running: afterwards no process of it (daemons,
+    # slurmstepd, the job's tasks on both nodes) is left on this machine.
+    try:
+        with made_cluster(tmp_path, 2) as made:
+            job = made.run(["sbatch", "-N", "2", "--wrap", "srun sleep 300"], timeout=JOB_LIMIT)
+            assert job.returncode == 0, job.stdout + job.stderr
+            sleeping = made.wait_for(
+                lambda: [pid for pid, argv in made.processes().items() if _runs(argv, "sleep")],
+                lambda found: len(found) == 2,
+                "the job's task on both nodes",
+            )
+            started = set(made.processes()) | {daemon.pid for _, daemon in made.daemons}
+            assert set(sleeping) <= started
+    except SlurmUnavailable as exc:
+        pytest.skip(f"Slurm test: {exc}")
+    left = {pid: argv for pid, argv in _processes().items() if pid in started}
+    assert not left, left
+
+
+def _runs(argv: list[str], program: str) -> bool:
+    return bool(argv) and os.path.basename(argv[0]) == program
+
+
+def _processes() -> dict[int, list[str]]:
+    """Every live process of this machine: its command line."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit():
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                if stat.rsplit(")", 1)[1].split()[0] != "Z":
+                    argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")[:-1]
+                    found[int(entry)] = [arg.decode(errors="replace") for arg in argv]
+        except OSError:
+            pass
+    return found
