@@ -90,7 +90,7 @@ def test_unsupported_libraries_are_named():
     assert MPICH.abi_supported and OPENMPI.abi_supported
 
 
-SINGLETON = """
+SINGLETON = r"""
 import scaleout
 try:
     scaleout.init()
