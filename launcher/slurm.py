@@ -5,6 +5,17 @@
     SLURM_NTASKS=7                      the tasks asked for (the default number of ranks)
 
 Pure functions over a mapping of variables.
+
+Note [Inside an srun step]
+~~~~~~~~~~~~~~~~~~~~~~~~~~
+srun gives the tasks of a step its own SLURM_NTASKS and SLURM_TASKS_PER_NODE (the step's, not
+the allocation's: `srun -n 1` in a 4-task allocation says 1), beside the job's SLURM_JOB_NODELIST.
+So a scaleoutrun started by srun cannot read the allocation: it would run too few ranks, or
+refuse the disagreement; started as one of several tasks, every task would start the whole job,
+and the srun each one's MPI launcher runs would wait for the CPUs the step holds, forever (seen
+under Slurm 22.05: `srun -n 2 scaleoutrun ...` hangs). A batch script and salloc's shell are no
+step (SLURM_STEP_ID is unset there), so scaleoutrun reads the allocation there only, and refuses
+inside a step, naming it and the ways that work.
 """
 
 from __future__ import annotations
@@ -116,17 +127,46 @@ def _first(environ: Mapping[str, str], *names: str) -> tuple[str, str]:
     return names[0], ""
 
 
+def _inside_a_step(environ: Mapping[str, str], job_id: str) -> Optional[str]:
+    """Why the allocation cannot be read inside an srun step (Note [Inside an srun step]), or
+    None outside one."""
+    step_name, step = _first(environ, "SLURM_STEP_ID", "SLURM_STEPID")
+    if not step.strip():
+        return None
+    tasks = environ.get("SLURM_STEP_NUM_TASKS", "").strip() or "?"
+    several = tasks.isdigit() and int(tasks) > 1
+    return (
+        f"scaleoutrun is running inside srun's job step {job_id}.{step.strip()} "
+        f"({step_name}={step.strip()}, SLURM_STEP_NUM_TASKS={tasks}), whose SLURM_NTASKS and "
+        "SLURM_TASKS_PER_NODE are the step's, not the allocation's"
+        + (
+            ", and each of its tasks would start the whole job (their srun waiting forever for "
+            "the CPUs the step holds)"
+            if several
+            else ""
+        )
+        + ". Run scaleoutrun once, directly in the allocation (salloc's shell or an sbatch "
+        "script, not under srun); or let srun start the ranks without scaleoutrun "
+        "(srun --mpi=pmi2 python train.py, for MPICH); or name the hosts with -H or --hostfile "
+        "and --slurm off"
+    )
+
+
 def detect_allocation(environ: Mapping[str, str]) -> Optional[SlurmAllocation]:
     """The allocation scaleoutrun runs inside, or None outside one.
 
     Nodes come from SLURM_JOB_NODELIST, tasks per node from SLURM_TASKS_PER_NODE (one each when
-    absent, as salloc -N without -n gives). Variables that are present but unreadable, or that
-    disagree on the number of nodes, are a UsageError naming them.
+    absent). Variables that are present but unreadable, or that disagree on the number of
+    nodes, are a UsageError naming them; so is running inside an srun step, whose variables
+    describe the step (Note [Inside an srun step]).
     """
     _, job_id = _first(environ, "SLURM_JOB_ID", "SLURM_JOBID")
     list_name, node_list = _first(environ, "SLURM_JOB_NODELIST", "SLURM_NODELIST")
     if not job_id or not node_list:
         return None
+    step_error = _inside_a_step(environ, job_id)
+    if step_error:
+        raise UsageError(step_error)
     try:
         nodes = expand_host_list(node_list)
     except ValueError as exc:

@@ -122,6 +122,30 @@ def test_unreadable_slurm_variables_are_named(changed, message):
         detect_allocation({**SLURM, **changed})
 
 
+@pytest.mark.parametrize("tasks", ["1", "4"])
+def test_inside_an_srun_step_the_allocation_is_refused(tasks):
+    # Note [Inside an srun step]: a step's SLURM_NTASKS and SLURM_TASKS_PER_NODE are its own
+    # (as srun -n 1 inside salloc -N 2 -n 4 sets them, seen under Slurm 22.05).
+    step = {
+        **SLURM,
+        "SLURM_STEP_ID": "0",
+        "SLURM_STEP_NUM_TASKS": tasks,
+        "SLURM_NTASKS": tasks,
+        "SLURM_TASKS_PER_NODE": tasks,
+    }
+    with pytest.raises(UsageError) as refused:
+        detect_allocation(step)
+    message = str(refused.value)
+    assert "inside srun's job step 4711.0" in message and f"SLURM_STEP_NUM_TASKS={tasks}" in message
+    assert ("each of its tasks would start the whole job" in message) == (tasks != "1")
+    assert "srun --mpi=pmi2 python train.py" in message and "--slurm off" in message
+    # A batch script's and salloc's shell have no step: the allocation is read there.
+    assert detect_allocation({**SLURM, "SLURM_PROCID": "0", "SLURM_LOCALID": "0"}) is not None
+    # --slurm off ignores Slurm, inside a step too.
+    off = resolve_hosts(parse("--slurm", "off", "-H", "a:2,b:2", "python"), step)
+    assert off.hosts == (HostSlots("a", 2), HostSlots("b", 2)) and off.remote_launch == "ssh"
+
+
 def test_local_rank_under_srun():
     env = {"SLURM_LOCALID": "1", "SLURM_NODEID": "3", "SLURM_TASKS_PER_NODE": "2(x3),1"}
     assert local_rank_and_size(env) == (1, 1)

@@ -8,6 +8,7 @@ each of the ways a Slurm user starts one:
                                                    Slurm (Hydra's slurm launcher: srun)
     srun -N 2 -n 4 --mpi=pmi2 python train.py      Slurm starts the ranks; no mpiexec
     sbatch --wait job.sh                           a batch script running the first form
+    (srun -n 2 scaleoutrun ... is refused: Note [Inside an srun step])
 
 and each must train what the same job trains under scaleoutrun over ssh (the weights bit for
 bit). Under srun, a rank that dies is named by the survivors (Note [Liveness]), and a step the
@@ -135,6 +136,17 @@ def test_sbatch_script(cluster, reference_weights, tmp_path):
     log = output.read_text() if output.exists() else "(no output file)"
     assert done.returncode == 0, done.stdout + done.stderr + log
     check_training(results(log), {"hostA": 2, "hostB": 2}, reference_weights)
+
+
+def test_scaleoutrun_under_srun_is_refused(cluster):
+    # Note [Inside an srun step]: two scaleoutruns, each of which would start the whole job
+    # (and whose own srun would wait forever for the CPUs their step holds), refuse at once.
+    argv = ["salloc", "-N", "2", "-n", "4", "srun", "-N", "2", "-n", "2", *SCALEOUTRUN]
+    done = run(cluster, *argv, sys.executable, TRAIN)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0 and not results(done.stdout), out
+    assert out.count("scaleoutrun is running inside srun's job step") == 2, out
+    assert "each of its tasks would start the whole job" in out, out
 
 
 @pytest.mark.parametrize(
