@@ -37,14 +37,14 @@ from typing import Callable, Optional, Sequence
 from scaleout import _elastic_protocol as protocol
 from scaleout._commit_store import CommitStore
 
-from .command import prepare_job
+from .command import prepare_job, resolve_launcher
 from .config import LaunchConfig
 from .elastic_discovery import DISCOVERY_INTERVAL, Discovery, DiscoveryError, HostWatch, say
 from .elastic_notifier import Notifier, driver_addresses
 from .elastic_plan import Blacklist, End, assign_slots, classify_ends, host_update, judge_generation
 from .errors import UsageError
 from .hosts import HostSlots, format_host_list, is_local_host
-from .mpi_launcher import LaunchError, find_mpiexec, probe_family
+from .mpi_launcher import LaunchError
 from .plan import HostSource, plan_job
 from .report import JobOutcome
 from .topology import local_cpus
@@ -161,7 +161,7 @@ def run_elastic(config: LaunchConfig) -> int:
     except DiscoveryError as exc:  # as Horovod: a script failing on its first run is fatal
         print(f"scaleoutrun: error: {exc}", file=sys.stderr, flush=True)
         return 1
-    launcher = probe_family(find_mpiexec(config.mpiexec, sys.executable, environ))
+    launcher = resolve_launcher(config, environ)
     run = _Run(
         config,
         environ,

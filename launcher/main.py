@@ -20,11 +20,11 @@ import sys
 from typing import Optional, Sequence
 
 from .check_build import check_build
-from .command import prepare_job
+from .command import prepare_job, resolve_launcher
 from .config import LaunchConfig, parse_config
 from .elastic_driver import run_elastic
 from .errors import UsageError
-from .mpi_launcher import LaunchError, find_mpiexec, probe_family
+from .mpi_launcher import LaunchError
 from .placement_table import format_placement
 from .plan import placement_request, plan_job, plan_placement, resolve_hosts
 from .topology import detect, local_cpus
@@ -61,12 +61,12 @@ def launch(config: LaunchConfig) -> int:
     return outcome.exit_status
 
 
-def _launcher_description(config: LaunchConfig) -> Optional[str]:
+def _launcher_description(config: LaunchConfig) -> tuple[Optional[str], Optional[str]]:
+    """(the launcher a job would use, described; why there is none that fits)."""
     try:
-        found = probe_family(find_mpiexec(config.mpiexec, sys.executable, os.environ))
-    except LaunchError:
-        return None
-    return f"{found.path} ({found.family.value}{', ' + found.version if found.version else ''})"
+        return resolve_launcher(config, os.environ).describe(), None
+    except LaunchError as exc:
+        return None, str(exc)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -82,7 +82,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(_version())
         return 0
     if config.check_build:
-        return check_build(launcher=_launcher_description(config))
+        launcher, problem = _launcher_description(config)
+        return check_build(launcher=launcher, launcher_problem=problem)
     try:
         return launch(config)
     except UsageError as exc:

@@ -74,7 +74,8 @@ class MPIFamily(enum.Enum):
 #   MPI 4, not tested here).
 # - hosts: MPICH's Hydra takes `-hosts h1:2,h2:2`; Intel's reads "h1:2" as a host name, so it
 #   gets one MPMD section per host (`-n 2 -host h1 CMD : -n 2 -host h2 CMD`); Open MPI takes
-#   `--host h1:2,h2:2`.
+#   `--host h1:2,h2:2`, and PRRTE's remote shell is its plm "ssh" (plm_ssh_args), ORTE's
+#   was "rsh" (plm_rsh_args).
 # - arguments: PRRTE rewrites `--map-by X`, `--bind-to X` and `--rank-by X` anywhere on its
 #   command line, the program's own arguments included (to `--mapby X` and so on, or refuses
 #   "listed more than once"); the rank wrapper's options go as `--map-by=X`, which it leaves
@@ -114,13 +115,15 @@ class MPIExec:
     path: str
     family: MPIFamily
     version: str = ""
-    flavour: Optional[Flavour] = None  # None: as the family's most common (MPICH's, PRRTE)
+    # None: the family's command line as it was before flavours (MPICH's Hydra, ORTE's mpirun);
+    # probe_family always says which.
+    flavour: Optional[Flavour] = None
 
     @property
     def kind(self) -> Flavour:
         if self.flavour is not None:
             return self.flavour
-        return Flavour.MPICH_HYDRA if self.family is MPIFamily.HYDRA else Flavour.PRRTE
+        return Flavour.MPICH_HYDRA if self.family is MPIFamily.HYDRA else Flavour.ORTE
 
     def describe(self) -> str:
         version = f" {self.version}" if self.version else ""
@@ -387,7 +390,9 @@ def build_command(launcher: MPIExec, request: LaunchRequest) -> list[str]:
         if intel_hosts:
             # Intel's -hosts reads "h1:2" as a host name: one section per host instead.
             assert request.hosts is not None
-            tail = list(request.extra_args) + list(request.rank_command)
+            # --mpi-args and -disable-auto-cleanup are global options: said once, before them.
+            args += request.extra_args
+            tail = list(request.rank_command)
             sections = [
                 ["-n", str(entry.slots), "-host", entry.host, *tail] for entry in request.hosts
             ]
@@ -395,6 +400,8 @@ def build_command(launcher: MPIExec, request: LaunchRequest) -> list[str]:
                 word for i, part in enumerate(sections) for word in ([":"] if i else []) + part
             ]
     else:
+        # PRRTE's component for ssh is "ssh"; ORTE's was "rsh" (and its parameters so named).
+        remote_shell = "rsh" if launcher.kind is Flavour.ORTE else "ssh"
         args = [launcher.path, "-np", str(request.np)]
         if os.path.basename(launcher.path).startswith("prterun"):
             # Open MPI's mpirun says so itself; without it prterun sets no OMPI_COMM_WORLD_*
@@ -408,7 +415,7 @@ def build_command(launcher: MPIExec, request: LaunchRequest) -> list[str]:
                 format_host_list(request.hosts),
                 "--mca",
                 "plm",
-                "slurm" if request.remote_launch == "slurm" else "rsh",
+                "slurm" if request.remote_launch == "slurm" else remote_shell,
             ]
         # Open MPI binds to cores by default (for 2 ranks or fewer), which would fight the rank
         # wrapper's own binding; and it refuses more ranks than cores unless told.
@@ -420,7 +427,7 @@ def build_command(launcher: MPIExec, request: LaunchRequest) -> list[str]:
         ]
         ssh_args = request.ssh_args()
         if ssh_args is not None:
-            args += ["--mca", "plm_rsh_args", ssh_args]
+            args += ["--mca", f"plm_{remote_shell}_args", ssh_args]
         if request.network_interfaces:
             interfaces = ",".join(request.network_interfaces)
             args += [

@@ -17,17 +17,26 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import rank_program, scaleoutrun
+from conftest import MP, rank_program, run_job, scaleoutrun
 
 from scaleout._mpi_library import MpiLibrary
+from scaleout.launcher.command import RANK_EXEC
+from scaleout.launcher.hosts import HostSlots
 from scaleout.launcher.mpi_launcher import (
     Flavour,
     LaunchError,
+    LaunchRequest,
+    MPIExec,
+    MPIFamily,
+    binding_environment,
+    build_command,
     detect_flavour,
     find_launcher,
     library_mismatch,
     probe_family,
     ranks_python,
+    rewritten_by_prrte,
+    survivor_args,
 )
 
 VENVS = {
@@ -158,32 +167,109 @@ os._exit(0)   # without MPI_Finalize, as scaleout's survivors leave (Note [Liven
 """
 
 
-@pytest.mark.parametrize("which", ["mpich", "openmpi", "intelmpi"])
+# A job started as an elastic generation starts it (prepare_job with keep_survivors), its output
+# relayed as scaleoutrun relays it and its summary printed last.
+KEEP_SURVIVORS = """
+import os, sys
+from scaleout.launcher.command import prepare_job
+from scaleout.launcher.config import parse_config
+from scaleout.launcher.plan import plan_job
+config = parse_config(sys.argv[1:], {})
+job = prepare_job(config, plan_job(config, len(os.sched_getaffinity(0))), dict(os.environ),
+                  keep_survivors=True)
+print(job.run(survivor_grace=60).message, file=sys.stderr)
+"""
+
+
+def run_keeping_survivors(np: int, *command: str, timeout: float = 90):
+    return run_job(
+        [sys.executable, "-c", KEEP_SURVIVORS, "-np", str(np), *command],
+        "a job whose launcher keeps the survivors",
+        timeout,
+    )
+
+
+def any_python(which: str) -> str:
+    return sys.executable if which == "mpich" else venv_python(which)
+
+
+def core_python(which: str) -> str:
+    """The venv's Python, where scaleout (its core and a shim for that MPI) can be imported."""
+    python = any_python(which)
+    done = run_job([python, "-c", "import scaleout._native"], "import scaleout", 60)
+    if done.returncode != 0:
+        pytest.skip(f"scaleout is not importable by {python}: {done.stderr.strip()[-200:]}")
+    return python
+
+
+ALL = ["mpich", "openmpi", "intelmpi"]
+
+
+@pytest.mark.parametrize("which", ALL)
 def test_survivors_of_a_dead_rank_run_on_when_asked(tmp_path, which):
     """keep_survivors (an elastic generation): the launcher leaves the others running."""
-    from scaleout.launcher.command import prepare_job
-    from scaleout.launcher.config import parse_config
-    from scaleout.launcher.plan import plan_job
-
-    python = sys.executable if which == "mpich" else venv_python(which)
     program = rank_program(tmp_path, SURVIVOR)
-    config = parse_config(["-np", "3", python, program], {})
-    environ = dict(os.environ)
-    job = prepare_job(
-        config, plan_job(config, len(os.sched_getaffinity(0))), environ, keep_survivors=True
+    done = run_keeping_survivors(3, any_python(which), program)
+    assert sorted(re.findall(r"rank (\d) survived", done.stdout)) == ["0", "1"], done.stdout
+    assert "job failed: rank 2 was killed by SIGKILL" in done.stderr, done.stderr
+
+
+LEFT = "scaleout: a peer rank died, so MPI cannot be finalized"
+
+
+@pytest.mark.parametrize("which", ALL)
+def test_survivors_name_a_dead_rank(which):
+    """Note [Liveness] on each MPI, under its launcher told to keep the survivors: each one's
+    collectives end with an error naming the dead rank, and it leaves without MPI_Finalize."""
+    done = run_keeping_survivors(3, core_python(which), str(MP / "peer_death.py"), "last", "idle")
+    assert done.stdout.count("all checks passed") == 2, done.stdout + done.stderr
+    assert done.stderr.count(LEFT) == 2, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("which", ["openmpi", "intelmpi"])
+def test_the_summary_blames_the_rank_that_failed_first_in_cause(tmp_path, which):
+    # As tests/test_launcher_launch.py's, on this MPI: rank 1 raises; rank 0, waiting in a
+    # collective, fails with ShutDownError naming it (Note [Rank reports]).
+    program = rank_program(
+        tmp_path,
+        """
+        import numpy as np
+        import scaleout as so
+        so.init()
+        if so.rank() == 1:
+            raise RuntimeError("a bug on rank one")
+        so.allreduce(np.ones(4), name="never")
+    """,
     )
-    out = tmp_path / "out"
-    saved = os.dup(1)
-    with open(out, "wb") as sink:
-        os.dup2(sink.fileno(), 1)
-        try:
-            outcome = job.run(survivor_grace=30)
-        finally:
-            os.dup2(saved, 1)
-            os.close(saved)
-    text = out.read_text()
-    assert sorted(re.findall(r"rank (\d) survived", text)) == ["0", "1"], text
-    assert "rank 2 was killed by SIGKILL" in outcome.message, outcome.message
+    result = scaleoutrun("-np", "2", core_python(which), program, timeout=45)
+    assert result.returncode != 0
+    summary = result.stderr[result.stderr.index("scaleoutrun: job failed") :]
+    assert re.match(
+        r"scaleoutrun: job failed: rank 1 (exited with code 1|failed first)", summary
+    ), summary
+    assert "a bug on rank one" in summary, summary
+
+
+@pytest.mark.parametrize("which", ALL)
+def test_an_elastic_job_survives_a_killed_rank(tmp_path, which):
+    """The elastic driver on each MPI's launcher: generation 0 at 3 ranks loses rank 2 (on
+    127.0.0.1, a host of its own to the launcher); generation 1 at 2 ranks resumes from the
+    last commit and finishes."""
+    from _elastic_job import ElasticJob
+
+    job = ElasticJob(
+        tmp_path,
+        "localhost:2\n127.0.0.1:1\n",
+        ["-np", "3", "--min-np", "2"],
+        [core_python(which), str(MP / "elastic_numpy.py")],
+        env={"KILL": "2:5"},
+    )
+    done = job.finish()
+    assert done.returncode == 0, job.output()
+    assert "rank 2 (on 127.0.0.1, was killed by SIGKILL) failed" in done.stderr, job.output()
+    assert "generation 1: 2 ranks on localhost:2" in done.stderr, job.output()
+    result = re.search(r"RESULT (.*)", done.stdout).group(1)
+    assert result == '{"step": 24, "sizes": ' + str([3] * 5 + [2] * 19) + "}", result
 
 
 def test_a_launcher_of_another_mpi_is_refused_before_launch(tmp_path):
@@ -313,3 +399,72 @@ def test_the_ranks_python_is_the_commands_own(tmp_path):
     assert ranks_python([str(other), "train.py"], "/me/python", env) == str(other)
     assert ranks_python(["python3.11", "train.py"], "/me/python", env) == str(other)
     assert ranks_python(["./train.sh"], "/me/python", env) == "/me/python"
+
+
+# --- each flavour's command line, without starting it --------------------------------------
+
+RANK = ("/venv/bin/python", "/x/rank_exec.py", "--", "python", "train.py")
+TWO_HOSTS = (HostSlots("h1", 2), HostSlots("h2", 1))
+
+
+def test_prrte_command_line():
+    prterun = MPIExec("/o/bin/prterun", MPIFamily.OPEN_MPI, "3.0.14", Flavour.PRRTE)
+    request = LaunchRequest(
+        np=3, rank_command=RANK, hosts=TWO_HOSTS, ssh_port=2222, running_as_root=True
+    )
+    line = " ".join(build_command(prterun, request))
+    assert line.startswith("/o/bin/prterun -np 3 --personality ompi --allow-run-as-root ")
+    assert "--host h1:2,h2:1 --mca plm ssh " in line
+    assert "--mca plm_ssh_args -p 2222" in line
+    assert line.endswith(" ".join(RANK))
+    # Open MPI's mpirun says --personality ompi itself.
+    mpirun = MPIExec("/o/bin/mpirun", MPIFamily.OPEN_MPI, "5.0.11", Flavour.PRRTE)
+    assert "--personality" not in build_command(mpirun, request)
+    assert survivor_args(mpirun) == ("--runtime-options", "recoverable,error-nonzero-status=false")
+
+
+def test_intel_hydra_command_line():
+    intel = MPIExec("/i/bin/mpiexec.hydra", MPIFamily.HYDRA, "2021.18", Flavour.INTEL_HYDRA)
+    local = build_command(intel, LaunchRequest(np=2, rank_command=RANK))
+    assert local == ["/i/bin/mpiexec.hydra", "-n", "2", "-genvall", *RANK]
+    request = LaunchRequest(
+        np=3, rank_command=RANK, hosts=TWO_HOSTS, environment=(("A", "1"),), extra_args=("-v",)
+    )
+    # One MPMD section per host: Intel's -hosts takes "h1:2" for a host name.
+    assert build_command(intel, request) == [
+        "/i/bin/mpiexec.hydra",
+        "-launcher",
+        "ssh",
+        "-genvall",
+        "-genv",
+        "A",
+        "1",
+        "-v",
+        *("-n", "2", "-host", "h1", *RANK),
+        ":",
+        *("-n", "1", "-host", "h2", *RANK),
+    ]
+    assert survivor_args(intel) == ("-disable-auto-cleanup",)
+    assert binding_environment(intel, {}) == {"I_MPI_PIN": "off"}
+    assert binding_environment(intel, {"I_MPI_PIN": "on"}) == {}  # the user's choice
+    mpich = MPIExec("/m/bin/mpiexec", MPIFamily.HYDRA, "5.0.2", Flavour.MPICH_HYDRA)
+    assert binding_environment(mpich, {}) == {}
+    assert "-hosts" in build_command(mpich, request)
+
+
+def test_the_rank_wrappers_options_reach_it_whole(tmp_path):
+    """PRRTE rewrites `--map-by X` after the program's name too; `--map-by=X` it leaves."""
+    from scaleout.launcher.command import prepare_job
+    from scaleout.launcher.config import parse_config
+    from scaleout.launcher.plan import plan_job
+
+    prterun = MPIExec("/o/bin/prterun", MPIFamily.OPEN_MPI, "3.0.14", Flavour.PRRTE)
+    config = parse_config(["-np", "1", "--bind-to", "none", "python", "x.py"], {})
+    job = prepare_job(config, plan_job(config, 1), {"PATH": "/bin"}, launcher=prterun)
+    wrapper = job.command[job.command.index(str(RANK_EXEC)) :]
+    assert "--bind-to=none" in wrapper and "--map-by=socket" in wrapper, wrapper
+    assert not rewritten_by_prrte(wrapper[: wrapper.index("--")])
+    assert rewritten_by_prrte(["--map-by", "x", "--bind-to=y", "--rank-by"]) == [
+        "--map-by",
+        "--rank-by",
+    ]

@@ -1,0 +1,43 @@
+"""Run by tests/test_mpi_flavours.py::test_an_elastic_job_survives_a_killed_rank.
+
+An elastic job with no framework (scaleout's ObjectState, numpy), so that it runs on any MPI's
+venv: 24 steps, each an allreduce of every rank's (rank + 1) and a commit. KILL=rank:step makes
+that rank kill itself (SIGKILL) before that step's commit, in the first generation. At the end
+rank 0 prints the steps done and the world size each step ran at."""
+
+import json
+import os
+import signal
+
+import numpy as np
+
+import scaleout as so
+from scaleout._elastic_run import run
+from scaleout._elastic_state import ObjectState
+
+so.init()
+STEPS = 24
+kill_rank, kill_step = (int(x) for x in os.environ.get("KILL", "-1:-1").split(":"))
+if os.environ.get("SCALEOUT_ELASTIC_GENERATION", "0") != "0":
+    kill_rank = -1
+
+state = ObjectState(step=0, sizes=[])
+
+
+@run
+def train(state):
+    while state.step < STEPS:
+        total = so.allreduce(np.array([so.rank() + 1.0]), op=so.Sum, name=f"step.{state.step}")
+        n = so.size()
+        assert total[0] == n * (n + 1) / 2, (total, n)
+        if so.rank() == kill_rank and state.step == kill_step:
+            os.kill(os.getpid(), signal.SIGKILL)
+        state.sizes = state.sizes + [n]
+        state.step += 1
+        state.commit()
+    return state
+
+
+train(state)
+if so.rank() == 0:
+    print("RESULT " + json.dumps({"step": state.step, "sizes": state.sizes}), flush=True)
