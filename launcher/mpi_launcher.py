@@ -70,12 +70,17 @@ class MPIFamily(enum.Enum):
 #   recoverable,error-nonzero-status=false` (by default it ends the job when a process dies;
 #   recoverable alone keeps the others only while the dead one was killed by a signal, but
 #   PRRTE sees the rank wrapper, which exits 128 + the signal, and once a process has "failed"
-#   PRRTE ends the job when the next one exits, even with 0); ORTE's --enable-recovery (Open
-#   MPI 4, not tested here).
+#   PRRTE ends the job when the next one exits, even with 0), and Open MPI's library its fault
+#   tolerance (`--mca mpi_ft_enable 1`, ULFM's switch): without it a peer that dies across
+#   the network is a closed TCP socket in the progress engine, which aborts every survivor
+#   (MPI_ERRORS_ARE_FATAL "on a NULL communicator") before scaleout's liveness names it.
+#   ORTE's --enable-recovery (Open MPI 4, not tested here).
 # - hosts: MPICH's Hydra takes `-hosts h1:2,h2:2`; Intel's reads "h1:2" as a host name, so it
 #   gets one MPMD section per host (`-n 2 -host h1 CMD : -n 2 -host h2 CMD`); Open MPI takes
 #   `--host h1:2,h2:2`, and PRRTE's remote shell is its plm "ssh" (plm_ssh_args), ORTE's
-#   was "rsh" (plm_rsh_args).
+#   was "rsh" (plm_rsh_args). Over ssh, PRRTE gets --prefix (its installation): a non-login
+#   shell on another host does not have a venv's or a module's bin/ on PATH, and PRRTE then
+#   waits for daemons that never start.
 # - arguments: PRRTE rewrites `--map-by X`, `--bind-to X` and `--rank-by X` anywhere on its
 #   command line, the program's own arguments included (to `--mapby X` and so on, or refuses
 #   "listed more than once"); the rank wrapper's options go as `--map-by=X`, which it leaves
@@ -428,6 +433,10 @@ def build_command(launcher: MPIExec, request: LaunchRequest) -> list[str]:
         ssh_args = request.ssh_args()
         if ssh_args is not None:
             args += ["--mca", f"plm_{remote_shell}_args", ssh_args]
+        if request.hosts and request.remote_launch == "ssh" and launcher.kind is Flavour.PRRTE:
+            # The remote daemons (prted) of an installation that is not on every host's default
+            # PATH (a venv's wheel, a module tree) are found through it.
+            args += ["--prefix", str(_installation(launcher.path))]
         if request.network_interfaces:
             interfaces = ",".join(request.network_interfaces)
             args += [
@@ -511,7 +520,13 @@ def survivor_args(launcher: MPIExec) -> tuple[str, ...]:
     """The launcher's flags that let the other ranks run on when one dies (an elastic
     generation's survivors stop for a restart by themselves; Note [Launcher flavours])."""
     return {
-        Flavour.PRRTE: ("--runtime-options", "recoverable,error-nonzero-status=false"),
+        Flavour.PRRTE: (
+            "--runtime-options",
+            "recoverable,error-nonzero-status=false",
+            "--mca",
+            "mpi_ft_enable",
+            "1",
+        ),
         Flavour.ORTE: ("--enable-recovery",),
     }.get(launcher.kind, ("-disable-auto-cleanup",))
 

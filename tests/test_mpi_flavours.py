@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import MP, rank_program, run_job, scaleoutrun
+from conftest import MP, SCALEOUTRUN_MODULE, rank_program, run_job, scaleoutrun
 
 from scaleout._mpi_library import MpiLibrary
 from scaleout.launcher.command import RANK_EXEC
@@ -173,10 +174,10 @@ KEEP_SURVIVORS = """
 import os, sys
 from scaleout.launcher.command import prepare_job
 from scaleout.launcher.config import parse_config
-from scaleout.launcher.plan import plan_job
-config = parse_config(sys.argv[1:], {})
-job = prepare_job(config, plan_job(config, len(os.sched_getaffinity(0))), dict(os.environ),
-                  keep_survivors=True)
+from scaleout.launcher.plan import plan_job, resolve_hosts
+config, environ = parse_config(sys.argv[1:], {}), dict(os.environ)
+plan = plan_job(config, len(os.sched_getaffinity(0)), resolve_hosts(config, environ))
+job = prepare_job(config, plan, environ, keep_survivors=True)
 print(job.run(survivor_grace=60).message, file=sys.stderr)
 """
 
@@ -416,11 +417,18 @@ def test_prrte_command_line():
     assert line.startswith("/o/bin/prterun -np 3 --personality ompi --allow-run-as-root ")
     assert "--host h1:2,h2:1 --mca plm ssh " in line
     assert "--mca plm_ssh_args -p 2222" in line
+    assert "--prefix /o" in line  # where the remote daemons are
     assert line.endswith(" ".join(RANK))
     # Open MPI's mpirun says --personality ompi itself.
     mpirun = MPIExec("/o/bin/mpirun", MPIFamily.OPEN_MPI, "5.0.11", Flavour.PRRTE)
     assert "--personality" not in build_command(mpirun, request)
-    assert survivor_args(mpirun) == ("--runtime-options", "recoverable,error-nonzero-status=false")
+    assert survivor_args(mpirun) == (
+        "--runtime-options",
+        "recoverable,error-nonzero-status=false",
+        "--mca",
+        "mpi_ft_enable",
+        "1",
+    )
 
 
 def test_intel_hydra_command_line():
@@ -468,3 +476,79 @@ def test_the_rank_wrappers_options_reach_it_whole(tmp_path):
         "--map-by",
         "--rank-by",
     ]
+
+
+# --- across two hosts (tests/_hosts.py's namespaces, over ssh) -------------------------------
+
+ACROSS = """
+import os, socket
+import numpy as np
+import scaleout as so
+so.init()
+total = so.allreduce(np.full(1 << 16, so.rank() + 1.0), op=so.Sum, name="across")
+print(f"rank {so.rank()} of {so.size()} on {socket.gethostname()} local {so.local_rank()} "
+      f"of {so.local_size()} sum {total[0]:g} mark {os.environ.get('MY_MARK')}", flush=True)
+so.shutdown()
+"""
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory):
+    from _hosts import HostsUnavailable, made_hosts
+
+    try:
+        with made_hosts(tmp_path_factory.mktemp("flavour_hosts"), 2) as two:
+            yield two
+    except HostsUnavailable as exc:
+        pytest.skip(f"two-host test: {exc}")
+
+
+def on_host_a(hosts, starter: list, *args: str) -> subprocess.CompletedProcess:
+    """Runs `python *starter` (scaleoutrun, or a job that keeps survivors) on hostA with `args`
+    after the ssh port and the hosts' interface."""
+    from _hosts import INTERFACE, NETWORK_ENV, SSH_PORT
+
+    common = ["--ssh-port", str(SSH_PORT), "--network-interface", INTERFACE]
+    return hosts.run_on(
+        "hostA", [sys.executable, *starter, *common, *args], env={**NETWORK_ENV, "MY_MARK": "m"}
+    )
+
+
+@pytest.mark.parametrize("which", ALL)
+def test_ranks_across_hosts_over_ssh(tmp_path, hosts, which):
+    python = core_python(which)
+    program = rank_program(tmp_path, ACROSS)
+    done = on_host_a(hosts, ["-m", SCALEOUTRUN_MODULE], "-H", "hostA:1,hostB:2", python, program)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = hello_lines(done.stdout, 3)
+    expected = [("hostA", 0, 1), ("hostB", 0, 2), ("hostB", 1, 2)]
+    for rank, (host, local, size) in enumerate(expected):
+        assert f"rank {rank} of 3 on {host} local {local} of {size} sum 6 mark m" in lines[rank]
+
+
+# Open MPI's ULFM (mpi_ft_enable, which keeps the survivors from aborting) sometimes reports the
+# death first, as MPI_ERR_PROC_FAILED from MPI_Iprobe: the core then raises a TransportError
+# naming no rank instead of liveness's ShutDownError naming it (about 1 run in 3 here). The
+# launcher's part holds: the survivors run on and leave.
+ULFM_FIRST = pytest.mark.xfail(
+    reason="the core does not yet read MPI_ERR_PROC_FAILED as the death of a peer", strict=False
+)
+
+
+@pytest.mark.parametrize("which", ["mpich", pytest.param("openmpi", marks=ULFM_FIRST), "intelmpi"])
+def test_a_rank_dying_on_another_host_is_named(hosts, which):
+    """Note [Liveness] across hosts, under each launcher told to keep the survivors: the last
+    rank, on hostB, dies; both survivors, on hostA, name it and leave."""
+    python = core_python(which)
+    done = on_host_a(
+        hosts,
+        ["-c", KEEP_SURVIVORS],
+        "-H",
+        "hostA:2,hostB:1",
+        python,
+        str(MP / "peer_death.py"),
+        "last",
+        "idle",
+    )
+    assert done.stdout.count("all checks passed") == 2, done.stdout + done.stderr
+    assert done.stderr.count(LEFT) == 2, done.stdout + done.stderr
