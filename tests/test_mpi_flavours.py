@@ -80,7 +80,7 @@ print(f"rank {world.rank} of {world.size} sum {total} mark {os.environ.get('MY_M
 
 
 def hello_lines(out: str, np: int) -> dict[int, str]:
-    found = {int(m.group(1)): m.group(0) for m in re.finditer(r"^\[(\d+)\] rank .*$", out, re.M)}
+    found = {int(m.group(1)): m.group(0) for m in re.finditer(r"\[(\d+)\] rank .*$", out, re.M)}
     assert sorted(found) == list(range(np)), out
     return found
 
@@ -95,6 +95,9 @@ def test_every_rank_runs_under_its_own_mpis_launcher(tmp_path, flavour, np):
         str(np),
         "--cycle-time-ms",
         "3",
+        "--output-filename",
+        str(tmp_path / "out"),
+        "--prefix-output-with-timestamp",
         python,
         program,
         env={"MY_MARK": "passed"},
@@ -104,6 +107,11 @@ def test_every_rank_runs_under_its_own_mpis_launcher(tmp_path, flavour, np):
     # tagged with its rank, the user's and scaleoutrun's variables in every rank.
     for rank, line in hello_lines(result.stdout, np).items():
         assert f"rank {rank} of {np} sum {np * (np + 1) // 2} mark passed cycle 3 " in line, line
+        copy = (tmp_path / "out" / "1" / f"rank.{rank}" / "stdout").read_text()
+        assert f"rank {rank} of {np} " in copy, copy  # --output-filename's copy
+    # horovodrun's timestamp before the rank's tag
+    stamped = r"^\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4}\[0\] rank 0 of"
+    assert re.search(stamped, result.stdout, re.M), result.stdout
     launcher = re.search(r"^scaleoutrun: (?:\S+=\S+ )*(\S+)", result.stderr, re.M).group(1)
     assert Path(launcher).parent == Path(python).parent, result.stderr
     assert probe_family(launcher).kind.value == EXPECTED[which]
@@ -271,6 +279,35 @@ def test_an_elastic_job_survives_a_killed_rank(tmp_path, which):
     assert "generation 1: 2 ranks on localhost:2" in done.stderr, job.output()
     result = re.search(r"RESULT (.*)", done.stdout).group(1)
     assert result == '{"step": 24, "sizes": ' + str([3] * 5 + [2] * 19) + "}", result
+
+
+@pytest.mark.parametrize("which", ["openmpi", "intelmpi"])
+def test_a_killed_rank_leaves_no_shared_memory_behind(tmp_path, which):
+    """Every segment in /dev/shm the ranks mapped is gone after the job: Open MPI's (sm_segment.*)
+    removed by PRRTE or by the rank wrappers (shm_cleanup), Intel MPI's unlinked by itself."""
+    program = rank_program(
+        tmp_path,
+        f"""
+        import os, signal, time
+        from pathlib import Path
+        import numpy as np
+        from mpi4py import MPI
+        world = MPI.COMM_WORLD
+        world.Allreduce(np.ones(1 << 16), np.empty(1 << 16))
+        mapped = {{line.split(None, 5)[5].split()[0] for line in open("/proc/self/maps")
+                  if len(line.split(None, 5)) == 6 and "/dev/shm/" in line}}
+        Path({str(tmp_path)!r}, f"mapped.{{world.rank}}").write_text("\\n".join(sorted(mapped)))
+        world.Barrier()
+        if world.rank == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(30)
+    """,
+    )
+    result = scaleoutrun("-np", "2", venv_python(which), program, timeout=45)
+    assert "rank 1 was killed by SIGKILL" in result.stderr, result.stderr
+    mapped = {name for rank in (0, 1) for name in (tmp_path / f"mapped.{rank}").read_text().split()}
+    assert mapped, "the ranks mapped nothing in /dev/shm"
+    assert not [path for path in mapped if os.path.exists(path)], sorted(mapped)
 
 
 def test_a_launcher_of_another_mpi_is_refused_before_launch(tmp_path):
@@ -552,3 +589,17 @@ def test_a_rank_dying_on_another_host_is_named(hosts, which):
     )
     assert done.stdout.count("all checks passed") == 2, done.stdout + done.stderr
     assert done.stderr.count(LEFT) == 2, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("which", ALL)
+def test_an_unreachable_host_is_named(hosts, which):
+    done = hosts.run_on(
+        "hostA",
+        [sys.executable, "-m", SCALEOUTRUN_MODULE, "-H", "hostA:1,hostB:2", "--ssh-port", "2299"]
+        + [any_python(which), "-c", "pass"],
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert (
+        "host hostB could not be reached (ranks 1, 2 were to run there): ssh: connect to "
+        "host hostb port 2299: Connection refused" in done.stderr
+    ), done.stderr
