@@ -138,6 +138,16 @@ def test_sbatch_script(cluster, reference_weights, tmp_path):
     check_training(results(log), {"hostA": 2, "hostB": 2}, reference_weights)
 
 
+def test_salloc_scaleoutrun_names_a_dead_rank(cluster):
+    # scaleoutrun's report of the rank that failed in cause (Note [Rank reports]) with its
+    # daemons started through Slurm: rank 3, on the second node, dies after init.
+    argv = ["salloc", "-N", "2", "-n", "4", *SCALEOUTRUN, sys.executable, PEER_DEATH]
+    done = run(cluster, *argv, "last", "idle")
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out
+    assert "scaleoutrun: job failed: rank 3 exited with code 9" in done.stderr, out
+
+
 def test_scaleoutrun_under_srun_is_refused(cluster):
     # Note [Inside an srun step]: two scaleoutruns, each of which would start the whole job
     # (and whose own srun would wait forever for the CPUs their step holds), refuse at once.

@@ -1,7 +1,8 @@
 """Run by tests/test_liveness.py::test_survivors_name_the_dead_rank,
 tests/test_liveness.py::test_a_death_inside_a_collective_ends_it,
 tests/test_multihost.py::test_a_rank_dying_on_another_host_is_named,
-tests/test_slurm.py::test_srun_a_killed_rank_is_named.
+tests/test_slurm.py::test_srun_a_killed_rank_is_named,
+tests/test_slurm.py::test_salloc_scaleoutrun_names_a_dead_rank.
 
 A rank dies (kill -9 style) after init, under a launcher that leaves the survivors running
 (mpiexec -disable-auto-cleanup). Every survivor's pending collective, and every later one,
