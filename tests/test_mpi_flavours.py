@@ -607,3 +607,27 @@ def test_an_unreachable_host_is_named(hosts, which):
         "host hostB could not be reached (ranks 1, 2 were to run there): ssh: connect to "
         "host hostb port 2299: Connection refused" in done.stderr
     ), done.stderr
+
+
+@pytest.mark.parametrize("which", ALL)
+def test_an_elastic_job_across_hosts_survives_a_killed_rank(tmp_path, hosts, which):
+    """The elastic driver on hostA, each MPI's launcher reaching hostB over ssh: rank 2, on
+    hostB, dies; hostB is blacklisted and generation 1 resumes at 2 ranks on hostA."""
+    from _elastic_job import ElasticJob
+    from _hosts import INTERFACE, NETWORK_ENV, SSH_PORT
+
+    job = ElasticJob(
+        tmp_path,
+        "hostA:2\nhostB:1\n",
+        ["-np", "3", "--min-np", "2", "--ssh-port", str(SSH_PORT)]
+        + ["--network-interface", INTERFACE],
+        [core_python(which), str(MP / "elastic_numpy.py")],
+        env={**NETWORK_ENV, "KILL": "2:5"},
+        runner=hosts._enter("hostA") + [sys.executable],
+    )
+    done = job.finish()
+    assert done.returncode == 0, job.output()
+    assert "rank 2 (on hostB, was killed by SIGKILL) failed" in done.stderr, job.output()
+    assert "generation 1: 2 ranks on hostA:2" in done.stderr, job.output()
+    result = re.search(r"RESULT (.*)", done.stdout).group(1)
+    assert result == '{"step": 24, "sizes": ' + str([3] * 5 + [2] * 19) + "}", result
