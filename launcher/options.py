@@ -212,7 +212,8 @@ OPTIONS: tuple[Option, ...] = (
         ("--mpiexec",),
         "mpiexec",
         "SCALEOUT_MPIEXEC",
-        "the MPI launcher to use (default: mpiexec beside this Python, then on PATH)",
+        "the MPI launcher to use, checked against the MPI the ranks load (default: that MPI's "
+        "own, from its installation's bin/, beside the ranks' Python, or on PATH)",
         _text,
         metavar="PATH",
     ),
