@@ -14,11 +14,12 @@ file, reached from every host's network namespace alike (each host has a private
 socket's path is given to munged with --socket and to Slurm with AuthInfo=socket=...).
 
 The configuration: root as SlurmUser; no cgroups (proctrack/linuxproc, task/none; slurmd still
-needs a cgroup hierarchy to load its cgroup plugin, see _CGROUP_MOUNTS); every node with CPUs=2,
-this machine's cores, so that four tasks fill two nodes, and config_overrides, so that a node
-whose reported hardware differs is not drained for it; TmpFS per node (Slurm's pmix plugin makes
-its directories there, and the hosts share /tmp); MinJobAge=5, so that `sbatch --wait` polls
-every 2 s (it polls ever more slowly, up to every 10 s, while that stays under half of it).
+needs a cgroup hierarchy to load its cgroup plugin, see _NODE_MOUNTS, which also gives each node
+its own /dev/shm); every node with CPUs=2, this machine's cores, so that four tasks fill two
+nodes, and config_overrides, so that a node whose reported hardware differs is not drained for
+it; TmpFS per node (Slurm's pmix plugin makes its directories there, and the hosts share /tmp);
+MinJobAge=5, so that `sbatch --wait` polls every 2 s (it polls ever more slowly, up to every
+10 s, while that stays under half of it).
 Needs root, the hosts' tools, and `apt-get install -y slurm-wlm munge` (and libpmix-dev for
 srun --mpi=pmix); missing_prerequisite() names what is missing.
 """
@@ -59,16 +60,21 @@ _SBIN_PATH = os.environ.get("PATH", "") + ":/usr/sbin:/sbin:/usr/local/sbin"
 _TOOLS = ("munged", "slurmctld", "slurmd", "slurmstepd", "srun", "salloc", "sbatch", "scontrol")
 _START_LIMIT = 30  # seconds for the daemons to come up and every node to be idle
 
-# Run in each host before its slurmd starts. slurmd 22.05 loads its cgroup plugin whatever the
-# configuration says (here nothing uses it) and refuses to start unless /sys/fs/cgroup holds a
-# cgroup hierarchy at systemd/; the hosts' own sysfs (tests/_hosts.py) has none. So each host
-# gets, in its private mount namespace, a tmpfs there with the named v1 hierarchy "systemd"
-# mounted on it: enough for the plugin to load. Slurm creates no cgroup in it (proctrack and
-# task plugins without cgroups), and the mounts go with the host's namespace.
-_CGROUP_MOUNTS = (
+# Run in each host before its slurmd starts, in the host's private mount namespace (the mounts go
+# with it):
+# - slurmd 22.05 loads its cgroup plugin whatever the configuration says (here nothing uses it)
+#   and refuses to start unless /sys/fs/cgroup holds a cgroup hierarchy at systemd/; the hosts'
+#   own sysfs (tests/_hosts.py) has none. A tmpfs there with the named v1 hierarchy "systemd"
+#   mounted on it is enough for the plugin to load; Slurm creates no cgroup in it (proctrack
+#   and task plugins without cgroups).
+# - A /dev/shm of the node's own, as a real node has: what a job leaves there (MPICH's segments,
+#   when a rank died and the survivors left without MPI_Finalize under srun, where no
+#   scaleoutrun cleans up) goes with the node instead of piling up in this machine's.
+_NODE_MOUNTS = (
     "set -e; mount -t tmpfs -o mode=755 slurm-cgroup /sys/fs/cgroup; "
     "mkdir /sys/fs/cgroup/systemd; "
-    "mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd"
+    "mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd; "
+    "mount -t tmpfs -o mode=1777 slurm-shm /dev/shm"
 )
 
 
@@ -194,11 +200,11 @@ class Cluster:
         self._start(self.controller, "slurmctld", [_tool("slurmctld"), "-D", "-f", str(self.conf)])
         for name in self.hosts.names:
             try:
-                self.hosts.run_on(name, ["sh", "-c", _CGROUP_MOUNTS], what="mounting a cgroup")
+                self.hosts.run_on(name, ["sh", "-c", _NODE_MOUNTS], what="mounting")
             except RuntimeError as exc:
                 raise SlurmUnavailable(
-                    f"slurmd needs a cgroup hierarchy, which cannot be mounted in a host here: "
-                    f"{' '.join(str(exc).split())}"
+                    "slurmd needs a cgroup hierarchy and a node its own /dev/shm, which cannot "
+                    f"be mounted in a host here: {' '.join(str(exc).split())}"
                 ) from exc
             self._start(name, f"slurmd.{name}", [_tool("slurmd"), "-D", "-f", str(self.conf)])
         self._wait_for(self._all_idle, "every node idle in sinfo")

@@ -209,10 +209,14 @@ def test_srun_with_pmix_is_refused_by_mpich(cluster):
 
 def test_nothing_outlives_the_cluster(tmp_path):
     # A cluster taken down with a job still running: afterwards no process of it (daemons,
-    # slurmstepd, the job's tasks on both nodes) is left on this machine.
+    # slurmstepd, the job's tasks on both nodes) is left on this machine, nor what the tasks
+    # left in /dev/shm (each node has its own).
+    marker = f"scaleout_slurm_test_{os.getpid()}"
+    task = f"touch /dev/shm/{marker}_$SLURM_PROCID; exec sleep 300"
     try:
         with made_cluster(tmp_path, 2) as made:
-            job = made.run(["sbatch", "-N", "2", "--wrap", "srun sleep 300"], timeout=JOB_LIMIT)
+            batch = ["sbatch", "-N", "2", "--wrap", f"srun sh -c '{task}'"]
+            job = made.run(batch, timeout=JOB_LIMIT)
             assert job.returncode == 0, job.stdout + job.stderr
             sleeping = made.wait_for(
                 lambda: [pid for pid, argv in made.processes().items() if _runs(argv, "sleep")],
@@ -225,6 +229,7 @@ def test_nothing_outlives_the_cluster(tmp_path):
         pytest.skip(f"Slurm test: {exc}")
     left = {pid: argv for pid, argv in _processes().items() if pid in started}
     assert not left, left
+    assert not [name for name in os.listdir("/dev/shm") if name.startswith(marker)]
 
 
 def _runs(argv: list[str], program: str) -> bool:
