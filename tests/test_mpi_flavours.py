@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -312,6 +313,42 @@ def test_a_killed_rank_leaves_no_shared_memory_behind(tmp_path, which):
     mapped = {name for rank in (0, 1) for name in (tmp_path / f"mapped.{rank}").read_text().split()}
     assert mapped, "the ranks mapped nothing in /dev/shm"
     assert not [path for path in mapped if os.path.exists(path)], sorted(mapped)
+
+
+@pytest.mark.parametrize("which", ALL)
+def test_ctrl_c_stops_every_rank(tmp_path, which):
+    program = rank_program(
+        tmp_path,
+        f"""
+        import os, time
+        from pathlib import Path
+        from mpi4py import MPI
+        Path({str(tmp_path)!r}, f"pid.{{MPI.COMM_WORLD.rank}}").write_text(str(os.getpid()))
+        MPI.COMM_WORLD.Barrier()
+        print("up", flush=True)
+        time.sleep(60)
+    """,
+    )
+    job = subprocess.Popen(
+        [sys.executable, "-m", SCALEOUTRUN_MODULE, "-np", "2", any_python(which), program],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        seen = [job.stdout.readline() for _ in range(2)]  # both ranks are past MPI_Init
+        assert all(line.endswith("] up\n") for line in seen), seen
+        job.send_signal(signal.SIGINT)
+        out, err = job.communicate(timeout=30)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode == 130, out + err
+    assert "scaleoutrun: interrupted by SIGINT; the ranks were stopped" in err, err
+    pids = [int((tmp_path / f"pid.{rank}").read_text()) for rank in (0, 1)]
+    assert not [pid for pid in pids if os.path.exists(f"/proc/{pid}")], pids
 
 
 def test_a_launcher_of_another_mpi_is_refused_before_launch(tmp_path):
