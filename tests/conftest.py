@@ -36,6 +36,14 @@ def mpiexec() -> str:
     pytest.skip("no mpiexec found (pip install mpich)")
 
 
+def survivor_flags() -> list[str]:
+    """mpiexec()'s flags that keep the other ranks running when one dies (Hydra's
+    -disable-auto-cleanup, PRRTE's recoverable runtime: Note [Launcher flavours])."""
+    from scaleout.launcher.mpi_launcher import probe_family, survivor_args
+
+    return list(survivor_args(probe_family(mpiexec())))
+
+
 def run_job(
     cmd: list, what: str, timeout: float, env: dict | None = None, cwd: str | Path | None = None
 ) -> subprocess.CompletedProcess:

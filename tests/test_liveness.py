@@ -1,13 +1,13 @@
-"""Note [Liveness]: a rank that dies under a launcher that does not stop the others (mpiexec
--disable-auto-cleanup) ends every survivor's collectives with an error naming it, instead of a
-hang, whether the survivors wait in negotiation or inside a collective's data plane; and the
-survivors then leave without hanging in MPI_Finalize. The subprocess timeout is the hang guard.
-Across machines: tests/test_multihost.py."""
+"""Note [Liveness]: a rank that dies under a launcher that does not stop the others (Hydra's
+-disable-auto-cleanup, its PRRTE counterpart: conftest.survivor_flags) ends every survivor's
+collectives with an error naming it, instead of a hang, whether the survivors wait in
+negotiation or inside a collective's data plane; and the survivors then leave without hanging in
+MPI_Finalize. The subprocess timeout is the hang guard. Across machines: tests/test_multihost.py."""
 
 import sys
 
 import pytest
-from conftest import MP, mpiexec, run_job
+from conftest import MP, mpiexec, run_job, survivor_flags
 
 LEFT = "scaleout: a peer rank died, so MPI cannot be finalized"
 
@@ -15,7 +15,7 @@ LEFT = "scaleout: a peer rank died, so MPI cannot be finalized"
 def run_with_a_death(nranks: int, *args: str, env: dict = None) -> tuple[str, str]:
     cmd = [
         mpiexec(),
-        "-disable-auto-cleanup",
+        *survivor_flags(),
         "-n",
         str(nranks),
         sys.executable,
@@ -65,7 +65,7 @@ def test_a_rank_stopped_inside_a_collective_is_named(nranks, collective):
     for _ in range(3):
         cmd = [
             mpiexec(),
-            "-disable-auto-cleanup",
+            *survivor_flags(),
             "-n",
             str(nranks),
             sys.executable,
