@@ -133,6 +133,30 @@ def test_ranks_are_bound_by_the_rank_wrapper(tmp_path, flavour):
     assert len(set(masks)) == 2, masks
 
 
+def test_endpoint_server_cores_are_reserved(tmp_path, flavour):
+    """--ep-servers 1 on this machine's 2 CPUs: the rank computes on one and its endpoint
+    server gets the other, whatever the launcher would have pinned."""
+    _, python = flavour
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 CPUs")
+    program = rank_program(
+        tmp_path,
+        """
+        import os
+        from mpi4py import MPI
+        print("rank", MPI.COMM_WORLD.rank, "cpus", sorted(os.sched_getaffinity(0)),
+              "ep", os.environ["SCALEOUT_EP_CORES"], "threads", os.environ["OMP_NUM_THREADS"])
+    """,
+    )
+    env = {name: value for name, value in os.environ.items() if name != "OMP_NUM_THREADS"}
+    result = scaleoutrun(
+        "-np", "1", "--bind-to", "core", "--ep-servers", "1", python, program, env=env
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = re.search(r"rank 0 cpus \[(\d+)\] ep (\d+) threads 1", result.stdout)
+    assert found and found.group(1) != found.group(2), result.stdout
+
+
 def test_the_summary_names_the_failing_rank(tmp_path, flavour):
     _, python = flavour
     program = rank_program(
