@@ -692,3 +692,39 @@ def test_an_elastic_job_across_hosts_survives_a_killed_rank(tmp_path, hosts, whi
     assert "generation 1: 2 ranks on hostA:2" in done.stderr, job.output()
     result = re.search(r"RESULT (.*)", done.stdout).group(1)
     assert result == '{"step": 24, "sizes": ' + str([3] * 5 + [2] * 19) + "}", result
+
+
+# --- inside a Slurm allocation (tests/_slurm.py's cluster on two namespace hosts) ------------
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    from _slurm import SlurmUnavailable, made_cluster
+
+    try:
+        with made_cluster(tmp_path_factory.mktemp("flavour_slurm")) as made:
+            yield made
+    except SlurmUnavailable as exc:
+        pytest.skip(f"Slurm test: {exc}")
+
+
+WHERE = """
+import os, socket
+from mpi4py import MPI
+world = MPI.COMM_WORLD
+local = os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK") or os.environ.get("MPI_LOCALRANKID")
+print(f"rank {world.rank} of {world.size} on {socket.gethostname()} local {local}", flush=True)
+"""
+
+
+@pytest.mark.parametrize("which", ALL)
+def test_salloc_scaleoutrun_starts_each_mpis_daemons_through_slurm(tmp_path, cluster, which):
+    """salloc -N 2 -n 3: scaleoutrun reads the allocation (2 tasks on hostA, 1 on hostB) and the
+    launcher starts its daemons with srun (Hydra's -launcher slurm, PRRTE's plm slurm)."""
+    program = rank_program(tmp_path, WHERE)
+    argv = ["salloc", "-N", "2", "-n", "3", sys.executable, "-m", SCALEOUTRUN_MODULE]
+    done = cluster.run([*argv, any_python(which), program], timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = hello_lines(done.stdout, 3)
+    for rank, (host, local) in enumerate([("hostA", 0), ("hostA", 1), ("hostB", 0)]):
+        assert f"rank {rank} of 3 on {host} local {local}" in lines[rank], lines[rank]
