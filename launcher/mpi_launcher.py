@@ -56,8 +56,8 @@ class MPIFamily(enum.Enum):
 
 # Note [Launcher flavours]
 # ~~~~~~~~~~~~~~~~~~~~~~~~
-# Two command-line dialects (MPIFamily) but four launchers, each of which starts only the ranks
-# of its own MPI: a rank whose library cannot read its launcher's variables (Open MPI's
+# Two command-line dialects (MPIFamily) but a launcher per MPI, each of which starts only the
+# ranks of its own MPI: a rank whose library cannot read its launcher's variables (Open MPI's
 # libmpi.so.40 under Hydra's PMI, MPICH's under PRRTE's PMIx) does not fail but becomes a job
 # of one (Note [No silent singletons]). So scaleoutrun asks the ranks' Python which MPI library
 # mpi4py loads (scaleout._mpi_library.probe, without initialising MPI), takes the launcher from
@@ -311,7 +311,9 @@ def find_launcher(
             raise LaunchError(problem)
         return launcher
     names = _NAMES[library.family]
-    places = [Path(library.path).parent.parent / "bin", Path(python).parent]
+    lib = Path(library.path).parent
+    # lib/ (pip's wheels, most trees) or lib/release/ (Intel oneAPI before 2021.11) below bin/.
+    places = [lib.parent / "bin", lib.parent.parent / "bin", Path(python).parent]
     candidates = [str(place / name) for place in places for name in names]
     for name in names:
         found = shutil.which(name, path=environ.get("PATH"))
@@ -334,7 +336,7 @@ def find_launcher(
     found_text = "; found only " + ", ".join(others) if others else ""
     raise LaunchError(
         f"no launcher of {library.family} found for the ranks' MPI library, {library} (looked "
-        f"for {', '.join(names)} in {places[0]}, {places[1]} and on PATH{found_text}). Name "
+        f"for {', '.join(names)} in {', '.join(map(str, places))} and on PATH{found_text}). Name "
         f"it with --mpiexec PATH or SCALEOUT_MPIEXEC"
     )
 
