@@ -62,8 +62,8 @@ def check_build(
     launcher: Optional[str] = None,
     launcher_problem: Optional[str] = None,
 ) -> int:
-    """Prints the report; 0 when the core and its MPI load and a launcher of that MPI is found,
-    1 (with the reason) when not."""
+    """Prints the report; 0 when the core and its MPI load, 1 (with the reason) when not or
+    when the launcher found belongs to another MPI (launcher_problem)."""
     try:
         info = build_info()
     except Exception as exc:  # noqa: BLE001  (ScaleoutError, MPINotFoundError, ImportError)
@@ -73,13 +73,14 @@ def check_build(
     print(f"built with:      {info.get('build', 'unknown')}", file=out)
     print(f"core library:    {info.get('library', 'unknown')}", file=out)
     print(f"MPI loaded:      {_mpi_library_version()}", file=out)
-    print(f"MPI launcher:    {launcher or 'none that fits (see below)'}", file=out)
+    shown = launcher or ("none that fits (see below)" if launcher_problem else "not found")
+    print(f"MPI launcher:    {shown}", file=out)
     print(f"Python:          {sys.version.split()[0]} ({sys.executable})", file=out)
     print(f"CPUs available:  {len(os.sched_getaffinity(0))}", file=out)
     print("frameworks:", file=out)
     for name, version in framework_versions().items():
         print(f"  {name:<12} {version if version else 'not installed'}", file=out)
-    if launcher is None:
-        print(f"scaleoutrun: {launcher_problem or 'no MPI launcher found'}", file=err)
+    if launcher_problem:
+        print(f"scaleoutrun: {launcher_problem}", file=err)
         return 1
     return 0

@@ -24,7 +24,7 @@ from .command import prepare_job, resolve_launcher
 from .config import LaunchConfig, parse_config
 from .elastic_driver import run_elastic
 from .errors import UsageError
-from .mpi_launcher import LaunchError
+from .mpi_launcher import LaunchError, OtherMPILauncher
 from .placement_table import format_placement
 from .plan import placement_request, plan_job, plan_placement, resolve_hosts
 from .topology import detect, local_cpus
@@ -62,11 +62,14 @@ def launch(config: LaunchConfig) -> int:
 
 
 def _launcher_description(config: LaunchConfig) -> tuple[Optional[str], Optional[str]]:
-    """(the launcher a job would use, described; why there is none that fits)."""
+    """(the launcher a job would use, described; why the launchers found cannot start the
+    ranks' MPI). Neither when none is found: a job may be started by srun or an operator."""
     try:
         return resolve_launcher(config, os.environ).describe(), None
-    except LaunchError as exc:
+    except OtherMPILauncher as exc:
         return None, str(exc)
+    except LaunchError:
+        return None, None
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

