@@ -168,7 +168,9 @@ def prepare_job(
         launcher = resolve_launcher(config, environ)
     added = {
         **plan.environment,
-        **yield_environment(launcher.family, config.mpi_yield, plan.oversubscribed, environ),
+        **yield_environment(
+            launcher.family, config.mpi_yield, plan.oversubscribed, environ, launcher.kind
+        ),
         **interface_environment(config.network_interfaces, environ),
         **binding_environment(launcher, environ),
         **rank_env,

@@ -39,6 +39,7 @@ from scaleout.launcher.mpi_launcher import (
     ranks_python,
     rewritten_by_prrte,
     survivor_args,
+    yield_environment,
 )
 
 VENVS = {
@@ -573,6 +574,10 @@ def test_intel_hydra_command_line():
     ]
     assert survivor_args(intel) == ("-disable-auto-cleanup",)
     assert binding_environment(intel, {}) == {"I_MPI_PIN": "off"}
+    assert yield_environment(intel.family, "auto", True, {}, intel.kind) == {
+        "I_MPI_THREAD_YIELD": "3"
+    }
+    assert yield_environment(intel.family, "auto", False, {}, intel.kind) == {}
     assert binding_environment(intel, {"I_MPI_PIN": "on"}) == {}  # the user's choice
     mpich = MPIExec("/m/bin/mpiexec", MPIFamily.HYDRA, "5.0.2", Flavour.MPICH_HYDRA)
     assert binding_environment(mpich, {}) == {}
