@@ -18,6 +18,7 @@ of the collective on every rank, allocate and fill core-owned results, apply the
 from __future__ import annotations
 
 import glob
+import os
 import threading
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -141,6 +142,16 @@ def ensure_loaded() -> None:
     with _load_lock:
         if _loaded:
             return
+        # Note [Intel MPI and dead peers]
+        # Intel MPI 2021 moves large messages between the ranks of a machine by cross-memory
+        # attach (process_vm_readv); when the peer has died (Note [Liveness]) the survivor's
+        # MPI_Test fails an internal assertion (cma_read_nbytes == size) and aborts the process,
+        # instead of letting scaleout name the dead rank. Without CMA it copies through shared
+        # memory and the survivor stays (tests/test_liveness.py passes on Intel MPI only so).
+        # scaleout's own shared-memory collectives carry a machine's traffic, so the cost is
+        # small; the variable is read at MPI_Init, set here unless the user set it (scaleoutrun
+        # sets it for every rank, for programs that import mpi4py.MPI first).
+        os.environ.setdefault("I_MPI_SHM_CMA", "0")
         try:
             from mpi4py import MPI  # noqa: F401  (loads and initialises libmpi)
         except ImportError as exc:

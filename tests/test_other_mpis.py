@@ -1,0 +1,59 @@
+"""A part of the suite on Open MPI and on Intel MPI (the whole suite runs on MPICH): every
+collective, dtype and op on both data paths, process sets, liveness, the torch optimizer and the
+MPI checks, each file run by the pytest of an environment that holds the prebuilt wheel and that
+MPI (`tools/make_mpi_envs.sh`, which .ci/run runs; without it these tests skip and say so).
+
+The inner run starts outside the source tree, so that its `import scaleout` is the wheel's, and
+SCALEOUT_TEST_EXPECT_MPI makes tests/test_mpi_abi.py check that the MPI it runs on is that one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+from conftest import run_job
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = [
+    "tests/test_mpi_abi.py",
+    "tests/test_collectives.py",
+    "tests/test_process_sets.py",
+    "tests/test_liveness.py",
+    "tests/test_torch.py::test_distributed_optimizer_broadcasts_and_join",
+    "tests/test_torch.py::test_n_ranks_with_batch_b_train_like_one_process_with_batch_nb",
+]
+MPIS = {
+    "openmpi": ("SCALEOUT_TEST_VENV_OMPI", "Open MPI"),
+    "intelmpi": ("SCALEOUT_TEST_VENV_IMPI", "Intel MPI"),
+}
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("mpi", list(MPIS))
+def test_the_suite_passes_on(mpi, tmp_path):
+    variable, family = MPIS[mpi]
+    venv = Path(os.environ.get(variable, "/nonexistent"))
+    if not (venv / "bin" / "pytest").exists():
+        pytest.skip(
+            f"no {family} environment with the wheel and pytest ({variable}; "
+            '`eval "$(bash tools/make_mpi_envs.sh DIR)"` makes it)'
+        )
+    env = {
+        "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": "",
+        "SCALEOUT_TEST_EXPECT_MPI": family,
+        # Open MPI refuses root without these, and more ranks than cores without the last.
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",
+    }
+    cmd = [str(venv / "bin" / "pytest"), "-q", "-p", "no:cacheprovider", "-rs"]
+    cmd += [str(ROOT / t) for t in TESTS]
+    res = run_job(cmd, f"the suite's part on {family}", 840, env, cwd=tmp_path)
+    summary = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else ""
+    assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]
+    assert re.search(r"\d+ passed", summary) and "failed" not in summary, res.stdout[-3000:]
+    assert "skipped" not in summary, f"a test skipped on {family}:\n{res.stdout[-3000:]}"
