@@ -265,6 +265,18 @@ class Cluster:
 
     # --- using ----------------------------------------------------------------------------
 
+    def start_command(self, argv: list[str], env: Optional[dict] = None) -> subprocess.Popen:
+        """Starts argv as run() does, without waiting: its stdout, with stderr, is a pipe
+        (text)."""
+        return subprocess.Popen(
+            self.hosts._enter(self.controller) + argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**_outside_slurm(), **self.env, **(env or {})},
+        )
+
     def run(
         self,
         argv: list[str],

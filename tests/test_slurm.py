@@ -11,9 +11,9 @@ each of the ways a Slurm user starts one:
     (srun -n 2 scaleoutrun ... is refused: Note [Inside an srun step])
 
 and each must train what the same job trains under scaleoutrun over ssh (the weights bit for
-bit). Under srun, a rank that dies is named by the survivors (Note [Liveness]), and a step the
-MPI cannot read (no PMI plugin, or one it does not speak) fails instead of running singletons
-(Note [No silent singletons]).
+bit). Under srun, a rank that dies (or is killed from outside) is named by the survivors
+(Note [Liveness]), and a step the MPI cannot read (no PMI plugin, or one it does not speak)
+fails instead of running singletons (Note [No silent singletons]).
 
 Needs root, the hosts' tools (tests/_hosts.py) and `apt-get install -y slurm-wlm munge`; where
 any is missing the tests skip and say why.
@@ -24,8 +24,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,7 @@ from conftest import MP, SCALEOUTRUN
 
 TRAIN = str(MP / "slurm_train.py")
 PEER_DEATH = str(MP / "peer_death.py")
+KILLED_RANK = str(MP / "slurm_killed_rank.py")
 JOB_LIMIT = 60  # seconds any one job may take: the hang guard
 JOB_ENV = {"SCALEOUT_STALL_CHECK_TIME_SECONDS": "30"}
 
@@ -179,6 +182,42 @@ def test_srun_a_killed_rank_is_named(cluster, victim, mode):
     # srun's own account: the dead task, by its exit status.
     assert f"{host}: task {dead}: Exited with exit code 9" in done.stderr, out
     assert done.returncode != 0, out
+
+
+def test_srun_a_rank_killed_from_outside_is_named(cluster):
+    # The last rank, on hostB, is sent SIGKILL by this test once it says it is up; the others
+    # wait in an allreduce meanwhile and must each be told which rank died (Note [Liveness]).
+    argv = ["srun", "-N", "2", "-n", "4", "--mpi=pmi2", sys.executable, KILLED_RANK]
+    job = cluster.start_command(argv, env=JOB_ENV)
+    lines: list[str] = []
+    victim_up = threading.Event()
+
+    def read_output() -> None:
+        for line in job.stdout:
+            lines.append(line)
+            if line.startswith("VICTIM "):
+                victim_up.set()
+
+    reader = threading.Thread(target=read_output, daemon=True)
+    reader.start()
+    try:
+        assert victim_up.wait(JOB_LIMIT), "".join(lines)
+        _, pid, host = next(line for line in lines if line.startswith("VICTIM ")).split()
+        assert host == "hostB"
+        os.kill(int(pid), signal.SIGKILL)
+        job.wait(JOB_LIMIT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the job did not end within {JOB_LIMIT} s of the kill (a hang)\n{lines}")
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+    reader.join(JOB_LIMIT)  # the rest of the output, up to the end of the pipe
+    out = "".join(lines)
+    for r in range(3):
+        named = [line for line in lines if line.startswith(f"rank {r}: ")]
+        assert named and named[0].startswith(f"rank {r}: named: rank 3 (pid {pid} on hostB)"), out
+    assert "hostB: task 3: Killed" in out, out
 
 
 def test_srun_without_a_pmi_plugin_is_refused(cluster):
