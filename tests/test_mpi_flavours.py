@@ -235,7 +235,9 @@ def core_python(which: str) -> str:
         "import sys; from scaleout import _mpi_library, _native; abi = _mpi_library.probe().abi; "
         "sys.exit(None if abi in _native.mpi_shims() else f'no shim for the {abi} ABI')"
     )
-    done = run_job([python, "-c", check], "import scaleout", 60)
+    # Not from the checkout (the current directory comes first on `python -c`'s path): the
+    # venv's own scaleout, as its ranks import it.
+    done = run_job([python, "-c", check], "import scaleout", 60, cwd="/")
     if done.returncode != 0:
         pytest.skip(f"scaleout's core cannot run under {python}: {done.stderr.strip()[-200:]}")
     return python
@@ -396,16 +398,21 @@ def test_a_launcher_of_another_mpi_is_refused_before_launch(tmp_path):
 
 
 @pytest.mark.parametrize("which", ["openmpi", "intelmpi"])
-def test_check_build_shows_the_launcher_of_the_ranks_mpi(which):
+def test_check_build_shows_the_launcher_of_the_ranks_mpi(tmp_path, which):
     python = core_python(which)
-    done = run_job([python, "-m", SCALEOUTRUN_MODULE, "--check-build"], "--check-build", 60)
+    done = run_job(
+        [python, "-m", SCALEOUTRUN_MODULE, "--check-build"], "--check-build", 60, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     shown = re.search(r"^MPI launcher: +(\S+) \((.*)\)$", done.stdout, re.M)
     assert Path(shown.group(1)).parent == Path(python).parent, done.stdout
     assert shown.group(2).startswith(EXPECTED[which]), done.stdout
     mpich = str(Path(sys.executable).parent / "mpiexec")
     done = run_job(
-        [python, "-m", SCALEOUTRUN_MODULE, "--check-build", "--mpiexec", mpich], "--check-build", 60
+        [python, "-m", SCALEOUTRUN_MODULE, "--check-build", "--mpiexec", mpich],
+        "--check-build",
+        60,
+        cwd=tmp_path,
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "MPI launcher:    none that fits (see below)" in done.stdout
