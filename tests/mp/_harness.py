@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 
-import numpy as np
-from mpi4py import MPI
+# Before MPI_Init, as scaleout does when it imports mpi4py itself (Note [Intel MPI and dead peers]).
+os.environ.setdefault("I_MPI_SHM_CMA", "0")
+
+import numpy as np  # noqa: E402
+from mpi4py import MPI  # noqa: E402
 
 import scaleout as so
 
