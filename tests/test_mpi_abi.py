@@ -124,3 +124,36 @@ def test_a_real_job_is_not_refused(tmp_path, np):
     res = run_job([mpiexec(), "-n", str(np), sys.executable, program], "singleton check", 120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.count(f"RAN {np}") == np, res.stdout
+
+
+@pytest.mark.parametrize(
+    "library, why",
+    [
+        (
+            _mpi_library.MpiLibrary(
+                path="/opt/ompi2/lib/libmpi.so.20.10.3",
+                abi="openmpi",
+                family="Open MPI",
+                version="Open MPI v2.1.6",
+            ),
+            "soname version 20",
+        ),
+        (
+            _mpi_library.MpiLibrary(
+                path="/opt/old/lib/libmpi.so.12.1.0",
+                abi="mpich",
+                family="MPICH",
+                version="MPICH 1.5",
+                standard="2.2",
+            ),
+            "MPI 2.2",
+        ),
+    ],
+)
+def test_init_names_a_library_no_shim_runs_on(library, why):
+    with pytest.raises(_native.MPINotFoundError) as error:
+        _native._shim_for(library)
+    text = str(error.value)
+    assert library.version in text and os.path.basename(library.path) in text  # what was found
+    assert why in text
+    assert "libmpi.so.40: Open MPI 3 to 5" in text  # what is supported
