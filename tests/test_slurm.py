@@ -85,24 +85,28 @@ def check_training(found: dict[int, dict], slots: dict[str, int], weights: str |
 
 
 @pytest.fixture(scope="module")
-def reference_weights(cluster) -> str:
-    """The weights the 2x2 job trains under scaleoutrun over ssh, outside Slurm."""
-    done = run(
-        cluster,
-        *SCALEOUTRUN,
-        "--slurm",
-        "off",
-        "-H",
-        "hostA:2,hostB:2",
-        "--ssh-port",
-        str(SSH_PORT),
-        sys.executable,
-        TRAIN,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    found = results(done.stdout)
-    check_training(found, {"hostA": 2, "hostB": 2}, None)
-    return found[0]["weights"]
+def reference(cluster):
+    """reference(hosts): the weights the job trains under scaleoutrun over ssh, outside Slurm,
+    on `hosts` (-H's syntax); each run once."""
+    known: dict[str, str] = {}
+
+    def weights(hosts: str) -> str:
+        if hosts not in known:
+            argv = [*SCALEOUTRUN, "--slurm", "off", "-H", hosts, "--ssh-port", str(SSH_PORT)]
+            done = run(cluster, *argv, sys.executable, TRAIN)
+            assert done.returncode == 0, done.stdout + done.stderr
+            found = results(done.stdout)
+            slots = {host: int(n) for host, n in (entry.split(":") for entry in hosts.split(","))}
+            check_training(found, slots, None)
+            known[hosts] = found[0]["weights"]
+        return known[hosts]
+
+    return weights
+
+
+@pytest.fixture(scope="module")
+def reference_weights(reference) -> str:
+    return reference("hostA:2,hostB:2")
 
 
 def test_salloc_scaleoutrun_reads_the_allocation(cluster, reference_weights):
@@ -111,11 +115,12 @@ def test_salloc_scaleoutrun_reads_the_allocation(cluster, reference_weights):
     check_training(results(done.stdout), {"hostA": 2, "hostB": 2}, reference_weights)
 
 
-def test_salloc_scaleoutrun_reads_uneven_tasks_per_node(cluster):
+def test_salloc_scaleoutrun_reads_uneven_tasks_per_node(cluster, reference):
     # SLURM_TASKS_PER_NODE=2,1: three ranks, two of them on the first node.
     done = run(cluster, "salloc", "-N", "2", "-n", "3", *SCALEOUTRUN, sys.executable, TRAIN)
     assert done.returncode == 0, done.stdout + done.stderr
-    check_training(results(done.stdout), {"hostA": 2, "hostB": 1}, None)
+    weights = reference("hostA:2,hostB:1")
+    check_training(results(done.stdout), {"hostA": 2, "hostB": 1}, weights)
 
 
 def test_srun_starts_the_ranks(cluster, reference_weights):
