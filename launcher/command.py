@@ -28,6 +28,7 @@ from .mpi_launcher import (
     find_launcher,
     interface_environment,
     launcher_variables,
+    liveness_environment,
     probe_library,
     ranks_python,
     rewritten_by_prrte,
@@ -173,6 +174,7 @@ def prepare_job(
         ),
         **interface_environment(config.network_interfaces, environ),
         **binding_environment(launcher, environ),
+        **liveness_environment(launcher, environ),
         **rank_env,
     }
     env = {**environ, **added}

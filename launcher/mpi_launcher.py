@@ -32,6 +32,7 @@ __all__ = [
     "rewritten_by_prrte",
     "survivor_args",
     "binding_environment",
+    "liveness_environment",
     "LaunchError",
     "OtherMPILauncher",
     "find_mpiexec",
@@ -555,6 +556,15 @@ def binding_environment(launcher: MPIExec, environ: Mapping[str, str]) -> dict[s
     if launcher.kind is not Flavour.INTEL_HYDRA or "I_MPI_PIN" in environ:
         return {}
     return {"I_MPI_PIN": "off"}
+
+
+def liveness_environment(launcher: MPIExec, environ: Mapping[str, str]) -> dict[str, str]:
+    """Intel MPI without cross-memory attach, whose transfers abort a survivor when the peer
+    died (Note [Intel MPI and dead peers]): for every rank, so that programs importing
+    mpi4py.MPI before scaleout get it too. A value the user set is left alone."""
+    if launcher.kind is not Flavour.INTEL_HYDRA or "I_MPI_SHM_CMA" in environ:
+        return {}
+    return {"I_MPI_SHM_CMA": "0"}
 
 
 # Options PRRTE rewrites wherever they stand on its command line (Note [Launcher flavours]).

@@ -24,6 +24,7 @@ from scaleout.launcher.mpi_launcher import (
     detect_flavour,
     find_launcher,
     library_mismatch,
+    liveness_environment,
     probe_family,
     ranks_python,
     rewritten_by_prrte,
@@ -175,6 +176,10 @@ def test_intel_hydra_command_line():
     assert binding_environment(intel, {"I_MPI_PIN": "on"}) == {}  # the user's choice
     mpich = MPIExec("/m/bin/mpiexec", MPIFamily.HYDRA, "5.0.2", Flavour.MPICH_HYDRA)
     assert binding_environment(mpich, {}) == {}
+    # Note [Intel MPI and dead peers]: for every rank, unless the user chose.
+    assert liveness_environment(intel, {}) == {"I_MPI_SHM_CMA": "0"}
+    assert liveness_environment(intel, {"I_MPI_SHM_CMA": "1"}) == {}
+    assert liveness_environment(mpich, {}) == {}
     assert "-hosts" in build_command(mpich, request)
 
 
