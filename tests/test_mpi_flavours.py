@@ -474,16 +474,10 @@ def test_ranks_across_hosts_over_ssh(tmp_path, hosts, which):
         assert f"rank {rank} of 3 on {host} local {local} of {size} sum 6 mark m" in lines[rank]
 
 
-# Open MPI's ULFM (mpi_ft_enable, which keeps the survivors from aborting) sometimes reports the
-# death first, as MPI_ERR_PROC_FAILED from MPI_Iprobe: the core then raises a TransportError
-# naming no rank instead of liveness's ShutDownError naming it (about 1 run in 3 here). The
-# launcher's part holds: the survivors run on and leave.
-ULFM_FIRST = pytest.mark.xfail(
-    reason="the core does not yet read MPI_ERR_PROC_FAILED as the death of a peer", strict=False
-)
-
-
-@pytest.mark.parametrize("which", ["mpich", pytest.param("openmpi", marks=ULFM_FIRST), "intelmpi"])
+# Open MPI's ULFM (mpi_ft_enable, which keeps the survivors from aborting) may report the death
+# first, as MPI_ERR_PROC_FAILED from MPI_Iprobe: the core then waits for liveness to name the
+# rank (Coordinator::BlameDeath), as it does when the data plane sees the death first.
+@pytest.mark.parametrize("which", ["mpich", "openmpi", "intelmpi"])
 def test_a_rank_dying_on_another_host_is_named(hosts, which):
     """Note [Liveness] across hosts, under each launcher told to keep the survivors: the last
     rank, on hostB, dies; both survivors, on hostA, name it and leave."""

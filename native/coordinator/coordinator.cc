@@ -116,6 +116,7 @@ void Coordinator::Loop() {
   } catch (const std::exception& e) {
     fatal = Status::Internal(std::string("coordinator thread failed: ") + e.what());
   }
+  if (!fatal.ok()) fatal = BlameDeath(fatal);
   if (!fatal.ok()) SO_LOG(kError, fatal.message());
   Status why = !fatal.ok() ? fatal
                : controller_.halted()
@@ -175,6 +176,19 @@ void Coordinator::ApplyTimelineRequest(double now) {
   }
   timeline_request_->done.set_value(s);
   timeline_request_.reset();
+}
+
+// Note [Liveness]: MPI can see a peer's death first: the data plane (a shared-memory sync
+// checks the pid it waits for), or the control channel (Open MPI's fault-tolerant runtime fails
+// MPI_Iprobe with MPI_ERR_PROC_FAILED when a rank on another host died). The monitor, which
+// checks pids twice a second and hears a remote rank's link close, names the rank in the words
+// every other path uses: give it a moment, on a transport failure only.
+Status Coordinator::BlameDeath(Status status) const {
+  if (status.code() != SO_ERR_TRANSPORT) return status;
+  for (int i = 0; i < 20 && !liveness_->AnyDead(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return liveness_->AnyDead() ? liveness_->Interruption() : status;
 }
 
 Status Coordinator::Step(double now, bool* made_progress) {
@@ -305,15 +319,7 @@ void Coordinator::Execute(const Response& r) {
     }
     status = executor_.Execute(r, entries);
     if (set_.id == 0) liveness_->execution().End();
-    if (status.code() == SO_ERR_TRANSPORT) {
-      // Note [Liveness]: the data plane can see a peer's death first (a shared-memory sync
-      // checks the pid it waits for); the monitor, which checks pids twice a second, names the
-      // rank in the words every other path uses. Give it a moment, on this failure path only.
-      for (int i = 0; i < 20 && !liveness_->AnyDead(); ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-      if (liveness_->AnyDead()) status = liveness_->Interruption();
-    }
+    status = BlameDeath(status);
     const double done = timed ? Now() : 0;
     SO_LOG(kDebug, "executed " << CollectiveName(r.collective) << " of " << entries.size()
                                << " tensors in " << (done - agreed) * 1e6 << " us");

@@ -53,6 +53,8 @@ class Coordinator {
  private:
   void Loop();
   Status Step(double now, bool* made_progress);
+  // A transport failure that a peer's death explains, as the death (Note [Liveness]).
+  Status BlameDeath(Status status) const;
   void Accept(const std::shared_ptr<TensorEntry>& entry, double now);
   void Execute(const Response& response);
   void FailPending(const Status& status);
