@@ -2,8 +2,9 @@
 pytest test per native/tests/test_*.cc file (`native_tests --file test_x.cc`).
 
 The binary is kept in pytest's cache directory under a digest of the native sources, so it is
-rebuilt only when something under native/ changed. Skipped only where no MPI C++ compiler
-wrapper exists (the core links against MPI); a build that fails is a test failure.
+rebuilt only when something under native/ changed. The core and its tests need no MPI (Note [One
+core, a shim per MPI ABI]): skipped only where no C++ compiler exists; a build that fails is a
+test failure.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ import build_native  # noqa: E402
 SUMMARY = re.compile(r"(\d+) passed, (\d+) failed")
 
 
-def _source_digest(mpicxx: str) -> str:
-    """Changes whenever a source, header, the build script or the compiler wrapper changes."""
-    digest = hashlib.sha256(mpicxx.encode())
+def _source_digest(cxx: str) -> str:
+    """Changes whenever a source, header, the build script or the compiler changes."""
+    digest = hashlib.sha256(cxx.encode())
     for path in sorted(NATIVE.rglob("*")):
         if path.is_file() and path.suffix in (".cc", ".h", ".py"):
             digest.update(str(path.relative_to(NATIVE)).encode() + b"\0")
@@ -42,7 +43,7 @@ def _source_digest(mpicxx: str) -> str:
 @pytest.fixture(scope="session")
 def native_tests_binary(request, tmp_path_factory) -> Path:
     try:
-        mpicxx = build_native.find_mpicxx()
+        cxx = build_native.find_cxx()
     except build_native.BuildError as e:
         pytest.skip(f"cannot build the native unit tests: {e}")
     cache = getattr(request.config, "cache", None)  # absent with -p no:cacheprovider
@@ -50,7 +51,7 @@ def native_tests_binary(request, tmp_path_factory) -> Path:
         root = cache.mkdir("native-unit-tests")
     else:
         root = tmp_path_factory.mktemp("native-unit-tests")
-    key = _source_digest(mpicxx)
+    key = _source_digest(cxx)
     binary = root / key / "native_tests"
     if binary.exists():
         return binary
