@@ -27,6 +27,7 @@ def test_the_library_in_use_is_the_one_mpi4py_loaded():
     probed = _mpi_library.probe()
     # tests/test_other_mpis.py runs this file on the MPI it names.
     assert probed.family == os.environ.get("SCALEOUT_TEST_EXPECT_MPI", probed.family)
+    assert probed.abi == os.environ.get("SCALEOUT_TEST_EXPECT_ABI", probed.abi)
     assert probed.abi in _mpi_library.ABIS
     assert os.path.exists(probed.path)
     assert probed.abi in _native.mpi_shims(), "this installation has no shim for its own MPI"

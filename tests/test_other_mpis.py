@@ -1,6 +1,7 @@
 """A part of the suite on Open MPI and on Intel MPI (the whole suite runs on MPICH): every
 collective, dtype and op on both data paths, liveness, the torch optimizer and the MPI checks
-(and on Open MPI process sets and a training's equivalence to one process), each file run by the
+(and on Open MPI process sets and a training's equivalence to one process; on MPICH's library of
+the MPI 5 standard ABI the MPI checks and every collective), each file run by the
 pytest of an environment that holds the prebuilt wheel and that MPI (`tools/make_mpi_envs.sh`,
 which .ci/run runs; without it these tests skip and say so).
 
@@ -33,10 +34,13 @@ TESTS = {
         "tests/test_torch.py::test_n_ranks_with_batch_b_train_like_one_process_with_batch_nb",
     ],
     "intelmpi": COMMON,
+    # The standard ABI's shim: MPICH's libmpi_abi under mpi4py compiled for it (no torch there).
+    "mpiabi": ["tests/test_mpi_abi.py", "tests/test_collectives.py"],
 }
 MPIS = {
     "openmpi": ("SCALEOUT_TEST_VENV_OMPI", "Open MPI"),
     "intelmpi": ("SCALEOUT_TEST_VENV_IMPI", "Intel MPI"),
+    "mpiabi": ("SCALEOUT_TEST_VENV_MPIABI", "MPICH"),
 }
 
 
@@ -61,6 +65,8 @@ def test_the_suite_passes_on(mpi, tmp_path):
     }
     cmd = [str(venv / "bin" / "pytest"), "-q", "-p", "no:cacheprovider", "-rs"]
     cmd += [str(ROOT / t) for t in TESTS[mpi]]
+    if mpi == "mpiabi":
+        env["SCALEOUT_TEST_EXPECT_ABI"] = "mpiabi"
     res = run_job(cmd, f"the suite's part on {family}", 840, env, cwd=tmp_path)
     summary = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else ""
     assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-2000:]

