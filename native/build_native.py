@@ -63,6 +63,14 @@ def _in_build_environment(directory: Path) -> bool:
     )
 
 
+def _another_venv(directory: Path) -> bool:
+    """Whether a directory is the bin/ of a virtual environment other than the one being
+    installed into: an MPI wheel there is that environment's, whose library this one's
+    Python would not find."""
+    root = directory.parent
+    return (root / "pyvenv.cfg").exists() and not root.resolve() == Path(sys.prefix).resolve()
+
+
 def find_mpicxx() -> tuple[str, bool]:
     """(the MPI C++ compiler wrapper to build the shim with, whether it is the build
     requirements' `mpich` wheel: the MPI scaleout then depends on, since the environment being
@@ -79,7 +87,7 @@ def find_mpicxx() -> tuple[str, bool]:
     # then PATH (a system MPI, a cluster's module), then the build requirements' mpich.
     own = [str(Path(sys.prefix) / "bin"), str(Path(sys.executable).parent)]
     path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
-    user = [p for p in path if not _in_build_environment(Path(p))]
+    user = [p for p in path if not (_in_build_environment(Path(p)) or _another_venv(Path(p)))]
     for search, embedded in ((own + user, False), (path, True)):
         for name in names:
             found = shutil.which(name, path=os.pathsep.join(search))
