@@ -317,8 +317,11 @@ def test_a_rank_that_leaves_early_is_named(tmp_path):
     )
     result = scaleoutrun("-np", "2", sys.executable, program, timeout=45)
     assert result.returncode != 0
+    # Before rank 0 has failed, or after, with its error naming rank 1: rank 1 either way.
     assert re.search(
-        r"job failed: rank 1 ended with code 0 while rank 0 still ran", result.stderr
+        r"job failed: rank 1 ended with code 0 while (rank 0 still ran|the others still needed "
+        r"it \(without shutting scaleout down\))",
+        result.stderr,
     ), result.stderr
     assert "without a rank reporting a failure" not in result.stderr
 
