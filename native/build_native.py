@@ -123,17 +123,18 @@ def shim_wrappers() -> tuple[dict[str, str], bool]:
         for item in listed.split(","):
             abi, _, wrapper = item.partition("=")
             found = shutil.which(wrapper.strip())
-            if abi.strip() not in ABIS or not found:
+            abi = abi.strip()
+            if abi not in ABIS or not found:
                 raise BuildError(
                     f"SCALEOUT_MPI_SHIMS: {item!r} is not abi=wrapper with abi one of "
                     f"{', '.join(ABIS)} and an executable wrapper"
                 )
-            if wrapper_abi(found) != abi.strip():
+            compiles_for = wrapper_abi(found)
+            if compiles_for != abi:
                 raise BuildError(
-                    f"SCALEOUT_MPI_SHIMS: {found} compiles for the {wrapper_abi(found)} ABI, "
-                    f"not {abi.strip()}"
+                    f"SCALEOUT_MPI_SHIMS: {found} compiles for the {compiles_for} ABI, not {abi}"
                 )
-            wrappers[abi.strip()] = found
+            wrappers[abi] = found
         return wrappers, False
     mpicxx, embedded = find_mpicxx()
     wrappers = {wrapper_abi(mpicxx): mpicxx}

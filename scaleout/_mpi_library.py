@@ -75,17 +75,23 @@ class MpiLibrary:
         return f"{self.version} ({os.path.basename(self.path)} at {os.path.dirname(self.path)})"
 
     @property
+    def soname_version(self) -> Optional[int]:
+        """The major version in the file's name (libmpi.so.40.40.7: 40), None without one."""
+        major = re.search(r"\.so\.(\d+)", os.path.basename(self.path))
+        return int(major[1]) if major else None
+
+    @property
     def abi_supported(self) -> bool:
         """Whether a shim of its ABI runs on it."""
         if tuple(int(x) for x in self.standard.split(".")) < (3, 0):
             return False
-        major = re.search(r"\.so\.(\d+)", os.path.basename(self.path))
-        return self.abi not in _ABI_MAJOR or major is None or int(major[1]) == _ABI_MAJOR[self.abi]
+        major = self.soname_version
+        return self.abi not in _ABI_MAJOR or major is None or major == _ABI_MAJOR[self.abi]
 
     @property
     def abi_description(self) -> str:
-        major = re.search(r"\.so\.(\d+)", os.path.basename(self.path))
-        soname = f", soname version {major[1]}" if major else ""
+        major = self.soname_version
+        soname = f", soname version {major}" if major is not None else ""
         return f"{self.abi} (MPI {self.standard}{soname})"
 
 

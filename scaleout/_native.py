@@ -186,14 +186,15 @@ def build_info() -> dict:
     """What --check-build prints: the core's version and compiler, the MPI library in use and
     the shims installed."""
     library = mpi_library()
+    shims = mpi_shims()
     return {
         "version": _binding.version(),
         "build": _binding.build_info(),
         "library": str(library_path()),
         "mpi": str(library),
         "mpi_abi": library.abi,
-        "mpi_shim": f"{mpi_shims()[library.abi].name} (built with {_shim_built_with})",
-        "mpi_shims": sorted(mpi_shims()),
+        "mpi_shim": f"{shims[library.abi].name} (built with {_shim_built_with})",
+        "mpi_shims": sorted(shims),
     }
 
 

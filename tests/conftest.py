@@ -36,6 +36,15 @@ def mpiexec() -> str:
     pytest.skip("no mpiexec found (pip install mpich)")
 
 
+# Open MPI's launchers refuse root without the first two, and more ranks than cores without the
+# last (tests that run jobs on Open MPI: tests/test_wheel.py, tests/test_other_mpis.py).
+OPEN_MPI_AS_ROOT = {
+    "OMPI_ALLOW_RUN_AS_ROOT": "1",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",
+}
+
+
 def survivor_flags() -> list[str]:
     """mpiexec()'s flags that keep the other ranks running when one dies (Hydra's
     -disable-auto-cleanup, PRRTE's recoverable runtime: Note [Launcher flavours])."""

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import MP, SCALEOUTRUN_MODULE, rank_program, run_job, scaleoutrun
+from test_multihost import hosts  # noqa: F401  (the two namespace hosts: a module fixture)
 
 from scaleout.launcher.mpi_launcher import probe_family
 
@@ -273,6 +274,17 @@ def test_the_summary_blames_the_rank_that_failed_first_in_cause(tmp_path, which)
     assert "a bug on rank one" in summary, summary
 
 
+def resumed_without_rank_2(job, killed_on: str, resumed_on: str) -> None:
+    """tests/mp/elastic_numpy.py with KILL=2:5 finished: rank 2 was killed at step 5, blamed,
+    and generation 1 went on at 2 ranks to step 24."""
+    done = job.finish()
+    assert done.returncode == 0, job.output()
+    assert f"rank 2 (on {killed_on}, was killed by SIGKILL) failed" in done.stderr, job.output()
+    assert f"generation 1: 2 ranks on {resumed_on}" in done.stderr, job.output()
+    result = re.search(r"RESULT (.*)", done.stdout).group(1)
+    assert result == '{"step": 24, "sizes": ' + str([3] * 5 + [2] * 19) + "}", result
+
+
 @pytest.mark.parametrize("which", ALL)
 def test_an_elastic_job_survives_a_killed_rank(tmp_path, which):
     """The elastic driver on each MPI's launcher: generation 0 at 3 ranks loses rank 2 (on
@@ -287,12 +299,7 @@ def test_an_elastic_job_survives_a_killed_rank(tmp_path, which):
         [core_python(which), str(MP / "elastic_numpy.py")],
         env={"KILL": "2:5"},
     )
-    done = job.finish()
-    assert done.returncode == 0, job.output()
-    assert "rank 2 (on 127.0.0.1, was killed by SIGKILL) failed" in done.stderr, job.output()
-    assert "generation 1: 2 ranks on localhost:2" in done.stderr, job.output()
-    result = re.search(r"RESULT (.*)", done.stdout).group(1)
-    assert result == '{"step": 24, "sizes": ' + str([3] * 5 + [2] * 19) + "}", result
+    resumed_without_rank_2(job, killed_on="127.0.0.1", resumed_on="localhost:2")
 
 
 @pytest.mark.parametrize("which", ["openmpi", "intelmpi"])
@@ -440,17 +447,6 @@ so.shutdown()
 """
 
 
-@pytest.fixture(scope="module")
-def hosts(tmp_path_factory):
-    from _hosts import HostsUnavailable, made_hosts
-
-    try:
-        with made_hosts(tmp_path_factory.mktemp("flavour_hosts"), 2) as two:
-            yield two
-    except HostsUnavailable as exc:
-        pytest.skip(f"two-host test: {exc}")
-
-
 def on_host_a(hosts, starter: list, *args: str) -> subprocess.CompletedProcess:
     """Runs `python *starter` (scaleoutrun, or a job that keeps survivors) on hostA with `args`
     after the ssh port and the hosts' interface."""
@@ -526,12 +522,7 @@ def test_an_elastic_job_across_hosts_survives_a_killed_rank(tmp_path, hosts, whi
         env={**NETWORK_ENV, "KILL": "2:5"},
         runner=hosts._enter("hostA") + [sys.executable],
     )
-    done = job.finish()
-    assert done.returncode == 0, job.output()
-    assert "rank 2 (on hostB, was killed by SIGKILL) failed" in done.stderr, job.output()
-    assert "generation 1: 2 ranks on hostA:2" in done.stderr, job.output()
-    result = re.search(r"RESULT (.*)", done.stdout).group(1)
-    assert result == '{"step": 24, "sizes": ' + str([3] * 5 + [2] * 19) + "}", result
+    resumed_without_rank_2(job, killed_on="hostB", resumed_on="hostA:2")
 
 
 # --- inside a Slurm allocation (tests/_slurm.py's cluster on two namespace hosts) ------------

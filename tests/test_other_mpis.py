@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import run_job
+from conftest import OPEN_MPI_AS_ROOT, run_job
 
 ROOT = Path(__file__).resolve().parent.parent
 # Open MPI (another ABI, another shim) runs more of the suite than Intel MPI, whose ABI and shim
@@ -58,10 +58,7 @@ def test_the_suite_passes_on(mpi, tmp_path):
         "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}",
         "PYTHONPATH": "",
         "SCALEOUT_TEST_EXPECT_MPI": family,
-        # Open MPI refuses root without these, and more ranks than cores without the last.
-        "OMPI_ALLOW_RUN_AS_ROOT": "1",
-        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-        "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",
+        **OPEN_MPI_AS_ROOT,
     }
     cmd = [str(venv / "bin" / "pytest"), "-q", "-p", "no:cacheprovider", "-rs"]
     cmd += [str(ROOT / t) for t in TESTS[mpi]]

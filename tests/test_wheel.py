@@ -17,17 +17,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import run_job
+from conftest import OPEN_MPI_AS_ROOT, run_job
 
 ROOT = Path(__file__).resolve().parent.parent
 HELLO = ROOT / "examples" / "hello_allreduce.py"
 COMPILERS = re.compile(r"^(cc|c\+\+|g\+\+.*|gcc.*|clang.*|x86_64-linux-gnu-g.*|cpp.*|c89.*|c99.*)$")
-# Open MPI's launchers refuse root without these, and 2 ranks on fewer cores without the last.
-OPEN_MPI_AS_ROOT = {
-    "OMPI_ALLOW_RUN_AS_ROOT": "1",
-    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-    "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe",
-}
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -44,8 +44,7 @@ enum so_mpi_type {
   SO_MPI_INT64,
   SO_MPI_FLOAT,
   SO_MPI_DOUBLE,
-  SO_MPI_C_BOOL,
-  SO_MPI_TYPE_COUNT
+  SO_MPI_C_BOOL
 };
 
 /* MPI's predefined ops, then the ops that combine 16-bit floats (sent as SO_MPI_UINT16) through
@@ -61,7 +60,6 @@ enum so_mpi_op {
 };
 enum so_mpi_half { SO_MPI_FLOAT16, SO_MPI_BFLOAT16 };
 #define SO_MPI_HALF_OP(half, op) (SO_MPI_HALF_OPS + 4 * (half) + (op)) /* op: SUM..PROD */
-#define SO_MPI_OP_COUNT SO_MPI_HALF_OP(SO_MPI_BFLOAT16, SO_MPI_PROD) + 1
 
 /* Combines count 16-bit floats of `in` into `inout` (half: enum so_mpi_half, op: SUM..PROD). */
 typedef void (*so_mpi_combine_fn)(void* inout, const void* in, int count, int half, int op);

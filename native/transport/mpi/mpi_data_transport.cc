@@ -122,17 +122,6 @@ Status MpiDataTransport::Allreduce(const void* in, void* out, size_t count, Data
   const int type = MpiType(dtype);
   SO_CHECK(type >= 0, "a dtype without an MPI type reached the MPI transport");
   const size_t esize = DataTypeSize(dtype);
-  // Note [In place on every rank]
-  // Ranks may reach the same allreduce in different forms: a rank that has joined reduces a
-  // zero-filled fusion buffer in place, another its tensor from input to output, and
-  // allreduce_ and allreduce of the same name may meet. MPI allows mixing MPI_IN_PLACE with
-  // separate buffers, but Open MPI 5.0's nonblocking allreduce does not (at 4 ranks and 200 KB
-  // its schedules differ and a rank fails with MPI_ERR_TRUNCATE in an NBC subrequest): so every
-  // rank reduces in place, copying its input to its output first.
-  if (in != out && count > 0) {
-    CopyBytes(out, in, count * esize);
-    in = out;
-  }
   for (size_t done = 0; done < count;) {
     const size_t n = std::min(count - done, kMaxCount);
     const char* src = static_cast<const char*>(in) + done * esize;
@@ -146,6 +135,15 @@ Status MpiDataTransport::Allreduce(const void* in, void* out, size_t count, Data
       done += n;
       continue;
     }
+    // Note [In place on every rank]
+    // Ranks may reach the same allreduce in different forms: a rank that has joined reduces a
+    // zero-filled fusion buffer in place, another its tensor from input to output, and
+    // allreduce_ and allreduce of the same name may meet. MPI allows mixing MPI_IN_PLACE with
+    // separate buffers, but Open MPI 5.0's nonblocking allreduce does not (at 4 ranks and 200 KB
+    // its schedules differ and a rank fails with MPI_ERR_TRUNCATE in an NBC subrequest): so
+    // every rank reduces in place, copying its input to its output first. (The reduce-scatter
+    // above never runs in place.)
+    if (src != dst) CopyBytes(dst, src, n * esize);
     traffic::Add(traffic::kMPI_BYTES, static_cast<int64_t>(n * esize));
     so_mpi_handle request = 0;
     int rc = Mpi().iallreduce(nullptr, dst, static_cast<int>(n), type, MpiOp(dtype, op), comm_,
