@@ -107,6 +107,7 @@ def submit_into(
     prescale_factor: float = 1.0,
     postscale_factor: float = 1.0,
     process_set: int = 0,
+    caller_waits: bool = False,
 ) -> Handle:
     """allreduce / broadcast of an array-like on the set with core id `process_set`. The result
     goes into `tensor` itself (`inplace`; synchronize returns `tensor`), or into `output` (a
@@ -124,6 +125,7 @@ def submit_into(
                 prescale_factor=prescale_factor,
                 postscale_factor=postscale_factor,
                 process_set=process_set,
+                caller_waits=caller_waits,
             )
         except BufferError:
             pass  # not C-contiguous, read-only, or a dtype the buffer protocol cannot describe
@@ -149,6 +151,7 @@ def submit_into(
         postscale_factor=postscale_factor,
         finish=_written(a, tensor) if inplace else None,
         process_set=process_set,
+        caller_waits=caller_waits,
     )
 
 
@@ -175,6 +178,7 @@ def submit_owned(
     splits=None,
     finish=None,
     process_set: int = 0,
+    caller_waits: bool = False,
 ) -> Handle:
     """allgather / alltoall / reducescatter of an array-like on the set with core id
     `process_set`: the core owns the result until completion, then an array views its bytes.
@@ -196,4 +200,5 @@ def submit_owned(
         splits=splits,
         finish=finish,
         process_set=process_set,
+        caller_waits=caller_waits,
     )

@@ -80,14 +80,25 @@ def allreduce_async(
 ) -> Handle:
     """Starts reducing `tensor` across the ranks of `process_set` (default op Average);
     returns a Handle."""
+    return _allreduce(
+        tensor, average, name, op, prescale_factor, postscale_factor, process_set, False, False
+    )
+
+
+def _allreduce(
+    tensor, average, name, op, prescale_factor, postscale_factor, process_set, inplace, waits
+) -> Handle:
+    """`waits`: the caller synchronizes at once (Note [Caller drives] in the core)."""
     return submit_into(
         ALLREDUCE,
         name,
         tensor,
+        inplace=inplace,
         op=resolve_op(op, average),
         prescale_factor=prescale_factor,
         postscale_factor=postscale_factor,
-        process_set=process_set_id(process_set, "allreduce"),
+        process_set=process_set_id(process_set, "allreduce_" if inplace else "allreduce"),
+        caller_waits=waits,
     )
 
 
@@ -102,7 +113,9 @@ def allreduce(
 ) -> np.ndarray:
     """Reduces `tensor` across ranks and returns the result as a new array."""
     return synchronize(
-        allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor, process_set)
+        _allreduce(
+            tensor, average, name, op, prescale_factor, postscale_factor, process_set, False, True
+        )
     )
 
 
@@ -116,15 +129,8 @@ def allreduce_async_(
     process_set=global_process_set,
 ) -> Handle:
     """In-place form of allreduce_async: the result is written into `tensor`."""
-    return submit_into(
-        ALLREDUCE,
-        name,
-        tensor,
-        inplace=True,
-        op=resolve_op(op, average),
-        prescale_factor=prescale_factor,
-        postscale_factor=postscale_factor,
-        process_set=process_set_id(process_set, "allreduce_"),
+    return _allreduce(
+        tensor, average, name, op, prescale_factor, postscale_factor, process_set, True, False
     )
 
 
@@ -138,12 +144,14 @@ def allreduce_(
     process_set=global_process_set,
 ):
     return synchronize(
-        allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set)
+        _allreduce(
+            tensor, average, name, op, prescale_factor, postscale_factor, process_set, True, True
+        )
     )
 
 
 def _grouped(
-    tensors, average, name, op, prescale_factor, postscale_factor, inplace, process_set
+    tensors, average, name, op, prescale_factor, postscale_factor, inplace, process_set, waits=False
 ) -> Handle:
     op = resolve_op(op, average)
     ps = process_set_id(process_set, "grouped_allreduce")
@@ -159,6 +167,7 @@ def _grouped(
                 prescale_factor=prescale_factor,
                 postscale_factor=postscale_factor,
                 process_set=ps,
+                caller_waits=waits,
             )
             for i, t in enumerate(tensors)
         ],
@@ -191,8 +200,8 @@ def grouped_allreduce(
     process_set=global_process_set,
 ) -> list:
     return synchronize(
-        grouped_allreduce_async(
-            tensors, average, name, op, prescale_factor, postscale_factor, process_set
+        _grouped(
+            tensors, average, name, op, prescale_factor, postscale_factor, False, process_set, True
         )
     )
 
@@ -221,8 +230,8 @@ def grouped_allreduce_(
     process_set=global_process_set,
 ) -> list:
     return synchronize(
-        grouped_allreduce_async_(
-            tensors, average, name, op, prescale_factor, postscale_factor, process_set
+        _grouped(
+            tensors, average, name, op, prescale_factor, postscale_factor, True, process_set, True
         )
     )
 
@@ -239,39 +248,46 @@ def allgather_async(tensor, name=None, process_set=global_process_set) -> Handle
 
 
 def allgather(tensor, name=None, process_set=global_process_set) -> np.ndarray:
-    return synchronize(allgather_async(tensor, name, process_set))
+    return synchronize(
+        submit_owned(
+            ALLGATHER,
+            name,
+            tensor,
+            process_set=process_set_id(process_set, "allgather"),
+            caller_waits=True,
+        )
+    )
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set) -> Handle:
     """Starts sending root_rank's tensor to every rank of the set (root_rank is the job's
     rank, as in Horovod); the result is a new array."""
+    return _broadcast(tensor, root_rank, name, process_set, False, False)
+
+
+def _broadcast(tensor, root_rank, name, process_set, inplace, waits) -> Handle:
     return submit_into(
         BROADCAST,
         name,
         tensor,
+        inplace=inplace,
         root_rank=root_rank,
-        process_set=process_set_id(process_set, "broadcast"),
+        process_set=process_set_id(process_set, "broadcast_" if inplace else "broadcast"),
+        caller_waits=waits,
     )
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set) -> np.ndarray:
-    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+    return synchronize(_broadcast(tensor, root_rank, name, process_set, False, True))
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set) -> Handle:
     """In-place form: root_rank's values are written into `tensor` on every rank."""
-    return submit_into(
-        BROADCAST,
-        name,
-        tensor,
-        inplace=True,
-        root_rank=root_rank,
-        process_set=process_set_id(process_set, "broadcast_"),
-    )
+    return _broadcast(tensor, root_rank, name, process_set, True, False)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
-    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+    return synchronize(_broadcast(tensor, root_rank, name, process_set, True, True))
 
 
 def _alltoall_result(with_splits: bool):
@@ -348,6 +364,7 @@ def barrier(name=None, process_set=global_process_set) -> None:
             dtype=0,
             shape=(),
             process_set=process_set_id(process_set, "barrier"),
+            caller_waits=True,
         )
     )
 

@@ -263,6 +263,8 @@ Status ToEnqueueArgs(const so_request* r, scaleout::EnqueueArgs* a) {
   a->splits = r->splits;
   a->nsplits = r->nsplits;
   a->process_set = r->process_set;
+  if (r->struct_size >= offsetof(so_request, caller_waits) + sizeof(int32_t))
+    a->caller_waits = r->caller_waits != 0;
   return Status::OK();
 }
 
@@ -287,9 +289,8 @@ SO_EXPORT int so_poll(int64_t handle, int* done_out) {
 }
 
 SO_EXPORT int so_wait(int64_t handle, double timeout_seconds) {
-  return WithHandle(handle, [&](Runtime& rt) -> int {
-    return Report(rt.handles().Wait(handle, timeout_seconds));
-  });
+  return WithHandle(handle,
+                    [&](Runtime& rt) -> int { return Report(rt.Wait(handle, timeout_seconds)); });
 }
 
 SO_EXPORT int so_result_shape(int64_t handle, int* ndim_out, int64_t* shape_out) {

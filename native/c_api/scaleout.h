@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define SCALEOUT_ABI_VERSION 10
+#define SCALEOUT_ABI_VERSION 11
 
 /*
  * The tables: every code the ABI uses, with its name, written once here. The core takes its names
@@ -204,6 +204,9 @@ int so_process_set(int32_t id, int32_t* rank_out, int32_t* size_out, int32_t* ra
  *         equal splits.
  * process_set: the id of the process set the collective runs on (0: every rank; ranks, roots and
  *         splits are then the set's); this rank must be a member.
+ * caller_waits: 1 when the caller calls so_wait on the handle at once (a synchronous call): the
+ *         core may then run the collective on the caller's thread inside so_wait (Note [Caller
+ *         drives] in coordinator/coordinator.h). Added in ABI 11; default 0.
  */
 typedef struct so_request {
   uint32_t struct_size; /* sizeof(so_request) as the caller was compiled with */
@@ -221,6 +224,7 @@ typedef struct so_request {
   const int64_t* splits;
   int32_t nsplits;
   int32_t process_set;
+  int32_t caller_waits;
 } so_request;
 
 /*

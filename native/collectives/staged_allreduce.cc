@@ -66,8 +66,19 @@ namespace scaleout {
 // MPI's algorithm rounds once; large ones go as a reduce-scatter then an allgather, so each
 // element is reduced in one place), and postscaled after (transport/mpi/mpi_data_transport.cc).
 
+// Note [One-Sync allreduce]
+// A small allreduce is bound by the Syncs, not by memory traffic: each is a round trip of cache
+// lines between cores. So below kOneSyncBytes (what each rank reads from the others), every rank
+// packs its whole input into its area, Syncs once, and reduces every rank's area in rank order
+// (area 0, then 1, ...) into a block of its own, which it unpacks: the same operations in the
+// same order on every rank, so the same bits. One Sync suffices for the reason two do above: a
+// rank writes this parity's area again two rounds later, after the next round's Sync, which no
+// rank passes before it has finished reading this round. Not for halves (they are widened and
+// rounded by one rank, Note [Halves on the wire]) nor across machines.
+
 namespace {
 constexpr size_t kBlockBytes = size_t(64) << 10;
+constexpr size_t kOneSyncBytes = size_t(16) << 10;
 }  // namespace
 
 void StagedAllreduce::ReduceHalves(uint8_t* at, size_t offset, size_t n, int parity, DataType dtype,
@@ -102,6 +113,10 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
   const int self = memory_->rank();
   const int size = memory_->size();
   const size_t block = std::max<size_t>(1, kBlockBytes / esize);
+  if (!halves && !crossing && total <= per_round &&
+      total * esize * static_cast<size_t>(size - 1) <= kOneSyncBytes) {
+    return RunOneSync(total, dtype, op, pack, unpack);
+  }
   for (size_t first = 0; first < total; first += per_round) {
     const size_t count = std::min(per_round, total - first);
     const int parity = memory_->NextParity();
@@ -177,6 +192,26 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
                          << us(t4 - t3) << " us, unpack " << us(t5 - t4) << " us");
     }
   }
+  return Status::OK();
+}
+
+// A small allreduce in one Sync: Note [One-Sync allreduce].
+Status StagedAllreduce::RunOneSync(size_t total, DataType dtype, ReduceOp op, const PackFn& pack,
+                                   const UnpackFn& unpack) {
+  const size_t bytes = total * DataTypeSize(dtype);
+  const int parity = memory_->NextParity();
+  pack(0, total, memory_->Area(memory_->rank(), parity));
+  traffic::Add(traffic::kSHM_BYTES, static_cast<int64_t>(bytes));
+  Status s = memory_->Sync();
+  if (!s.ok()) return s;
+  result_.resize(bytes);
+  CopyBytes(result_.data(), memory_->Area(0, parity), bytes);  // Note [Copies]
+  {
+    const traffic::Timed reducing(traffic::kREDUCE_NS);
+    for (int k = 1; k < memory_->size(); ++k)
+      ReduceInto(result_.data(), memory_->Area(k, parity), total, dtype, op);
+  }
+  unpack(0, total, result_.data());
   return Status::OK();
 }
 

@@ -56,11 +56,16 @@ class StagedAllreduce {
   void ReduceHalves(uint8_t* at, size_t offset, size_t n, int parity, DataType dtype, ReduceOp op,
                     double pre, double post);
 
+  // Note [One-Sync allreduce] (staged_allreduce.cc): a small allreduce on one machine.
+  Status RunOneSync(size_t total, DataType dtype, ReduceOp op, const PackFn& pack,
+                    const UnpackFn& unpack);
+
   PeerMemory* memory_;
   MachineReduce* machines_;
   bool leader_based_;
   std::vector<float> acc_;               // ReduceHalves' float32 block
   std::vector<const uint8_t*> sources_;  // and the blocks it reduces
+  std::vector<uint8_t> result_;          // RunOneSync's reduced block
 };
 
 }  // namespace scaleout

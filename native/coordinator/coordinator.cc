@@ -99,23 +99,35 @@ void Coordinator::Stop() {
 
 void Coordinator::Loop() {
   Status fatal;
+  std::unique_lock<std::mutex> lock(step_mu_, std::defer_lock);
   try {
-    // After rank 0 has left, keep serving (failing) this rank's requests until its own shutdown.
-    while (!controller_.shutdown_complete() || (controller_.rank_zero_gone() && !stop_requested_)) {
+    for (;;) {
+      lock.lock();
+      // After rank 0 has left, keep serving (failing) this rank's requests until its own shutdown.
+      if (controller_.shutdown_complete() && !(controller_.rank_zero_gone() && !stop_requested_))
+        break;
+      if (!caller_fatal_.ok()) {
+        fatal = caller_fatal_;
+        break;
+      }
       bool progress = false;
-      fatal = Step(Now(), &progress);
+      fatal = Step(Now(), /*on_caller=*/false, &progress);
       if (!fatal.ok()) break;
+      const bool waiting_remote = WaitingRemote();
+      lock.unlock();
       if (progress || queue_->HasWork()) {
         idle_rounds_ = 0;
         continue;
       }
-      Backoff(!pending_.empty() || !joins_.empty() || controller_.busy() || shutdown_begun_);
+      Backoff(waiting_remote);
     }
   } catch (const InternalError& e) {
     fatal = Status::Internal(e.message);
   } catch (const std::exception& e) {
     fatal = Status::Internal(std::string("coordinator thread failed: ") + e.what());
   }
+  if (!lock.owns_lock()) lock.lock();
+  loop_done_ = true;
   if (!fatal.ok()) fatal = BlameDeath(fatal);
   if (!fatal.ok()) SO_LOG(kError, fatal.message());
   Status why = !fatal.ok() ? fatal
@@ -134,7 +146,7 @@ void Coordinator::Loop() {
   joins_.clear();
   queue_->TakeAll();
   timeline_.Close();
-  std::lock_guard<std::mutex> lock(timeline_mu_);
+  std::lock_guard<std::mutex> timeline_lock(timeline_mu_);
   loop_finished_ = true;
   if (timeline_request_) {
     timeline_request_->done.set_value(
@@ -191,7 +203,51 @@ Status Coordinator::BlameDeath(Status status) const {
   return liveness_->AnyDead() ? liveness_->Interruption() : status;
 }
 
-Status Coordinator::Step(double now, bool* made_progress) {
+bool Coordinator::WaitingRemote() const {
+  return !pending_.empty() || !joins_.empty() || controller_.busy() || shutdown_begun_;
+}
+
+// Runs the coordinator on a waiting caller's thread: Note [Caller drives].
+bool Coordinator::Drive(const TensorEntry& entry) {
+  std::unique_lock<std::mutex> lock(step_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    queue_->Wake();  // the thread is mid-step: it must not sleep past this caller's entry
+    return false;
+  }
+  bool done = false;
+  int idle = 0;
+  while (!done && !loop_done_ && !stop_requested_ && caller_fatal_.ok()) {
+    bool progress = false;
+    Status s;
+    try {
+      s = Step(Now(), /*on_caller=*/true, &progress);
+    } catch (const InternalError& e) {
+      s = Status::Internal(e.message);
+    } catch (const std::exception& e) {
+      s = Status::Internal(std::string("coordinator step failed: ") + e.what());
+    }
+    if (!s.ok()) {
+      caller_fatal_ = s;  // the thread ends the loop with it, as if its own step had failed
+      break;
+    }
+    done = entry.finished.load(std::memory_order_acquire);
+    if (done) break;
+    if (progress || queue_->HasWork()) {
+      idle = 0;
+    } else if (++idle >= kSpinRounds + kYieldRounds) {
+      break;  // the wait would sleep now: the thread takes over
+    } else if (idle >= kSpinRounds) {
+      sched_yield();
+    }
+  }
+  // What is left (this entry, or others submitted meanwhile) is the thread's again.
+  const bool left = !done || WaitingRemote() || queue_->HasWork() || !caller_fatal_.ok();
+  lock.unlock();
+  if (left) queue_->Wake();
+  return done;
+}
+
+Status Coordinator::Step(double now, bool on_caller, bool* made_progress) {
   ApplyTimelineRequest(now);
   if (stop_requested_ && !shutdown_begun_) {
     shutdown_begun_ = true;
@@ -216,7 +272,8 @@ Status Coordinator::Step(double now, bool* made_progress) {
   }
   for (const Response& r : responses) Execute(r);
   if (config_.deadlock_check_seconds > 0) {
-    SampleBlocked(now);
+    // The sample measures the other threads' CPU time from the coordinator thread's.
+    if (!on_caller) SampleBlocked(now);
     controller_.DetectDeadlock(now, config_.deadlock_check_seconds);
   }
   if (!config_.stall_check_disable && config_.stall_check_seconds > 0 &&

@@ -45,6 +45,25 @@ class Coordinator {
   void Start(int rank, int core);
   // Runs the shutdown protocol with the other ranks, stops the thread, fails what is pending.
   void Stop();
+  // Note [Caller drives]
+  // A thread that submits a collective and waits on it at once (the synchronous calls:
+  // allreduce_, broadcast, ...) says so (so_request.caller_waits), and the core does not wake
+  // this coordinator's thread for it. The caller's wait then runs the coordinator's steps itself,
+  // under the lock the thread holds for each of its own steps, when the thread is not running
+  // one (it sleeps on an empty queue, or between polls), until its collective completes. So a
+  // small collective costs no hand-off between threads: waking the sleeping thread and, at
+  // completion, waking the caller each cost a context switch (microseconds on a VM, and a core
+  // that another rank needs when ranks outnumber cores). Nothing else changes: the same steps,
+  // negotiation and algorithms, run by one thread at a time, in the same order on every rank.
+  // The caller drives only as long as the thread would spin or yield (Note [Waiting]); past that
+  // (a late peer) it wakes the thread and sleeps on its handle as any waiter does, so the
+  // deadlock check and the stall reports see it as before. A coordinator pinned to a reserved
+  // core is driven only for small collectives (Runtime::Enqueue): large ones run on its core.
+  //
+  // Runs the coordinator on the calling thread until `entry` completes or the wait would sleep;
+  // false if it did not complete (the thread ran it, or it stopped, or the wait would sleep).
+  // Any thread; the entry must have been enqueued on this coordinator's queue.
+  bool Drive(const TensorEntry& entry);
   // Starts writing the timeline to `path` (closing one being written), or stops it when `path`
   // is empty (Note [Timeline]). Called from any thread; returns once the coordinator thread has
   // done it, so that the file is complete when stop returns. Only rank 0 writes a file.
@@ -52,7 +71,10 @@ class Coordinator {
 
  private:
   void Loop();
-  Status Step(double now, bool* made_progress);
+  // One round of the coordinator's work. `on_caller`: run by a caller (Note [Caller drives]).
+  Status Step(double now, bool on_caller, bool* made_progress);
+  // Whether work is pending on other ranks (the loop polls instead of sleeping).
+  bool WaitingRemote() const;
   // A transport failure that a peer's death explains, as the death (Note [Liveness]).
   Status BlameDeath(Status status) const;
   void Accept(const std::shared_ptr<TensorEntry>& entry, double now);
@@ -72,6 +94,11 @@ class Coordinator {
   HandleTable* handles_;
   RequestQueue* queue_;
   std::thread thread_;
+  // Held by whichever thread runs a step (Note [Caller drives]); it guards everything below
+  // that the loop's steps touch.
+  std::mutex step_mu_;
+  bool loop_done_ = false;  // the thread has left its loop: nothing may be driven
+  Status caller_fatal_;     // a driving caller's step failed: the thread ends the loop with it
   std::atomic<bool> stop_requested_{false};
   bool shutdown_begun_ = false;
   std::unordered_map<std::string, std::shared_ptr<TensorEntry>> pending_;  // submitted, by name

@@ -4,7 +4,7 @@
 
 /*
  * submit(collective, name, data, address, dtype, shape, output, out_address, op, root_rank,
- *        prescale_factor, postscale_factor, splits, finish, process_set) -> Handle
+ *        prescale_factor, postscale_factor, splits, finish, process_set, caller_waits) -> Handle
  *
  * Every argument may be given by keyword (Note [Request record]); those not given take the
  * defaults listed at SUBMIT_ARGS.
@@ -24,15 +24,19 @@
  * splits: alltoall's rows per destination rank, a C-contiguous int64 buffer, or None.
  * finish: None or a callable applied to the result at completion (alltoall's result is
  *   (received, received_splits as a list); join's the last rank to join; barrier's None).
+ * caller_waits: true when the caller synchronizes the handle at once (the synchronous calls):
+ *   the collective may then run on its thread (Note [Caller drives]).
  * name None generates one (auto_name).
  */
 /* submit's arguments in positional order; only collective has no default (Note [Request
  * record]): name, data, address, dtype, shape, output, out_address, splits and finish None, op
- * Average, root_rank 0, prescale_factor and postscale_factor 1.0, process_set 0. */
+ * Average, root_rank 0, prescale_factor and postscale_factor 1.0, process_set 0, caller_waits
+ * False. */
 /* clang-format off */
 #define SUBMIT_ARGS(X)                                                                          \
   X(collective) X(name) X(data) X(address) X(dtype) X(shape) X(output) X(out_address) X(op)      \
-  X(root_rank) X(prescale_factor) X(postscale_factor) X(splits) X(finish) X(process_set)
+  X(root_rank) X(prescale_factor) X(postscale_factor) X(splits) X(finish) X(process_set)       \
+  X(caller_waits)
 /* clang-format on */
 enum {
 #define SO_ARG_INDEX_(n) ARG_##n,
@@ -97,6 +101,9 @@ static PyObject* submit(PyObject* self, PyObject* const* argv, Py_ssize_t nargs,
       (args[ARG_process_set] && !as_int(args[ARG_process_set], "process_set", &process_set))) {
     return NULL;
   }
+  int caller_waits = 0;
+  if (args[ARG_caller_waits] && (caller_waits = PyObject_IsTrue(args[ARG_caller_waits])) < 0)
+    return NULL;
   for (int i = 0; i < SUBMIT_NARGS; ++i) {
     if (args[i] == NULL) args[i] = Py_None;
   }
@@ -209,7 +216,8 @@ static PyObject* submit(PyObject* self, PyObject* const* argv, Py_ssize_t nargs,
                               .postscale_factor = post,
                               .splits = splits,
                               .nsplits = nsplits,
-                              .process_set = process_set};
+                              .process_set = process_set,
+                              .caller_waits = caller_waits};
   int rc = api.so_enqueue(&request, &id);
   if (rc != 0) {
     raise_status(rc);
@@ -240,7 +248,8 @@ static PyMethodDef methods[] = {
     {"submit", (PyCFunction)(void (*)(void))submit, METH_FASTCALL | METH_KEYWORDS,
      "submit(collective, name=None, data=None, address=None, dtype=None, shape=None, "
      "output=None, out_address=None, op=Average, root_rank=0, prescale_factor=1.0, "
-     "postscale_factor=1.0, splits=None, finish=None, process_set=0) -> Handle"},
+     "postscale_factor=1.0, splits=None, finish=None, process_set=0, caller_waits=False) -> "
+     "Handle"},
     {NULL, NULL, 0, NULL},
 };
 PyMethodDef* const submit_methods = methods;

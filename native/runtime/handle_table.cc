@@ -40,7 +40,8 @@ void HandleTable::Complete(TensorEntry* entry, const Status& status) {
 bool HandleTable::FinishLocked(std::unordered_map<int64_t, Slot>::iterator it,
                                const Status& status) {
   if (it->second.done) return false;
-  const TensorEntry& entry = *it->second.entry;
+  TensorEntry& entry = *it->second.entry;
+  entry.finished.store(true, std::memory_order_release);
   if (!entry.is_join) names_in_flight_.erase({entry.process_set, entry.request.name});
   if (it->second.orphaned) {
     slots_.erase(it);
@@ -119,6 +120,12 @@ Status HandleTable::Poll(int64_t handle, bool* done) {
   if (it == slots_.end() || it->second.orphaned) return Unknown(handle);
   *done = it->second.done;
   return Status::OK();
+}
+
+std::shared_ptr<TensorEntry> HandleTable::Find(int64_t handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slots_.find(handle);
+  return it == slots_.end() ? nullptr : it->second.entry;
 }
 
 void HandleTable::Counts(int64_t* handles, int64_t* names) {

@@ -40,6 +40,8 @@ class HandleTable {
   int Unfinished(int32_t process_set);
 
   Status Poll(int64_t handle, bool* done);
+  // The registered entry behind the handle, done or not (nullptr if unknown).
+  std::shared_ptr<TensorEntry> Find(int64_t handle);
   // Handles registered (issued and not released) and names in flight, for leak checks.
   void Counts(int64_t* handles, int64_t* names);
   // Threads inside Wait now (Note [Deadlock]), in all and on handles of one process set.

@@ -4,13 +4,13 @@
 
 namespace scaleout {
 
-void RequestQueue::Push(std::shared_ptr<TensorEntry> entry) {
+void RequestQueue::Push(std::shared_ptr<TensorEntry> entry, bool wake) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     items_.push_back(std::move(entry));
     pending_.store(true, std::memory_order_release);
   }
-  cv_.notify_one();
+  if (wake) cv_.notify_one();
 }
 
 void RequestQueue::Wake() {

@@ -1,6 +1,7 @@
 // Hands entries from the callers' threads to the coordinator thread, and wakes it.
 //
-// Threading: Push from any thread; TakeAll and WaitForWork from the coordinator thread only.
+// Threading: Push from any thread; TakeAll from the thread running the coordinator (its own, or a
+// caller driving it: Note [Caller drives]); WaitForWork from the coordinator thread only.
 #ifndef SCALEOUT_RUNTIME_REQUEST_QUEUE_H_
 #define SCALEOUT_RUNTIME_REQUEST_QUEUE_H_
 
@@ -16,7 +17,9 @@ namespace scaleout {
 
 class RequestQueue {
  public:
-  void Push(std::shared_ptr<TensorEntry> entry);
+  // `wake` false leaves a sleeping coordinator asleep: the caller runs it (Note [Caller drives]);
+  // it still finds the entry at its next periodic wake.
+  void Push(std::shared_ptr<TensorEntry> entry, bool wake = true);
   // Wakes the coordinator without work (shutdown).
   void Wake();
   std::vector<std::shared_ptr<TensorEntry>> TakeAll();

@@ -90,7 +90,10 @@ Status OwnedDataPlane::Create(const MpiContext& mpi, const Config& config, PeerL
   if (plan.tries_shared_memory()) {
     DataTransport* bootstrap =
         plan.spans_machines() ? plane->local.get() : plane->transports[0].get();
-    Status s = ShmPeerMemory::Create(bootstrap, config.shm_area_bytes, &plane->peers);
+    // One machine: the coordinators talk through the segment too (Note [Shared-memory control
+    // channel]).
+    const size_t rings = plan.spans_machines() ? 0 : ShmControlChannel::RingBytes();
+    Status s = ShmPeerMemory::Create(bootstrap, config.shm_area_bytes, &plane->peers, rings);
     if (!s.ok()) {
       SO_LOG(kWarning, who << "shared memory unavailable (" << s.message()
                            << "); collectives go through MPI");
@@ -276,6 +279,10 @@ Status Runtime::Validate(const EnqueueArgs& a, int size, TensorEntry* e) const {
 
 namespace {
 
+// Note [Caller drives]: the largest collective a caller runs itself when the coordinator thread
+// is pinned to a reserved core.
+constexpr int64_t kCallerDrivesPinned = 64 << 10;
+
 std::string RankText(const std::vector<int>& ranks) {
   std::string out;
   for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
@@ -329,8 +336,41 @@ Status Runtime::Enqueue(const EnqueueArgs& args, int64_t* handle) {
   s = handles_.Add(entry);
   if (!s.ok()) return s;
   *handle = entry->handle;
-  set->queue.Push(std::move(entry));
+  // Note [Caller drives]: a coordinator on a reserved core keeps what is worth moving there.
+  const bool pinned = coordinator_core_ >= 0 || !config_.ep_cores.empty();
+  entry->caller_waits =
+      a.caller_waits &&
+      (!pinned ||
+       entry->request.NumElements() * static_cast<int64_t>(DataTypeSize(entry->request.dtype)) <=
+           kCallerDrivesPinned);
+  const bool wake = !entry->caller_waits;
+  set->queue.Push(std::move(entry), wake);
   return Status::OK();
+}
+
+Status Runtime::Wait(int64_t handle, double timeout_seconds) {
+  std::shared_ptr<TensorEntry> entry = handles_.Find(handle);
+  if (entry && entry->caller_waits && !entry->driven.exchange(true)) {
+    std::shared_ptr<ProcessSet> set;
+    if (entry->process_set == 0) {
+      set = global_;
+    } else {
+      std::lock_guard<std::mutex> lock(sets_mu_);
+      auto it = sets_.find(entry->process_set);
+      if (it != sets_.end()) set = it->second;
+    }
+    std::shared_ptr<Coordinator> coordinator;
+    if (set) {
+      std::lock_guard<std::mutex> lock(coordinators_mu_);
+      coordinator = set->coordinator;
+    }
+    if (coordinator) {
+      coordinator->Drive(*entry);
+    } else if (set) {
+      set->queue.Wake();
+    }
+  }
+  return handles_.Wait(handle, timeout_seconds);
 }
 
 namespace {
@@ -430,7 +470,16 @@ Status Runtime::StartProcessSet(ProcessSet* set) {
     config_.shm = set->plane->view.peers != nullptr;
     config_.algorithms = set->plane->view.plan.Describe();
   }
-  set->channel = std::make_unique<MpiControlChannel>(set->mpi->control_comm());
+  auto mpi_channel = std::make_unique<MpiControlChannel>(set->mpi->control_comm());
+  ShmPeerMemory* peers = set->plane->peers.get();
+  if (peers != nullptr && peers->ControlRing(1, true) != nullptr) {
+    set->channel = std::make_unique<ShmControlChannel>(
+        mpi_channel->rank(), mpi_channel->size(),
+        [peers](int peer, bool toward_zero) { return peers->ControlRing(peer, toward_zero); },
+        std::move(mpi_channel));
+  } else {
+    set->channel = std::move(mpi_channel);
+  }
   auto coordinator = std::make_shared<Coordinator>(config_, set->channel.get(), set->plane->view,
                                                    &handles_, &set->queue, liveness, set->info);
   coordinator->Start(t.rank, coordinator_core_);

@@ -19,6 +19,7 @@
 #include "transport/mpi/mpi_context.h"
 #include "transport/mpi/mpi_control_channel.h"
 #include "transport/mpi/mpi_data_transport.h"
+#include "transport/shm/shm_control_channel.h"
 #include "transport/shm/shm_peer_memory.h"
 
 namespace scaleout {
@@ -38,7 +39,8 @@ struct EnqueueArgs {
   double postscale = 1.0;
   const int64_t* splits = nullptr;
   int nsplits = 0;
-  int32_t process_set = 0;  // Note [Process sets]
+  int32_t process_set = 0;    // Note [Process sets]
+  bool caller_waits = false;  // Note [Caller drives]
 };
 
 // A communicator's data plane and what it is made of, owned (collectives/data_plane.h). Made
@@ -70,7 +72,7 @@ struct ProcessSet {
   ProcessSetInfo info;  // id and the job's rank of each member (set 0: 0, 1, ..., size - 1)
   int rank = -1;        // this rank's place in it; -1: not a member (nothing below is made)
   std::unique_ptr<MpiContext> mpi;
-  std::unique_ptr<MpiControlChannel> channel;
+  std::unique_ptr<ControlChannel> channel;  // MPI, or shared memory on one machine
   std::unique_ptr<OwnedDataPlane> plane;
   RequestQueue queue;
   std::shared_ptr<Coordinator> coordinator;
@@ -85,6 +87,9 @@ class Runtime {
 
   // Validates the request on this rank and hands it to the coordinator thread.
   Status Enqueue(const EnqueueArgs& args, int64_t* handle);
+  // Waits for the handle (timeout < 0: forever), first running its collective on this thread
+  // when its caller said it waits at once (Note [Caller drives]).
+  Status Wait(int64_t handle, double timeout_seconds);
   void Shutdown();
   // Starts (path not empty) or stops the timeline at run time (Note [Timeline]).
   Status SetTimeline(const std::string& path, bool mark_cycles);

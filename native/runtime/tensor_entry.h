@@ -2,6 +2,7 @@
 #ifndef SCALEOUT_RUNTIME_TENSOR_ENTRY_H_
 #define SCALEOUT_RUNTIME_TENSOR_ENTRY_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <new>
@@ -57,6 +58,11 @@ struct TensorEntry {
   int32_t join_rank = -1;
   double submitted_at = 0;  // monotonic seconds, for stall warnings
   bool stall_reported = false;
+  // Note [Caller drives]: the submitting thread waits on it at once and may run the collective
+  // itself; `driven` is set by the first wait that tries.
+  bool caller_waits = false;
+  std::atomic<bool> driven{false};
+  std::atomic<bool> finished{false};  // completed (set by the handle table), for a lock-free look
 };
 
 }  // namespace scaleout

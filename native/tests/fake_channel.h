@@ -93,6 +93,15 @@ class FakeNetwork {
     Status TryReceive(bool* got, int* src, std::vector<uint8_t>* bytes) override {
       return network_->TryReceive(rank_, got, src, bytes);
     }
+    Status TryReceiveFrom(int src, bool* got, std::vector<uint8_t>* bytes) override {
+      auto& q = network_->Queue(src, rank_);
+      *got = !q.empty();
+      if (*got) {
+        *bytes = std::move(q.front());
+        q.pop_front();
+      }
+      return Status::OK();
+    }
 
    private:
     FakeNetwork* network_;

@@ -1,6 +1,7 @@
 // ShmPeerMemory between two real processes (this one and a forked child), bootstrapped over
 // pipes: the areas are shared, Sync orders them, the segment's name is gone once both have
-// it, and a rank that dies is named by the rank that waits for it.
+// it, and a rank that dies is named by the rank that waits for it. The control channel's rings
+// in the segment carry messages both ways, in order.
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -15,6 +16,7 @@
 
 #include "tests/test_framework.h"
 #include "common/process.h"
+#include "transport/shm/shm_control_channel.h"
 #include "transport/shm/shm_peer_memory.h"
 
 namespace scaleout {
@@ -210,6 +212,89 @@ SO_TEST(SegmentsLeftByAKilledJobAreRemovedByTheNextOne) {
   EXPECT_TRUE(Exists(elsewhere));
   EXPECT_TRUE(Exists(unknown));
   for (const std::string& name : {stale, elsewhere, unknown}) ::shm_unlink(name.c_str());
+}
+
+// The overflow channel of a test whose messages always fit in the rings.
+class NoOverflow : public ControlChannel {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  Status Send(int, std::vector<uint8_t>) override { return Status::Internal("overflowed"); }
+  Status TryReceive(bool* got, int*, std::vector<uint8_t>*) override {
+    *got = false;
+    return Status::OK();
+  }
+  Status TryReceiveFrom(int, bool* got, std::vector<uint8_t>*) override {
+    *got = false;
+    return Status::OK();
+  }
+};
+
+std::unique_ptr<ShmControlChannel> ControlOver(const ShmPeerMemory& mem) {
+  return std::make_unique<ShmControlChannel>(
+      mem.rank(), mem.size(),
+      [&mem](int peer, bool toward_zero) { return mem.ControlRing(peer, toward_zero); },
+      std::make_unique<NoOverflow>());
+}
+
+// Rounds of: rank 1 sends a burst of numbered messages of varied sizes, rank 0 answers each
+// burst with their sum; both check every byte, while the other process runs at once.
+SO_TEST(TwoProcessesTalkThroughTheControlRings) {
+  constexpr int kRounds = 2000;
+  constexpr int kBurst = 20;
+  std::unique_ptr<PipeTransport> transport;
+  const pid_t child = ForkRanks(&transport, [](PipeTransport& t) {
+    std::unique_ptr<ShmPeerMemory> mem;
+    if (!ShmPeerMemory::Create(&t, 4096, &mem, ShmControlChannel::RingBytes()).ok()) return 10;
+    auto channel = ControlOver(*mem);
+    uint32_t n = 0;
+    for (int round = 0; round < kRounds; ++round) {
+      uint64_t sum = 0;
+      for (int i = 0; i < kBurst; ++i, ++n) {
+        std::vector<uint8_t> m(4 + (n * 7) % 300, static_cast<uint8_t>(n));
+        std::memcpy(m.data(), &n, 4);
+        sum += n;
+        if (!channel->Send(0, std::move(m)).ok()) return 11;
+      }
+      bool got = false;
+      std::vector<uint8_t> answer;
+      while (!got) {
+        if (!channel->TryReceiveFrom(0, &got, &answer).ok()) return 12;
+      }
+      uint64_t echoed = 0;
+      if (answer.size() != sizeof echoed) return 13;
+      std::memcpy(&echoed, answer.data(), sizeof echoed);
+      if (echoed != sum) return 14;
+    }
+    return 0;
+  });
+  ASSERT_TRUE(child > 0);
+  std::unique_ptr<ShmPeerMemory> mem;
+  ASSERT_TRUE(
+      ShmPeerMemory::Create(transport.get(), 4096, &mem, ShmControlChannel::RingBytes()).ok());
+  auto channel = ControlOver(*mem);
+  uint32_t expected = 0;
+  int bad = 0;
+  for (int round = 0; round < kRounds && bad == 0; ++round) {
+    uint64_t sum = 0;
+    for (int i = 0; i < kBurst; ++i, ++expected) {
+      bool got = false;
+      int src = -1;
+      std::vector<uint8_t> m;
+      while (!got && bad == 0) bad += !channel->TryReceive(&got, &src, &m).ok();
+      uint32_t n = 0;
+      if (m.size() >= 4) std::memcpy(&n, m.data(), 4);
+      bool intact = src == 1 && n == expected && m.size() == 4 + (n * 7) % 300;
+      for (size_t k = 4; intact && k < m.size(); ++k) intact = m[k] == static_cast<uint8_t>(n);
+      bad += !intact;
+      sum += n;
+    }
+    std::vector<uint8_t> answer(sizeof sum);
+    std::memcpy(answer.data(), &sum, sizeof sum);
+    bad += !channel->Send(1, std::move(answer)).ok();
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(ExitCode(child), 0);
 }
 
 }  // namespace

@@ -159,8 +159,15 @@ SO_TEST(EveryRankGetsTheReductionOfEveryElementOnce) {
 
 SO_TEST(BackToBackRunsReuseTheAreasSafely) {
   // Rounds alternate areas without a third Sync: repeated runs with jittered ranks must not
-  // see a later round's data in an earlier one.
+  // see a later round's data in an earlier one. 100 elements take Note [One-Sync allreduce].
   for (int size : {2, 3, 4}) {
+    Outcome small = RunRanks(size, size_t(1) << 20, 100, ReduceOp::kSum, 50);
+    for (int r = 0; r < size; ++r) {
+      ASSERT_TRUE(small.status[r].ok());
+      for (size_t i = 0; i < 100; ++i) {
+        if (!EXPECT_EQ(small.results[r][i], Expected(i, size, ReduceOp::kSum, 49))) break;
+      }
+    }
     Outcome o = RunRanks(size, 256, 3000, ReduceOp::kSum, 50);
     for (int r = 0; r < size; ++r) {
       ASSERT_TRUE(o.status[r].ok());

@@ -1,5 +1,6 @@
 // The small message channel the coordinators talk over. Negotiation depends only on this
-// interface, so it runs over MPI in a job and over an in-memory fake in unit tests.
+// interface, so it runs over MPI (or shared memory: Note [Shared-memory control channel]) in a
+// job and over an in-memory fake in unit tests.
 //
 // Threading: used by the coordinator thread only. Ordering: messages from one sender to one
 // receiver arrive in the order they were sent (MPI's non-overtaking rule).
@@ -22,6 +23,11 @@ class ControlChannel {
   virtual Status Send(int dest, std::vector<uint8_t> bytes) = 0;
   // A message that has arrived, if any: true and *src / *bytes set; false when none is waiting.
   virtual Status TryReceive(bool* got, int* src, std::vector<uint8_t>* bytes) = 0;
+  // The same, from `src` only.
+  virtual Status TryReceiveFrom(int src, bool* got, std::vector<uint8_t>* bytes) = 0;
+  // A peer died (Note [Liveness]): what is in flight may never be delivered, so the channel must
+  // not wait for it when it goes.
+  virtual void Abandon() {}
 };
 
 }  // namespace scaleout

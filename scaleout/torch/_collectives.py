@@ -146,7 +146,19 @@ def allreduce_(
 ) -> torch.Tensor:
     """Reduces `tensor` in place and returns it."""
     return synchronize(
-        allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set)
+        submit_into(
+            ALLREDUCE,
+            tensor,
+            name,
+            True,
+            resolve_op(op, average),
+            0,
+            prescale_factor,
+            postscale_factor,
+            "allreduce",
+            process_set_id(process_set, "allreduce_"),
+            True,
+        )
     )
 
 
@@ -181,7 +193,7 @@ def allreduce(
         out = AllreduceFn.apply(tensor, name, op, prescale_factor, postscale_factor, ps)
     else:
         out = synchronize(
-            start_allreduce(tensor, name, op, prescale_factor, postscale_factor, False, ps)
+            start_allreduce(tensor, name, op, prescale_factor, postscale_factor, False, ps, True)
         )
     return compression.decompress(out, ctx) if compression is not None else out
 
@@ -365,7 +377,8 @@ def broadcast_async_(
 def broadcast_(
     tensor: torch.Tensor, root_rank: int, name: Optional[str] = None, process_set=_GLOBAL
 ) -> torch.Tensor:
-    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+    ps = process_set_id(process_set, "broadcast_")
+    return synchronize(start_broadcast(tensor, root_rank, name, True, ps, True))
 
 
 def broadcast(
@@ -377,7 +390,7 @@ def broadcast(
     name = auto_name(BROADCAST, name, ps)
     if _differentiable(tensor):
         return BroadcastFn.apply(tensor, root_rank, name, ps)
-    return synchronize(start_broadcast(tensor, root_rank, name, False, ps))
+    return synchronize(start_broadcast(tensor, root_rank, name, False, ps, True))
 
 
 def alltoall_async(

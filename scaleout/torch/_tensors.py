@@ -137,8 +137,10 @@ def submit_into(
     postscale: float,
     what: str,
     ps: int,
+    waits: bool = False,
 ) -> Handle:
-    """allreduce / broadcast: the result in a new tensor, or written into `tensor`."""
+    """allreduce / broadcast: the result in a new tensor, or written into `tensor`. `waits`:
+    the caller synchronizes at once (Note [Caller drives] in the core)."""
     if inplace:
         # The hot path of every DistributedOptimizer hook: the binding reads the tensor itself.
         try:
@@ -153,6 +155,7 @@ def submit_into(
                 postscale_factor=postscale,
                 finish=_bumped,
                 process_set=ps,
+                caller_waits=waits,
             )
         except BufferError:
             pass  # not a contiguous CPU tensor of a core dtype: explained or copied below
@@ -175,6 +178,7 @@ def submit_into(
             postscale_factor=postscale,
             finish=_copied_back(tensor),
             process_set=ps,
+            caller_waits=waits,
         )
     dst = torch.empty_like(src, memory_format=torch.contiguous_format)
     return submit(
@@ -191,6 +195,7 @@ def submit_into(
         prescale_factor=prescale,
         postscale_factor=postscale,
         process_set=ps,
+        caller_waits=waits,
     )
 
 
@@ -239,9 +244,20 @@ def start_allreduce(
     postscale_factor: float,
     inplace: bool,
     ps: int,
+    waits: bool = False,
 ) -> Handle:
     return submit_into(
-        ALLREDUCE, tensor, name, inplace, op, 0, prescale_factor, postscale_factor, "allreduce", ps
+        ALLREDUCE,
+        tensor,
+        name,
+        inplace,
+        op,
+        0,
+        prescale_factor,
+        postscale_factor,
+        "allreduce",
+        ps,
+        waits,
     )
 
 
@@ -261,8 +277,12 @@ def start_grouped_allreduce(
     )
 
 
-def start_broadcast(tensor, root_rank: int, name: Optional[str], inplace: bool, ps: int) -> Handle:
-    return submit_into(BROADCAST, tensor, name, inplace, Sum, root_rank, 1.0, 1.0, "broadcast", ps)
+def start_broadcast(
+    tensor, root_rank: int, name: Optional[str], inplace: bool, ps: int, waits: bool = False
+) -> Handle:
+    return submit_into(
+        BROADCAST, tensor, name, inplace, Sum, root_rank, 1.0, 1.0, "broadcast", ps, waits
+    )
 
 
 def _splits_array(splits) -> Optional[np.ndarray]:

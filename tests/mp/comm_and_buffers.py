@@ -28,17 +28,33 @@ check(user == wn * (wn - 1) // 2, "mpi4py allreduce beside scaleout")
 for h in handles:
     check_close(so.synchronize(h), np.full(1000, float(half.size)), "background allreduce")
 
-# Several threads submitting at once.
+# Several threads submitting at once: synchronous calls, which run the coordinator on the
+# calling thread when it is free (Note [Caller drives]), beside one another and beside
+# asynchronous ones in flight from the main thread.
 results = {}
 
 
 def worker(i):
+    for k in range(100):
+        x = np.full(3, float(i + k))
+        so.allreduce_(x, op=so.Sum, name=f"thread{i}")
+        if not np.array_equal(x, np.full(3, float((i + k) * half.size))):
+            results[i] = ("allreduce_", k, x)
+            return
+        b = so.broadcast(np.full(2, float(half.rank + k)), root_rank=0, name=f"bcast{i}")
+        if not np.array_equal(b, np.full(2, float(k))):
+            results[i] = ("broadcast", k, b)
+            return
+        so.barrier()
     results[i] = so.allreduce(np.full(3, float(i)), op=so.Sum, name=f"thread{i}")
 
 
 threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
 for t in threads:
     t.start()
+for k in range(50):
+    h = so.allreduce_async(np.full(500, float(k)), op=so.Sum, name="beside")
+    check_close(so.synchronize(h), np.full(500, float(k * half.size)), "async beside threads")
 for t in threads:
     t.join()
 for i in range(4):

@@ -42,10 +42,19 @@ Status MpiControlChannel::Send(int dest, std::vector<uint8_t> bytes) {
 }
 
 Status MpiControlChannel::TryReceive(bool* got, int* src, std::vector<uint8_t>* bytes) {
+  return Receive(-1, got, src, bytes);
+}
+
+Status MpiControlChannel::TryReceiveFrom(int src, bool* got, std::vector<uint8_t>* bytes) {
+  int from = src;
+  return Receive(src, got, &from, bytes);
+}
+
+Status MpiControlChannel::Receive(int source, bool* got, int* src, std::vector<uint8_t>* bytes) {
   Status s = ReapSends();
   if (!s.ok()) return s;
   int flag = 0, count = 0;
-  int rc = Mpi().iprobe(-1, kControlTag, comm_, &flag, src, &count);
+  int rc = Mpi().iprobe(source, kControlTag, comm_, &flag, src, &count);
   if (rc != 0) return MpiError("MPI_Iprobe (control message)", rc);
   *got = flag != 0;
   if (!flag) return Status::OK();

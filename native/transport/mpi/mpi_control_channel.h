@@ -18,9 +18,10 @@ class MpiControlChannel : public ControlChannel {
   int size() const override { return size_; }
   Status Send(int dest, std::vector<uint8_t> bytes) override;
   Status TryReceive(bool* got, int* src, std::vector<uint8_t>* bytes) override;
+  Status TryReceiveFrom(int src, bool* got, std::vector<uint8_t>* bytes) override;
   // A peer died: sends still in flight may never complete; the destructor leaves them to MPI
   // (and their bytes allocated) instead of waiting.
-  void Abandon() { abandoned_ = true; }
+  void Abandon() override { abandoned_ = true; }
 
  private:
   struct Pending {
@@ -28,6 +29,8 @@ class MpiControlChannel : public ControlChannel {
     std::vector<uint8_t> bytes;
   };
   Status ReapSends();
+  // From `source` (-1: any).
+  Status Receive(int source, bool* got, int* src, std::vector<uint8_t>* bytes);
 
   so_mpi_handle comm_;
   int rank_ = 0;
