@@ -79,6 +79,9 @@ struct Config {
   // After init: each collective's algorithm in use, in words (config()'s
   // <collective>_algorithm entries).
   std::vector<std::pair<std::string, std::string>> algorithms;
+  // After init: this machine runs more of the job's ranks than it has CPUs online, so a wait
+  // yields its core at once instead of spinning first (Note [Waiting]).
+  bool oversubscribed = false;
   // SCALEOUT_EP_CORES: comma-separated CPUs to pin endpoint server i to (empty: no pinning).
   std::vector<int> ep_cores;
   // SCALEOUT_THREAD_AFFINITY: comma-separated CPUs, one per local rank: local rank i pins its

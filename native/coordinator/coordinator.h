@@ -105,6 +105,7 @@ class Coordinator {
   std::vector<std::shared_ptr<TensorEntry>> joins_;
   double last_stall_check_ = 0;
   int idle_rounds_ = 0;
+  int spin_rounds_;  // Note [Waiting]
   int rank_ = 0;
 
   // Note [Deadlock]: whether this rank's user threads are all blocked on scaleout.

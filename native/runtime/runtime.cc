@@ -4,6 +4,8 @@
 #include <cmath>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "common/logging.h"
 #include "common/traffic.h"
 #include "runtime/result_memory.h"
@@ -41,6 +43,8 @@ Status Runtime::Create(bool has_comm, int64_t comm_c_handle, int64_t epoch,
   if (topo.rank == 0) {
     for (const std::string& note : rt->config_.notes) SO_LOG(kWarning, note);
   }
+  const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
+  rt->config_.oversubscribed = cpus > 0 && topo.local_size > cpus;
   std::string unpinned;
   rt->coordinator_core_ = rt->config_.CoordinatorCore(topo.local_rank, topo.local_size, &unpinned);
   if (!unpinned.empty()) SO_LOG(kWarning, unpinned);
@@ -97,6 +101,8 @@ Status OwnedDataPlane::Create(const MpiContext& mpi, const Config& config, PeerL
     if (!s.ok()) {
       SO_LOG(kWarning, who << "shared memory unavailable (" << s.message()
                            << "); collectives go through MPI");
+    } else {
+      plane->peers->SpinFirst(!config.oversubscribed);
     }
     // The machines decided apart (each over its own ranks): all must use the same algorithm.
     int32_t everywhere = plane->peers != nullptr ? 1 : 0;

@@ -138,7 +138,6 @@ std::string NewName() {
 // that the rank it waits for is still alive, so a rank that died makes the others fail with an
 // error that names it instead of waiting forever.
 namespace {
-constexpr double kSpinSeconds = 20e-6;
 constexpr double kYieldSeconds = 100e-6;
 constexpr double kAliveCheckSeconds = 0.1;
 }  // namespace
@@ -287,7 +286,7 @@ Status ShmPeerMemory::WaitFor(int peer, uint64_t count) {
     if (i % 64 == 63) {
       const auto waited = Clock::now() - start;
       if (waited >= Seconds(kYieldSeconds)) break;
-      if (waited >= Seconds(kSpinSeconds)) ::sched_yield();
+      if (waited >= Seconds(spin_seconds_)) ::sched_yield();
     }
     SO_CPU_RELAX();
   }

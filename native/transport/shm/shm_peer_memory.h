@@ -35,6 +35,9 @@ class ShmPeerMemory : public PeerMemory {
   size_t area_bytes() const override { return area_bytes_; }
   uint8_t* Area(int rank, int parity) const override;
   Status Sync() override;
+  // Whether a wait spins before it yields (true, the default); not when ranks outnumber cores,
+  // where a spinning rank holds the core the awaited rank needs (Note [Shared-memory sync]).
+  void SpinFirst(bool spin) { spin_seconds_ = spin ? kSpinSeconds : 0; }
   // The ring from rank `peer` (1 .. size - 1) toward rank 0, or from rank 0 to it; nullptr when
   // the segment was made without rings.
   uint8_t* ControlRing(int peer, bool toward_zero) const;
@@ -55,6 +58,8 @@ class ShmPeerMemory : public PeerMemory {
   uint8_t* base_ = nullptr;
   size_t mapped_bytes_ = 0;
   uint64_t syncs_ = 0;
+  static constexpr double kSpinSeconds = 20e-6;
+  double spin_seconds_ = kSpinSeconds;
 };
 
 }  // namespace scaleout
