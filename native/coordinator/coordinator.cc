@@ -107,13 +107,13 @@ void Coordinator::Loop() {
   try {
     for (;;) {
       lock.lock();
-      // After rank 0 has left, keep serving (failing) this rank's requests until its own shutdown.
-      if (controller_.shutdown_complete() && !(controller_.rank_zero_gone() && !stop_requested_))
-        break;
-      if (!caller_fatal_.ok()) {
+      if (!caller_fatal_.ok()) {  // before the shutdown check: the error must be reported
         fatal = caller_fatal_;
         break;
       }
+      // After rank 0 has left, keep serving (failing) this rank's requests until its own shutdown.
+      if (controller_.shutdown_complete() && !(controller_.rank_zero_gone() && !stop_requested_))
+        break;
       bool progress = false;
       fatal = Step(Now(), /*on_caller=*/false, &progress);
       if (!fatal.ok()) break;

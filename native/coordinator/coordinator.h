@@ -57,8 +57,11 @@ class Coordinator {
   // negotiation and algorithms, run by one thread at a time, in the same order on every rank.
   // The caller drives only as long as the thread would spin or yield (Note [Waiting]); past that
   // (a late peer) it wakes the thread and sleeps on its handle as any waiter does, so the
-  // deadlock check and the stall reports see it as before. A coordinator pinned to a reserved
-  // core is driven only for small collectives (Runtime::Enqueue): large ones run on its core.
+  // deadlock check and the stall reports see it as before. Only small collectives are driven
+  // (up to 64 KiB moved, Runtime::Enqueue): a large one gains little from saving two hand-offs,
+  // belongs on the coordinator's core where scaleoutrun reserved one, and would keep the
+  // caller's thread (and Ctrl-C, which Python handles between the wait's slices) for its whole
+  // length.
   //
   // Runs the coordinator on the calling thread until `entry` completes or the wait would sleep;
   // false if it did not complete (the thread ran it, or it stopped, or the wait would sleep).

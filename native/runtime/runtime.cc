@@ -285,9 +285,8 @@ Status Runtime::Validate(const EnqueueArgs& a, int size, TensorEntry* e) const {
 
 namespace {
 
-// Note [Caller drives]: the largest collective a caller runs itself when the coordinator thread
-// is pinned to a reserved core.
-constexpr int64_t kCallerDrivesPinned = 64 << 10;
+// Note [Caller drives]: the largest collective a caller runs itself (the bytes it moves).
+constexpr int64_t kCallerDrivesBytes = 64 << 10;
 
 std::string RankText(const std::vector<int>& ranks) {
   std::string out;
@@ -342,13 +341,11 @@ Status Runtime::Enqueue(const EnqueueArgs& args, int64_t* handle) {
   s = handles_.Add(entry);
   if (!s.ok()) return s;
   *handle = entry->handle;
-  // Note [Caller drives]: a coordinator on a reserved core keeps what is worth moving there.
-  const bool pinned = coordinator_core_ >= 0 || !config_.ep_cores.empty();
-  entry->caller_waits =
-      a.caller_waits &&
-      (!pinned ||
-       entry->request.NumElements() * static_cast<int64_t>(DataTypeSize(entry->request.dtype)) <=
-           kCallerDrivesPinned);
+  // Note [Caller drives]: small collectives only (an allgather's result is size times its input).
+  const int64_t bytes = entry->request.NumElements() *
+                        static_cast<int64_t>(DataTypeSize(entry->request.dtype)) *
+                        (a.collective == SO_ALLGATHER ? size : 1);
+  entry->caller_waits = a.caller_waits && bytes <= kCallerDrivesBytes;
   const bool wake = !entry->caller_waits;
   set->queue.Push(std::move(entry), wake);
   return Status::OK();

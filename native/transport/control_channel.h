@@ -28,6 +28,12 @@ class ControlChannel {
   // A peer died (Note [Liveness]): what is in flight may never be delivered, so the channel must
   // not wait for it when it goes.
   virtual void Abandon() {}
+  // Moves sends in flight along (MPI progresses only inside its calls); *in_flight: whether any
+  // are still incomplete. For a channel that wraps this one and otherwise makes no calls to it.
+  virtual Status Progress(bool* in_flight) {
+    *in_flight = false;
+    return Status::OK();
+  }
 };
 
 }  // namespace scaleout

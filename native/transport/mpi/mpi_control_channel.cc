@@ -41,6 +41,12 @@ Status MpiControlChannel::Send(int dest, std::vector<uint8_t> bytes) {
   return ReapSends();
 }
 
+Status MpiControlChannel::Progress(bool* in_flight) {
+  Status s = ReapSends();
+  *in_flight = !sends_.empty();
+  return s;
+}
+
 Status MpiControlChannel::TryReceive(bool* got, int* src, std::vector<uint8_t>* bytes) {
   return Receive(-1, got, src, bytes);
 }

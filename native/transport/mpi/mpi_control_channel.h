@@ -22,6 +22,7 @@ class MpiControlChannel : public ControlChannel {
   // A peer died: sends still in flight may never complete; the destructor leaves them to MPI
   // (and their bytes allocated) instead of waiting.
   void Abandon() override { abandoned_ = true; }
+  Status Progress(bool* in_flight) override;
 
  private:
   struct Pending {

@@ -111,6 +111,7 @@ Status ShmControlChannel::Send(int dest, std::vector<uint8_t> bytes) {
   if (!bytes.empty()) std::memcpy(numbered.data() + sizeof number, bytes.data(), bytes.size());
   Status s = overflow_->Send(dest, std::move(numbered));
   if (!s.ok()) return s;
+  overflow_in_flight_ = true;
   ring->overflowed.fetch_add(1, std::memory_order_release);
   return Status::OK();
 }
@@ -120,6 +121,9 @@ Status ShmControlChannel::TryReceiveFrom(int src, bool* got, std::vector<uint8_t
   Inbound* in = In(src);
   if (in == nullptr) return Status::OK();
   Ring* ring = in->ring;
+  // The count first: the sender counts an overflowed message after publishing every earlier ring
+  // record, so a count that includes message n + 1 comes with a head that shows message n.
+  const uint64_t overflowed = ring->overflowed.load(std::memory_order_acquire);
   const uint64_t tail = ring->tail.load(std::memory_order_relaxed);
   if (ring->head.load(std::memory_order_acquire) != tail) {
     RecordHeader header;
@@ -134,7 +138,7 @@ Status ShmControlChannel::TryReceiveFrom(int src, bool* got, std::vector<uint8_t
     }
   }
   // The next message went through the overflow channel (the ring is empty, or holds later ones).
-  if (ring->overflowed.load(std::memory_order_acquire) == in->overflow_seen) return Status::OK();
+  if (overflowed == in->overflow_seen) return Status::OK();
   std::vector<uint8_t> numbered;
   Status s = overflow_->TryReceiveFrom(src, got, &numbered);
   if (!s.ok() || !*got) return s;
@@ -154,6 +158,10 @@ Status ShmControlChannel::TryReceiveFrom(int src, bool* got, std::vector<uint8_t
 
 Status ShmControlChannel::TryReceive(bool* got, int* src, std::vector<uint8_t>* bytes) {
   *got = false;
+  if (overflow_in_flight_) {  // MPI moves a large send along only inside MPI calls
+    Status s = overflow_->Progress(&overflow_in_flight_);
+    if (!s.ok()) return s;
+  }
   for (int i = 0; i < size_; ++i) {
     const int from = (next_source_ + i) % size_;
     if (In(from) == nullptr) continue;

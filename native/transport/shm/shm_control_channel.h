@@ -66,9 +66,10 @@ class ShmControlChannel : public ControlChannel {
   int rank_;
   int size_;
   std::unique_ptr<ControlChannel> overflow_;
-  std::vector<Inbound> in_;    // by source rank (rank 0: every other rank; others: rank 0)
-  std::vector<Outbound> out_;  // by destination rank
-  int next_source_ = 0;        // TryReceive's round-robin start
+  std::vector<Inbound> in_;          // by source rank (rank 0: every other rank; others: rank 0)
+  std::vector<Outbound> out_;        // by destination rank
+  int next_source_ = 0;              // TryReceive's round-robin start
+  bool overflow_in_flight_ = false;  // sends through overflow_ not known to be complete
 };
 
 }  // namespace scaleout
