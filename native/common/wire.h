@@ -14,6 +14,8 @@ namespace scaleout {
 
 class WireWriter {
  public:
+  // Room for a typical control message at once, not a reallocation per field.
+  WireWriter() { bytes_.reserve(256); }
   template <typename T>
   void Put(T value) {
     const auto* p = reinterpret_cast<const uint8_t*>(&value);

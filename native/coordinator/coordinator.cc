@@ -39,10 +39,26 @@ constexpr double kIdleCpuShare = 0.05;
 // took 70-80 us with the spin, 33 us without; at 2 ranks the same either way). With nothing
 // submitted it sleeps on the request queue and costs nothing; it still wakes every few milliseconds
 // so that rank 0 answers another rank's shutdown promptly.
+// Note [Wake-ups]
+// Waking a thread that sleeps (a futex, a condition variable, a blocking read) on another CPU
+// costs what the machine makes it cost, and on this VM that flips between states minute to
+// minute: a round trip of two wake-ups between two processes on the two vCPUs takes a few
+// microseconds in one state and 70-80 us in the other, while the same trip on one CPU (6 us)
+// or with a polling reader (3.4 us) does not change (benchmarks/wakeup.py, 2026-11-26; a
+// host that stops polling for an idle vCPU and must schedule it again would do this). In that
+// state every hand-off between threads that sleep pays tens of microseconds: a submission to
+// a sleeping coordinator thread, a completion to a sleeping waiter. So the waits that follow
+// work likely to be answered soon yield instead of sleeping, for a bounded time: a waiter for
+// a handle for 100 us (HandleTable::Wait), the coordinator thread for 100 us after it last made
+// progress (Backoff), and a synchronous call runs the coordinator itself (Note [Caller
+// drives]). With one rank in the slow state, `synchronize(allreduce_async_(x))` of 4 KiB took
+// 76 us before and 3.7 us after; at two ranks the asynchronous 4 KiB allreduce back to back
+// went from 8.9-9.4 us to 8.1 us (benchmarks/small_collectives.py).
 constexpr int kSpinRounds = 200;
 constexpr int kYieldRounds = 2000;
 constexpr double kMaxSleepSeconds = 200e-6;
 constexpr double kIdleWakeSeconds = 5e-3;
+constexpr double kLingerSeconds = 100e-6;
 
 }  // namespace
 
@@ -121,6 +137,7 @@ void Coordinator::Loop() {
       lock.unlock();
       if (progress || queue_->HasWork()) {
         idle_rounds_ = 0;
+        last_work_ = Now();
         continue;
       }
       Backoff(waiting_remote);
@@ -261,7 +278,8 @@ Status Coordinator::Step(double now, bool on_caller, bool* made_progress) {
     *made_progress = true;
     Accept(entry, now);
   }
-  std::vector<Response> responses;
+  std::vector<Response>& responses = responses_;
+  responses.clear();
   Status s = controller_.Poll(now, &responses);
   if (!s.ok()) return s;
   if (!responses.empty()) {
@@ -448,6 +466,12 @@ void Coordinator::ReportStalls(double now) {
 void Coordinator::Backoff(bool waiting_remote) {
   if (!waiting_remote) {
     idle_rounds_ = 0;
+    // Note [Wake-ups]: for a moment after work, more is likely (the next gradient, the next
+    // call): yield rather than sleep, so that it does not pay for waking this thread.
+    if (Now() - last_work_ < kLingerSeconds) {
+      sched_yield();
+      return;
+    }
     queue_->WaitForWork(kIdleWakeSeconds);
     return;
   }

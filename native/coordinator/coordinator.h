@@ -105,10 +105,12 @@ class Coordinator {
   std::atomic<bool> stop_requested_{false};
   bool shutdown_begun_ = false;
   std::unordered_map<std::string, std::shared_ptr<TensorEntry>> pending_;  // submitted, by name
+  std::vector<Response> responses_;  // a step's, kept for its capacity
   std::vector<std::shared_ptr<TensorEntry>> joins_;
   double last_stall_check_ = 0;
   int idle_rounds_ = 0;
-  int spin_rounds_;  // Note [Waiting]
+  int spin_rounds_;       // Note [Waiting]
+  double last_work_ = 0;  // when the loop last made progress (Note [Wake-ups])
   int rank_ = 0;
 
   // Note [Deadlock]: whether this rank's user threads are all blocked on scaleout.

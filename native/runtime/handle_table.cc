@@ -1,6 +1,9 @@
 #include "runtime/handle_table.h"
 
+#include <sched.h>
+
 #include <chrono>
+
 #include <iterator>
 
 namespace scaleout {
@@ -138,6 +141,21 @@ Status HandleTable::Wait(int64_t handle, double timeout_seconds) {
   std::unique_lock<std::mutex> lock(mu_);
   auto it = slots_.find(handle);
   if (it == slots_.end()) return Unknown(handle);
+  if (!it->second.done) {
+    // Note [Wake-ups]: most collectives complete within microseconds of the wait; yielding
+    // until then, for a while, spares the completing thread the wake-up of this one.
+    std::shared_ptr<TensorEntry> entry = it->second.entry;
+    lock.unlock();
+    using Clock = std::chrono::steady_clock;
+    const double yield =
+        timeout_seconds >= 0 && timeout_seconds < kYieldSeconds ? timeout_seconds : kYieldSeconds;
+    const auto until = Clock::now() + std::chrono::duration<double>(yield);
+    while (!entry->finished.load(std::memory_order_acquire) && Clock::now() < until)
+      ::sched_yield();
+    lock.lock();
+    it = slots_.find(handle);
+    if (it == slots_.end()) return Unknown(handle);
+  }
   auto done = [&] {
     auto i = slots_.find(handle);
     return i == slots_.end() || i->second.done;

@@ -47,8 +47,10 @@ class HandleTable {
   // Threads inside Wait now (Note [Deadlock]), in all and on handles of one process set.
   int waiting() const { return waiting_.load(std::memory_order_relaxed); }
   int waiting(int32_t process_set);
-  // Blocks until done (timeout < 0: forever); returns the entry's status.
+  // Blocks until done (timeout < 0: forever); returns the entry's status. Yields for up to
+  // kYieldSeconds before it sleeps (Note [Wake-ups]).
   Status Wait(int64_t handle, double timeout_seconds);
+  static constexpr double kYieldSeconds = 100e-6;
   // The completed entry (nullptr and an error status if unknown or not finished).
   Status Get(int64_t handle, std::shared_ptr<TensorEntry>* out);
   // Frees the handle. A pending one is orphaned: its name stays reserved (the collective still

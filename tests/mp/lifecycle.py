@@ -59,6 +59,12 @@ def run():
         so.shutdown()
     # a rank that shuts down while another still waits: the waiter gets ShutDownError, no hang
     so.init()
+    # The waiters leave together once each has its error: a slow one must not submit after
+    # rank 0 has gone, and be told of rank 0 instead of rank 1. (mpi4py after init: scaleout
+    # imports it, Note [Intel MPI and dead peers].)
+    from mpi4py import MPI
+
+    waiters = MPI.COMM_WORLD.Split(MPI.UNDEFINED if r == 1 else 0, r)
     if r == 1:
         so.shutdown()
     else:
@@ -69,6 +75,8 @@ def run():
             check("rank 1" in str(e) and "shut down" in str(e), f"peer shut down: {e}")
             # Note [Error details]: the culprit as data
             check(e.culprit_ranks == (1,) and e.process_set_id is None, f"culprits of {e!r}")
+        waiters.Barrier()
+        waiters.Free()
         so.shutdown()
     # rank 0 leaves first: the others' later collectives fail at once instead of hanging
     so.init()
