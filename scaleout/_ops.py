@@ -242,21 +242,21 @@ def grouped_allreduce_(
 def allgather_async(tensor, name=None, process_set=global_process_set) -> Handle:
     """Concatenates every rank's tensor along the first dimension (which may differ by rank),
     in the order of the set's ranks."""
+    return _allgather(tensor, name, process_set, False)
+
+
+def _allgather(tensor, name, process_set, waits) -> Handle:
     return submit_owned(
-        ALLGATHER, name, tensor, process_set=process_set_id(process_set, "allgather")
+        ALLGATHER,
+        name,
+        tensor,
+        process_set=process_set_id(process_set, "allgather"),
+        caller_waits=waits,
     )
 
 
 def allgather(tensor, name=None, process_set=global_process_set) -> np.ndarray:
-    return synchronize(
-        submit_owned(
-            ALLGATHER,
-            name,
-            tensor,
-            process_set=process_set_id(process_set, "allgather"),
-            caller_waits=True,
-        )
-    )
+    return synchronize(_allgather(tensor, name, process_set, True))
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set) -> Handle:

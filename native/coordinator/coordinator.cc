@@ -60,6 +60,18 @@ constexpr double kMaxSleepSeconds = 200e-6;
 constexpr double kIdleWakeSeconds = 5e-3;
 constexpr double kLingerSeconds = 100e-6;
 
+// The status of the exception being handled: call it inside a catch block. What is neither
+// escapes as before.
+Status CaughtStatus(const char* context) {
+  try {
+    throw;
+  } catch (const InternalError& e) {
+    return Status::Internal(e.message);
+  } catch (const std::exception& e) {
+    return Status::Internal(std::string(context) + e.what());
+  }
+}
+
 }  // namespace
 
 Coordinator::Coordinator(const Config& config, ControlChannel* channel, const DataPlane& plane,
@@ -142,10 +154,8 @@ void Coordinator::Loop() {
       }
       Backoff(waiting_remote);
     }
-  } catch (const InternalError& e) {
-    fatal = Status::Internal(e.message);
-  } catch (const std::exception& e) {
-    fatal = Status::Internal(std::string("coordinator thread failed: ") + e.what());
+  } catch (...) {
+    fatal = CaughtStatus("coordinator thread failed: ");
   }
   if (!lock.owns_lock()) lock.lock();
   loop_done_ = true;
@@ -242,10 +252,8 @@ bool Coordinator::Drive(const TensorEntry& entry) {
     Status s;
     try {
       s = Step(Now(), /*on_caller=*/true, &progress);
-    } catch (const InternalError& e) {
-      s = Status::Internal(e.message);
-    } catch (const std::exception& e) {
-      s = Status::Internal(std::string("coordinator step failed: ") + e.what());
+    } catch (...) {
+      s = CaughtStatus("coordinator step failed: ");
     }
     if (!s.ok()) {
       caller_fatal_ = s;  // the thread ends the loop with it, as if its own step had failed
@@ -255,11 +263,11 @@ bool Coordinator::Drive(const TensorEntry& entry) {
     if (done) break;
     if (progress || queue_->HasWork()) {
       idle = 0;
-    } else if (++idle >= spin_rounds_ + kYieldRounds) {
-      break;  // the wait would sleep now: the thread takes over
-    } else if (idle >= spin_rounds_) {
-      sched_yield();
+      continue;
     }
+    const Pause pause = PauseAfter(++idle);
+    if (pause == Pause::kSleep) break;  // the wait would sleep now: the thread takes over
+    if (pause == Pause::kYield) sched_yield();
   }
   // What is left (this entry, or others submitted meanwhile) is the thread's again.
   const bool left = !done || WaitingRemote() || queue_->HasWork() || !caller_fatal_.ok();
@@ -463,6 +471,11 @@ void Coordinator::ReportStalls(double now) {
   }
 }
 
+Coordinator::Pause Coordinator::PauseAfter(int idle_rounds) const {
+  if (idle_rounds < spin_rounds_) return Pause::kSpin;
+  return idle_rounds < spin_rounds_ + kYieldRounds ? Pause::kYield : Pause::kSleep;
+}
+
 void Coordinator::Backoff(bool waiting_remote) {
   if (!waiting_remote) {
     idle_rounds_ = 0;
@@ -475,9 +488,9 @@ void Coordinator::Backoff(bool waiting_remote) {
     queue_->WaitForWork(kIdleWakeSeconds);
     return;
   }
-  ++idle_rounds_;
-  if (idle_rounds_ < spin_rounds_) return;
-  if (idle_rounds_ < spin_rounds_ + kYieldRounds) {
+  const Pause pause = PauseAfter(++idle_rounds_);
+  if (pause == Pause::kSpin) return;
+  if (pause == Pause::kYield) {
     sched_yield();
     return;
   }

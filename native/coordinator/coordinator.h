@@ -84,6 +84,10 @@ class Coordinator {
   void Execute(const Response& response);
   void FailPending(const Status& status);
   void ReportStalls(double now);
+  // Note [Waiting]: what a wait does after `idle_rounds` polls that found nothing (the thread's
+  // loop and a driving caller alike; a caller hands over where the thread would sleep).
+  enum class Pause { kSpin, kYield, kSleep };
+  Pause PauseAfter(int idle_rounds) const;
   void Backoff(bool waiting_remote);
   void ApplyTimelineRequest(double now);
   void SampleBlocked(double now);

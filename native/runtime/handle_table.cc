@@ -3,7 +3,6 @@
 #include <sched.h>
 
 #include <chrono>
-
 #include <iterator>
 
 namespace scaleout {

@@ -303,11 +303,7 @@ Status Runtime::Enqueue(const EnqueueArgs& args, int64_t* handle) {
   std::shared_ptr<ProcessSet> added;  // another set, kept while the entry is handed over
   ProcessSet* set = global_.get();
   if (args.process_set != 0) {
-    {
-      std::lock_guard<std::mutex> lock(sets_mu_);
-      auto it = sets_.find(args.process_set);
-      if (it != sets_.end()) added = it->second;
-    }
+    added = FindSet(args.process_set);
     if (!added) {
       return Status::InvalidArgument("process set " + std::to_string(args.process_set) +
                                      " does not exist (never added, or removed)");
@@ -354,14 +350,7 @@ Status Runtime::Enqueue(const EnqueueArgs& args, int64_t* handle) {
 Status Runtime::Wait(int64_t handle, double timeout_seconds) {
   std::shared_ptr<TensorEntry> entry = handles_.Find(handle);
   if (entry && entry->caller_waits && !entry->driven.exchange(true)) {
-    std::shared_ptr<ProcessSet> set;
-    if (entry->process_set == 0) {
-      set = global_;
-    } else {
-      std::lock_guard<std::mutex> lock(sets_mu_);
-      auto it = sets_.find(entry->process_set);
-      if (it != sets_.end()) set = it->second;
-    }
+    std::shared_ptr<ProcessSet> set = FindSet(entry->process_set);
     std::shared_ptr<Coordinator> coordinator;
     if (set) {
       std::lock_guard<std::mutex> lock(coordinators_mu_);
@@ -516,12 +505,7 @@ void Runtime::StopProcessSet(ProcessSet* set) {
 
 Status Runtime::RemoveProcessSet(int32_t id) {
   std::lock_guard<std::mutex> change(change_mu_);
-  std::shared_ptr<ProcessSet> set;
-  {
-    std::lock_guard<std::mutex> lock(sets_mu_);
-    auto it = sets_.find(id);
-    if (it != sets_.end()) set = it->second;
-  }
+  std::shared_ptr<ProcessSet> set = FindSet(id);
   const std::string what = "remove_process_set(" + std::to_string(id) + ")";
   // Agreed first: the same id everywhere, and nothing of the set in flight on any rank.
   const int size = topology().size;
@@ -556,15 +540,21 @@ Status Runtime::RemoveProcessSet(int32_t id) {
 }
 
 Status Runtime::DescribeProcessSet(int32_t id, std::vector<int>* ranks, int* rank) const {
-  std::lock_guard<std::mutex> lock(sets_mu_);
-  auto it = sets_.find(id);
-  if (it == sets_.end()) {
+  std::shared_ptr<ProcessSet> set = FindSet(id);
+  if (!set) {
     return Status::InvalidArgument("process set " + std::to_string(id) +
                                    " does not exist (never added, or removed)");
   }
-  *ranks = it->second->info.ranks;
-  *rank = it->second->rank;
+  *ranks = set->info.ranks;
+  *rank = set->rank;
   return Status::OK();
+}
+
+std::shared_ptr<ProcessSet> Runtime::FindSet(int32_t id) const {
+  if (id == 0) return global_;  // lives as long as the runtime
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  auto it = sets_.find(id);
+  return it == sets_.end() ? nullptr : it->second;
 }
 
 }  // namespace scaleout

@@ -116,6 +116,8 @@ class Runtime {
   // Stops the set's coordinator (its pending work fails) and lets its resources go.
   void StopProcessSet(ProcessSet* set);
   void StopCoordinator(ProcessSet* set);
+  // The set with this id (the global set's without taking a lock), or nullptr.
+  std::shared_ptr<ProcessSet> FindSet(int32_t id) const;
   // The job's MPI, the global set's: topology, liveness and set changes run on it.
   const MpiContext& mpi() const { return *global_->mpi; }
 

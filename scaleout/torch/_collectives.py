@@ -145,20 +145,10 @@ def allreduce_(
     process_set=_GLOBAL,
 ) -> torch.Tensor:
     """Reduces `tensor` in place and returns it."""
+    op = resolve_op(op, average)
+    ps = process_set_id(process_set, "allreduce_")
     return synchronize(
-        submit_into(
-            ALLREDUCE,
-            tensor,
-            name,
-            True,
-            resolve_op(op, average),
-            0,
-            prescale_factor,
-            postscale_factor,
-            "allreduce",
-            process_set_id(process_set, "allreduce_"),
-            True,
-        )
+        start_allreduce(tensor, name, op, prescale_factor, postscale_factor, True, ps, True)
     )
 
 
