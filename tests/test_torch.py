@@ -27,6 +27,21 @@ def test_n_ranks_with_batch_b_train_like_one_process_with_batch_nb(np_):
     assert passed(run_mpi("torch_equivalence.py", np_), np_)
 
 
+def test_priority_executes_highest_first_in_rounds(nranks, tmp_path):
+    # Note [Priority]: six reductions made ready together (a gate tensor holds them, with a long
+    # cycle time) run one per round, highest priority first, in rank 0's timeline.
+    env = {"SCALEOUT_CYCLE_TIME": "60000", "SCALEOUT_PRIORITY_BYTES": "1"}
+    proc = run_mpi("torch_priority.py", nranks, "order", str(tmp_path / "t.json"), env=env)
+    assert passed(proc, nranks)
+
+
+def test_overlap_forward_trains_bit_for_bit_like_step(nranks):
+    # Note [Forward overlap]: SGD and Adam with an LR scheduler, zero_grad both ways, the
+    # model's state_dict in between; the deferred update, priority orders; bad arguments.
+    env = {"SCALEOUT_FUSION_THRESHOLD": "0"}  # the same sums whatever the fused layout
+    assert passed(run_mpi("torch_priority.py", nranks, "train", env=env), nranks)
+
+
 # ---- pure pieces, in this process (no ranks) ----
 
 

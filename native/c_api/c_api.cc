@@ -265,6 +265,7 @@ Status ToEnqueueArgs(const so_request* r, scaleout::EnqueueArgs* a) {
   a->process_set = r->process_set;
   if (r->struct_size >= offsetof(so_request, caller_waits) + sizeof(int32_t))
     a->caller_waits = r->caller_waits != 0;
+  if (r->struct_size >= offsetof(so_request, priority) + sizeof(int32_t)) a->priority = r->priority;
   return Status::OK();
 }
 

@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define SCALEOUT_ABI_VERSION 11
+#define SCALEOUT_ABI_VERSION 12
 
 /*
  * The tables: every code the ABI uses, with its name, written once here. The core takes its names
@@ -207,6 +207,8 @@ int so_process_set(int32_t id, int32_t* rank_out, int32_t* size_out, int32_t* ra
  * caller_waits: 1 when the caller calls so_wait on the handle at once (a synchronous call): the
  *         core may then run the collective on the caller's thread inside so_wait (Note [Caller
  *         drives] in coordinator/coordinator.h). Added in ABI 11; default 0.
+ * priority: higher goes first when work of several priorities is ready at once (Note [Priority]
+ *         in coordinator/controller.h); rank 0's order decides. Added in ABI 12; default 0.
  */
 typedef struct so_request {
   uint32_t struct_size; /* sizeof(so_request) as the caller was compiled with */
@@ -225,6 +227,7 @@ typedef struct so_request {
   int32_t nsplits;
   int32_t process_set;
   int32_t caller_waits;
+  int32_t priority;
 } so_request;
 
 /*

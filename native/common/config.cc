@@ -258,10 +258,11 @@ Status Config::Parse(const std::function<const char*(const char*)>& getenv,
   double fusion = static_cast<double>(c.fusion_threshold_bytes);
   double cache = c.cache_capacity;
   double area = static_cast<double>(c.shm_area_bytes);
+  double priority_bytes = static_cast<double>(c.priority_bytes);
   double servers = 1;
   for (Status s :
        {read.Number("FUSION_THRESHOLD", 0, &fusion), read.Number("CYCLE_TIME", 0, &c.cycle_time_ms),
-        read.Number("CACHE_CAPACITY", 0, &cache),
+        read.Number("PRIORITY_BYTES", 0, &priority_bytes), read.Number("CACHE_CAPACITY", 0, &cache),
         read.Number("STALL_CHECK_TIME_SECONDS", 0, &c.stall_check_seconds),
         read.Flag("STALL_CHECK_DISABLE", &c.stall_check_disable),
         read.Number("STALL_SHUTDOWN_TIME_SECONDS", 0, &c.stall_shutdown_seconds),
@@ -285,6 +286,7 @@ Status Config::Parse(const std::function<const char*(const char*)>& getenv,
   }
   c.fusion_threshold_bytes = static_cast<size_t>(fusion);
   c.cache_capacity = static_cast<int>(cache);
+  c.priority_bytes = static_cast<size_t>(priority_bytes);
   if (area > static_cast<double>(size_t(1) << 40)) {
     return Status::InvalidArgument(
         "SCALEOUT_SHM_AREA='" + std::string(getenv("SCALEOUT_SHM_AREA")) + "' is more than 1 TiB");
@@ -349,6 +351,7 @@ std::string Config::ToString() const {
   };
   line("SCALEOUT_FUSION_THRESHOLD", fusion_threshold_bytes);
   line("SCALEOUT_CYCLE_TIME", cycle_time_ms);
+  line("SCALEOUT_PRIORITY_BYTES", priority_bytes);
   line("SCALEOUT_CACHE_CAPACITY", cache_capacity);
   line("SCALEOUT_STALL_CHECK_TIME_SECONDS", stall_check_seconds);
   line("SCALEOUT_STALL_CHECK_DISABLE", stall_check_disable ? 1 : 0);

@@ -9,7 +9,7 @@ namespace scaleout {
 namespace {
 
 bool Identical(const Request& a, const Request& b) {
-  return a.name == b.name && a.shape == b.shape && a.SameParams(b);
+  return a.name == b.name && a.shape == b.shape && a.priority == b.priority && a.SameParams(b);
 }
 
 }  // namespace
@@ -239,7 +239,7 @@ Status Controller::PollRankZero(double now, std::vector<Response>* out) {
           // Work that became ready before src left needs src: send it now, ahead of the ack, so
           // that src executes it too. Everything sent to src precedes the ack.
           if (negotiator_->HasReady()) {
-            Status sent = SendReady(now, out);
+            Status sent = SendReady(now, out, /*all=*/true);
             if (!sent.ok()) return sent;
           }
           live_[src] = false;
@@ -268,13 +268,20 @@ Status Controller::PollRankZero(double now, std::vector<Response>* out) {
 // Note [Dispatch] (fusion/fusion_hold.h).
 Status Controller::Dispatch(double now, std::vector<Response>* out) {
   if (!negotiator_->HasReady()) return Status::OK();
-  if (hold_.Hold(now, negotiator_->HasPartial(), negotiator_->ready())) return Status::OK();
+  // What a round left behind (Note [Priority]) has waited its turn already: it is not held.
+  if (!round_left_ && hold_.Hold(now, negotiator_->HasPartial(), negotiator_->ready()))
+    return Status::OK();
   return SendReady(now, out);
 }
 
-Status Controller::SendReady(double now, std::vector<Response>* out) {
+Status Controller::SendReady(double now, std::vector<Response>* out, bool all) {
   hold_.Sent();
-  std::vector<Response> plan = PlanFusion(negotiator_->TakeReady(), config_.fusion_threshold_bytes);
+  std::vector<Response> later;
+  std::vector<Response> round =
+      TakeRound(negotiator_->TakeReady(), all ? 0 : config_.priority_bytes, &later);
+  round_left_ = !later.empty();
+  if (round_left_) negotiator_->PutBack(std::move(later));
+  std::vector<Response> plan = PlanFusion(std::move(round), config_.fusion_threshold_bytes);
   std::vector<uint8_t> bytes = EncodeResponses(plan);
   for (int r = 1; r < size_; ++r) {
     if (!live_[r]) continue;

@@ -106,7 +106,8 @@ class Controller {
   Status PollRankZero(double now, std::vector<Response>* out);
   Status PollWorker(std::vector<Response>* out);
   Status Dispatch(double now, std::vector<Response>* out);
-  Status SendReady(double now, std::vector<Response>* out);
+  // Sends a round of the ready work (Note [Priority]); `all`: every ready response.
+  Status SendReady(double now, std::vector<Response>* out, bool all = false);
   void Resolve(std::vector<Response>* responses);
   // Worker: sends what was queued for rank 0 now.
   Status SendOutgoing();
@@ -134,6 +135,7 @@ class Controller {
   std::vector<bool> live_;          // workers that have not shut down
   std::vector<bool> awaiting_ack_;  // during our own shutdown
   FusionHold hold_;                 // Note [Dispatch]
+  bool round_left_ = false;         // the last round left ready work behind (Note [Priority])
 };
 
 }  // namespace scaleout

@@ -48,6 +48,7 @@ void PutRequest(WireWriter& w, const Request& r) {
   w.Put<int32_t>(r.root);
   w.Put<double>(r.prescale);
   w.Put<double>(r.postscale);
+  w.Put<int32_t>(r.priority);
 }
 
 Request GetRequest(WireReader& rd) {
@@ -60,6 +61,7 @@ Request GetRequest(WireReader& rd) {
   r.root = rd.Get<int32_t>();
   r.prescale = rd.Get<double>();
   r.postscale = rd.Get<double>();
+  r.priority = rd.Get<int32_t>();
   return r;
 }
 

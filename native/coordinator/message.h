@@ -22,6 +22,7 @@ struct Request {
   int32_t root = 0;
   double prescale = 1.0;
   double postscale = 1.0;
+  int32_t priority = 0;  // Note [Priority]: not agreed on (rank 0 orders by the highest)
 
   // Every field the ranks must agree on is equal (allgather/alltoall: all but the first dim).
   bool SameParams(const Request& other) const;
@@ -54,6 +55,7 @@ struct Response {
   std::string error_message;
   std::vector<int32_t> culprit_ranks;  // the job's ranks to blame (Note [Error details])
   int32_t last_joined_rank = -1;       // SO_JOIN
+  int32_t priority = 0;  // Note [Priority]: rank 0's alone, not sent (the order it sends is)
 
   bool is_error() const { return error_code != 0; }
   // The error as the named collectives fail with it, `where` appended to its message.

@@ -295,6 +295,10 @@ Response Negotiator::Build(const std::string& name, Entry& e) {
   r.root = first->root;
   r.prescale = first->prescale;
   r.postscale = first->postscale;
+  r.priority = first->priority;  // Note [Priority]: the highest any rank gave
+  for (const std::optional<Request>& q : e.by_rank) {
+    if (q && q->priority > r.priority) r.priority = q->priority;
+  }
   t.shape = first->shape;
   int code = 0;
   std::string error = Validate(name, e, &code);
@@ -337,6 +341,12 @@ std::vector<Response> Negotiator::TakeReady() {
   std::vector<Response> out;
   out.swap(ready_);
   return out;
+}
+
+void Negotiator::PutBack(std::vector<Response> responses) {
+  responses.insert(responses.end(), std::make_move_iterator(ready_.begin()),
+                   std::make_move_iterator(ready_.end()));
+  ready_.swap(responses);
 }
 
 std::vector<std::string> Negotiator::StallReport(double now, double threshold) {

@@ -33,6 +33,8 @@ class Negotiator {
 
   // Single-tensor responses that became ready, in the order they became ready (errors too).
   std::vector<Response> TakeReady();
+  // Responses taken but not sent this round (Note [Priority]): ready again, ahead of the rest.
+  void PutBack(std::vector<Response> responses);
   bool HasReady() const { return !ready_.empty(); }
   // Some collective has been submitted by some ranks but not yet by all.
   bool HasPartial() const { return !table_.empty(); }

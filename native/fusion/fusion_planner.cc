@@ -1,5 +1,6 @@
 #include "fusion/fusion_planner.h"
 
+#include <algorithm>
 #include <map>
 #include <tuple>
 
@@ -58,6 +59,32 @@ std::vector<Response> PlanFusion(std::vector<Response> ready, size_t threshold_b
     out.push_back(std::move(r));
   }
   return out;
+}
+
+std::vector<Response> TakeRound(std::vector<Response> ready, size_t round_bytes,
+                                std::vector<Response>* later) {
+  later->clear();
+  bool mixed = false;
+  for (const Response& r : ready) mixed = mixed || r.priority != ready.front().priority;
+  if (!mixed) return ready;
+  std::stable_sort(ready.begin(), ready.end(),
+                   [](const Response& a, const Response& b) { return a.priority > b.priority; });
+  if (round_bytes == 0) return ready;
+  size_t bytes = 0;
+  size_t take = 0;
+  for (; take < ready.size(); ++take) {
+    const Response& r = ready[take];
+    size_t size = 0;
+    if (!r.is_error()) {
+      for (const ResponseTensor& t : r.tensors) size += FusedBytes(r, t);
+    }
+    if (take > 0 && bytes + size > round_bytes) break;
+    bytes += size;
+  }
+  later->assign(std::make_move_iterator(ready.begin() + take),
+                std::make_move_iterator(ready.end()));
+  ready.resize(take);
+  return ready;
 }
 
 }  // namespace scaleout

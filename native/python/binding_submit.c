@@ -4,7 +4,8 @@
 
 /*
  * submit(collective, name, data, address, dtype, shape, output, out_address, op, root_rank,
- *        prescale_factor, postscale_factor, splits, finish, process_set, caller_waits) -> Handle
+ *        prescale_factor, postscale_factor, splits, finish, process_set, caller_waits,
+ *        priority) -> Handle
  *
  * Every argument may be given by keyword (Note [Request record]); those not given take the
  * defaults listed at SUBMIT_ARGS.
@@ -26,17 +27,19 @@
  *   (received, received_splits as a list); join's the last rank to join; barrier's None).
  * caller_waits: true when the caller synchronizes the handle at once (the synchronous calls):
  *   the collective may then run on its thread (Note [Caller drives]).
+ * priority: an int; higher goes first when rank 0 has work of several priorities ready (Note
+ *   [Priority]).
  * name None generates one (auto_name).
  */
 /* submit's arguments in positional order; only collective has no default (Note [Request
  * record]): name, data, address, dtype, shape, output, out_address, splits and finish None, op
  * Average, root_rank 0, prescale_factor and postscale_factor 1.0, process_set 0, caller_waits
- * False. */
+ * False, priority 0. */
 /* clang-format off */
 #define SUBMIT_ARGS(X)                                                                          \
   X(collective) X(name) X(data) X(address) X(dtype) X(shape) X(output) X(out_address) X(op)      \
   X(root_rank) X(prescale_factor) X(postscale_factor) X(splits) X(finish) X(process_set)       \
-  X(caller_waits)
+  X(caller_waits) X(priority)
 /* clang-format on */
 enum {
 #define SO_ARG_INDEX_(n) ARG_##n,
@@ -89,7 +92,7 @@ static PyObject* submit(PyObject* self, PyObject* const* argv, Py_ssize_t nargs,
   if (submit_parse(argv, nargs, kwnames, args) != 0) return NULL;
   if (!require_loaded()) return NULL;
   /* Numbers not given take their defaults; given, they must be numbers (None too is refused). */
-  int collective, dtype = -1, op = SO_AVERAGE, root = 0, process_set = 0;
+  int collective, dtype = -1, op = SO_AVERAGE, root = 0, process_set = 0, priority = 0;
   double pre = 1.0, post = 1.0;
   if (!as_int(args[ARG_collective], "collective", &collective) ||
       (args[ARG_op] && !as_int(args[ARG_op], "op", &op)) ||
@@ -98,7 +101,8 @@ static PyObject* submit(PyObject* self, PyObject* const* argv, Py_ssize_t nargs,
        !as_double(args[ARG_prescale_factor], "prescale_factor", &pre)) ||
       (args[ARG_postscale_factor] &&
        !as_double(args[ARG_postscale_factor], "postscale_factor", &post)) ||
-      (args[ARG_process_set] && !as_int(args[ARG_process_set], "process_set", &process_set))) {
+      (args[ARG_process_set] && !as_int(args[ARG_process_set], "process_set", &process_set)) ||
+      (args[ARG_priority] && !as_int(args[ARG_priority], "priority", &priority))) {
     return NULL;
   }
   int caller_waits = 0;
@@ -217,7 +221,8 @@ static PyObject* submit(PyObject* self, PyObject* const* argv, Py_ssize_t nargs,
                               .splits = splits,
                               .nsplits = nsplits,
                               .process_set = process_set,
-                              .caller_waits = caller_waits};
+                              .caller_waits = caller_waits,
+                              .priority = priority};
   int rc = api.so_enqueue(&request, &id);
   if (rc != 0) {
     raise_status(rc);
@@ -248,8 +253,8 @@ static PyMethodDef methods[] = {
     {"submit", (PyCFunction)(void (*)(void))submit, METH_FASTCALL | METH_KEYWORDS,
      "submit(collective, name=None, data=None, address=None, dtype=None, shape=None, "
      "output=None, out_address=None, op=Average, root_rank=0, prescale_factor=1.0, "
-     "postscale_factor=1.0, splits=None, finish=None, process_set=0, caller_waits=False) -> "
-     "Handle"},
+     "postscale_factor=1.0, splits=None, finish=None, process_set=0, caller_waits=False, "
+     "priority=0) -> Handle"},
     {NULL, NULL, 0, NULL},
 };
 PyMethodDef* const submit_methods = methods;

@@ -200,6 +200,7 @@ Status Runtime::Validate(const EnqueueArgs& a, int size, TensorEntry* e) const {
   r.root = a.root;
   r.prescale = a.prescale;
   r.postscale = a.postscale;
+  r.priority = a.priority;
   r.shape.assign(a.shape, a.shape + a.ndim);
   for (int64_t d : r.shape) {
     if (d < 0) return bad("negative dimension in shape");

@@ -41,6 +41,7 @@ struct EnqueueArgs {
   int nsplits = 0;
   int32_t process_set = 0;    // Note [Process sets]
   bool caller_waits = false;  // Note [Caller drives]
+  int32_t priority = 0;       // Note [Priority]
 };
 
 // A communicator's data plane and what it is made of, owned (collectives/data_plane.h). Made

@@ -1,5 +1,6 @@
-// Fusion of what becomes ready together (Note [Tensor fusion]) and Note [Dispatch]: holding
-// ready work back while more is arriving, through the negotiation protocol.
+// Fusion of what becomes ready together (Note [Tensor fusion]), Note [Dispatch]: holding ready
+// work back while more is arriving, and Note [Priority]: rounds in priority order, through the
+// negotiation protocol.
 #include "tests/negotiation_cluster.h"
 
 namespace scaleout {
@@ -125,6 +126,69 @@ SO_TEST(NegotiationCycleTimeNeverHoldsALoneCollectiveOrAFullBuffer) {
     d.Submit(0, Make("b"));
     d.Settle();
     EXPECT_EQ(Transcript(d.Take(n - 1)), "allreduce float32 [a]");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Priority
+
+Request WithPriority(Request r, int32_t priority) {
+  r.priority = priority;
+  return r;
+}
+
+SO_TEST(NegotiationOrdersReadyWorkByTheHighestPriorityAnyRankGave) {
+  for (int n : kWorldSizes) {
+    Config config = Immediate();
+    config.fusion_threshold_bytes = 0;  // one response per tensor, to see the order
+    Cluster c(n, config);
+    // Only the last rank ranks "x" first: the highest priority given counts.
+    for (int r = 0; r < n; ++r) {
+      c.Submit(r, Make("w"));
+      c.Submit(r, WithPriority(Make("x"), r == n - 1 ? 5 : 0));
+      c.Submit(r, WithPriority(Make("y"), 1));
+    }
+    c.Settle();
+    const auto got = c.TakeAll();
+    ExpectSameEverywhere(got);
+    EXPECT_EQ(Transcript(got[0]),
+              "allreduce float32 [x]; allreduce float32 [y]; allreduce "
+              "float32 [w]");
+  }
+}
+
+SO_TEST(NegotiationPriorityRoundsLetLaterHigherPriorityWorkGoAhead) {
+  for (int n : kWorldSizes) {
+    Config config = Immediate();
+    config.priority_bytes = 1024;  // one tensor a round
+    Cluster c(n, config);
+    // Three 1 KiB tensors of three priorities become ready together: one goes per round.
+    for (int p = 0; p < 3; ++p) {
+      c.SubmitEverywhere(WithPriority(Make("low" + std::to_string(p), SO_ALLREDUCE, {256}), p));
+    }
+    while (c.history(0).empty()) ASSERT_TRUE(c.Round());
+    const auto first = c.TakeAll();
+    ExpectSameEverywhere(first);
+    EXPECT_EQ(Transcript(first[0]), "allreduce float32 [low2]");
+    // A higher priority one submitted now overtakes what the first round left behind.
+    c.SubmitEverywhere(WithPriority(Make("high", SO_ALLREDUCE, {256}), 9));
+    c.Settle();
+    const auto rest = c.TakeAll();
+    ExpectSameEverywhere(rest);
+    const std::string order = Transcript(rest[0]);
+    EXPECT_TRUE(order.find("[high]") < order.find("[low0]"));
+    EXPECT_TRUE(order.find("[low1]") < order.find("[low0]"));
+    EXPECT_EQ(rest[0].size(), 3);
+  }
+}
+
+SO_TEST(NegotiationWorkOfOnePriorityIsNotSplitIntoRounds) {
+  for (int n : kWorldSizes) {
+    Config config = Immediate();
+    config.priority_bytes = 1024;
+    const auto got = RunTogether(n, config, SmallAllreduces(8));  // 8 KiB, all priority 0
+    ASSERT_EQ(got[0].size(), 1);
+    EXPECT_EQ(got[0][0].tensors.size(), 8);
   }
 }
 

@@ -1,5 +1,6 @@
 // PlanFusion and FusedBytes (Note [Tensor fusion]): what may be merged, up to how many bytes,
-// and where the merged and the unmerged responses end up.
+// and where the merged and the unmerged responses end up; TakeRound (Note [Priority]): the
+// order of a round and what it leaves for the next.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -196,6 +197,47 @@ SO_TEST(FusionKeepsTensorCacheFields) {
   EXPECT_TRUE(plan[0].tensors[1].assigns_slot);
   EXPECT_TRUE(plan[0].tensors[1].shape == std::vector<int64_t>{25});
   EXPECT_EQ(PlanFusion({}, 100).size(), 0);
+}
+
+Response Prioritized(const std::string& name, int32_t priority) {
+  Response r = Small(name);
+  r.priority = priority;
+  return r;
+}
+
+SO_TEST(TakeRoundSendsWorkOfOnePriorityAtOnceInItsOrder) {
+  std::vector<Response> later = {Small("stale")};
+  const std::vector<Response> same = {Prioritized("a", 3), Prioritized("b", 3),
+                                      Prioritized("c", 3)};
+  EXPECT_EQ(Layout(TakeRound(same, 100, &later)), "a|b|c");  // no limit for one priority
+  EXPECT_EQ(later.size(), 0);
+  EXPECT_EQ(TakeRound({}, 100, &later).size(), 0);
+}
+
+SO_TEST(TakeRoundOrdersHighestFirstAndKeepsTiesInOrder) {
+  std::vector<Response> later;
+  const std::vector<Response> mixed = {Prioritized("a", 0),  Prioritized("b", 2),
+                                       Prioritized("c", 0),  Prioritized("d", 2),
+                                       Prioritized("e", -1), Prioritized("f", 1)};
+  EXPECT_EQ(Layout(TakeRound(mixed, 0, &later)), "b|d|f|a|c|e");
+  EXPECT_EQ(later.size(), 0);
+  EXPECT_EQ(Layout(TakeRound(mixed, 300, &later)), "b|d|f");  // 100 bytes each: exactly full
+  EXPECT_EQ(Layout(later), "a|c|e");
+  EXPECT_EQ(Layout(TakeRound(mixed, 299, &later)), "b|d");
+  EXPECT_EQ(Layout(later), "f|a|c|e");
+  // One response goes even when it alone exceeds the limit.
+  EXPECT_EQ(Layout(TakeRound(mixed, 1, &later)), "b");
+  EXPECT_EQ(Layout(later), "d|f|a|c|e");
+}
+
+SO_TEST(TakeRoundCountsFusedBytesAndNothingForErrors) {
+  std::vector<Response> later;
+  Response half = Ready("half", {25}, DataType::kFloat16);  // 100 bytes in the fusion buffer
+  half.priority = 1;
+  Response failed = Prioritized("failed", 2);
+  failed.error_code = SO_ERR_INVALID_ARGUMENT;
+  EXPECT_EQ(Layout(TakeRound({Prioritized("low", 0), half, failed}, 100, &later)), "failed|half");
+  EXPECT_EQ(Layout(later), "low");
 }
 
 }  // namespace

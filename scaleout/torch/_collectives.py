@@ -97,9 +97,11 @@ def allreduce_async(
     prescale_factor: float = 1.0,
     postscale_factor: float = 1.0,
     process_set=_GLOBAL,
+    priority: int = 0,
 ) -> Handle:
     """Starts reducing `tensor` across ranks (default op Average); synchronize() returns a new
-    tensor. Not differentiable (use allreduce for that)."""
+    tensor. Not differentiable (use allreduce for that). `priority` (scaleout's own): among
+    reductions ready at the same time, higher ones complete first (Note [Priority])."""
     return start_allreduce(
         tensor,
         name,
@@ -108,6 +110,7 @@ def allreduce_async(
         postscale_factor,
         False,
         process_set_id(process_set, "allreduce"),
+        priority=priority,
     )
 
 
@@ -119,6 +122,7 @@ def allreduce_async_(
     prescale_factor: float = 1.0,
     postscale_factor: float = 1.0,
     process_set=_GLOBAL,
+    priority: int = 0,
 ) -> Handle:
     """In-place form: the result is written into `tensor` (its memory, when contiguous)."""
     return submit_into(  # straight to the submit: a user's own per-tensor loop is a hot path
@@ -132,6 +136,7 @@ def allreduce_async_(
         postscale_factor,
         "allreduce",
         process_set_id(process_set, "allreduce_"),
+        priority=priority,
     )
 
 

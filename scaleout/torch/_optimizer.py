@@ -31,7 +31,8 @@ from scaleout._gradient_rules import (
 from scaleout._native import Adasum, Average, Sum, resolve_op
 from scaleout._process_sets import global_process_set, process_set_id, set_rank, set_size
 from scaleout.torch._compression import Compression
-from scaleout.torch._reductions import STATE_KEY, reduction_for
+from scaleout.torch._overlap import ForwardOverlap, _zero
+from scaleout.torch._reductions import STATE_KEY, Allreduce, reduction_for
 from scaleout.torch._tensors import check_device
 
 __all__ = ["DistributedOptimizer"]
@@ -55,6 +56,8 @@ class _DistributedMixin:
         num_groups: int,
         groups,
         process_set,
+        priority,
+        overlap_forward,
     ) -> None:
         self._so_ps = process_set_id(process_set, "DistributedOptimizer")
         # As Horovod's: on a rank outside the set, step() is the wrapped optimizer's alone.
@@ -97,10 +100,57 @@ class _DistributedMixin:
         self._so_group_of: Dict[torch.Tensor, int] = {}
         self._so_group_members: List[List[torch.Tensor]] = []
         self._so_group_ready: Dict[int, set] = {}
+        self._so_overlap: Optional[ForwardOverlap] = None
         self.set_backward_passes_per_step(backward_passes_per_step)
         for group_index, group in enumerate(self.param_groups):
             self._so_register(group_index, group["params"])
         self._so_set_groups(num_groups, groups)
+        if priority is None:
+            priority = overlap_forward is not None
+        self._so_priority = self._so_priorities(priority)
+        if overlap_forward is not None and self._so_included:
+            if not isinstance(self._so_reduction, Allreduce):
+                raise InvalidArgumentError(
+                    "overlap_forward works with gradients reduced by allreduce: not with "
+                    "op=Adasum or Compression.topk"
+                )
+            self._so_overlap = ForwardOverlap(self, overlap_forward, weakref.ref(self))
+
+    def _so_priorities(self, priority) -> Dict[torch.Tensor, int]:
+        """Note [Priority] in the core: each parameter's gradient priority, the first parameter
+        the highest. True: in the order of named_parameters (of the parameter groups without
+        it); a sequence of parameters or their names: those first, in that order, then the
+        rest; False: none."""
+        if priority is False:
+            return {}
+        order = [p for p in (self._so_named or self._so_names) if p in self._so_passes_left]
+        if priority is not True:
+            if isinstance(priority, (str, bytes, torch.Tensor)) or not hasattr(
+                priority, "__iter__"
+            ):
+                raise InvalidArgumentError(
+                    "priority must be True, False, or a sequence of parameters (or their names) "
+                    f"in the order their reductions should complete, not {type(priority).__name__}"
+                )
+            by_name = {name: p for p, name in self._so_names.items()}
+            first: List[torch.Tensor] = []
+            for item in priority:
+                p = by_name.get(item) if isinstance(item, str) else item
+                if not isinstance(p, torch.Tensor) or p not in self._so_names:
+                    raise InvalidArgumentError(
+                        f"priority names {item if isinstance(item, str) else 'a tensor'!r}, "
+                        "which is not a parameter the optimizer updates"
+                    )
+                if any(q is p for q in first):
+                    raise InvalidArgumentError(
+                        f"priority lists '{self._so_names[p]}' more than once"
+                    )
+                first.append(p)
+            chosen = set(first)
+            order = [p for p in first if p in self._so_passes_left] + [
+                p for p in order if p not in chosen
+            ]
+        return {p: len(order) - i for i, p in enumerate(order)}
 
     @property
     def _parameter_names(self) -> Dict[torch.Tensor, str]:
@@ -197,6 +247,8 @@ class _DistributedMixin:
     def _so_on_grad(self, p: torch.Tensor) -> None:
         if p not in self._so_passes_left:
             return
+        if self._so_overlap is not None:
+            self._so_overlap.check_gradient(self, p)
         if p in self._so_handles:
             raise ScaleoutError(
                 f"the gradient of '{self._so_names[p]}' was computed more than "
@@ -220,19 +272,32 @@ class _DistributedMixin:
                 self._so_start(member)
 
     def _so_start(self, p: torch.Tensor) -> None:
-        self._so_handles[p] = self._so_reduction.start(self, p, self._so_names[p])
+        self._so_handles[p] = self._so_reduction.start(
+            self, p, self._so_names[p], self._so_priority.get(p, 0)
+        )
 
-    def _so_finish_all(self) -> None:
+    def _so_start_all(self) -> Dict[torch.Tensor, object]:
         """Starts the reductions backward did not (a gradient this rank did not produce) and
-        waits for all of them; the aggregation window starts again."""
-        for p in self._so_passes_left:
-            if p not in self._so_handles:
-                self._so_start(p)
-        pending, self._so_handles = self._so_handles, {}
+        returns all of them, started; the aggregation window starts again."""
         try:
-            self._so_reduction.finish(self, pending)
+            for p in self._so_passes_left:
+                if p not in self._so_handles:
+                    self._so_start(p)
         finally:
             self._so_reset_counts()
+        pending, self._so_handles = self._so_handles, {}
+        return pending
+
+    def _so_finish_all(self) -> None:
+        """Starts the reductions backward did not and waits for all of them."""
+        self._so_apply_deferred()
+        pending = self._so_start_all()
+        self._so_reduction.finish(self, pending)
+
+    def _so_apply_deferred(self) -> None:
+        """Note [Forward overlap]: the updates the last step() deferred, made now."""
+        if self._so_overlap is not None:
+            self._so_overlap.apply_all(self)
 
     def _so_wrapped_step(self):
         """The wrapped optimizer's own step (Note [Adasum optimizer] runs it per parameter)."""
@@ -241,6 +306,7 @@ class _DistributedMixin:
     def state_dict(self):
         """The wrapped optimizer's state_dict; with Compression.topk also the residuals (and
         velocities) by parameter name and the step count, under 'scaleout_topk'."""
+        self._so_apply_deferred()
         out = super().state_dict()
         saved = self._so_reduction.state()
         if saved is not None:
@@ -248,6 +314,7 @@ class _DistributedMixin:
         return out
 
     def load_state_dict(self, state_dict) -> None:
+        self._so_apply_deferred()
         state_dict = dict(state_dict)
         saved = state_dict.pop(STATE_KEY, None)
         super().load_state_dict(state_dict)
@@ -293,6 +360,11 @@ class _DistributedMixin:
                     "step() inside skip_synchronize() while gradient reductions "
                     "are pending: call optimizer.synchronize() first"
                 )
+        elif self._so_overlap is not None and not self._so_synchronized:
+            # Note [Forward overlap]: the updates wait for the next forward pass.
+            self._so_apply_deferred()
+            self._so_overlap.defer(self, self._so_start_all())
+            return loss
         else:
             if self._so_synchronized:
                 # Horovod's behaviour, kept for compatibility: warn, then reduce again (a
@@ -322,11 +394,23 @@ class _DistributedMixin:
                 "Call step() or synchronize() first."
             )
         self._so_reset_counts()
-        super().zero_grad(set_to_none=set_to_none)
+        overlap = self._so_overlap
+        if overlap is None or not overlap.deferred:
+            super().zero_grad(set_to_none=set_to_none)
+            return
+        # Note [Forward overlap]: a deferred parameter's gradient is zeroed after its update.
+        overlap.zero_grad(set_to_none)
+        with torch.no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p not in overlap.deferred:
+                        _zero(p, set_to_none)
 
     def __del__(self):
         for hook in getattr(self, "_so_hooks", ()):
             hook.remove()
+        if getattr(self, "_so_overlap", None) is not None:
+            self._so_overlap.remove()
 
     def _so_reset_counts(self) -> None:
         for p in self._so_passes_left:
@@ -378,6 +462,8 @@ def DistributedOptimizer(
     groups=None,
     sparse_as_dense: bool = False,
     process_set=global_process_set,
+    priority=None,
+    overlap_forward: Optional[torch.nn.Module] = None,
 ) -> torch.optim.Optimizer:
     """Wraps a torch.optim optimizer so that step() uses gradients averaged over all ranks.
 
@@ -406,6 +492,16 @@ def DistributedOptimizer(
     - process_set: gradients are reduced among the ranks of this set (a registered
       ProcessSet; Average divides by its size). On a rank outside the set, step() applies the
       local gradients, as in Horovod.
+    - priority (scaleout's own; Note [Priority] in the core): True gives the first parameters'
+      gradients (in named_parameters order) the highest priority, so that among reductions
+      ready at the same time the first layers' complete first; a sequence of parameters or
+      names gives the order itself (the rest follow); False: none. Default: True with
+      overlap_forward, else False.
+    - overlap_forward (scaleout's own; Note [Forward overlap]): the model. step() then returns
+      without waiting, and each module waits for its own parameters' reductions and updates
+      them just before its next forward, so the next step's forward starts while the last
+      layers' gradients are still reduced. The updates are those step() would make; the
+      model's and the optimizer's state_dict() apply them first.
 
     Horovod's attributes `op`, `process_set`, `backward_passes_per_step` and
     `_parameter_names` are there. As in Horovod, step() after an explicit synchronize() outside
@@ -449,5 +545,7 @@ def DistributedOptimizer(
         num_groups,
         groups,
         process_set,
+        priority,
+        overlap_forward,
     )
     return wrapped

@@ -46,9 +46,10 @@ class Reduction:
     # synchronize() has no reduced gradients to leave in p.grad.
     combines_updates = False
 
-    def start(self, opt, p: torch.Tensor, name: str):
+    def start(self, opt, p: torch.Tensor, name: str, priority: int = 0):
         """Starts the reduction of p's gradient (backward has produced it, or step() found it
-        missing: then p.grad is None); returns what finish() takes for p."""
+        missing: then p.grad is None); returns what finish() takes for p. `priority`: Note
+        [Priority] in the core."""
         raise NotImplementedError
 
     def finish(self, opt, pending: Dict[torch.Tensor, object]) -> None:
@@ -106,7 +107,7 @@ class Allreduce(Reduction):
         self.process_set = process_set
         self.sparse_as_dense = sparse_as_dense
 
-    def start(self, opt, p, name):
+    def start(self, opt, p, name, priority=0):
         if p.grad is None:
             # Not used on this rank this step: contribute zeros so other ranks don't wait.
             p.grad = torch.zeros_like(p)
@@ -129,6 +130,7 @@ class Allreduce(Reduction):
                 self.postscale,
                 True,
                 self.ps,
+                priority=priority,
             ),
             ctx,
         )
@@ -160,7 +162,7 @@ class TopKReduction(Reduction):
         self.slots: Dict[str, Dict[str, torch.Tensor]] = {}
         self.steps = 0
 
-    def start(self, opt, p, name):
+    def start(self, opt, p, name, priority=0):
         """p's gradient plus its residual, sparsified and sent. The result is written into
         p.grad by finish()."""
         if p.grad is None:
@@ -281,7 +283,7 @@ class AdasumDeltas(Reduction):
         self.sparse_as_dense = sparse_as_dense
         self.starts: Dict[torch.Tensor, torch.Tensor] = {}  # parameters before their step
 
-    def start(self, opt, p, name):
+    def start(self, opt, p, name, priority=0):
         """The wrapped optimizer's step for p alone, then the Adasum allreduce of p's change,
         in place in p (the start is kept to add the result to)."""
         if p.grad is None:
@@ -310,7 +312,10 @@ class AdasumDeltas(Reduction):
             p.sub_(start)
         wire, ctx = self.compression.compress(p.data)
         return _InPlace(
-            start_allreduce(wire, parameter_delta(name), Adasum, 1.0, 1.0, True, self.ps), ctx
+            start_allreduce(
+                wire, parameter_delta(name), Adasum, 1.0, 1.0, True, self.ps, priority=priority
+            ),
+            ctx,
         )
 
     def finish(self, opt, pending):

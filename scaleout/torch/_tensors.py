@@ -138,9 +138,11 @@ def submit_into(
     what: str,
     ps: int,
     waits: bool = False,
+    priority: int = 0,
 ) -> Handle:
     """allreduce / broadcast: the result in a new tensor, or written into `tensor`. `waits`:
-    the caller synchronizes at once (Note [Caller drives] in the core)."""
+    the caller synchronizes at once (Note [Caller drives] in the core); `priority`: higher goes
+    first among work ready together (Note [Priority] in the core)."""
     if inplace:
         # The hot path of every DistributedOptimizer hook: the binding reads the tensor itself.
         try:
@@ -156,6 +158,7 @@ def submit_into(
                 finish=_bumped,
                 process_set=ps,
                 caller_waits=waits,
+                priority=priority,
             )
         except BufferError:
             pass  # not a contiguous CPU tensor of a core dtype: explained or copied below
@@ -179,6 +182,7 @@ def submit_into(
             finish=_copied_back(tensor),
             process_set=ps,
             caller_waits=waits,
+            priority=priority,
         )
     dst = torch.empty_like(src, memory_format=torch.contiguous_format)
     return submit(
@@ -196,6 +200,7 @@ def submit_into(
         postscale_factor=postscale,
         process_set=ps,
         caller_waits=waits,
+        priority=priority,
     )
 
 
@@ -245,6 +250,7 @@ def start_allreduce(
     inplace: bool,
     ps: int,
     waits: bool = False,
+    priority: int = 0,
 ) -> Handle:
     return submit_into(
         ALLREDUCE,
@@ -258,6 +264,7 @@ def start_allreduce(
         "allreduce",
         ps,
         waits,
+        priority,
     )
 
 

@@ -1,0 +1,233 @@
+"""Run by tests/test_torch.py (the priority and overlap_forward tests) with "order" or "train".
+
+order (run with SCALEOUT_CYCLE_TIME long and SCALEOUT_PRIORITY_BYTES small): reductions that
+become ready together execute highest priority first, one per round, in the timeline rank 0
+writes (Note [Priority]).
+train (run with SCALEOUT_FUSION_THRESHOLD=0: beyond 2 ranks a sum's rounding depends on where
+a tensor lands in a fused buffer, which timing and priorities change):
+DistributedOptimizer(priority=..., overlap_forward=model) updates the model bit for bit as the
+plain one does (Note [Forward overlap]), and refuses what it cannot do."""
+
+import json
+import os
+import sys
+
+import torch
+import torch.nn as nn
+from _harness import check, expect_error, main
+
+import scaleout.torch as hvd
+
+torch.set_num_threads(1)
+
+
+def check_order():
+    """A 'gate' tensor that rank 0 submits first and the others last keeps everything else
+    half-submitted, so the six reductions become ready in one round, whatever their timing."""
+    path = sys.argv[2]
+    hvd.start_timeline(path)
+    priorities = [3, 0, 5, 1, 4, 2]  # submitted in this order on every rank
+    gate = torch.ones(4)
+    handles = []
+    if hvd.rank() == 0:
+        handles.append(hvd.allreduce_async_(gate, name="gate", priority=-1))
+    for p in priorities:
+        handles.append(hvd.allreduce_async_(torch.ones(64), name=f"t{p}", priority=p))
+    if hvd.rank() != 0:
+        handles.append(hvd.allreduce_async_(gate, name="gate", priority=-1))
+    for h in handles:
+        hvd.synchronize(h)
+    hvd.stop_timeline()
+    if hvd.rank() == 0:
+        events = json.loads(open(path).read())
+        rows = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+        spans = [e for e in events if e.get("ph") == "X" and e["name"] == "ALLREDUCE"]
+        starts = {rows[e["tid"]]: e["ts"] for e in spans}
+        order = sorted(starts, key=lambda name: starts[name])
+        check(
+            order == ["t5", "t4", "t3", "t2", "t1", "t0", "gate"],
+            f"executed highest priority first: {order}",
+        )
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.norm = nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        return torch.relu(self.norm(self.conv(x)))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = Block()
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(4 * 6 * 6, 16), nn.Tanh())
+        self.out = nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.out(self.head(self.block(x)))
+
+
+def make(seed=1):
+    torch.manual_seed(seed)
+    return Net()
+
+
+def batch(step):
+    g = torch.Generator().manual_seed(100 * hvd.rank() + step)
+    return torch.randn(5, 3, 6, 6, generator=g), torch.randint(0, 3, (5,), generator=g)
+
+
+def train(make_opt, overlap, steps=5, set_to_none=True, reads=False):
+    """Trains a fresh model; returns it, its optimizer and the optimizer's state_dict."""
+    model = make()
+    base = make_opt(model)
+    opt = hvd.DistributedOptimizer(
+        base, model.named_parameters(), overlap_forward=model if overlap else None
+    )
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    for step in range(steps):
+        opt.zero_grad(set_to_none=set_to_none)
+        x, y = batch(step)
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        sched.step()  # before the deferred updates run: they keep the step's own lr
+        if reads and step == 2:
+            # The model's state_dict applies the deferred updates (the next forward finds
+            # them done and does not apply them twice).
+            model.state_dict()
+    return model, opt, opt.state_dict()
+
+
+def same_state(a, b, what):
+    sa, sb = a.state_dict(), b.state_dict()
+    check(list(sa) == list(sb), f"{what}: same keys")
+    check(all(torch.equal(sa[k], sb[k]) for k in sa), f"{what}: bit for bit equal")
+
+
+def check_training():
+    sgd = lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)  # noqa: E731
+    adam = lambda m: torch.optim.Adam(m.parameters(), lr=0.01)  # noqa: E731
+    for name, make_opt in (("SGD", sgd), ("Adam", adam)):
+        plain, _, plain_state = train(make_opt, overlap=False)
+        for kwargs in ({}, {"set_to_none": False}, {"reads": True}):
+            model, opt, state = train(make_opt, overlap=True, **kwargs)
+            same_state(model, plain, f"{name} overlap_forward {kwargs}")
+            moments = [
+                (k, torch.equal(v, plain_state["state"][i][k]))
+                for i, s in state["state"].items()
+                for k, v in s.items()
+                if isinstance(v, torch.Tensor)
+            ]
+            check(moments and all(ok for _, ok in moments), f"{name} {kwargs}: optimizer state")
+            del opt
+    # The updates are deferred: right after step() the first layer still has its old weight,
+    # and the next forward (here an evaluation) applies it.
+    model = make()
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.5), model.named_parameters(), overlap_forward=model
+    )
+    before = model.block.conv.weight.detach().clone()
+    x, y = batch(0)
+    nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+    check(torch.equal(model.block.conv.weight, before), "the update waits for the forward")
+    with torch.no_grad():
+        model(x)
+    check(not torch.equal(model.block.conv.weight, before), "the forward applied the update")
+    # A priority order that the user gives changes no value.
+    model, ref = make(), make()
+    ordered = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        model.named_parameters(),
+        priority=[name for name, _ in reversed(list(model.named_parameters()))],
+    )
+    plain = hvd.DistributedOptimizer(
+        torch.optim.SGD(ref.parameters(), lr=0.1), ref.named_parameters(), priority=False
+    )
+    for step in range(3):
+        for m, o in ((model, ordered), (ref, plain)):
+            o.zero_grad()
+            x, y = batch(step)
+            nn.functional.cross_entropy(m(x), y).backward()
+            o.step()
+    same_state(model, ref, "priority order")
+
+
+class Tied(nn.Module):
+    """Uses its child's weight outside the child's forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return x @ self.inner.weight.t()
+
+
+def check_refusals():
+    model = make()
+    params = model.named_parameters
+    sgd = lambda: torch.optim.SGD(model.parameters(), lr=0.1)  # noqa: E731
+    for bad, fragment in (
+        ("block", "sequence of parameters"),
+        (3, "sequence of parameters"),
+        (["nope"], "'nope'"),
+        (["out.bias", "out.bias"], "more than once"),
+        ([torch.zeros(2)], "a tensor"),
+    ):
+        expect_error(
+            ValueError,
+            lambda bad=bad: hvd.DistributedOptimizer(sgd(), params(), priority=bad),
+            fragment,
+            what=f"priority={bad!r}",
+        )
+    expect_error(
+        ValueError,
+        lambda: hvd.DistributedOptimizer(sgd(), params(), overlap_forward="model"),
+        "torch.nn.Module",
+    )
+    expect_error(
+        ValueError,
+        lambda: hvd.DistributedOptimizer(sgd(), params(), overlap_forward=model.block),
+        "does not hold",
+        "out.weight",
+    )
+    expect_error(
+        ValueError,
+        lambda: hvd.DistributedOptimizer(sgd(), params(), op=hvd.Adasum, overlap_forward=model),
+        "Adasum",
+    )
+    # A parameter read outside its module's forward: the backward that follows says so.
+    tied = Tied()
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(tied.parameters(), lr=0.1), tied.named_parameters(), overlap_forward=tied
+    )
+    x = torch.ones(2, 4)
+    tied(x).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    expect_error(
+        hvd.ScaleoutError, lambda: tied(x).sum().backward(), "inner.weight", "outside the forward"
+    )
+    opt.zero_grad()
+    opt.synchronize()  # nothing deferred is left: the optimizer goes on
+    tied.inner(x).sum().backward()
+    opt.step()
+
+
+def run():
+    if sys.argv[1] == "order":
+        check_order()
+    else:
+        check_training()
+        check_refusals()
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("SCALEOUT_LOG_LEVEL", "1")
+    main(run)
