@@ -208,7 +208,7 @@ int so_process_set(int32_t id, int32_t* rank_out, int32_t* size_out, int32_t* ra
  *         core may then run the collective on the caller's thread inside so_wait (Note [Caller
  *         drives] in coordinator/coordinator.h). Added in ABI 11; default 0.
  * priority: higher goes first when work of several priorities is ready at once (Note [Priority]
- *         in coordinator/controller.h); rank 0's order decides. Added in ABI 12; default 0.
+ *         in fusion/fusion_planner.h); rank 0's order decides. Added in ABI 12; default 0.
  */
 typedef struct so_request {
   uint32_t struct_size; /* sizeof(so_request) as the caller was compiled with */

@@ -1,5 +1,4 @@
 """Note [Forward overlap]
-
 DistributedOptimizer(..., overlap_forward=model): step() starts what backward did not, then
 returns without waiting. Each module of `model` that holds parameters gets a forward pre-hook:
 before the module's next forward runs, it waits for its own parameters' reductions and runs the

@@ -81,18 +81,23 @@ def batch(step):
     return torch.randn(5, 3, 6, 6, generator=g), torch.randint(0, 3, (5,), generator=g)
 
 
-def train(make_opt, overlap, steps=5, set_to_none=True, reads=False):
+def train(make_opt, overlap, steps=5, set_to_none=True, reads=False, passes=1, **options):
     """Trains a fresh model; returns it, its optimizer and the optimizer's state_dict."""
     model = make()
     base = make_opt(model)
     opt = hvd.DistributedOptimizer(
-        base, model.named_parameters(), overlap_forward=model if overlap else None
+        base,
+        model.named_parameters(),
+        overlap_forward=model if overlap else None,
+        backward_passes_per_step=passes,
+        **options,
     )
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
     for step in range(steps):
         opt.zero_grad(set_to_none=set_to_none)
-        x, y = batch(step)
-        nn.functional.cross_entropy(model(x), y).backward()
+        for k in range(passes):
+            x, y = batch(10 * step + k)
+            nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
         sched.step()  # before the deferred updates run: they keep the step's own lr
         if reads and step == 2:
@@ -111,10 +116,15 @@ def same_state(a, b, what):
 def check_training():
     sgd = lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)  # noqa: E731
     adam = lambda m: torch.optim.Adam(m.parameters(), lr=0.01)  # noqa: E731
-    for name, make_opt in (("SGD", sgd), ("Adam", adam)):
-        plain, _, plain_state = train(make_opt, overlap=False)
-        for kwargs in ({}, {"set_to_none": False}, {"reads": True}):
-            model, opt, state = train(make_opt, overlap=True, **kwargs)
+    cases = [
+        ("SGD", sgd, {}, ({}, {"set_to_none": False}, {"reads": True})),
+        ("Adam", adam, {}, ({}, {"set_to_none": False}, {"reads": True})),
+        ("SGD fp16, 2 passes", sgd, {"compression": hvd.Compression.fp16, "passes": 2}, ({},)),
+    ]
+    for name, make_opt, options, variants in cases:
+        plain, _, plain_state = train(make_opt, overlap=False, **options)
+        for kwargs in variants:
+            model, opt, state = train(make_opt, overlap=True, **options, **kwargs)
             same_state(model, plain, f"{name} overlap_forward {kwargs}")
             moments = [
                 (k, torch.equal(v, plain_state["state"][i][k]))
