@@ -3,6 +3,12 @@
 training-step time and next-step start, with and without them, in one launch.
 
     scaleoutrun -np 2 python benchmarks/priority.py [--steps 20] [--rounds 6] [--quick]
+    python benchmarks/priority.py --hosts 2 --rate 1gbit     # as root: its own launcher
+
+With --hosts N it makes tests/_hosts.py's network-namespace hosts (benchmarks/multihost.py's),
+with every link limited to --rate by tc tbf, and runs itself on them: one rank per host,
+started by scaleoutrun from the first host. Where the hosts cannot be made it says why and
+exits 0.
 
 Models: benchmarks/torch_step.py's CNN (batch 32 per rank) and a model with a long forward
 pass, "deep": 784-1024 then eight 1024-1024 layers then 10, batch 128 per rank. SGD with
@@ -27,7 +33,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 import torch.nn as nn
@@ -66,7 +76,64 @@ def parse_args():
     p.add_argument("--warmup", type=int, default=5, help="untimed steps per mode first")
     p.add_argument("--models", default="cnn,deep")
     p.add_argument("--quick", action="store_true", help="a short run (a smoke test)")
+    p.add_argument("--hosts", type=int, default=0, help="run across this many namespace hosts")
+    p.add_argument("--rate", default="1gbit", help="with --hosts: each link's rate (tc tbf)")
     return p.parse_args()
+
+
+def on_hosts(args) -> int:
+    """Runs this script across namespace hosts, one rank each, and prints rank 0's table."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from _hosts import (
+        INTERFACE,
+        NETWORK_ENV,
+        SSH_PORT,
+        HostsUnavailable,
+        LinkLimit,
+        made_hosts,
+        missing_prerequisite,
+    )
+
+    missing = missing_prerequisite(rate_limited=True)
+    if missing:
+        print(f"priority benchmark across hosts skipped: {missing}")
+        return 0
+    limit = LinkLimit(args.rate)
+    worker = list(sys.argv[1:])  # the same arguments, less the launcher's own
+    for flag in ("--hosts", "--rate"):
+        while flag in worker:
+            i = worker.index(flag)
+            del worker[i : i + 2]
+    with tempfile.TemporaryDirectory(prefix="scaleout-priority-") as workdir:
+        try:
+            with made_hosts(Path(workdir), args.hosts, limit) as hosts:
+                command = [
+                    sys.executable,
+                    "-m",
+                    "scaleout.launcher.main",
+                    "-H",
+                    ",".join(f"{h}:1" for h in hosts.names),
+                    "--ssh-port",
+                    str(SSH_PORT),
+                    "--network-interface",
+                    INTERFACE,
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    *worker,
+                ]
+                try:
+                    done = hosts.run_on(hosts.names[0], command, env=NETWORK_ENV, timeout=3600)
+                except subprocess.TimeoutExpired:
+                    print("the job did not finish within an hour")
+                    return 1
+        except HostsUnavailable as exc:
+            print(f"priority benchmark across hosts skipped: {exc}")
+            return 0
+    print(f"{args.hosts} hosts x 1 rank, links at {args.rate} (tc tbf)")
+    print(done.stdout.replace("[0] ", ""), end="")
+    if done.returncode != 0:
+        print(done.stderr[-3000:], file=sys.stderr)
+    return done.returncode
 
 
 class Stepper:
@@ -116,6 +183,8 @@ class Stepper:
 
 def main():
     args = parse_args()
+    if args.hosts:
+        sys.exit(on_hosts(args))
     if args.quick:
         args.steps, args.rounds, args.warmup = 5, 2, 2
     hvd.init()
