@@ -99,6 +99,13 @@ setup(
                 "native/python/binding_submit.c",
                 "native/python/binding_completion.c",
             ],
+            # The headers it is compiled from: a change to one rebuilds it (the ABI's record,
+            # the tables).
+            depends=[
+                "native/c_api/scaleout.h",
+                "native/common/settings_table.h",
+                "native/python/binding.h",
+            ],
             include_dirs=["native"],
             extra_compile_args=["-O2"],
             libraries=["dl"],

@@ -29,8 +29,9 @@ def test_n_ranks_with_batch_b_train_like_one_process_with_batch_nb(np_):
 
 def test_priority_executes_highest_first_in_rounds(nranks, tmp_path):
     # Note [Priority]: six reductions made ready together (a gate tensor holds them, with a long
-    # cycle time) run one per round, highest priority first, in rank 0's timeline.
-    env = {"SCALEOUT_CYCLE_TIME": "60000", "SCALEOUT_PRIORITY_BYTES": "1"}
+    # cycle time) run one per round, highest priority first, in rank 0's timeline; tensors
+    # larger than a round are reduced in parts, to the right sums.
+    env = {"SCALEOUT_CYCLE_TIME": "60000", "SCALEOUT_PRIORITY_BYTES": "256"}
     proc = run_mpi("torch_priority.py", nranks, "order", str(tmp_path / "t.json"), env=env)
     assert passed(proc, nranks)
 

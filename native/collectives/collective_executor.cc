@@ -68,9 +68,9 @@ Status CollectiveExecutor::Execute(const Response& r, const std::vector<TensorEn
   traffic::SetKind(r.collective);
   traffic::Add(traffic::kCALLS, 1);
   int64_t submitted = 0;
-  for (const TensorEntry* e : entries) {
-    if (e != nullptr)
-      submitted += static_cast<int64_t>(Elements(e->request.shape) * DataTypeSize(r.dtype));
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i] != nullptr)
+      submitted += static_cast<int64_t>(ElementsMoved(r, entries, i) * DataTypeSize(r.dtype));
   }
   traffic::Add(traffic::kBYTES, submitted);
   const Status s = Run(r, entries);
@@ -118,8 +118,11 @@ Status CollectiveExecutor::Allreduce(const Response& r, const std::vector<Tensor
   // One tensor of this rank's own: reduce straight from input into output.
   if (entries.size() == 1 && entries[0] != nullptr && r.prescale == 1.0) {
     TensorEntry* e = entries[0];
-    Status s = ReduceSplit(e->input, e->output, fused.total(), r.dtype, op);
-    if (s.ok() && post != 1.0) ScaleBuffer(e->output, fused.total(), r.dtype, post);
+    const size_t at = static_cast<size_t>(r.tensors[0].part_first) * DataTypeSize(r.dtype);
+    const void* in = static_cast<const uint8_t*>(e->input) + at;
+    void* out = static_cast<uint8_t*>(e->output) + at;
+    Status s = ReduceSplit(in, out, fused.total(), r.dtype, op);
+    if (s.ok() && post != 1.0) ScaleBuffer(out, fused.total(), r.dtype, post);
     return s;
   }
   const bool timed = LogEnabled(LogLevel::kDebug);

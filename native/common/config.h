@@ -30,9 +30,9 @@ struct Config {
   // SCALEOUT_CYCLE_TIME (ms): the longest the coordinator holds ready work back while more is
   // still arriving, to fuse it. A lone request is never held (see Note [Dispatch]).
   double cycle_time_ms = 1.0;
-  // SCALEOUT_PRIORITY_BYTES: when ready work has more than one priority, the most bytes rank 0
-  // sends per round, highest priority first (Note [Priority]); 0: no limit.
-  size_t priority_bytes = size_t(4) << 20;
+  // SCALEOUT_PRIORITY_BYTES: when ready work carries priorities, the most bytes rank 0 sends per
+  // round, highest first, larger allreduces in parts of this size (Note [Priority]); 0: no limit.
+  size_t priority_bytes = size_t(1) << 20;
   // SCALEOUT_CACHE_CAPACITY: response-cache entries; 0 disables the cache.
   int cache_capacity = 1024;
   // SCALEOUT_STALL_CHECK_TIME_SECONDS: warn about collectives waiting this long; 0 disables.

@@ -19,9 +19,9 @@
   X(CYCLE_TIME, 1, "1",                                                                          \
     "(ms) the longest rank 0 holds ready work back while more is still arriving, to fuse it; "  \
     "a lone request is never held")                                                              \
-  X(PRIORITY_BYTES, 0, "4194304",                                                               \
-    "when ready work has several priorities, the most bytes rank 0 sends per round, highest "    \
-    "priority first; 0: no limit")                                                               \
+  X(PRIORITY_BYTES, 0, "1048576",                                                               \
+    "when ready work carries priorities, the most bytes rank 0 sends per round, highest first "  \
+    "(larger allreduces go in parts of this size); 0: no limit")                                 \
   X(CACHE_CAPACITY, 1, "1024", "response-cache entries; 0 disables the cache")                  \
   X(STALL_CHECK_TIME_SECONDS, 1, "60", "warn about collectives waiting this long; 0 disables")  \
   X(STALL_CHECK_DISABLE, 1, "0", "1 turns the stall check (warnings and shutdown) off")         \

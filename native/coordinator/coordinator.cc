@@ -371,6 +371,7 @@ void Coordinator::Execute(const Response& r) {
   std::vector<TensorEntry*> entries;
   std::vector<std::shared_ptr<TensorEntry>> owned;
   entries.reserve(r.tensors.size());
+  bool parts_left = false;  // a tensor of the response has parts to come (Note [Priority])
   for (const ResponseTensor& t : r.tensors) {
     auto it = pending_.find(t.name);
     if (it == pending_.end()) {
@@ -379,6 +380,11 @@ void Coordinator::Execute(const Response& r) {
     }
     owned.push_back(it->second);
     entries.push_back(it->second.get());
+    if (t.is_part() && t.part_first + t.part_count < it->second->request.NumElements()) {
+      parts_left = true;
+      it->second->stall_reported = true;  // under way, not waiting for other ranks
+      continue;
+    }
     pending_.erase(it);
   }
   const bool timed = timeline_.enabled() || LogEnabled(LogLevel::kDebug);
@@ -393,7 +399,8 @@ void Coordinator::Execute(const Response& r) {
     status = r.error(set_.Where());
   } else if (r.collective != SO_BARRIER) {
     for (size_t i = 0; i < entries.size(); ++i) {
-      SO_CHECK(entries[i] != nullptr || !r.joined_ranks.empty(),
+      // A part of a tensor whose earlier part failed runs with zeros, keeping the ranks in step.
+      SO_CHECK(entries[i] != nullptr || !r.joined_ranks.empty() || r.tensors[i].is_part(),
                "response names '" + r.tensors[i].name + "', which this rank never submitted");
     }
     // Note [Stalls inside a collective]: the global set's only, for now (one record per rank).
@@ -417,6 +424,20 @@ void Coordinator::Execute(const Response& r) {
       for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
       for (TensorEntry* e : entries) {
         if (e != nullptr) timeline_.Span(e->request.name, upper.c_str(), agreed, done, args);
+      }
+    }
+  }
+  if (parts_left) {
+    // Note [Priority]: a tensor completes with its last part, or with the first that fails.
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const ResponseTensor& t = r.tensors[i];
+      if (entries[i] == nullptr || !t.is_part() ||
+          t.part_first + t.part_count >= entries[i]->request.NumElements())
+        continue;
+      if (status.ok()) {
+        entries[i] = nullptr;
+      } else {
+        pending_.erase(t.name);
       }
     }
   }

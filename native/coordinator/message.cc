@@ -119,10 +119,15 @@ std::vector<uint8_t> EncodeResponses(const std::vector<Response>& responses) {
     for (const ResponseTensor& t : r.tensors) {
       const bool compact = t.cache_slot >= 0 && !t.assigns_slot && !need_shapes;
       w.Put<int32_t>(t.cache_slot);
-      w.Put<uint8_t>(static_cast<uint8_t>((compact ? 0 : 1) | (t.assigns_slot ? 2 : 0)));
+      w.Put<uint8_t>(static_cast<uint8_t>((compact ? 0 : 1) | (t.assigns_slot ? 2 : 0) |
+                                          (t.is_part() ? 4 : 0)));
       if (!compact) {
         w.PutString(t.name);
         w.PutVector(t.shape);
+      }
+      if (t.is_part()) {
+        w.Put<int64_t>(t.part_first);
+        w.Put<int64_t>(t.part_count);
       }
       w.PutVector(t.first_dims);
     }
@@ -159,6 +164,10 @@ std::vector<Response> DecodeResponses(const std::vector<uint8_t>& bytes) {
       if (flags & 1) {
         t.name = rd.GetString();
         t.shape = rd.GetVector<int64_t>();
+      }
+      if (flags & 4) {
+        t.part_first = rd.Get<int64_t>();
+        t.part_count = rd.Get<int64_t>();
       }
       t.first_dims = rd.GetVector<int64_t>();
     }

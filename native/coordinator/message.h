@@ -39,6 +39,11 @@ struct ResponseTensor {
   std::vector<int64_t> first_dims;  // allgather: rows contributed by each rank
   int32_t cache_slot = -1;          // >= 0: the name's slot in the response cache
   bool assigns_slot = false;        // this response creates the cache slot
+  // A part of an allreduce's tensor (Note [Priority]): its elements [part_first, part_first +
+  // part_count) are reduced like a tensor of their own; the tensor completes with its last part.
+  int64_t part_first = 0;
+  int64_t part_count = -1;  // -1: the whole tensor
+  bool is_part() const { return part_count >= 0; }
 };
 
 // What every rank executes, in the same order on every rank.

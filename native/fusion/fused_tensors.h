@@ -28,6 +28,12 @@ inline const std::vector<int64_t>& ShapeOf(const Response& r,
   return entries[i] != nullptr ? entries[i]->request.shape : r.tensors[i].shape;
 }
 
+// The elements of tensor i that the response moves: all of them, or its part (Note [Priority]).
+inline size_t ElementsMoved(const Response& r, const std::vector<TensorEntry*>& entries, size_t i) {
+  const ResponseTensor& t = r.tensors[i];
+  return t.is_part() ? static_cast<size_t>(t.part_count) : Elements(ShapeOf(r, entries, i));
+}
+
 // The tensors of an allreduce response laid end to end (the fused element space), and how to
 // move this rank's part of any range of it into and out of a buffer, prescaled and postscaled.
 // Every dtype travels as itself. With `reducer_scales_halves` (the staged algorithms),
@@ -45,7 +51,7 @@ class FusedTensors {
     starts_.reserve(entries.size() + 1);
     starts_.push_back(0);
     for (size_t i = 0; i < entries.size(); ++i)
-      starts_.push_back(starts_.back() + Elements(ShapeOf(r, entries, i)));
+      starts_.push_back(starts_.back() + ElementsMoved(r, entries, i));
   }
   size_t total() const { return starts_.back(); }
   // Each tensor's elements, in order.
@@ -101,7 +107,9 @@ class FusedTensors {
     for (; i + 1 < starts_.size() && starts_[i] < end; ++i) {
       const size_t lo = std::max(first, starts_[i]);
       const size_t hi = std::min(end, starts_[i + 1]);
-      if (hi > lo) fn(i, lo - starts_[i], hi - lo, lo - first);
+      // A part's elements start at its first in the tensor (Note [Priority]).
+      const size_t part = static_cast<size_t>(r_.tensors[i].part_first);
+      if (hi > lo) fn(i, part + lo - starts_[i], hi - lo, lo - first);
     }
   }
 

@@ -33,6 +33,7 @@ size_t FusedBytes(const Response& response, const ResponseTensor& t) {
     for (int64_t d : t.first_dims) rows += static_cast<size_t>(d);
     return rows * row * esize;
   }
+  if (t.is_part()) return static_cast<size_t>(t.part_count) * esize;
   size_t n = 1;
   for (int64_t d : t.shape) n *= static_cast<size_t>(d);
   return n * esize;
@@ -61,19 +62,53 @@ std::vector<Response> PlanFusion(std::vector<Response> ready, size_t threshold_b
   return out;
 }
 
+namespace {
+
+// An allreduce of one whole tensor larger than `part_bytes`, cut into parts of that size.
+bool Splittable(const Response& r, size_t part_bytes) {
+  return !r.is_error() && r.collective == SO_ALLREDUCE && r.reduce_op != ReduceOp::kAdasum &&
+         r.tensors.size() == 1 && !r.tensors[0].is_part() &&
+         FusedBytes(r, r.tensors[0]) > part_bytes;
+}
+
+void AppendParts(Response whole, size_t part_bytes, std::vector<Response>* out) {
+  const size_t esize = IsHalf(whole.dtype) ? sizeof(float) : DataTypeSize(whole.dtype);
+  const int64_t total = static_cast<int64_t>(FusedBytes(whole, whole.tensors[0]) / esize);
+  const int64_t step = std::max<int64_t>(1, static_cast<int64_t>(part_bytes / esize));
+  for (int64_t first = 0; first < total; first += step) {
+    Response part = whole;
+    ResponseTensor& t = part.tensors[0];
+    t.part_first = first;
+    t.part_count = std::min(step, total - first);
+    if (first > 0) t.assigns_slot = false;  // the first part tells the workers the slot
+    out->push_back(std::move(part));
+  }
+}
+
+}  // namespace
+
 std::vector<Response> TakeRound(std::vector<Response> ready, size_t round_bytes,
                                 std::vector<Response>* later) {
   later->clear();
-  bool mixed = false;
-  for (const Response& r : ready) mixed = mixed || r.priority != ready.front().priority;
-  if (!mixed) return ready;
+  bool prioritized = false;
+  for (const Response& r : ready) prioritized = prioritized || r.priority != 0;
+  if (!prioritized) return ready;
   std::stable_sort(ready.begin(), ready.end(),
                    [](const Response& a, const Response& b) { return a.priority > b.priority; });
   if (round_bytes == 0) return ready;
+  std::vector<Response> queue;
+  queue.reserve(ready.size());
+  for (Response& r : ready) {
+    if (Splittable(r, round_bytes)) {
+      AppendParts(std::move(r), round_bytes, &queue);
+    } else {
+      queue.push_back(std::move(r));
+    }
+  }
   size_t bytes = 0;
   size_t take = 0;
-  for (; take < ready.size(); ++take) {
-    const Response& r = ready[take];
+  for (; take < queue.size(); ++take) {
+    const Response& r = queue[take];
     size_t size = 0;
     if (!r.is_error()) {
       for (const ResponseTensor& t : r.tensors) size += FusedBytes(r, t);
@@ -81,10 +116,10 @@ std::vector<Response> TakeRound(std::vector<Response> ready, size_t round_bytes,
     if (take > 0 && bytes + size > round_bytes) break;
     bytes += size;
   }
-  later->assign(std::make_move_iterator(ready.begin() + take),
-                std::make_move_iterator(ready.end()));
-  ready.resize(take);
-  return ready;
+  later->assign(std::make_move_iterator(queue.begin() + static_cast<std::ptrdiff_t>(take)),
+                std::make_move_iterator(queue.end()));
+  queue.resize(take);
+  return queue;
 }
 
 }  // namespace scaleout

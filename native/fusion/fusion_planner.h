@@ -25,17 +25,19 @@ std::vector<Response> PlanFusion(std::vector<Response> ready, size_t threshold_b
 // A request may carry a priority (so_request.priority, default 0; the torch DistributedOptimizer
 // gives the first layers' gradients the highest, so that the next forward pass can start on
 // them while the last layers' are still being reduced). A response's priority is the highest any
-// rank gave. Rank 0 orders each round of ready work highest priority first (ties in the order
-// they became ready), before fusing it. When the round holds more than one priority it sends at
-// most SCALEOUT_PRIORITY_BYTES of it (always at least one response) and keeps the rest ready
-// for the next round, where work of a higher priority that became ready meanwhile goes ahead of
-// it: a coordinator executes what it was sent before it looks for more, so without the limit
-// one large fused buffer of the last layers' gradients would keep the first layers' waiting
-// behind it. Work of a single priority (everything, by default) goes out at once, as before.
-// A tensor is never split: one larger than the limit is a round of its own.
+// rank gave. A coordinator executes what it was sent before it looks for more, so a round of
+// ready work is not preempted: one large fused buffer, or one large tensor, of the last layers'
+// gradients would keep the first layers' waiting behind it. So when the ready work carries
+// priorities (any not 0), rank 0 orders it highest first (ties in the order they became ready)
+// and sends it in rounds of at most SCALEOUT_PRIORITY_BYTES (always at least one response),
+// keeping the rest ready for the next round, where work of a higher priority that became ready
+// meanwhile goes ahead of it; an allreduce of one tensor larger than the limit is cut into parts
+// of that size (ResponseTensor::part_first/part_count; not Adasum's, whose rule is not
+// elementwise), each reduced like a tensor of its own, the tensor completing with its last part.
+// Work without priorities (everything, by default) goes out at once and whole, as before.
 //
-// Pure: orders `ready` as above and returns the round to send now; the rest, in order, goes into
-// `*later` (`round_bytes` 0: no limit).
+// Pure: orders and cuts `ready` as above and returns the round to send now; the rest, in order,
+// goes into `*later` (`round_bytes` 0: order only, no limit and no parts).
 std::vector<Response> TakeRound(std::vector<Response> ready, size_t round_bytes,
                                 std::vector<Response>* later);
 

@@ -182,7 +182,30 @@ SO_TEST(NegotiationPriorityRoundsLetLaterHigherPriorityWorkGoAhead) {
   }
 }
 
-SO_TEST(NegotiationWorkOfOnePriorityIsNotSplitIntoRounds) {
+SO_TEST(NegotiationPartsOfALargeTensorGoOneARoundOnEveryRank) {
+  for (int n : kWorldSizes) {
+    Config config = Immediate();
+    config.priority_bytes = 1024;
+    Cluster c(n, config);
+    c.SubmitEverywhere(WithPriority(Make("big", SO_ALLREDUCE, {1000}), 1));  // 4000 bytes
+    c.Settle();
+    const auto got = c.TakeAll();
+    ExpectSameEverywhere(got);
+    ASSERT_EQ(got[0].size(), 4);
+    for (int r = 0; r < n; ++r) {
+      int64_t next = 0;
+      for (const Response& part : got[r]) {
+        ASSERT_EQ(part.tensors.size(), 1);
+        EXPECT_EQ(part.tensors[0].name, "big");  // restored from the slot where sent compactly
+        EXPECT_EQ(part.tensors[0].part_first, next);
+        next += part.tensors[0].part_count;
+      }
+      EXPECT_EQ(next, 1000);
+    }
+  }
+}
+
+SO_TEST(NegotiationWorkWithoutPrioritiesIsNotSplitIntoRounds) {
   for (int n : kWorldSizes) {
     Config config = Immediate();
     config.priority_bytes = 1024;

@@ -205,11 +205,10 @@ Response Prioritized(const std::string& name, int32_t priority) {
   return r;
 }
 
-SO_TEST(TakeRoundSendsWorkOfOnePriorityAtOnceInItsOrder) {
+SO_TEST(TakeRoundLeavesWorkWithoutPrioritiesAsItIs) {
   std::vector<Response> later = {Small("stale")};
-  const std::vector<Response> same = {Prioritized("a", 3), Prioritized("b", 3),
-                                      Prioritized("c", 3)};
-  EXPECT_EQ(Layout(TakeRound(same, 100, &later)), "a|b|c");  // no limit for one priority
+  const std::vector<Response> plain = {Small("a"), Ready("big", {1000}), Small("c")};
+  EXPECT_EQ(Layout(TakeRound(plain, 100, &later)), "a|big|c");  // no limit, nothing cut
   EXPECT_EQ(later.size(), 0);
   EXPECT_EQ(TakeRound({}, 100, &later).size(), 0);
 }
@@ -225,9 +224,49 @@ SO_TEST(TakeRoundOrdersHighestFirstAndKeepsTiesInOrder) {
   EXPECT_EQ(Layout(later), "a|c|e");
   EXPECT_EQ(Layout(TakeRound(mixed, 299, &later)), "b|d");
   EXPECT_EQ(Layout(later), "f|a|c|e");
-  // One response goes even when it alone exceeds the limit.
-  EXPECT_EQ(Layout(TakeRound(mixed, 1, &later)), "b");
-  EXPECT_EQ(Layout(later), "d|f|a|c|e");
+  // One response goes even when it alone exceeds the limit (a broadcast is never cut).
+  Response cast = Ready("cast", {25}, DataType::kFloat32, SO_BROADCAST);
+  cast.priority = 5;
+  EXPECT_EQ(Layout(TakeRound({Prioritized("a", 0), cast}, 1, &later)), "cast");
+  EXPECT_EQ(later.size(), 25);  // a, in parts of one element
+}
+
+SO_TEST(TakeRoundCutsALargeAllreduceIntoPartsOfTheLimit) {
+  std::vector<Response> later;
+  Response big = Prioritized("big", 1);  // 1000 float32: 4000 bytes
+  big.tensors[0].shape = {10, 100};
+  big.tensors[0].cache_slot = 4;
+  big.tensors[0].assigns_slot = true;
+  // The smaller, more urgent one goes first; a whole part would not fit beside it.
+  EXPECT_EQ(Layout(TakeRound({big, Prioritized("urgent", 2)}, 1024, &later)), "urgent");
+  ASSERT_EQ(later.size(), 4);
+  int64_t next = 0;
+  for (size_t i = 0; i < later.size(); ++i) {
+    const ResponseTensor& t = later[i].tensors[0];
+    EXPECT_EQ(t.name, "big");
+    EXPECT_TRUE(t.shape == std::vector<int64_t>({10, 100}));  // the whole tensor's
+    EXPECT_EQ(t.part_first, next);
+    EXPECT_EQ(t.part_count, i < 3 ? 256 : 232);
+    EXPECT_EQ(t.cache_slot, 4);
+    EXPECT_EQ(t.assigns_slot, i == 0);  // the first part tells the workers the slot
+    EXPECT_EQ(FusedBytes(later[i], t), static_cast<size_t>(t.part_count) * 4);
+    next += t.part_count;
+  }
+  // The parts go one round each, in order; parts are never cut again.
+  std::vector<Response> rest;
+  const std::vector<Response> round = TakeRound(later, 1024, &rest);
+  ASSERT_EQ(round.size(), 1);
+  EXPECT_EQ(round[0].tensors[0].part_first, 0);
+  EXPECT_EQ(rest.size(), 3);
+  // Halves count 4 bytes an element; Adasum, errors and no limit are not cut.
+  Response half = Ready("half", {1000}, DataType::kFloat16);
+  half.priority = 1;
+  EXPECT_EQ(TakeRound({half}, 1024, &later)[0].tensors[0].part_count, 256);
+  Response adasum = Prioritized("adasum", 1);
+  adasum.tensors[0].shape = {1000};
+  adasum.reduce_op = ReduceOp::kAdasum;
+  EXPECT_FALSE(TakeRound({adasum}, 1024, &later)[0].tensors[0].is_part());
+  EXPECT_FALSE(TakeRound({big}, 0, &later)[0].tensors[0].is_part());
 }
 
 SO_TEST(TakeRoundCountsFusedBytesAndNothingForErrors) {

@@ -1,10 +1,11 @@
 """Run by tests/test_torch.py (the priority and overlap_forward tests) with "order" or "train".
 
-order (run with SCALEOUT_CYCLE_TIME long and SCALEOUT_PRIORITY_BYTES small): reductions that
+order (run with SCALEOUT_CYCLE_TIME long and SCALEOUT_PRIORITY_BYTES=256): reductions that
 become ready together execute highest priority first, one per round, in the timeline rank 0
-writes (Note [Priority]).
-train (run with SCALEOUT_FUSION_THRESHOLD=0: beyond 2 ranks a sum's rounding depends on where
-a tensor lands in a fused buffer, which timing and priorities change):
+writes (Note [Priority]); allreduces larger than that, cut into parts, give the right sums.
+train (run with SCALEOUT_FUSION_THRESHOLD=0, and every gradient smaller than the default
+SCALEOUT_PRIORITY_BYTES, so none is cut into parts: beyond 2 ranks a sum's rounding depends on
+where a tensor lands in a fused buffer or a part, which timing and priorities change):
 DistributedOptimizer(priority=..., overlap_forward=model) updates the model bit for bit as the
 plain one does (Note [Forward overlap]), and refuses what it cannot do."""
 
@@ -48,6 +49,22 @@ def check_order():
             order == ["t5", "t4", "t3", "t2", "t1", "t0", "gate"],
             f"executed highest priority first: {order}",
         )
+    # Parts: 40 KB and 10 KB tensors in 256-byte parts, of every dtype the core reduces in
+    # parts alike, beside a whole one; a part's elements are reduced like a tensor's.
+    n, r = hvd.size(), hvd.rank()
+    for dtype in (torch.float32, torch.float64, torch.int32, torch.float16, torch.bfloat16):
+        big = (torch.arange(10000) % 7 + r).to(dtype)
+        small = torch.full((2500,), float(r + 1)).to(dtype)
+        handles = [
+            hvd.allreduce_async_(big, name=f"big.{dtype}", op=hvd.Sum, priority=1),
+            hvd.allreduce_async_(small, name=f"small.{dtype}", op=hvd.Average, priority=2),
+            hvd.allreduce_async_(torch.ones(3, dtype=dtype), name=f"plain.{dtype}", op=hvd.Sum),
+        ]
+        out = [hvd.synchronize(h) for h in handles]
+        want = (torch.arange(10000) % 7 * n + n * (n - 1) // 2).to(dtype)
+        check(torch.equal(out[0], want), f"{dtype}: a tensor reduced in parts")
+        check(torch.equal(out[1], torch.full((2500,), (n + 1) / 2).to(dtype)), f"{dtype}: avg")
+        check(torch.equal(out[2], torch.full((3,), n, dtype=dtype)), f"{dtype}: whole")
 
 
 class Block(nn.Module):
