@@ -66,7 +66,9 @@ Status CollectiveExecutor::ReduceSplit(const void* in, void* out, size_t count, 
 Status CollectiveExecutor::Execute(const Response& r, const std::vector<TensorEntry*>& entries) {
   // Note [Traffic]: what this rank submitted; the layers below add what they move.
   traffic::SetKind(r.collective);
-  traffic::Add(traffic::kCALLS, 1);
+  // A tensor in parts (Note [Priority]) is one call, counted at its first part.
+  const bool later_part = r.tensors.size() == 1 && r.tensors[0].part_first > 0;
+  if (!later_part) traffic::Add(traffic::kCALLS, 1);
   int64_t submitted = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
     if (entries[i] != nullptr)

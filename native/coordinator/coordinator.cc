@@ -390,8 +390,10 @@ void Coordinator::Execute(const Response& r) {
   const bool timed = timeline_.enabled() || LogEnabled(LogLevel::kDebug);
   const double agreed = timed ? Now() : 0;
   if (timeline_.enabled()) {
-    for (TensorEntry* e : entries) {
-      if (e != nullptr) timeline_.Span(e->request.name, "NEGOTIATE", e->submitted_at, agreed);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      // A tensor in parts negotiated once, before its first (Note [Priority]).
+      if (entries[i] != nullptr && r.tensors[i].part_first == 0)
+        timeline_.Span(entries[i]->request.name, "NEGOTIATE", entries[i]->submitted_at, agreed);
     }
   }
   Status status;
@@ -399,8 +401,7 @@ void Coordinator::Execute(const Response& r) {
     status = r.error(set_.Where());
   } else if (r.collective != SO_BARRIER) {
     for (size_t i = 0; i < entries.size(); ++i) {
-      // A part of a tensor whose earlier part failed runs with zeros, keeping the ranks in step.
-      SO_CHECK(entries[i] != nullptr || !r.joined_ranks.empty() || r.tensors[i].is_part(),
+      SO_CHECK(entries[i] != nullptr || !r.joined_ranks.empty(),
                "response names '" + r.tensors[i].name + "', which this rank never submitted");
     }
     // Note [Stalls inside a collective]: the global set's only, for now (one record per rank).
@@ -427,17 +428,22 @@ void Coordinator::Execute(const Response& r) {
       }
     }
   }
-  if (parts_left) {
-    // Note [Priority]: a tensor completes with its last part, or with the first that fails.
+  if (parts_left || !failed_parts_.empty()) {
+    // Note [Priority]: a tensor in parts completes with its last part, with the first failure
+    // of any of its parts. It stays pending (its name in flight) until then, so that no later
+    // submission of the name can take a part meant for this one.
     for (size_t i = 0; i < entries.size(); ++i) {
       const ResponseTensor& t = r.tensors[i];
-      if (entries[i] == nullptr || !t.is_part() ||
-          t.part_first + t.part_count >= entries[i]->request.NumElements())
-        continue;
-      if (status.ok()) {
+      if (entries[i] == nullptr || !t.is_part()) continue;
+      const bool last = t.part_first + t.part_count >= entries[i]->request.NumElements();
+      auto failed = failed_parts_.find(entries[i]);
+      if (!last) {
+        if (!status.ok() && failed == failed_parts_.end()) failed_parts_[entries[i]] = status;
         entries[i] = nullptr;
-      } else {
-        pending_.erase(t.name);
+      } else if (failed != failed_parts_.end()) {
+        handles_->Complete(entries[i], failed->second);
+        failed_parts_.erase(failed);
+        entries[i] = nullptr;
       }
     }
   }
@@ -447,6 +453,7 @@ void Coordinator::Execute(const Response& r) {
 void Coordinator::FailPending(const Status& status) {
   for (auto& kv : pending_) handles_->Complete(kv.second.get(), status);
   pending_.clear();
+  failed_parts_.clear();
   for (auto& j : joins_) handles_->Complete(j.get(), status);
   joins_.clear();
 }

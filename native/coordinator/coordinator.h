@@ -113,7 +113,10 @@ class Coordinator {
   std::vector<std::shared_ptr<TensorEntry>> joins_;
   double last_stall_check_ = 0;
   int idle_rounds_ = 0;
-  int spin_rounds_;       // Note [Waiting]
+  int spin_rounds_;  // Note [Waiting]
+  // Tensors in parts, still pending, whose earlier part failed: the first failure (Note
+  // [Priority]); they complete with it at their last part.
+  std::unordered_map<const TensorEntry*, Status> failed_parts_;
   double last_work_ = 0;  // when the loop last made progress (Note [Wake-ups])
   int rank_ = 0;
 

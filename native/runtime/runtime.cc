@@ -191,6 +191,9 @@ Status Runtime::Validate(const EnqueueArgs& a, int size, TensorEntry* e) const {
   if (a.collective == SO_JOIN || a.collective == SO_BARRIER) return Status::OK();
   if (!IsValidDataType(a.dtype)) return bad("unsupported dtype code " + std::to_string(a.dtype));
   if (!IsValidReduceOp(a.reduce_op)) return bad("unknown reduce op " + std::to_string(a.reduce_op));
+  // Note [Priority]: 0 is the lowest, so no work can be put behind a join (priority 0).
+  if (a.priority < 0)
+    return bad("priority must be 0 or more (higher goes first), not " + std::to_string(a.priority));
   if (a.ndim < 0 || a.ndim > SO_MAX_NDIM)
     return bad("ndim must be within 0.." + std::to_string(SO_MAX_NDIM));
   if (a.ndim > 0 && a.shape == nullptr)

@@ -229,6 +229,8 @@ class _DistributedMixin:
         super().add_param_group(param_group)
         if hasattr(self, "_so_names"):  # not during the wrapped class's own __init__
             self._so_register(len(self.param_groups) - 1, self.param_groups[-1]["params"])
+            if self._so_overlap is not None:  # Note [Forward overlap]: its modules are hooked
+                self._so_overlap.cover(self, self.param_groups[-1]["params"])
 
     def set_backward_passes_per_step(self, passes: int) -> None:
         """How many backward passes accumulate locally before the gradients are reduced."""

@@ -15,14 +15,17 @@ applies every deferred update first: the model's state_dict(), the optimizer's s
 load_state_dict(), synchronize() and the next step(); `optimizer.synchronize()` is the way to
 make them current elsewhere (for example before reading `p.data` by hand).
 
-A parameter must be used inside the forward of the module that holds it (as every torch.nn
-layer's are). One used elsewhere would be read before its update: its gradient arriving while
-its update is still deferred raises an error that says so, rather than training on stale
-weights.
+A parameter must be used inside the forward of the module that holds it, as torch.nn's layers
+do (nn.MultiheadAttention, which reads its out_proj's weight itself, applies its whole subtree).
+One used elsewhere would be read before its update: its gradient arriving while its update is
+still deferred raises an error that says so, rather than training on stale weights. Loading the
+model's state_dict in between applies the update first (the load then replaces it).
 """
 
 from __future__ import annotations
 
+import copy
+import weakref
 from typing import Dict, List
 
 import torch
@@ -39,31 +42,48 @@ class ForwardOverlap:
             raise InvalidArgumentError(
                 f"overlap_forward takes the model (a torch.nn.Module), not {type(model).__name__}"
             )
-        updated = set(opt._so_passes_left)
         self.deferred: Dict[torch.Tensor, object] = {}  # parameter -> what its reduction returned
         self.hyper: List[dict] = []  # each group's settings when step() deferred the updates
         self.zero_after: Dict[torch.Tensor, bool] = {}  # zero_grad() seen: set_to_none
         self.hooks = []
+        self.model = weakref.ref(model)
+        self.opt_ref = opt_ref
+        try:
+            self.cover(opt, set(opt._so_passes_left))
+        except InvalidArgumentError:
+            self.remove()
+            raise
+        self.hooks.append(model.register_state_dict_pre_hook(lambda *_args: _apply_all(opt_ref)))
+        # Loading weights between step() and the next forward: the step's update comes first.
+        self.hooks.append(
+            model.register_load_state_dict_pre_hook(lambda *_args: _apply_all(opt_ref))
+        )
+
+    def cover(self, opt, params) -> None:
+        """Hooks the modules holding `params` (the optimizer's, or a group added later)."""
+        model = self.model()
+        params = {p for p in params if p in opt._so_passes_left}  # those it reduces
         covered = set()
-        for module in model.modules():
-            own = [p for p in module.parameters(recurse=False) if p in updated]
+        for module in [] if model is None else model.modules():
+            # nn.MultiheadAttention reads its out_proj's weight itself, never calling out_proj:
+            # its own hook applies its whole subtree.
+            held = module.parameters(recurse=isinstance(module, torch.nn.MultiheadAttention))
+            own = [p for p in held if p in params]
             if not own:
                 continue
             covered.update(own)
             self.hooks.append(
                 module.register_forward_pre_hook(
-                    lambda _module, _args, own=own: _before_forward(opt_ref, own)
+                    lambda _module, _args, own=own: _before_forward(self.opt_ref, own)
                 )
             )
-        missing = [opt._so_names[p] for p in updated if p not in covered]
+        missing = [opt._so_names[p] for p in params if p not in covered]
         if missing:
-            self.remove()
             raise InvalidArgumentError(
                 f"overlap_forward: the model does not hold {len(missing)} of the parameters the "
                 f"optimizer updates ({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''})"
                 "; pass the model whose parameters the optimizer holds"
             )
-        self.hooks.append(model.register_state_dict_pre_hook(lambda *_args: _apply_all(opt_ref)))
 
     def remove(self) -> None:
         for hook in self.hooks:
@@ -72,7 +92,10 @@ class ForwardOverlap:
 
     def defer(self, opt, pending: Dict[torch.Tensor, object]) -> None:
         """Keeps the started reductions and the groups' settings; nothing waits."""
-        self.hyper = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+        # Copies: an LR scheduler may update a tensor lr in place.
+        self.hyper = [
+            {k: _copied(v) for k, v in g.items() if k != "params"} for g in opt.param_groups
+        ]
         self.deferred = pending
         self.zero_after = {}
 
@@ -97,7 +120,9 @@ class ForwardOverlap:
                 g["params"] = [p for p in g["params"] if p in pending]
                 if i < len(self.hyper):  # a group added since step() has no deferred update
                     g.update(self.hyper[i])
-            with opt._so_reduction.stepping(opt):
+            # An evaluation forward under inference_mode must not make the optimizer's state
+            # inference tensors.
+            with torch.inference_mode(False), opt._so_reduction.stepping(opt):
                 opt._so_wrapped_step()
         finally:
             for g, (params, settings) in zip(groups, saved):
@@ -131,6 +156,14 @@ class ForwardOverlap:
                 opt._so_reduction.finish(opt, pending)  # the core must stop writing into them
             except Exception:  # noqa: BLE001 - the first error is the one reported
                 pass
+
+
+def _copied(value):
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (list, dict)):
+        return copy.deepcopy(value)
+    return value
 
 
 def _zero(p: torch.Tensor, set_to_none: bool) -> None:

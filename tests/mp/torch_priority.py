@@ -27,15 +27,15 @@ def check_order():
     half-submitted, so the six reductions become ready in one round, whatever their timing."""
     path = sys.argv[2]
     hvd.start_timeline(path)
-    priorities = [3, 0, 5, 1, 4, 2]  # submitted in this order on every rank
+    priorities = [4, 1, 6, 2, 5, 3]  # submitted in this order on every rank; the gate's is 0
     gate = torch.ones(4)
     handles = []
     if hvd.rank() == 0:
-        handles.append(hvd.allreduce_async_(gate, name="gate", priority=-1))
+        handles.append(hvd.allreduce_async_(gate, name="gate"))
     for p in priorities:
         handles.append(hvd.allreduce_async_(torch.ones(64), name=f"t{p}", priority=p))
     if hvd.rank() != 0:
-        handles.append(hvd.allreduce_async_(gate, name="gate", priority=-1))
+        handles.append(hvd.allreduce_async_(gate, name="gate"))
     for h in handles:
         hvd.synchronize(h)
     hvd.stop_timeline()
@@ -46,7 +46,7 @@ def check_order():
         starts = {rows[e["tid"]]: e["ts"] for e in spans}
         order = sorted(starts, key=lambda name: starts[name])
         check(
-            order == ["t5", "t4", "t3", "t2", "t1", "t0", "gate"],
+            order == ["t6", "t5", "t4", "t3", "t2", "t1", "gate"],
             f"executed highest priority first: {order}",
         )
     # Parts: 40 KB and 10 KB tensors in 256-byte parts, of every dtype the core reduces in
@@ -184,6 +184,58 @@ def check_training():
     same_state(model, ref, "priority order")
 
 
+class Attention(nn.Module):
+    """nn.MultiheadAttention reads its out_proj's weight without calling out_proj."""
+
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(8, 2)
+        self.out = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.out(self.attn(x, x, x)[0].mean(0))
+
+
+def check_other_models():
+    """nn.MultiheadAttention, a parameter group added later, and load_state_dict in between."""
+
+    def run(overlap, extra_group):
+        torch.manual_seed(3)
+        model = Attention()
+        first = model.attn.parameters() if extra_group else model.parameters()
+        opt = hvd.DistributedOptimizer(
+            torch.optim.SGD(first, lr=0.1, momentum=0.5),
+            model.named_parameters(),
+            overlap_forward=model if overlap else None,
+        )
+        if extra_group:
+            opt.add_param_group({"params": list(model.out.parameters()), "lr": 0.05})
+        g = torch.Generator().manual_seed(hvd.rank())
+        for _ in range(4):
+            opt.zero_grad()
+            x, y = torch.randn(5, 2, 8, generator=g), torch.randint(0, 3, (2,), generator=g)
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+        model.state_dict()  # the last update (its names stay in flight until it is applied)
+        return model
+
+    for extra_group in (False, True):
+        same_state(run(True, extra_group), run(False, extra_group), f"attention {extra_group}")
+    # Loading weights after step(): the load wins over the deferred update.
+    model = make()
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.5), model.named_parameters(), overlap_forward=model
+    )
+    x, y = batch(0)
+    nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+    model.load_state_dict(saved)
+    with torch.no_grad():
+        model(x)
+    check(torch.equal(model.out.weight, saved["out.weight"]), "load_state_dict after step()")
+
+
 class Tied(nn.Module):
     """Uses its child's weight outside the child's forward."""
 
@@ -219,6 +271,11 @@ def check_refusals():
     )
     expect_error(
         ValueError,
+        lambda: hvd.allreduce_async_(torch.ones(2), name="negative", priority=-1),
+        "priority must be 0 or more",
+    )
+    expect_error(
+        ValueError,
         lambda: hvd.DistributedOptimizer(sgd(), params(), overlap_forward=model.block),
         "does not hold",
         "out.weight",
@@ -251,6 +308,7 @@ def run():
         check_order()
     else:
         check_training()
+        check_other_models()
         check_refusals()
     hvd.shutdown()
 
