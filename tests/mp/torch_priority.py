@@ -1,4 +1,5 @@
-"""Run by tests/test_torch.py (the priority and overlap_forward tests) with "order" or "train".
+"""Run by tests/test_torch.py::test_priority_executes_highest_first_in_rounds ("order") and
+tests/test_torch.py::test_overlap_forward_trains_bit_for_bit_like_step ("train").
 
 order (run with SCALEOUT_CYCLE_TIME long and SCALEOUT_PRIORITY_BYTES=256): reductions that
 become ready together execute highest priority first, one per round, in the timeline rank 0
