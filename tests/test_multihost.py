@@ -247,10 +247,13 @@ def mpiexec_on_a(
 def test_a_rank_dying_on_another_host_is_named(hosts, slots, mode):
     # The last rank, on hostB, dies; the survivors on hostA cannot see its process.
     result = mpiexec_on_a(hosts, slots, [str(MP / "peer_death.py"), "last", mode])
-    if mode == "busy" and "Segmentation fault" in result.stdout + result.stderr:
+    for _ in range(2):
+        if mode != "busy" or "Segmentation fault" not in result.stdout + result.stderr:
+            break
         # Known: MPICH over UCX can crash a survivor whose transfer to the peer is in flight
-        # when the peer dies, before the death is seen (README, Note [Liveness]). One more try;
-        # a hang or an unnamed death still fails.
+        # when the peer dies, before the death is seen (README, Note [Liveness]); a fresh CI
+        # run of 2026-11-26 met it twice in a row. Two more tries; a hang or an unnamed death
+        # still fails.
         result = mpiexec_on_a(hosts, slots, [str(MP / "peer_death.py"), "last", mode])
     survivors = sum(slots.values()) - 1
     assert result.stdout.count("all checks passed") == survivors, result.stdout + result.stderr
