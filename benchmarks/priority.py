@@ -99,11 +99,10 @@ def on_hosts(args) -> int:
         print(f"priority benchmark across hosts skipped: {missing}")
         return 0
     limit = LinkLimit(args.rate)
-    worker = list(sys.argv[1:])  # the same arguments, less the launcher's own
-    for flag in ("--hosts", "--rate"):
-        while flag in worker:
-            i = worker.index(flag)
-            del worker[i : i + 2]
+    # The job's own arguments, rebuilt from the parsed ones (so `--hosts=2` cannot reach it).
+    worker = ["--steps", str(args.steps), "--rounds", str(args.rounds)]
+    worker += ["--warmup", str(args.warmup), "--models", args.models]
+    worker += ["--quick"] if args.quick else []
     with tempfile.TemporaryDirectory(prefix="scaleout-priority-") as workdir:
         try:
             with made_hosts(Path(workdir), args.hosts, limit) as hosts:

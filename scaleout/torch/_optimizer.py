@@ -134,6 +134,7 @@ class _DistributedMixin:
                 )
             by_name = {name: p for p, name in self._so_names.items()}
             first: List[torch.Tensor] = []
+            chosen = set()
             for item in priority:
                 p = by_name.get(item) if isinstance(item, str) else item
                 if not isinstance(p, torch.Tensor) or p not in self._so_names:
@@ -141,12 +142,12 @@ class _DistributedMixin:
                         f"priority names {item if isinstance(item, str) else 'a tensor'!r}, "
                         "which is not a parameter the optimizer updates"
                     )
-                if any(q is p for q in first):
+                if p in chosen:
                     raise InvalidArgumentError(
                         f"priority lists '{self._so_names[p]}' more than once"
                     )
                 first.append(p)
-            chosen = set(first)
+                chosen.add(p)
             order = [p for p in first if p in self._so_passes_left] + [
                 p for p in order if p not in chosen
             ]
