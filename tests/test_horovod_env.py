@@ -109,7 +109,7 @@ def test_scaleout_variable_wins_and_the_loser_is_named(tmp_path):
 def test_horovod_variables_without_effect_are_named_once_on_rank_0(tmp_path, nranks):
     env = {
         "HOROVOD_CONTROLLER": "gloo",
-        "HOROVOD_AUTOTUNE": "1",
+        "HOROVOD_MPI_THREADS_DISABLE": "1",
         "HOROVOD_GPU_OPERATIONS": "NCCL",
         "HOROVOD_NO_SUCH_KNOB": "1",
     }

@@ -39,12 +39,6 @@ struct Unimplemented {
   const char* what;
 };
 const Unimplemented kUnimplemented[] = {
-    {"HOROVOD_AUTOTUNE", "autotuning"},
-    {"HOROVOD_AUTOTUNE_LOG", "autotuning"},
-    {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "autotuning"},
-    {"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "autotuning"},
-    {"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "autotuning"},
-    {"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "autotuning"},
     {"HOROVOD_CONTROLLER", "a choice of controller (scaleout always negotiates over MPI)"},
     {"HOROVOD_CPU_OPERATIONS",
      "a choice of CPU backend (scaleout uses MPI, and shared memory "
@@ -160,6 +154,22 @@ class Reader {
     return Status::OK();
   }
 
+  // A whole number >= min_value; absent leaves *out unchanged.
+  Status Count(const std::string& suffix, int min_value, int* out) {
+    std::string var;
+    const char* raw = Raw(suffix, &var);
+    if (raw == nullptr) return Status::OK();
+    char* end = nullptr;
+    errno = 0;
+    long value = std::strtol(raw, &end, 10);
+    if (errno != 0 || end == raw || *end != '\0' || value < min_value || value > 1000000) {
+      return Status::InvalidArgument(var + "='" + raw + "' is not a whole number from " +
+                                     std::to_string(min_value) + " to 1000000");
+    }
+    *out = static_cast<int>(value);
+    return Status::OK();
+  }
+
   Status Flag(const std::string& suffix, bool* out) {
     double v = *out ? 1 : 0;
     Status s = Number(suffix, 0, &v);
@@ -228,6 +238,43 @@ class Reader {
   Config* c_;
 };
 
+// Note [Autotune]: what init says about the autotune settings (rank 0 logs it).
+void AutotuneNotes(Config* c) {
+  auto source = [c](const char* setting) { return c->sources[setting]; };
+  if (!c->autotune) {
+    for (const char* s :
+         {"SCALEOUT_AUTOTUNE_LOG", "SCALEOUT_AUTOTUNE_WARMUP_SAMPLES",
+          "SCALEOUT_AUTOTUNE_STEPS_PER_SAMPLE", "SCALEOUT_AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
+          "SCALEOUT_AUTOTUNE_GAUSSIAN_PROCESS_NOISE"}) {
+      if (source(s) != "default") {
+        c->notes.push_back(source(s) + " is set but has no effect: autotuning is off (set " +
+                           "HOROVOD_AUTOTUNE=1 or SCALEOUT_AUTOTUNE=1)");
+      }
+    }
+    return;
+  }
+  const bool fusion = source("SCALEOUT_FUSION_THRESHOLD") != "default";
+  const bool cycle = source("SCALEOUT_CYCLE_TIME") != "default";
+  if (fusion && cycle) {
+    c->notes.push_back("autotune has nothing to tune: " + source("SCALEOUT_FUSION_THRESHOLD") +
+                       " and " + source("SCALEOUT_CYCLE_TIME") +
+                       " are both set, and a setting given wins over tuning (as in Horovod)");
+  } else if (fusion || cycle) {
+    std::ostringstream s;
+    s << "autotune leaves "
+      << (fusion ? source("SCALEOUT_FUSION_THRESHOLD") : source("SCALEOUT_CYCLE_TIME"))
+      << " as set (";
+    if (fusion) {
+      s << c->fusion_threshold_bytes << " bytes";
+    } else {
+      s << c->cycle_time_ms << " ms";
+    }
+    s << ": a setting given wins over tuning, as in Horovod) and tunes only the "
+      << (fusion ? "cycle time" : "fusion threshold");
+    c->notes.push_back(s.str());
+  }
+}
+
 }  // namespace
 
 bool ParseLogLevel(const std::string& text, int* level) {
@@ -260,24 +307,34 @@ Status Config::Parse(const std::function<const char*(const char*)>& getenv,
   double area = static_cast<double>(c.shm_area_bytes);
   double priority_bytes = static_cast<double>(c.priority_bytes);
   double servers = 1;
-  for (Status s :
-       {read.Number("FUSION_THRESHOLD", 0, &fusion), read.Number("CYCLE_TIME", 0, &c.cycle_time_ms),
-        read.Number("PRIORITY_BYTES", 0, &priority_bytes), read.Number("CACHE_CAPACITY", 0, &cache),
-        read.Number("STALL_CHECK_TIME_SECONDS", 0, &c.stall_check_seconds),
-        read.Flag("STALL_CHECK_DISABLE", &c.stall_check_disable),
-        read.Number("STALL_SHUTDOWN_TIME_SECONDS", 0, &c.stall_shutdown_seconds),
-        read.Number("DEADLOCK_CHECK_SECONDS", 0, &c.deadlock_check_seconds),
-        read.Number("HEARTBEAT_TIMEOUT_SECONDS", 0, &c.heartbeat_timeout_seconds),
-        read.Flag("DYNAMIC_PROCESS_SETS", &c.dynamic_process_sets), read.LogLevel(&c.log_level),
-        read.Flag("TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles), read.Flag("SHM", &c.shm),
-        read.AutoFlag("HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce),
-        read.AutoFlag("HIERARCHICAL_ALLGATHER", &c.hierarchical_allgather),
-        read.Number("SHM_AREA", 4096, &area), read.Number("EP_SERVERS", 0, &servers),
-        read.CpuList("EP_CORES", &c.ep_cores),
-        read.CpuList("THREAD_AFFINITY", &c.thread_affinity)}) {
+  for (Status s : {read.Number("FUSION_THRESHOLD", 0, &fusion),
+                   read.Number("CYCLE_TIME", 0, &c.cycle_time_ms),
+                   read.Number("PRIORITY_BYTES", 0, &priority_bytes),
+                   read.Flag("AUTOTUNE", &c.autotune),
+                   read.Count("AUTOTUNE_WARMUP_SAMPLES", 0, &c.autotune_warmup_samples),
+                   read.Count("AUTOTUNE_STEPS_PER_SAMPLE", 1, &c.autotune_steps_per_sample),
+                   read.Count("AUTOTUNE_BAYES_OPT_MAX_SAMPLES", 1, &c.autotune_max_samples),
+                   read.Number("AUTOTUNE_GAUSSIAN_PROCESS_NOISE", 0, &c.autotune_noise),
+                   read.Number("CACHE_CAPACITY", 0, &cache),
+                   read.Number("STALL_CHECK_TIME_SECONDS", 0, &c.stall_check_seconds),
+                   read.Flag("STALL_CHECK_DISABLE", &c.stall_check_disable),
+                   read.Number("STALL_SHUTDOWN_TIME_SECONDS", 0, &c.stall_shutdown_seconds),
+                   read.Number("DEADLOCK_CHECK_SECONDS", 0, &c.deadlock_check_seconds),
+                   read.Number("HEARTBEAT_TIMEOUT_SECONDS", 0, &c.heartbeat_timeout_seconds),
+                   read.Flag("DYNAMIC_PROCESS_SETS", &c.dynamic_process_sets),
+                   read.LogLevel(&c.log_level),
+                   read.Flag("TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles),
+                   read.Flag("SHM", &c.shm),
+                   read.AutoFlag("HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce),
+                   read.AutoFlag("HIERARCHICAL_ALLGATHER", &c.hierarchical_allgather),
+                   read.Number("SHM_AREA", 4096, &area),
+                   read.Number("EP_SERVERS", 0, &servers),
+                   read.CpuList("EP_CORES", &c.ep_cores),
+                   read.CpuList("THREAD_AFFINITY", &c.thread_affinity)}) {
     if (!s.ok()) return s;
   }
   c.timeline_path = read.Text("TIMELINE", "");
+  c.autotune_log = read.Text("AUTOTUNE_LOG", "");
   c.network_interface = read.Text("NETWORK_INTERFACE", "");
   for (const char* mpi_variable :
        {"MPIR_CVAR_ENABLE_HEAVY_YIELD", "OMPI_MCA_mpi_yield_when_idle"}) {
@@ -293,6 +350,7 @@ Status Config::Parse(const std::function<const char*(const char*)>& getenv,
   }
   c.shm_area_bytes = static_cast<size_t>(area);
   c.ep_servers = servers < 1 ? 1 : static_cast<int>(servers);
+  AutotuneNotes(&c);
   if (!c.stall_check_disable && c.stall_check_seconds > 0 && c.stall_shutdown_seconds > 0 &&
       c.stall_shutdown_seconds < c.stall_check_seconds) {
     std::ostringstream s;
@@ -352,6 +410,12 @@ std::string Config::ToString() const {
   line("SCALEOUT_FUSION_THRESHOLD", fusion_threshold_bytes);
   line("SCALEOUT_CYCLE_TIME", cycle_time_ms);
   line("SCALEOUT_PRIORITY_BYTES", priority_bytes);
+  line("SCALEOUT_AUTOTUNE", autotune ? 1 : 0);
+  line("SCALEOUT_AUTOTUNE_LOG", autotune_log);
+  line("SCALEOUT_AUTOTUNE_WARMUP_SAMPLES", autotune_warmup_samples);
+  line("SCALEOUT_AUTOTUNE_STEPS_PER_SAMPLE", autotune_steps_per_sample);
+  line("SCALEOUT_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", autotune_max_samples);
+  line("SCALEOUT_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", autotune_noise);
   line("SCALEOUT_CACHE_CAPACITY", cache_capacity);
   line("SCALEOUT_STALL_CHECK_TIME_SECONDS", stall_check_seconds);
   line("SCALEOUT_STALL_CHECK_DISABLE", stall_check_disable ? 1 : 0);

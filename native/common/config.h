@@ -33,6 +33,14 @@ struct Config {
   // SCALEOUT_PRIORITY_BYTES: when ready work carries priorities, the most bytes rank 0 sends per
   // round, highest first, larger allreduces in parts of this size (Note [Priority]); 0: no limit.
   size_t priority_bytes = size_t(1) << 20;
+  // SCALEOUT_AUTOTUNE and the five after it: rank 0 tunes the two settings above while the job
+  // runs (Note [Autotune]), with Horovod's variables and meanings.
+  bool autotune = false;
+  std::string autotune_log;
+  int autotune_warmup_samples = 3;
+  int autotune_steps_per_sample = 10;
+  int autotune_max_samples = 16;
+  double autotune_noise = 0.8;
   // SCALEOUT_CACHE_CAPACITY: response-cache entries; 0 disables the cache.
   int cache_capacity = 1024;
   // SCALEOUT_STALL_CHECK_TIME_SECONDS: warn about collectives waiting this long; 0 disables.

@@ -34,4 +34,10 @@ void LogLine(LogLevel level, const std::string& message) {
   std::fflush(stderr);
 }
 
+void LogNotice(const std::string& message) {
+  if (!LogEnabled(LogLevel::kWarning)) return;
+  std::fprintf(stderr, "scaleout NOTICE (rank %d): %s\n", g_rank.load(), message.c_str());
+  std::fflush(stderr);
+}
+
 }  // namespace scaleout

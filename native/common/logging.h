@@ -13,6 +13,9 @@ enum class LogLevel { kError = 0, kWarning = 1, kInfo = 2, kDebug = 3 };
 void SetLogContext(int rank, int level);
 bool LogEnabled(LogLevel level);
 void LogLine(LogLevel level, const std::string& message);
+// A result the user asked for (autotune's settings to keep): shown from the warning level up,
+// tagged NOTICE since nothing is wrong.
+void LogNotice(const std::string& message);
 
 }  // namespace scaleout
 

@@ -22,6 +22,18 @@
   X(PRIORITY_BYTES, 0, "1048576",                                                               \
     "when ready work carries priorities, the most bytes rank 0 sends per round, highest first "  \
     "(larger allreduces go in parts of this size); 0: no limit")                                 \
+  X(AUTOTUNE, 1, "0",                                                                            \
+    "1: rank 0 tunes the fusion threshold and cycle time during the first steps, then keeps "    \
+    "the best")                                                                                  \
+  X(AUTOTUNE_LOG, 1, "",                                                                         \
+    "CSV file rank 0 writes while autotuning (Horovod's columns): a row per sample, the best "  \
+    "last; empty: none")                                                                         \
+  X(AUTOTUNE_WARMUP_SAMPLES, 1, "3", "samples autotune lets pass before it scores one")         \
+  X(AUTOTUNE_STEPS_PER_SAMPLE, 1, "10", "training steps in one autotune sample")                \
+  X(AUTOTUNE_BAYES_OPT_MAX_SAMPLES, 1, "16",                                                     \
+    "samples autotune scores before it settles on the best (Horovod's default is 20)")          \
+  X(AUTOTUNE_GAUSSIAN_PROCESS_NOISE, 1, "0.8",                                                   \
+    "the noise autotune's search assumes in a score, relative to the scores' spread")           \
   X(CACHE_CAPACITY, 1, "1024", "response-cache entries; 0 disables the cache")                  \
   X(STALL_CHECK_TIME_SECONDS, 1, "60", "warn about collectives waiting this long; 0 disables")  \
   X(STALL_CHECK_DISABLE, 1, "0", "1 turns the stall check (warnings and shutdown) off")         \

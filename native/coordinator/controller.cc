@@ -116,6 +116,12 @@ bool Controller::DetectDeadlock(double now, double hold) {
   return found;
 }
 
+void Controller::Retune(size_t fusion_threshold_bytes, double cycle_time_ms) {
+  config_.fusion_threshold_bytes = fusion_threshold_bytes;
+  config_.cycle_time_ms = cycle_time_ms;
+  hold_.Retune(cycle_time_ms, fusion_threshold_bytes);
+}
+
 bool Controller::busy() const {
   if (state_ == State::kShuttingDown) return true;
   return rank_ == 0 && negotiator_->HasReady();

@@ -52,6 +52,8 @@ class Controller {
 
   // Whether rank 0 holds ready work back for fusion or shutdown is in progress: Poll soon.
   bool busy() const;
+  // Rank 0: the fusion threshold and cycle time for what it plans from now on (Note [Autotune]).
+  void Retune(size_t fusion_threshold_bytes, double cycle_time_ms);
 
   // This rank's user threads are all blocked on scaleout (or no longer are): told to rank 0 at
   // once (Note [Deadlock]).

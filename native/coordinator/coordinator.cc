@@ -93,6 +93,12 @@ Coordinator::Coordinator(const Config& config, ControlChannel* channel, const Da
 
 Coordinator::~Coordinator() { Stop(); }
 
+void Coordinator::EnableAutotune(const AutotuneOptions& options,
+                                 std::unique_ptr<std::ostream> log) {
+  autotune_log_ = std::move(log);
+  autotuner_ = std::make_unique<Autotuner>(options, autotune_log_.get());
+}
+
 void Coordinator::Start(int rank, int core) {
   // Not fatal: failing init on rank 0 alone would leave the other ranks waiting for it.
   rank_ = rank;
@@ -388,7 +394,8 @@ void Coordinator::Execute(const Response& r) {
     pending_.erase(it);
   }
   const bool timed = timeline_.enabled() || LogEnabled(LogLevel::kDebug);
-  const double agreed = timed ? Now() : 0;
+  const bool tuning = autotuner_ != nullptr && !autotuner_->done();
+  const double agreed = timed || tuning ? Now() : 0;
   if (timeline_.enabled()) {
     for (size_t i = 0; i < entries.size(); ++i) {
       // A tensor in parts negotiated once, before its first (Note [Priority]).
@@ -414,6 +421,9 @@ void Coordinator::Execute(const Response& r) {
     }
     status = executor_.Execute(r, entries);
     if (set_.id == 0) liveness_->execution().End();
+    if (tuning && status.ok() && autotuner_->Observe(r, agreed)) {
+      controller_.Retune(autotuner_->fusion_threshold_bytes(), autotuner_->cycle_time_ms());
+    }
     status = BlameDeath(status);
     const double done = timed ? Now() : 0;
     SO_LOG(kDebug, "executed " << CollectiveName(r.collective) << " of " << entries.size()

@@ -24,6 +24,7 @@
 #include "collectives/collective_executor.h"
 #include "collectives/endpoint_pool.h"
 #include "common/config.h"
+#include "coordinator/autotuner.h"
 #include "coordinator/controller.h"
 #include "coordinator/timeline.h"
 #include "runtime/handle_table.h"
@@ -40,6 +41,9 @@ class Coordinator {
               ProcessSetInfo set = ProcessSetInfo());
   ~Coordinator();
 
+  // Rank 0 of the global set, before Start: tune while the job runs (Note [Autotune]), writing
+  // the CSV to `log` (may be null).
+  void EnableAutotune(const AutotuneOptions& options, std::unique_ptr<std::ostream> log);
   // Opens the timeline (if configured) and starts the thread, pinned to CPU `core` if >= 0
   // (SCALEOUT_THREAD_AFFINITY; it takes precedence over SCALEOUT_EP_CORES for server 0).
   void Start(int rank, int core);
@@ -95,6 +99,8 @@ class Coordinator {
 
   Config config_;
   Controller controller_;
+  std::unique_ptr<std::ostream> autotune_log_;
+  std::unique_ptr<Autotuner> autotuner_;  // Note [Autotune]: rank 0 of the global set
   Timeline timeline_;
   EndpointPool endpoints_;
   CollectiveExecutor executor_;

@@ -25,10 +25,15 @@ class FusionHold {
   bool Hold(double now, bool half_submitted, const std::vector<Response>& ready);
   // The held work was sent: the next ready work starts a new hold.
   void Sent();
+  // New settings (Note [Autotune]); a hold under way goes on under them.
+  void Retune(double cycle_time_ms, size_t threshold_bytes) {
+    cycle_seconds_ = cycle_time_ms * 1e-3;
+    threshold_bytes_ = threshold_bytes;
+  }
 
  private:
-  const double cycle_seconds_;
-  const size_t threshold_bytes_;
+  double cycle_seconds_;
+  size_t threshold_bytes_;
   double first_ready_time_ = -1;  // when the oldest held-back ready response became ready
   size_t held_count_ = 0;         // ready responses counted into held_bytes_
   size_t held_bytes_ = 0;         // fusion-buffer bytes of the held-back ready responses

@@ -1,7 +1,10 @@
 #include "runtime/runtime.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <fstream>
 #include <sstream>
 
 #include <unistd.h>
@@ -42,6 +45,10 @@ Status Runtime::Create(bool has_comm, int64_t comm_c_handle, int64_t epoch,
   SetLogContext(topo.rank, rt->config_.log_level);
   if (topo.rank == 0) {
     for (const std::string& note : rt->config_.notes) SO_LOG(kWarning, note);
+  }
+  if (rt->config_.autotune) {
+    s = rt->OpenAutotuneLog();
+    if (!s.ok()) return s;
   }
   const long cpus = ::sysconf(_SC_NPROCESSORS_ONLN);
   rt->config_.oversubscribed = cpus > 0 && topo.local_size > cpus;
@@ -453,6 +460,31 @@ Status Runtime::AddProcessSet(const std::vector<int>& ranks, int32_t* id) {
   return Status::OK();
 }
 
+Status Runtime::OpenAutotuneLog() {
+  const std::string& path = config_.autotune_log;
+  if (path.empty()) return Status::OK();
+  int32_t error = 0;
+  if (topology().rank == 0) {
+    errno = 0;
+    auto file = std::make_unique<std::ofstream>(path, std::ios::out | std::ios::trunc);
+    if (file->good()) {
+      autotune_log_ = std::move(file);
+    } else {
+      error = errno != 0 ? errno : EIO;
+    }
+  }
+  // Every rank learns rank 0's result, so a log that cannot be written fails init on every
+  // rank, not on rank 0 alone with the others waiting for it.
+  std::vector<int32_t> all(static_cast<size_t>(topology().size));
+  int rc = Mpi().allgather(&error, 1, SO_MPI_INT32, all.data(), mpi().admin_comm());
+  if (rc != 0) return MpiError("MPI_Allgather", rc);
+  if (all[0] != 0) {
+    return Status::InvalidArgument(config_.sources["SCALEOUT_AUTOTUNE_LOG"] + "='" + path +
+                                   "' cannot be written on rank 0: " + std::strerror(all[0]));
+  }
+  return Status::OK();
+}
+
 Status Runtime::StartProcessSet(ProcessSet* set) {
   const Topology& t = set->mpi->topology();
   PeerLiveness* liveness = liveness_.get();
@@ -478,6 +510,22 @@ Status Runtime::StartProcessSet(ProcessSet* set) {
   }
   auto coordinator = std::make_shared<Coordinator>(config_, set->channel.get(), set->plane->view,
                                                    &handles_, &set->queue, liveness, set->info);
+  if (id == 0 && config_.autotune && t.rank == 0) {
+    AutotuneOptions tune;
+    tune.warmup_samples = config_.autotune_warmup_samples;
+    tune.steps_per_sample = config_.autotune_steps_per_sample;
+    tune.max_samples = config_.autotune_max_samples;
+    tune.noise = config_.autotune_noise;
+    tune.fusion_threshold_bytes = config_.fusion_threshold_bytes;
+    tune.cycle_time_ms = config_.cycle_time_ms;
+    tune.fusion_fixed = config_.sources["SCALEOUT_FUSION_THRESHOLD"] != "default";
+    tune.cycle_fixed = config_.sources["SCALEOUT_CYCLE_TIME"] != "default";
+    const AlgorithmPlan& plan = set->plane->view.plan;
+    tune.hierarchical_allreduce = plan.hierarchical_allreduce();
+    tune.hierarchical_allgather = plan.allgather() == SO_ALGORITHM_HIERARCHICAL;
+    tune.cache_enabled = config_.cache_capacity > 0;
+    coordinator->EnableAutotune(tune, std::move(autotune_log_));
+  }
   coordinator->Start(t.rank, coordinator_core_);
   std::lock_guard<std::mutex> lock(coordinators_mu_);
   set->coordinator = std::move(coordinator);

@@ -112,6 +112,8 @@ class Runtime {
  private:
   Runtime() = default;
   Status Validate(const EnqueueArgs& a, int size, TensorEntry* entry) const;
+  // Rank 0 opens HOROVOD_AUTOTUNE_LOG; every rank fails init if it cannot (Note [Autotune]).
+  Status OpenAutotuneLog();
   // Makes the set's data plane, control channel and coordinator over set->mpi, and starts it.
   Status StartProcessSet(ProcessSet* set);
   // Stops the set's coordinator (its pending work fails) and lets its resources go.
@@ -128,6 +130,7 @@ class Runtime {
   std::unique_ptr<PeerLiveness> liveness_;  // Note [Liveness]; before what uses it
   HandleTable handles_;
   int coordinator_core_ = -1;
+  std::unique_ptr<std::ostream> autotune_log_;  // rank 0's, until the global set starts
   // Guards each set's coordinator pointer: SetTimeline, on a user thread, keeps the global
   // set's alive while Shutdown stops it.
   std::mutex coordinators_mu_;

@@ -126,7 +126,7 @@ SO_TEST(ConfigLogLevelNamesAndNumbers) {
 
 SO_TEST(ConfigNotesEveryHorovodVariableWithoutEffect) {
   FakeEnv env{{{"HOROVOD_CONTROLLER", "gloo"},
-               {"HOROVOD_AUTOTUNE", "1"},
+               {"HOROVOD_MPI_THREADS_DISABLE", "1"},
                {"HOROVOD_GPU_OPERATIONS", "NCCL"},
                {"HOROVOD_WITH_PYTORCH", "1"},
                {"HOROVOD_NOT_A_REAL_KNOB", "1"},
@@ -135,7 +135,7 @@ SO_TEST(ConfigNotesEveryHorovodVariableWithoutEffect) {
   ASSERT_TRUE(env.Parse(&c).ok());
   EXPECT_EQ(c.notes.size(), 5);
   EXPECT_TRUE(HasNoteWith(c, "HOROVOD_CONTROLLER is set but has no effect"));
-  EXPECT_TRUE(HasNoteWith(c, "HOROVOD_AUTOTUNE is set but has no effect"));
+  EXPECT_TRUE(HasNoteWith(c, "HOROVOD_MPI_THREADS_DISABLE is set but has no effect"));
   EXPECT_TRUE(HasNoteWith(c, "HOROVOD_GPU_OPERATIONS is set but has no effect"));
   EXPECT_TRUE(HasNoteWith(
       c, "HOROVOD_WITH_PYTORCH is set but has no effect: it configures Horovod's build"));
