@@ -45,6 +45,12 @@ class LaunchConfig:
     verbose: bool = False
     fusion_threshold_bytes: Optional[int] = None
     cycle_time_ms: Optional[float] = None
+    autotune: Optional[bool] = None
+    autotune_log: Optional[str] = None
+    autotune_warmup_samples: Optional[int] = None
+    autotune_steps_per_sample: Optional[int] = None
+    autotune_bayes_opt_max_samples: Optional[int] = None
+    autotune_gaussian_process_noise: Optional[float] = None
     cache_capacity: Optional[int] = None
     stall_check_seconds: Optional[float] = None
     stall_shutdown_seconds: Optional[float] = None

@@ -69,24 +69,12 @@ def _refused(what: str) -> Setter:
     return refuse
 
 
-def _ignored(value: object) -> dict[str, object]:
-    # horovodrun reads autotune's other keys only when autotune.enabled is true, which is
-    # refused here; on their own they change nothing, as in horovodrun.
-    return {}
-
-
 def _stall_check_enabled(value: object) -> dict[str, object]:
     return {"stall_check_disable": not _switch(value)}
 
 
 FILE_ONLY_KEYS: dict[str, Setter] = {
     "controller": _controller,
-    "autotune.enabled": _only_off("autotuning is not available in scaleout yet"),
-    "autotune.log_file": _ignored,
-    "autotune.warmup_samples": _ignored,
-    "autotune.steps_per_sample": _ignored,
-    "autotune.bayes_opt_max_samples": _ignored,
-    "autotune.gaussian_process_noise": _ignored,
     "stall_check.enabled": _stall_check_enabled,
     "library_options.mpi_threads_disable": _only_off(
         "the core's coordinator thread needs MPI_THREAD_MULTIPLE"

@@ -337,6 +337,62 @@ OPTIONS: tuple[Option, ...] = (
         config_key="params.cycle_time_ms",
     ),
     Option(
+        ("--autotune",),
+        "autotune",
+        "SCALEOUT_AUTOTUNE",
+        "rank 0 tunes the fusion threshold and cycle time during the first steps, then keeps the "
+        "best and prints it (docs/autotune.md); a value given with --fusion-threshold-mb or "
+        "--cycle-time-ms is not tuned",
+        off_flags=("--no-autotune",),
+        config_key="autotune.enabled",
+    ),
+    Option(
+        ("--autotune-log-file",),
+        "autotune_log",
+        "SCALEOUT_AUTOTUNE_LOG",
+        "with --autotune: rank 0 writes a CSV row per sample to FILE (Horovod's columns)",
+        _text,
+        metavar="FILE",
+        config_key="autotune.log_file",
+    ),
+    Option(
+        ("--autotune-warmup-samples",),
+        "autotune_warmup_samples",
+        "SCALEOUT_AUTOTUNE_WARMUP_SAMPLES",
+        "with --autotune: samples to let pass before scoring (default 3)",
+        _non_negative_int,
+        metavar="N",
+        config_key="autotune.warmup_samples",
+    ),
+    Option(
+        ("--autotune-steps-per-sample",),
+        "autotune_steps_per_sample",
+        "SCALEOUT_AUTOTUNE_STEPS_PER_SAMPLE",
+        "with --autotune: training steps in one sample (default 10)",
+        _positive_int,
+        metavar="N",
+        config_key="autotune.steps_per_sample",
+    ),
+    Option(
+        ("--autotune-bayes-opt-max-samples",),
+        "autotune_bayes_opt_max_samples",
+        "SCALEOUT_AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
+        "with --autotune: samples scored before the best is kept (default 16)",
+        _positive_int,
+        metavar="N",
+        config_key="autotune.bayes_opt_max_samples",
+    ),
+    Option(
+        ("--autotune-gaussian-process-noise",),
+        "autotune_gaussian_process_noise",
+        "SCALEOUT_AUTOTUNE_GAUSSIAN_PROCESS_NOISE",
+        "with --autotune: the noise the search assumes in a score, relative to the scores' "
+        "spread (default 0.8)",
+        _non_negative_float,
+        metavar="NOISE",
+        config_key="autotune.gaussian_process_noise",
+    ),
+    Option(
         ("--cache-capacity",),
         "cache_capacity",
         "SCALEOUT_CACHE_CAPACITY",
@@ -561,12 +617,6 @@ OPTIONS: tuple[Option, ...] = (
         "scaleoutrun never caches them (the response cache is --cache-capacity 0)",
     ),
     Option(
-        ("--no-autotune",),
-        None,
-        "SCALEOUTRUN_NO_AUTOTUNE",
-        "horovodrun's: no autotuning, as here (there is none yet)",
-    ),
-    Option(
         ("--no-mpi-threads-disable",),
         None,
         "SCALEOUTRUN_NO_MPI_THREADS_DISABLE",
@@ -589,10 +639,6 @@ class Refusal:
     why: str
 
 
-_AUTOTUNE = (
-    "autotuning is not available in scaleout yet: set --fusion-threshold-mb and "
-    "--cycle-time-ms yourself"
-)
 _NO_GPU = "scaleout has no GPU (NCCL) support yet"
 _NO_GLOO = "scaleout has no Gloo controller: it always runs over MPI (drop the flag)"
 _LOG_TIME = (
@@ -609,17 +655,6 @@ HOROVOD_ONLY: tuple[Refusal, ...] = (
         ("--jsrun",),
         "scaleoutrun does not start ranks through LSF's jsrun: inside an LSF "
         "allocation give its hosts with -H or --hostfile",
-    ),
-    Refusal(
-        (
-            "--autotune",
-            "--autotune-log-file",
-            "--autotune-warmup-samples",
-            "--autotune-steps-per-sample",
-            "--autotune-bayes-opt-max-samples",
-            "--autotune-gaussian-process-noise",
-        ),
-        _AUTOTUNE,
     ),
     Refusal(("--num-nccl-streams",), _NO_GPU),
     Refusal(

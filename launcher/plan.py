@@ -153,6 +153,7 @@ def tuning_environment(config: LaunchConfig) -> dict[str, str]:
     values = {
         "SCALEOUT_FUSION_THRESHOLD": config.fusion_threshold_bytes,
         "SCALEOUT_CYCLE_TIME": config.cycle_time_ms,
+        "SCALEOUT_AUTOTUNE": config.autotune,
         "SCALEOUT_CACHE_CAPACITY": config.cache_capacity,
         "SCALEOUT_STALL_CHECK_TIME_SECONDS": config.stall_check_seconds,
         "SCALEOUT_STALL_SHUTDOWN_TIME_SECONDS": config.stall_shutdown_seconds,
@@ -165,6 +166,17 @@ def tuning_environment(config: LaunchConfig) -> dict[str, str]:
         "SCALEOUT_STATS": config.stats,
         "SCALEOUT_LOG_LEVEL": config.log_level,
     }
+    if config.autotune:
+        # As horovodrun: the autotune options are passed on only with autotuning on.
+        values.update(
+            {
+                "SCALEOUT_AUTOTUNE_LOG": config.autotune_log,
+                "SCALEOUT_AUTOTUNE_WARMUP_SAMPLES": config.autotune_warmup_samples,
+                "SCALEOUT_AUTOTUNE_STEPS_PER_SAMPLE": config.autotune_steps_per_sample,
+                "SCALEOUT_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": config.autotune_bayes_opt_max_samples,
+                "SCALEOUT_AUTOTUNE_GAUSSIAN_PROCESS_NOISE": config.autotune_gaussian_process_noise,
+            }
+        )
     return {name: _format(value) for name, value in values.items() if value is not None}
 
 

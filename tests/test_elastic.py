@@ -76,9 +76,13 @@ def test_a_killed_rank_leaves_and_the_job_finishes_at_two(tmp_path, undisturbed)
 
 
 def test_rank_0_killed(tmp_path):
-    # rank 0 alone on 127.0.0.1: when it dies, ranks 0 and 1 go on on localhost
+    # rank 0 alone on 127.0.0.1: when it dies, ranks 0 and 1 go on on localhost. Autotuning is
+    # on (Note [Autotune]): its tuner dies with rank 0, and the next generation's rank 0 tunes
+    # afresh, its log beginning again.
+    log = tmp_path / "autotune.csv"
+    tune = ["--autotune", "--autotune-log-file", str(log), "--autotune-steps-per-sample", "2"]
     job = ElasticJob(
-        tmp_path, "127.0.0.1:1\nlocalhost:2\n", ["-np", "3", "--min-np", "2"], example()
+        tmp_path, "127.0.0.1:1\nlocalhost:2\n", ["-np", "3", "--min-np", "2", *tune], example()
     )
     job.wait_for_commit(8)
     job.kill_rank(0, generation=0)
@@ -87,6 +91,8 @@ def test_rank_0_killed(tmp_path):
     assert "rank 0 (on 127.0.0.1, was killed by SIGKILL) failed" in done.stderr, job.output()
     assert "generation 1: 2 ranks on localhost:2" in done.stderr
     check_every_sample_trained(done.stdout, 3, 1)
+    rows = log.read_text().splitlines()
+    assert rows[0].startswith("hierarchical_allreduce,") and len(rows) >= 2, rows
 
 
 def test_a_rank_killed_while_it_writes_a_commit(tmp_path):

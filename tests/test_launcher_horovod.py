@@ -255,7 +255,6 @@ def test_refused_flags_are_named_with_what_to_do(flag):
     "flag, expected",
     [
         ("--gloo", "Gloo"),
-        ("--autotune", "--fusion-threshold-mb"),
         ("--num-nccl-streams", "GPU"),
         ("--binding-args", "--bind-to"),
         ("--thread-affinity", "--ep-affinity"),
@@ -385,7 +384,6 @@ def test_flags_that_change_nothing():
         "2",
         "--disable-cache",
         "--mpi",
-        "--no-autotune",
         "--no-mpi-threads-disable",
         "--log-without-timestamp",
         "--log-hide-timestamp",
@@ -394,6 +392,44 @@ def test_flags_that_change_nothing():
     assert quiet == noisy
     # --disable-cache is horovodrun's start-up check cache, not the core's response cache.
     assert "SCALEOUT_CACHE_CAPACITY" not in tuning_environment(noisy)
+
+
+def test_autotune_flags_pass_horovods_settings_on_only_with_autotune():
+    flags = [
+        "--autotune-log-file",
+        "tune.csv",
+        "--autotune-warmup-samples",
+        "0",
+        "--autotune-steps-per-sample",
+        "5",
+        "--autotune-bayes-opt-max-samples",
+        "12",
+        "--autotune-gaussian-process-noise",
+        "0.25",
+    ]
+    assert tuning_environment(parse("--autotune", *flags, "python")) == {
+        "SCALEOUT_AUTOTUNE": "1",
+        "SCALEOUT_AUTOTUNE_LOG": "tune.csv",
+        "SCALEOUT_AUTOTUNE_WARMUP_SAMPLES": "0",
+        "SCALEOUT_AUTOTUNE_STEPS_PER_SAMPLE": "5",
+        "SCALEOUT_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "12",
+        "SCALEOUT_AUTOTUNE_GAUSSIAN_PROCESS_NOISE": "0.25",
+    }
+    assert tuning_environment(parse(*flags, "python")) == {}
+    assert tuning_environment(parse("--autotune", "--no-autotune", *flags, "python")) == {
+        "SCALEOUT_AUTOTUNE": "0"
+    }
+    from_file = parse_with_file(
+        "autotune:\n  enabled: true\n  log_file: t.csv\n  steps_per_sample: 4\n", "python"
+    )
+    assert tuning_environment(from_file) == {
+        "SCALEOUT_AUTOTUNE": "1",
+        "SCALEOUT_AUTOTUNE_LOG": "t.csv",
+        "SCALEOUT_AUTOTUNE_STEPS_PER_SAMPLE": "4",
+    }
+    for bad in (["--autotune-steps-per-sample", "0"], ["--autotune-gaussian-process-noise", "-1"]):
+        with pytest.raises(UsageError, match=re.escape(bad[0])):
+            parse("--autotune", *bad, "python")
 
 
 @pytest.mark.parametrize("what", ["allreduce", "allgather"])
@@ -558,6 +594,7 @@ def test_config_file_in_horovods_layout():
     assert tuning_environment(config) == {
         "SCALEOUT_FUSION_THRESHOLD": str(32 << 20),
         "SCALEOUT_CYCLE_TIME": "10",
+        "SCALEOUT_AUTOTUNE": "0",  # and, as horovodrun, no other autotune setting with it off
         "SCALEOUT_CACHE_CAPACITY": "2048",
         "SCALEOUT_STALL_CHECK_TIME_SECONDS": "120",
         "SCALEOUT_STALL_SHUTDOWN_TIME_SECONDS": "240",
@@ -610,7 +647,7 @@ def test_config_file_named_by_its_variable(tmp_path):
         ("logging:\n  level: LOUD\n", "logging.level"),
         ("controller: gloo\n", "controller"),
         ("controller: nccl\n", "controller"),
-        ("autotune:\n  enabled: true\n", "autotune.enabled"),
+        ("autotune:\n  steps_per_sample: 0\n", "autotune.steps_per_sample"),
         ("library_options:\n  num_nccl_streams: 2\n", "library_options.num_nccl_streams"),
         ("library_options:\n  mpi_threads_disable: true\n", "library_options.mpi_threads_disable"),
         ("logging:\n  with_timestamp: true\n", "logging.with_timestamp"),

@@ -217,6 +217,6 @@ def test_version(flag):
 
 
 def test_refused_flag_exits_2_naming_it():
-    result = scaleoutrun("-np", "2", "--autotune", "python", "-c", "pass")
+    result = scaleoutrun("-np", "2", "--gloo", "python", "-c", "pass")
     assert result.returncode == 2
-    assert "--autotune (horovodrun) is not supported: autotuning" in result.stderr
+    assert "--gloo (horovodrun) is not supported: scaleout has no Gloo" in result.stderr
