@@ -19,6 +19,7 @@ __all__ = [
     "cpuset",
     "fmt_time",
     "free_port",
+    "run_on_hosts",
     "table",
 ]
 
@@ -150,3 +151,60 @@ def core_info() -> str:
         )
     except Exception as e:  # informational only
         return f"unavailable ({type(e).__name__}: {e})"
+
+
+def run_on_hosts(script: str, worker_args: list, hosts: int, rate: str, what: str) -> int:
+    """Runs `script` with `worker_args` across `hosts` of tests/_hosts.py's network-namespace
+    hosts, one rank each, every link limited to `rate` (tc tbf), started by scaleoutrun from the
+    first host; prints rank 0's output. As root; where the hosts cannot be made it says why and
+    returns 0 (a benchmark with nothing to measure here is not a failure)."""
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from _hosts import (
+        INTERFACE,
+        NETWORK_ENV,
+        SSH_PORT,
+        HostsUnavailable,
+        LinkLimit,
+        made_hosts,
+        missing_prerequisite,
+    )
+
+    missing = missing_prerequisite(rate_limited=True)
+    if missing:
+        print(f"{what} across hosts skipped: {missing}")
+        return 0
+    with tempfile.TemporaryDirectory(prefix="scaleout-bench-") as workdir:
+        try:
+            with made_hosts(Path(workdir), hosts, LinkLimit(rate)) as made:
+                command = [
+                    sys.executable,
+                    "-m",
+                    "scaleout.launcher.main",
+                    "-H",
+                    ",".join(f"{h}:1" for h in made.names),
+                    "--ssh-port",
+                    str(SSH_PORT),
+                    "--network-interface",
+                    INTERFACE,
+                    sys.executable,
+                    str(Path(script).resolve()),
+                    *worker_args,
+                ]
+                try:
+                    done = made.run_on(made.names[0], command, env=NETWORK_ENV, timeout=3600)
+                except subprocess.TimeoutExpired:
+                    print("the job did not finish within an hour")
+                    return 1
+        except HostsUnavailable as exc:
+            print(f"{what} across hosts skipped: {exc}")
+            return 0
+    print(f"{hosts} hosts x 1 rank, links at {rate} (tc tbf)")
+    print(done.stdout.replace("[0] ", ""), end="")
+    if done.returncode != 0:
+        print(done.stderr[-3000:], file=sys.stderr)
+    return done.returncode

@@ -33,15 +33,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from _common import run_on_hosts
 from torch_step import CNN
 
 import scaleout.torch as hvd
@@ -82,57 +80,11 @@ def parse_args():
 
 
 def on_hosts(args) -> int:
-    """Runs this script across namespace hosts, one rank each, and prints rank 0's table."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from _hosts import (
-        INTERFACE,
-        NETWORK_ENV,
-        SSH_PORT,
-        HostsUnavailable,
-        LinkLimit,
-        made_hosts,
-        missing_prerequisite,
-    )
-
-    missing = missing_prerequisite(rate_limited=True)
-    if missing:
-        print(f"priority benchmark across hosts skipped: {missing}")
-        return 0
-    limit = LinkLimit(args.rate)
     # The job's own arguments, rebuilt from the parsed ones (so `--hosts=2` cannot reach it).
     worker = ["--steps", str(args.steps), "--rounds", str(args.rounds)]
     worker += ["--warmup", str(args.warmup), "--models", args.models]
     worker += ["--quick"] if args.quick else []
-    with tempfile.TemporaryDirectory(prefix="scaleout-priority-") as workdir:
-        try:
-            with made_hosts(Path(workdir), args.hosts, limit) as hosts:
-                command = [
-                    sys.executable,
-                    "-m",
-                    "scaleout.launcher.main",
-                    "-H",
-                    ",".join(f"{h}:1" for h in hosts.names),
-                    "--ssh-port",
-                    str(SSH_PORT),
-                    "--network-interface",
-                    INTERFACE,
-                    sys.executable,
-                    str(Path(__file__).resolve()),
-                    *worker,
-                ]
-                try:
-                    done = hosts.run_on(hosts.names[0], command, env=NETWORK_ENV, timeout=3600)
-                except subprocess.TimeoutExpired:
-                    print("the job did not finish within an hour")
-                    return 1
-        except HostsUnavailable as exc:
-            print(f"priority benchmark across hosts skipped: {exc}")
-            return 0
-    print(f"{args.hosts} hosts x 1 rank, links at {args.rate} (tc tbf)")
-    print(done.stdout.replace("[0] ", ""), end="")
-    if done.returncode != 0:
-        print(done.stderr[-3000:], file=sys.stderr)
-    return done.returncode
+    return run_on_hosts(__file__, worker, args.hosts, args.rate, "priority benchmark")
 
 
 class Stepper:
