@@ -51,6 +51,13 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def _sample_count(text: str) -> int:
+    value = _positive_int(text)
+    if value > 100:  # the core's kAutotuneMaxSamples
+        raise ValueError(f"{value} is more than 100")
+    return value
+
+
 def _non_negative_float(text: str) -> float:
     try:
         value = float(text)
@@ -377,8 +384,8 @@ OPTIONS: tuple[Option, ...] = (
         ("--autotune-bayes-opt-max-samples",),
         "autotune_bayes_opt_max_samples",
         "SCALEOUT_AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
-        "with --autotune: samples scored before the best is kept (default 16)",
-        _positive_int,
+        "with --autotune: samples scored before the best is kept (default 16, at most 100)",
+        _sample_count,
         metavar="N",
         config_key="autotune.bayes_opt_max_samples",
     ),

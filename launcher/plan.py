@@ -166,8 +166,10 @@ def tuning_environment(config: LaunchConfig) -> dict[str, str]:
         "SCALEOUT_STATS": config.stats,
         "SCALEOUT_LOG_LEVEL": config.log_level,
     }
-    if config.autotune:
-        # As horovodrun: the autotune options are passed on only with autotuning on.
+    if config.autotune is not False:
+        # Unless autotuning was turned off here: with HOROVOD_AUTOTUNE=1 in the ranks'
+        # environment they apply, and without it the core names each as having no effect
+        # (horovodrun drops them silently unless --autotune is given).
         values.update(
             {
                 "SCALEOUT_AUTOTUNE_LOG": config.autotune_log,

@@ -80,7 +80,8 @@ def test_rank_0_killed(tmp_path):
     # on (Note [Autotune]): its tuner dies with rank 0, and the next generation's rank 0 tunes
     # afresh, its log beginning again.
     log = tmp_path / "autotune.csv"
-    tune = ["--autotune", "--autotune-log-file", str(log), "--autotune-steps-per-sample", "2"]
+    tune = ["--autotune", "--autotune-log-file", str(log), "--autotune-warmup-samples", "0"]
+    tune += ["--autotune-steps-per-sample", "1", "--autotune-bayes-opt-max-samples", "4"]
     job = ElasticJob(
         tmp_path, "127.0.0.1:1\nlocalhost:2\n", ["-np", "3", "--min-np", "2", *tune], example()
     )
@@ -91,8 +92,12 @@ def test_rank_0_killed(tmp_path):
     assert "rank 0 (on 127.0.0.1, was killed by SIGKILL) failed" in done.stderr, job.output()
     assert "generation 1: 2 ranks on localhost:2" in done.stderr
     check_every_sample_trained(done.stdout, 3, 1)
+    # Each generation's rank 0 tuned (4 samples of 1 step) and said so; the log is the last one's
+    # (a header, 4 samples, the kept row).
+    before, after = done.stderr.split("generation 1: 2 ranks on localhost:2", 1)
+    assert "autotune: done after 4 steps" in before and "autotune: done after 4 steps" in after
     rows = log.read_text().splitlines()
-    assert rows[0].startswith("hierarchical_allreduce,") and len(rows) >= 2, rows
+    assert rows[0].startswith("hierarchical_allreduce,") and len(rows) == 6, rows
 
 
 def test_a_rank_killed_while_it_writes_a_commit(tmp_path):

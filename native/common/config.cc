@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -138,33 +139,40 @@ class Reader {
   }
 
   // A number >= min_value; absent leaves *out unchanged.
-  Status Number(const std::string& suffix, double min_value, double* out) {
+  Status Number(const std::string& suffix, double min_value, double* out,
+                double max_value = HUGE_VAL) {
     std::string var;
     const char* raw = Raw(suffix, &var);
     if (raw == nullptr) return Status::OK();
     char* end = nullptr;
     errno = 0;
     double value = std::strtod(raw, &end);
-    if (errno != 0 || end == raw || *end != '\0' || !(value >= min_value)) {
+    if (errno != 0 || end == raw || *end != '\0' || !(value >= min_value && value <= max_value)) {
       std::ostringstream msg;
-      msg << var << "='" << raw << "' is not a number >= " << min_value;
+      msg << var << "='" << raw << "' is not a number ";
+      if (max_value < HUGE_VAL) {
+        msg << "from " << min_value << " to " << max_value;
+      } else {
+        msg << ">= " << min_value;
+      }
       return Status::InvalidArgument(msg.str());
     }
     *out = value;
     return Status::OK();
   }
 
-  // A whole number >= min_value; absent leaves *out unchanged.
-  Status Count(const std::string& suffix, int min_value, int* out) {
+  // A whole number from min_value to max_value; absent leaves *out unchanged.
+  Status Count(const std::string& suffix, int min_value, int max_value, int* out) {
     std::string var;
     const char* raw = Raw(suffix, &var);
     if (raw == nullptr) return Status::OK();
     char* end = nullptr;
     errno = 0;
     long value = std::strtol(raw, &end, 10);
-    if (errno != 0 || end == raw || *end != '\0' || value < min_value || value > 1000000) {
+    if (errno != 0 || end == raw || *end != '\0' || value < min_value || value > max_value) {
       return Status::InvalidArgument(var + "='" + raw + "' is not a whole number from " +
-                                     std::to_string(min_value) + " to 1000000");
+                                     std::to_string(min_value) + " to " +
+                                     std::to_string(max_value));
     }
     *out = static_cast<int>(value);
     return Status::OK();
@@ -307,30 +315,32 @@ Status Config::Parse(const std::function<const char*(const char*)>& getenv,
   double area = static_cast<double>(c.shm_area_bytes);
   double priority_bytes = static_cast<double>(c.priority_bytes);
   double servers = 1;
-  for (Status s : {read.Number("FUSION_THRESHOLD", 0, &fusion),
-                   read.Number("CYCLE_TIME", 0, &c.cycle_time_ms),
-                   read.Number("PRIORITY_BYTES", 0, &priority_bytes),
-                   read.Flag("AUTOTUNE", &c.autotune),
-                   read.Count("AUTOTUNE_WARMUP_SAMPLES", 0, &c.autotune_warmup_samples),
-                   read.Count("AUTOTUNE_STEPS_PER_SAMPLE", 1, &c.autotune_steps_per_sample),
-                   read.Count("AUTOTUNE_BAYES_OPT_MAX_SAMPLES", 1, &c.autotune_max_samples),
-                   read.Number("AUTOTUNE_GAUSSIAN_PROCESS_NOISE", 0, &c.autotune_noise),
-                   read.Number("CACHE_CAPACITY", 0, &cache),
-                   read.Number("STALL_CHECK_TIME_SECONDS", 0, &c.stall_check_seconds),
-                   read.Flag("STALL_CHECK_DISABLE", &c.stall_check_disable),
-                   read.Number("STALL_SHUTDOWN_TIME_SECONDS", 0, &c.stall_shutdown_seconds),
-                   read.Number("DEADLOCK_CHECK_SECONDS", 0, &c.deadlock_check_seconds),
-                   read.Number("HEARTBEAT_TIMEOUT_SECONDS", 0, &c.heartbeat_timeout_seconds),
-                   read.Flag("DYNAMIC_PROCESS_SETS", &c.dynamic_process_sets),
-                   read.LogLevel(&c.log_level),
-                   read.Flag("TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles),
-                   read.Flag("SHM", &c.shm),
-                   read.AutoFlag("HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce),
-                   read.AutoFlag("HIERARCHICAL_ALLGATHER", &c.hierarchical_allgather),
-                   read.Number("SHM_AREA", 4096, &area),
-                   read.Number("EP_SERVERS", 0, &servers),
-                   read.CpuList("EP_CORES", &c.ep_cores),
-                   read.CpuList("THREAD_AFFINITY", &c.thread_affinity)}) {
+  for (Status s :
+       {read.Number("FUSION_THRESHOLD", 0, &fusion),
+        read.Number("CYCLE_TIME", 0, &c.cycle_time_ms),
+        read.Number("PRIORITY_BYTES", 0, &priority_bytes),
+        read.Flag("AUTOTUNE", &c.autotune),
+        read.Count("AUTOTUNE_WARMUP_SAMPLES", 0, 1000000, &c.autotune_warmup_samples),
+        read.Count("AUTOTUNE_STEPS_PER_SAMPLE", 1, 1000000, &c.autotune_steps_per_sample),
+        read.Count("AUTOTUNE_BAYES_OPT_MAX_SAMPLES", 1, kAutotuneMaxSamples,
+                   &c.autotune_max_samples),
+        read.Number("AUTOTUNE_GAUSSIAN_PROCESS_NOISE", 0, &c.autotune_noise, 1e6),
+        read.Number("CACHE_CAPACITY", 0, &cache),
+        read.Number("STALL_CHECK_TIME_SECONDS", 0, &c.stall_check_seconds),
+        read.Flag("STALL_CHECK_DISABLE", &c.stall_check_disable),
+        read.Number("STALL_SHUTDOWN_TIME_SECONDS", 0, &c.stall_shutdown_seconds),
+        read.Number("DEADLOCK_CHECK_SECONDS", 0, &c.deadlock_check_seconds),
+        read.Number("HEARTBEAT_TIMEOUT_SECONDS", 0, &c.heartbeat_timeout_seconds),
+        read.Flag("DYNAMIC_PROCESS_SETS", &c.dynamic_process_sets),
+        read.LogLevel(&c.log_level),
+        read.Flag("TIMELINE_MARK_CYCLES", &c.timeline_mark_cycles),
+        read.Flag("SHM", &c.shm),
+        read.AutoFlag("HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce),
+        read.AutoFlag("HIERARCHICAL_ALLGATHER", &c.hierarchical_allgather),
+        read.Number("SHM_AREA", 4096, &area),
+        read.Number("EP_SERVERS", 0, &servers),
+        read.CpuList("EP_CORES", &c.ep_cores),
+        read.CpuList("THREAD_AFFINITY", &c.thread_affinity)}) {
     if (!s.ok()) return s;
   }
   c.timeline_path = read.Text("TIMELINE", "");

@@ -23,6 +23,9 @@
 
 namespace scaleout {
 
+// The most samples autotune may score (each refits its search: Note [Bayesian search]).
+constexpr int kAutotuneMaxSamples = 100;
+
 // Each setting below is a row of SO_SETTINGS_TABLE (Note [Settings table]).
 struct Config {
   // SCALEOUT_FUSION_THRESHOLD: bytes of one fused buffer; 0 disables fusion.
@@ -39,7 +42,7 @@ struct Config {
   std::string autotune_log;
   int autotune_warmup_samples = 3;
   int autotune_steps_per_sample = 10;
-  int autotune_max_samples = 16;
+  int autotune_max_samples = 16;  // at most kAutotuneMaxSamples
   double autotune_noise = 0.8;
   // SCALEOUT_CACHE_CAPACITY: response-cache entries; 0 disables the cache.
   int cache_capacity = 1024;

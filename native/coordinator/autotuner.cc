@@ -82,6 +82,18 @@ void Autotuner::Apply(const std::vector<double>& unit) {
 
 bool Autotuner::Observe(const Response& r, double begin) {
   if (done_) return false;
+  if (++observed_ > kNoStepAfter && step_ <= 1) {
+    // No name came round again: a job of unnamed (or per-call named) collectives has no steps
+    // to count, and tuning could never end.
+    done_ = true;
+    seen_.clear();
+    SO_LOG(kWarning, "autotune stopped: none of the first "
+                         << kNoStepAfter
+                         << " collectives came round again under the same name, so no training "
+                            "step can be recognised (name them, as DistributedOptimizer does); "
+                            "the settings stay as configured");
+    return false;
+  }
   int64_t bytes = 0;
   bool new_step = false;
   for (const ResponseTensor& t : r.tensors) {
@@ -138,8 +150,10 @@ void Autotuner::CloseSample(double seconds) {
       }
     }
     WriteRow(n > 0 ? sum / n : 0);
+    seen_.clear();
     std::ostringstream keep;
-    keep << "autotune: done after " << step_ << " steps; the settings to keep: " << Keep();
+    // step_ has just begun: the samples took the steps before it.
+    keep << "autotune: done after " << step_ - 1 << " steps; the settings to keep: " << Keep();
     LogNotice(keep.str());
     return;
   }

@@ -18,7 +18,10 @@
 // the job and rank 0 logs it as the settings to keep. So tuning is over after (warm-up + max
 // samples) x steps per sample steps: 190 with the defaults (Horovod scores each setting by the
 // median of five samples and searches each combination of its switches in turn, over a
-// thousand steps by default, which is why short runs tuned poorly under it: horovod#2206).
+// thousand steps by default, which is why short runs tuned poorly under it: horovod#2206). A
+// job whose collectives never come round under one name (unnamed ones, or the torch.distributed
+// backend's, named per call) has no steps: tuning stops, saying so, after kNoStepAfter of them.
+// Only the global process set's collectives are counted.
 // A setting the user fixed (its variable set) is not tuned, as in Horovod; init says so.
 //
 // The range searched: fusion threshold 0 to 64 MiB, cycle time 0 to 20 ms, on a square-root
@@ -59,6 +62,8 @@ struct AutotuneOptions {
   bool cache_enabled = true;
 };
 
+// Collectives after which, with no name seen twice, tuning stops (it could never end).
+constexpr int64_t kNoStepAfter = 100000;
 // The largest values searched.
 constexpr size_t kAutotuneMaxFusionBytes = size_t(64) << 20;
 constexpr double kAutotuneMaxCycleMs = 20.0;
@@ -99,6 +104,7 @@ class Autotuner {
   bool done_ = false;
   int warmup_left_;
   int scored_ = 0;
+  int64_t observed_ = 0;  // collectives seen
 
   // The sample under way.
   std::unordered_map<std::string, int64_t> seen_;  // name -> executions

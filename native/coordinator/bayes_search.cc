@@ -40,11 +40,12 @@ void BayesSearch::Fit() {
   for (double s : scores_) var += (s - mean_) * (s - mean_);
   var /= static_cast<double>(n);
   scale_ = var > 0 ? std::sqrt(var) : 1;
-  // K + noise I, with a little more on the diagonal so that equal points stay solvable.
+  // K + noise I, with a little more on the diagonal so that a point tried twice keeps the
+  // system well conditioned even with no noise assumed.
   chol_.assign(n * n, 0);
   for (size_t i = 0; i < n; ++i) {
     for (size_t j = 0; j <= i; ++j) {
-      double sum = Kernel(points_[i], points_[j]) + (i == j ? noise_ + 1e-9 : 0);
+      double sum = Kernel(points_[i], points_[j]) + (i == j ? noise_ + 1e-6 : 0);
       for (size_t k = 0; k < j; ++k) sum -= chol_[i * n + k] * chol_[j * n + k];
       chol_[i * n + j] = i == j ? std::sqrt(std::max(sum, 1e-12)) : sum / chol_[j * n + j];
     }

@@ -421,9 +421,6 @@ void Coordinator::Execute(const Response& r) {
     }
     status = executor_.Execute(r, entries);
     if (set_.id == 0) liveness_->execution().End();
-    if (tuning && status.ok() && autotuner_->Observe(r, agreed)) {
-      controller_.Retune(autotuner_->fusion_threshold_bytes(), autotuner_->cycle_time_ms());
-    }
     status = BlameDeath(status);
     const double done = timed ? Now() : 0;
     SO_LOG(kDebug, "executed " << CollectiveName(r.collective) << " of " << entries.size()
@@ -458,6 +455,11 @@ void Coordinator::Execute(const Response& r) {
     }
   }
   handles_->CompleteAll(entries, status);
+  // After completion: the search and the log's writes delay no one's collective.
+  if (tuning && status.ok() && r.collective != SO_BARRIER && !r.is_error() &&
+      autotuner_->Observe(r, agreed)) {
+    controller_.Retune(autotuner_->fusion_threshold_bytes(), autotuner_->cycle_time_ms());
+  }
 }
 
 void Coordinator::FailPending(const Status& status) {

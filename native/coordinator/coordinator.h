@@ -99,8 +99,6 @@ class Coordinator {
 
   Config config_;
   Controller controller_;
-  std::unique_ptr<std::ostream> autotune_log_;
-  std::unique_ptr<Autotuner> autotuner_;  // Note [Autotune]: rank 0 of the global set
   Timeline timeline_;
   EndpointPool endpoints_;
   CollectiveExecutor executor_;
@@ -111,7 +109,9 @@ class Coordinator {
   // that the loop's steps touch.
   std::mutex step_mu_;
   bool loop_done_ = false;  // the thread has left its loop: nothing may be driven
-  Status caller_fatal_;     // a driving caller's step failed: the thread ends the loop with it
+  std::unique_ptr<std::ostream> autotune_log_;
+  std::unique_ptr<Autotuner> autotuner_;  // Note [Autotune]: rank 0 of the global set
+  Status caller_fatal_;  // a driving caller's step failed: the thread ends the loop with it
   std::atomic<bool> stop_requested_{false};
   bool shutdown_begun_ = false;
   std::unordered_map<std::string, std::shared_ptr<TensorEntry>> pending_;  // submitted, by name

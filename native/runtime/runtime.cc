@@ -31,7 +31,10 @@ Status Runtime::Create(bool has_comm, int64_t comm_c_handle, int64_t epoch,
                          {{"SCALEOUT_SHM", rt->config_.shm ? 1 : 0},
                           {"SCALEOUT_SHM_AREA", static_cast<int64_t>(rt->config_.shm_area_bytes)},
                           {"SCALEOUT_HIERARCHICAL_ALLREDUCE", rt->config_.hierarchical_allreduce},
-                          {"SCALEOUT_HIERARCHICAL_ALLGATHER", rt->config_.hierarchical_allgather}},
+                          {"SCALEOUT_HIERARCHICAL_ALLGATHER", rt->config_.hierarchical_allgather},
+                          // Whether init opens an autotune log: its result is agreed below.
+                          {"SCALEOUT_AUTOTUNE (with a log)",
+                           rt->config_.autotune && !rt->config_.autotune_log.empty() ? 1 : 0}},
                          &global->mpi);
   if (!s.ok()) return s;
   const Topology& topo = global->mpi->topology();
