@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Training-step time in PyTorch: no communication vs scaleout's DistributedOptimizer vs torch
-DistributedDataParallel (gloo), in one launch.
+DistributedDataParallel over the "scaleout" backend and over gloo, in one launch.
 
     mpiexec -n 2 python benchmarks/torch_step.py
     scaleoutrun -np 2 python benchmarks/torch_step.py [--steps 60] [--rounds 5] [--quick]
@@ -13,6 +13,8 @@ Modes, each with its own copy of the model:
   no comm   every rank trains alone (plain optimizer), all ranks at once, so the machine is as
             loaded as in the other modes
   scaleout  scaleout.torch.DistributedOptimizer (allreduce started by gradient hooks)
+  DDP scaleout  torch.nn.parallel.DistributedDataParallel over a process group of the
+            "scaleout" backend (Note [torch.distributed backend]; dist.new_group(backend=...))
   DDP gloo  torch.nn.parallel.DistributedDataParallel over a gloo process group, started from
             the same launch (rank and size from scaleout, MASTER_ADDR 127.0.0.1, a free port)
 
@@ -76,7 +78,7 @@ class CNN(nn.Module):
 
 TOPK = "scaleout top-k 1%"
 MODELS = {"mlp": ("MLP 784-1024-1024-10", MLP, 64), "cnn": ("CNN (MNIST example net)", CNN, 32)}
-MODES = ["no comm", "scaleout", "DDP gloo"]
+MODES = ["no comm", "scaleout", "DDP scaleout", "DDP gloo"]
 
 
 def start_gloo():
@@ -128,6 +130,12 @@ def make_steppers(model_cls, batch, modes=tuple(MODES)):
             compression=hvd.Compression.topk(0.01),
         )
         steppers[TOPK] = stepper(m, opt)
+    if "DDP scaleout" in modes:  # DDP over the "scaleout" torch.distributed backend
+        group = dist.new_group(backend="scaleout")
+        ddp = nn.parallel.DistributedDataParallel(copy(), process_group=group)
+        steppers["DDP scaleout"] = stepper(
+            ddp, torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+        )
     if "DDP gloo" in modes:
         ddp = nn.parallel.DistributedDataParallel(copy())
         steppers["DDP gloo"] = stepper(
@@ -179,7 +187,7 @@ def main():
         head = (
             "| model | batch/rank | gradients | "
             + " | ".join(MODES)
-            + " | scaleout overhead | DDP overhead |"
+            + " | scaleout overhead | DDP scaleout overhead | DDP gloo overhead |"
         )
         print(head)
         print("|" + "---|" * (head.count("|") - 1))
@@ -188,7 +196,8 @@ def main():
             cells = " | ".join(f"{med[m]:.1f} ms" for m in MODES)
             print(
                 f"| {label} | {batch} | {grad_bytes / 2**20:.1f} MiB | {cells} | "
-                f"+{med['scaleout'] - base:.1f} ms | +{med['DDP gloo'] - base:.1f} ms |"
+                f"+{med['scaleout'] - base:.1f} ms | +{med['DDP scaleout'] - base:.1f} ms | "
+                f"+{med['DDP gloo'] - base:.1f} ms |"
             )
     dist.destroy_process_group()
 

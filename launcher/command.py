@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,7 @@ from .mpi_launcher import (
     survivor_args,
     yield_environment,
 )
-from .plan import JobPlan, placement_request, plan_placement
+from .plan import JobPlan, placement_request, plan_placement, torch_store_environment
 from .report import JobOutcome
 from .supervisor import HostProbe, run_job
 from .topology import detect
@@ -68,6 +69,13 @@ def _rank_command(
     if output_dir is not None:
         wrapper += ["--output-dir", output_dir, "--world-size", str(np)]
     return tuple(wrapper) + _joined(placement_args) + ("--",) + config.command
+
+
+def _free_port() -> int:
+    """A TCP port free on this machine now, for torch's store (torchrun picks one the same way)."""
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        return probe.getsockname()[1]
 
 
 def _joined(args: Sequence[str]) -> tuple[str, ...]:
@@ -175,6 +183,7 @@ def prepare_job(
         **interface_environment(config.network_interfaces, environ),
         **binding_environment(launcher, environ),
         **liveness_environment(launcher, environ),
+        **torch_store_environment(plan, environ, _free_port),
         **rank_env,
     }
     env = {**environ, **added}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 from .config import LaunchConfig
 from .errors import UsageError
@@ -180,6 +180,21 @@ def tuning_environment(config: LaunchConfig) -> dict[str, str]:
             }
         )
     return {name: _format(value) for name, value in values.items() if value is not None}
+
+
+def torch_store_environment(
+    plan: JobPlan, environ: Mapping[str, str], free_port: Callable[[], int]
+) -> dict[str, str]:
+    """torch.distributed's env:// variables that every rank shares, as torchrun sets them, so
+    that `init_process_group("scaleout")` (or any backend) needs no arguments under scaleoutrun
+    (Note [torch.distributed backend]); MASTER_ADDR and MASTER_PORT already set are kept. The
+    rank wrapper adds each rank's own (rank_env.torch_rank_environment)."""
+    env = {"WORLD_SIZE": str(plan.np)}
+    if not environ.get("MASTER_ADDR"):
+        env["MASTER_ADDR"] = plan.hosts[0].host if plan.hosts else "127.0.0.1"
+    if not environ.get("MASTER_PORT"):
+        env["MASTER_PORT"] = str(free_port())
+    return env
 
 
 def _format(value: object) -> str:

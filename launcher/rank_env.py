@@ -6,7 +6,7 @@ from typing import Mapping, Optional
 
 from .slurm import expand_counts
 
-__all__ = ["rank_from_environment", "local_rank_and_size"]
+__all__ = ["rank_from_environment", "local_rank_and_size", "torch_rank_environment"]
 
 # Hydra (MPICH, Intel MPI), Open MPI, PMIx launchers, Slurm's srun.
 _RANK = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
@@ -46,3 +46,17 @@ def _slurm_local(environ: Mapping[str, str]) -> tuple[Optional[int], Optional[in
     if int(node) >= len(counts):
         return None, None
     return int(local), counts[int(node)]
+
+
+def torch_rank_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """This rank's RANK, LOCAL_RANK and LOCAL_WORLD_SIZE for torch.distributed's env://, as
+    torchrun sets them (scaleoutrun sets WORLD_SIZE, MASTER_ADDR and MASTER_PORT for all ranks);
+    what the MPI launcher does not say is left out."""
+    env = {}
+    rank = rank_from_environment(environ)
+    if rank.isdigit():
+        env["RANK"] = rank
+    local_rank, local_size = local_rank_and_size(environ)
+    if local_rank is not None and local_size is not None:
+        env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"] = str(local_rank), str(local_size)
+    return env

@@ -59,7 +59,7 @@ from .placement import (  # noqa: E402
     plan_node,
     rank_environment,
 )
-from .rank_env import local_rank_and_size, rank_from_environment  # noqa: E402
+from .rank_env import local_rank_and_size, rank_from_environment, torch_rank_environment  # noqa: E402
 from .topology import detect  # noqa: E402
 
 __all__ = ["main", "RankRunner"]
@@ -405,6 +405,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if os.getppid() != parent:  # it died before prctl took effect
             return 128 + signal.SIGTERM
     env = dict(os.environ)
+    env.update(torch_rank_environment(os.environ))
     cpus: Optional[set[int]] = None
     if args.bind_to is not None:
         try:

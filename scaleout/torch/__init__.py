@@ -58,6 +58,7 @@ from scaleout.torch._collectives import (
 )
 from scaleout.torch._compression import Compression
 from scaleout.torch._optimizer import DistributedOptimizer
+from scaleout.torch._process_group import register as _register_backend
 from scaleout.torch._sync_batch_norm import SyncBatchNorm
 
 __all__ = _frontend_api.__all__ + [
@@ -95,3 +96,6 @@ __all__ = _frontend_api.__all__ + [
     "SyncBatchNorm",
     "elastic",
 ]
+
+# Note [torch.distributed backend]: dist.init_process_group("scaleout").
+_register_backend()

@@ -1,0 +1,244 @@
+"""The "scaleout" torch.distributed backend (issue 25, first step): `import scaleout.torch`
+registers it, and `dist.init_process_group("scaleout")` in a job started by scaleoutrun (or
+mpiexec) runs torch.distributed's collectives, DDP included, through scaleout's core.
+
+Note [torch.distributed backend]
+A Python `ProcessGroup` subclass (torch's Python process-group trampoline: no C++ built against
+torch), one per torch group, over the job's global process set. Each collective is submitted to
+the core at once under a name of its own ("torch.<group>.<n>.<collective>": torch requires every
+rank to call a group's collectives in one order, so the n-th call has the same name everywhere)
+and returns a torch `Work` made from a `Future`. One daemon thread per process completes those
+futures in submission order: it waits for each core handle (without the GIL) and sets the
+future's result, or its exception (a scaleout error, so a dead peer or a mismatch reaches
+`wait()` and DDP's backward as an exception, never a hang). DDP waits on those futures from its
+autograd thread, so nothing but that thread may complete them.
+
+This step covers: all_reduce (SUM, AVG, MIN, MAX, PRODUCT), broadcast, all_gather,
+all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, barrier, and DDP with its
+default comm hook, on CPU tensors, for the world group of a job started by an MPI launcher
+(torch's store: MASTER_ADDR and MASTER_PORT, or init_method). Not yet: subgroups (new_group),
+send/recv, reduce, gather, scatter, PREMUL_SUM, ranks started by torchrun or Ray: each raises
+saying so.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+from typing import Callable, List
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future
+
+import scaleout
+from scaleout._native import Average, Max, Min, Product, Sum, synchronize
+from scaleout.torch import _collectives as so
+
+NAME = "scaleout"
+
+# torch's reduction (a ReduceOp's .op) -> the core's.
+_OPS = {
+    dist.ReduceOp.RedOpType.SUM: Sum,
+    dist.ReduceOp.RedOpType.AVG: Average,
+    dist.ReduceOp.RedOpType.MIN: Min,
+    dist.ReduceOp.RedOpType.MAX: Max,
+    dist.ReduceOp.RedOpType.PRODUCT: Product,
+}
+
+
+def _core_op(op: dist.ReduceOp, what: str) -> int:
+    kind = op.op
+    if kind not in _OPS:
+        _not_yet(f"{what} with ReduceOp.{kind.name}")
+    return _OPS[kind]
+
+
+class _Completer:
+    """Completes torch futures from core handles, in submission order, on one daemon thread."""
+
+    def __init__(self):
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread = None
+
+    def submit(self, handle, finish: Callable) -> torch.futures.Future:
+        future: torch.futures.Future = torch.futures.Future()
+        self._queue.put((handle, finish, future))
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="scaleout-torch-futures", daemon=True
+                )
+                self._thread.start()
+        return future
+
+    def _run(self) -> None:
+        while True:
+            handle, finish, future = self._queue.get()
+            try:
+                result = finish(synchronize(handle) if handle is not None else None)
+            except BaseException as exc:  # noqa: BLE001  (handed to the waiter)
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+
+_COMPLETER = _Completer()
+
+
+def _all_of(handles, tensors) -> Callable:
+    """A finish that waits for every in-place handle and gives torch its tensors."""
+
+    def finish(_):
+        for h in handles:
+            synchronize(h)
+        return tensors
+
+    return finish
+
+
+def _cpu(tensors: List[torch.Tensor], what: str) -> None:
+    for t in tensors:
+        if t.device.type != "cpu":
+            raise ValueError(
+                f"{what}: the scaleout backend takes CPU tensors; got one on {t.device} "
+                "(GPU tensors are not supported yet)"
+            )
+
+
+def _not_yet(what: str):
+    raise NotImplementedError(
+        f"{what} is not supported by the scaleout torch.distributed backend yet "
+        "(docs/torch-distributed.md lists what is)"
+    )
+
+
+class ScaleoutProcessGroup(dist.ProcessGroup):
+    """torch.distributed's view of scaleout's global process set (Note [torch.distributed
+    backend])."""
+
+    def __init__(self, rank: int, size: int, group_name: str):
+        super().__init__(rank, size)
+        self._prefix = f"torch.{group_name or 'world'}"
+        self._count = itertools.count()
+
+    def getBackendName(self) -> str:
+        return NAME
+
+    def _name(self, collective: str) -> str:
+        return f"{self._prefix}.{next(self._count)}.{collective}"
+
+    def _work(self, handle, finish: Callable):
+        return _create_work_from_future(_COMPLETER.submit(handle, finish))
+
+    def allreduce(self, tensors, opts):
+        _cpu(tensors, "all_reduce")
+        op = _core_op(opts.reduceOp, "all_reduce")
+        handles = [so.allreduce_async_(t, name=self._name("allreduce"), op=op) for t in tensors]
+        return self._work(None, _all_of(handles, tensors))
+
+    def broadcast(self, tensors, opts):
+        _cpu(tensors, "broadcast")
+        root = opts.rootRank
+        handles = [so.broadcast_async_(t, root, name=self._name("broadcast")) for t in tensors]
+        return self._work(None, _all_of(handles, tensors))
+
+    def allgather(self, output_tensors, input_tensors, opts):
+        _cpu(input_tensors, "all_gather")
+        handles = [so.allgather_async(t, name=self._name("allgather")) for t in input_tensors]
+
+        def finish(_):
+            for outs, h in zip(output_tensors, handles):
+                gathered = synchronize(h)
+                for out, part in zip(outs, gathered.chunk(len(outs))):
+                    out.copy_(part.reshape(out.shape))
+            return output_tensors
+
+        return self._work(None, finish)
+
+    def _allgather_base(self, output, input, opts):
+        _cpu([input], "all_gather_into_tensor")
+        handle = so.allgather_async(input.reshape(1, -1), name=self._name("allgather"))
+
+        def finish(gathered):
+            output.copy_(gathered.reshape(output.shape))
+            return [output]
+
+        return self._work(handle, finish)
+
+    all_gather_single = _allgather_base
+
+    def _reduce_scatter_base(self, output, input, opts):
+        _cpu([input], "reduce_scatter_tensor")
+        op = _core_op(opts.reduceOp, "reduce_scatter_tensor")
+        rows = input.reshape(self.size(), -1)
+        handle = so.reducescatter_async(rows, name=self._name("reducescatter"), op=op)
+
+        def finish(mine):
+            output.copy_(mine.reshape(output.shape))
+            return [output]
+
+        return self._work(handle, finish)
+
+    reduce_scatter_single = _reduce_scatter_base
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts):
+        _cpu([input], "all_to_all_single")
+        size = self.size()
+        rows = input.shape[0] if input.dim() > 0 else 0
+        splits = list(input_split_sizes) or [rows // size] * size
+        handle = so.alltoall_async(input, splits=splits, name=self._name("alltoall"))
+
+        def finish(result):
+            received, _ = result
+            output.copy_(received.reshape(output.shape))
+            return [output]
+
+        return self._work(handle, finish)
+
+    def barrier(self, opts):
+        so.barrier()  # synchronous in the core: done when it returns
+        return self._work(None, lambda _: [])
+
+    def send(self, tensors, dst, tag):
+        _not_yet("send")
+
+    def recv(self, tensors, src, tag):
+        _not_yet("recv")
+
+    def reduce(self, tensors, opts):
+        _not_yet("reduce")
+
+    def gather(self, output_tensors, input_tensors, opts):
+        _not_yet("gather")
+
+    def scatter(self, output_tensors, input_tensors, opts):
+        _not_yet("scatter")
+
+
+def _create(options, _backend_options):
+    """torch's creator for the backend (extended API: it names the group's global ranks)."""
+    if not scaleout.is_initialized():
+        scaleout.init()
+    size, rank = scaleout.size(), scaleout.rank()
+    ranks = list(options.global_ranks_in_group or range(options.group_size))
+    if options.group_size != size or ranks != list(range(size)):
+        if options.group_size == len(ranks) and len(ranks) < size:
+            _not_yet("a group of some ranks (new_group)")
+        raise ValueError(
+            f"init_process_group(backend='scaleout'): world_size={options.group_size}, but the "
+            f"job that scaleout runs in has {size} ranks: give the launcher's size, or none"
+        )
+    if options.group_rank != rank:
+        raise ValueError(
+            f"init_process_group(backend='scaleout'): rank={options.group_rank}, but this "
+            f"process is rank {rank} of the job: give the launcher's rank, or none"
+        )
+    return ScaleoutProcessGroup(rank, size, options.group_id)
+
+
+def register() -> None:
+    if NAME.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu"])

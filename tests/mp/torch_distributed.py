@@ -1,0 +1,148 @@
+"""Run by tests/test_torch_distributed.py::test_collectives_and_ddp_through_the_backend and
+tests/test_torch_distributed.py::test_a_size_or_rank_other_than_the_jobs_is_refused.
+
+The "scaleout" torch.distributed backend (Note [torch.distributed backend]). argv[1] "run",
+under scaleoutrun, init_process_group("scaleout") with no arguments: every
+collective of this step against values every rank computes, for each op and dtype, blocking and
+async (wait() and get_future()), the object collectives, what is not supported yet raising, and
+DDP (SGD with momentum, then Adam; float64, three steps) equal to one process on the global
+batch. argv[1] "bad-size" / "bad-rank": init_process_group with a size or rank other than the
+job's must raise ValueError naming it (under mpiexec, with the test's MASTER_ADDR and
+MASTER_PORT)."""
+
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from _harness import check, check_close, expect_error, finish
+
+import scaleout.torch as hvd
+
+DTYPES = [torch.float32, torch.float64, torch.int32, torch.int64, torch.bfloat16, torch.float16]
+OPS = {
+    dist.ReduceOp.SUM: lambda vals: sum(vals),
+    dist.ReduceOp.MIN: min,
+    dist.ReduceOp.MAX: max,
+    dist.ReduceOp.PRODUCT: lambda vals: torch.tensor(vals, dtype=torch.float64).prod().item(),
+    dist.ReduceOp.AVG: lambda vals: sum(vals) / len(vals),
+}
+
+
+def collectives(r: int, n: int) -> None:
+    values = [float(i + 2) for i in range(n)]  # rank i contributes i + 2
+    for dtype in DTYPES:
+        for op, reduce in OPS.items():
+            if op == dist.ReduceOp.AVG and not dtype.is_floating_point:
+                continue
+            t = torch.full((7,), values[r], dtype=dtype)
+            dist.all_reduce(t, op=op)
+            check_close(t.double(), torch.full((7,), float(reduce(values))), f"{op} {dtype}", 1e-2)
+        t = torch.full((3, 2), float(r), dtype=dtype)
+        dist.broadcast(t, src=n - 1)
+        check_close(t.double(), torch.full((3, 2), float(n - 1)), f"broadcast {dtype}")
+        outs = [torch.empty(2, dtype=dtype) for _ in range(n)]
+        dist.all_gather(outs, torch.full((2,), float(r), dtype=dtype))
+        check_close(
+            torch.stack(outs).double()[:, 0], torch.arange(n).double(), f"all_gather {dtype}"
+        )
+        out = torch.empty(2 * n, dtype=dtype)
+        dist.all_gather_into_tensor(out, torch.full((2,), float(r), dtype=dtype))
+        want = torch.arange(n).double().repeat_interleave(2)
+        check_close(out.double(), want, f"all_gather_into_tensor {dtype}")
+        mine = torch.empty(2, dtype=dtype)
+        dist.reduce_scatter_tensor(mine, torch.arange(2 * n, dtype=dtype))
+        want = torch.tensor([n * 2.0 * r, n * (2.0 * r + 1)])
+        check_close(mine.double(), want, f"reduce_scatter_tensor {dtype}")
+        got = torch.empty(n, dtype=dtype)
+        dist.all_to_all_single(got, torch.full((n,), float(r), dtype=dtype))
+        check_close(got.double(), torch.arange(n).double(), f"all_to_all_single {dtype}")
+    # async: wait(), and a future's callback as DDP's comm hooks use it
+    t = torch.full((4,), 1.0)
+    work = dist.all_reduce(t, async_op=True)
+    work.wait()
+    check_close(t, torch.full((4,), float(n)), "async all_reduce wait()")
+    t = torch.full((4,), 1.0)
+    fut = dist.all_reduce(t, async_op=True).get_future().then(lambda f: f.value()[0] * 10)
+    check_close(fut.wait(), torch.full((4,), 10.0 * n), "get_future().then()")
+    dist.barrier()
+    objects = [None] * n
+    dist.all_gather_object(objects, {"rank": r})
+    check(objects == [{"rank": i} for i in range(n)], f"all_gather_object: {objects}")
+    box = [f"from {n - 1}" if r == n - 1 else None]
+    dist.broadcast_object_list(box, src=n - 1)
+    check(box == [f"from {n - 1}"], f"broadcast_object_list: {box}")
+    expect_error(NotImplementedError, lambda: dist.send(torch.ones(1), (r + 1) % n), "send")
+    # A tensor not on the CPU (no GPU here: the meta device stands in) is refused by name.
+    expect_error(
+        ValueError,
+        lambda: dist.all_reduce(torch.empty(2, device="meta")),
+        "the scaleout backend takes CPU tensors; got one on meta",
+    )
+    expect_error(
+        NotImplementedError,
+        lambda: dist.all_reduce(torch.ones(1, dtype=torch.int32), op=dist.ReduceOp.BAND),
+        "all_reduce with ReduceOp.BAND",
+        "not supported",
+    )
+
+
+def model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)).double()
+
+
+def ddp_equals_one_process(r: int, n: int) -> None:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(4 * n, 8, generator=g, dtype=torch.float64)
+    y = torch.randn(4 * n, 2, generator=g, dtype=torch.float64)
+    for make_opt in (
+        lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+        lambda ps: torch.optim.Adam(ps, lr=0.01),
+    ):
+        ours, ref = model(), model()
+        ddp = nn.parallel.DistributedDataParallel(ours)
+        opt, ref_opt = make_opt(ddp.parameters()), make_opt(ref.parameters())
+        for _ in range(3):
+            opt.zero_grad()
+            ((ddp(x[4 * r : 4 * r + 4]) - y[4 * r : 4 * r + 4]) ** 2).mean().backward()
+            opt.step()
+            ref_opt.zero_grad()
+            ((ref(x) - y) ** 2).mean().backward()
+            ref_opt.step()
+        for (name, p), q in zip(ours.named_parameters(), ref.parameters()):
+            check_close(p.detach(), q.detach(), f"DDP {type(opt).__name__} {name}", 1e-10, 1e-10)
+
+
+def main() -> None:
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    mode = sys.argv[1]
+    if mode == "run":
+        # Under scaleoutrun: it sets torch's RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT.
+        dist.init_process_group("scaleout")
+        check(dist.get_backend() == "scaleout", f"backend {dist.get_backend()}")
+        check((dist.get_rank(), dist.get_world_size()) == (r, n), "rank and size are the job's")
+        collectives(r, n)
+        ddp_equals_one_process(r, n)
+        dist.destroy_process_group()
+    elif mode == "bad-size":
+        expect_error(
+            ValueError,
+            # Given a store of its own: torch's env:// store would wait for n + 1 ranks itself.
+            lambda: dist.init_process_group(
+                "scaleout", rank=r, world_size=n + 1, store=dist.HashStore()
+            ),
+            f"world_size={n + 1}, but the job that scaleout runs in has {n} ranks",
+        )
+    else:
+        expect_error(
+            ValueError,
+            lambda: dist.init_process_group("scaleout", rank=(r + 1) % n, world_size=n),
+            f"rank={(r + 1) % n}, but this process is rank {r} of the job",
+        )
+    finish()
+
+
+if __name__ == "__main__":
+    main()
