@@ -15,6 +15,7 @@ from typing import Mapping, Optional, Sequence
 from scaleout import _rank_report
 
 from .config import LaunchConfig
+from .elastic_notifier import driver_addresses
 from .errors import UsageError
 from .hosts import HostSlots, is_local_host
 from .mpi_launcher import (
@@ -72,7 +73,7 @@ def _rank_command(
 
 
 def _free_port() -> int:
-    """A TCP port free on this machine now, for torch's store (torchrun picks one the same way)."""
+    """A TCP port free on this machine now, for torch's store."""
     with socket.socket() as probe:
         probe.bind(("", 0))
         return probe.getsockname()[1]
@@ -183,7 +184,9 @@ def prepare_job(
         **interface_environment(config.network_interfaces, environ),
         **binding_environment(launcher, environ),
         **liveness_environment(launcher, environ),
-        **torch_store_environment(plan, environ, _free_port),
+        **torch_store_environment(
+            plan, _free_port, lambda: driver_addresses(config.network_interfaces)[0]
+        ),
         **rank_env,
     }
     env = {**environ, **added}

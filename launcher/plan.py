@@ -183,18 +183,29 @@ def tuning_environment(config: LaunchConfig) -> dict[str, str]:
 
 
 def torch_store_environment(
-    plan: JobPlan, environ: Mapping[str, str], free_port: Callable[[], int]
+    plan: JobPlan,
+    free_port: Callable[[], int],
+    this_machine: Callable[[], str],
+    is_local=is_local_host,
 ) -> dict[str, str]:
-    """torch.distributed's env:// variables that every rank shares, as torchrun sets them, so
-    that `init_process_group("scaleout")` (or any backend) needs no arguments under scaleoutrun
-    (Note [torch.distributed backend]); MASTER_ADDR and MASTER_PORT already set are kept. The
-    rank wrapper adds each rank's own (rank_env.torch_rank_environment)."""
-    env = {"WORLD_SIZE": str(plan.np)}
-    if not environ.get("MASTER_ADDR"):
-        env["MASTER_ADDR"] = plan.hosts[0].host if plan.hosts else "127.0.0.1"
-    if not environ.get("MASTER_PORT"):
-        env["MASTER_PORT"] = str(free_port())
-    return env
+    """What torch.distributed's env:// store needs that every rank shares, as torchrun gives
+    it, under SCALEOUT_TORCH_* names: `import scaleout.torch` turns them into torch's own
+    (Note [torch.distributed backend]), so that only programs using scaleout see them, and
+    `init_process_group("scaleout")` needs no arguments. The rank wrapper adds each rank's own
+    (rank_env.torch_rank_environment). this_machine: an address of this machine the other
+    hosts can reach, for when rank 0 runs here and others elsewhere. free_port: a port free
+    here (when rank 0 runs on another host, it is free here, probably there too)."""
+    if plan.hosts is None or all(is_local(entry.host) for entry in plan.hosts):
+        address = "127.0.0.1"
+    elif is_local(plan.hosts[0].host):
+        address = this_machine()
+    else:
+        address = plan.hosts[0].host
+    return {
+        "SCALEOUT_TORCH_WORLD_SIZE": str(plan.np),
+        "SCALEOUT_TORCH_MASTER_ADDR": address,
+        "SCALEOUT_TORCH_MASTER_PORT": str(free_port()),
+    }
 
 
 def _format(value: object) -> str:

@@ -50,13 +50,14 @@ def _slurm_local(environ: Mapping[str, str]) -> tuple[Optional[int], Optional[in
 
 def torch_rank_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """This rank's RANK, LOCAL_RANK and LOCAL_WORLD_SIZE for torch.distributed's env://, as
-    torchrun sets them (scaleoutrun sets WORLD_SIZE, MASTER_ADDR and MASTER_PORT for all ranks);
+    torchrun gives them, under SCALEOUT_TORCH_* names (plan.torch_store_environment says why);
     what the MPI launcher does not say is left out."""
     env = {}
     rank = rank_from_environment(environ)
     if rank.isdigit():
-        env["RANK"] = rank
+        env["SCALEOUT_TORCH_RANK"] = rank
     local_rank, local_size = local_rank_and_size(environ)
     if local_rank is not None and local_size is not None:
-        env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"] = str(local_rank), str(local_size)
+        env["SCALEOUT_TORCH_LOCAL_RANK"] = str(local_rank)
+        env["SCALEOUT_TORCH_LOCAL_WORLD_SIZE"] = str(local_size)
     return env

@@ -36,8 +36,17 @@ from scaleout.launcher.mpi_launcher import (
     yield_environment,
 )
 from scaleout.launcher.output import LinePrefixer
-from scaleout.launcher.plan import plan_job, resolve_hosts, tuning_environment
-from scaleout.launcher.rank_env import local_rank_and_size, rank_from_environment
+from scaleout.launcher.plan import (
+    plan_job,
+    resolve_hosts,
+    torch_store_environment,
+    tuning_environment,
+)
+from scaleout.launcher.rank_env import (
+    local_rank_and_size,
+    rank_from_environment,
+    torch_rank_environment,
+)
 from scaleout.launcher.relay import BannerFilter, StderrRelay
 from scaleout.launcher.report import summarize
 
@@ -234,6 +243,36 @@ def test_plan():
     assert both.local_ranks == 3 and both.oversubscribed
     with pytest.raises(UsageError, match="-np"):
         plan_job(parse("python"), local_cpus=2)
+
+
+def test_torch_store_environment_names_where_rank_0_runs():
+    # Note [torch.distributed backend]: rank 0's host, reachable from every other host.
+    def store(*argv):
+        config = parse(*argv, "python")
+        plan = plan_job(config, local_cpus=2, source=resolve_hosts(config, {}))
+        return torch_store_environment(plan, lambda: 4242, lambda: "10.0.0.7")
+
+    assert store("-np", "2") == {
+        "SCALEOUT_TORCH_WORLD_SIZE": "2",
+        "SCALEOUT_TORCH_MASTER_ADDR": "127.0.0.1",
+        "SCALEOUT_TORCH_MASTER_PORT": "4242",
+    }
+    assert store("-H", "localhost:2,127.0.0.1:1")["SCALEOUT_TORCH_MASTER_ADDR"] == "127.0.0.1"
+    # rank 0 here, others elsewhere: this machine's outward address, not loopback
+    assert store("-H", "localhost:2,node2:2")["SCALEOUT_TORCH_MASTER_ADDR"] == "10.0.0.7"
+    assert store("-H", "node1:2,localhost:2")["SCALEOUT_TORCH_MASTER_ADDR"] == "node1"
+    assert store("-H", "node1:2,node2:2")["SCALEOUT_TORCH_WORLD_SIZE"] == "4"
+
+
+def test_torch_rank_environment_from_the_mpi_launchers_variables():
+    hydra = {"PMI_RANK": "3", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}
+    assert torch_rank_environment(hydra) == {
+        "SCALEOUT_TORCH_RANK": "3",
+        "SCALEOUT_TORCH_LOCAL_RANK": "1",
+        "SCALEOUT_TORCH_LOCAL_WORLD_SIZE": "2",
+    }
+    assert torch_rank_environment({"OMPI_COMM_WORLD_RANK": "0"}) == {"SCALEOUT_TORCH_RANK": "0"}
+    assert torch_rank_environment({}) == {}
 
 
 # --- the launcher command line ------------------------------------------------------------

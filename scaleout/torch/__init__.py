@@ -58,7 +58,6 @@ from scaleout.torch._collectives import (
 )
 from scaleout.torch._compression import Compression
 from scaleout.torch._optimizer import DistributedOptimizer
-from scaleout.torch._process_group import register as _register_backend
 from scaleout.torch._sync_batch_norm import SyncBatchNorm
 
 __all__ = _frontend_api.__all__ + [
@@ -97,5 +96,9 @@ __all__ = _frontend_api.__all__ + [
     "elastic",
 ]
 
-# Note [torch.distributed backend]: dist.init_process_group("scaleout").
-_register_backend()
+# Note [torch.distributed backend]: dist.init_process_group("scaleout"), where torch was built
+# with torch.distributed (pip's wheels are).
+if _torch.distributed.is_available():
+    from scaleout.torch._process_group import register as _register_backend
+
+    _register_backend()

@@ -10,20 +10,27 @@ rank to call a group's collectives in one order, so the n-th call has the same n
 and returns a torch `Work` made from a `Future`. One daemon thread per process completes those
 futures in submission order: it waits for each core handle (without the GIL) and sets the
 future's result, or its exception (a scaleout error, so a dead peer or a mismatch reaches
-`wait()` and DDP's backward as an exception, never a hang). DDP waits on those futures from its
-autograd thread, so nothing but that thread may complete them.
+`wait()` and DDP's backward as an exception, never a hang). A future's callbacks run on that
+thread; one that starts and waits for another collective gets it completed on the spot (see
+_Completer). The names never repeat, so each takes a slot of the response cache until it is
+full (Note [Response cache]): a known cost of this first step.
+
+Under scaleoutrun every rank gets torch's env:// variables (RANK, WORLD_SIZE, LOCAL_RANK,
+LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) under SCALEOUT_TORCH_* names, and importing this
+module sets torch's own from them, so `init_process_group("scaleout")` needs no arguments and
+programs that do not use scaleout.torch see no torch variables.
 
 This step covers: all_reduce (SUM, AVG, MIN, MAX, PRODUCT), broadcast, all_gather,
 all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, barrier, and DDP with its
-default comm hook, on CPU tensors, for the world group of a job started by an MPI launcher
-(torch's store: MASTER_ADDR and MASTER_PORT, or init_method). Not yet: subgroups (new_group),
-send/recv, reduce, gather, scatter, PREMUL_SUM, ranks started by torchrun or Ray: each raises
-saying so.
+default comm hook, on CPU tensors, for the world group of a job started by an MPI launcher.
+Not yet: subgroups (new_group of some ranks), send/recv, reduce, gather, scatter, PREMUL_SUM,
+ranks started by torchrun or Ray: each raises saying so.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import queue
 import threading
 from typing import Callable, List
@@ -56,7 +63,12 @@ def _core_op(op: dist.ReduceOp, what: str) -> int:
 
 
 class _Completer:
-    """Completes torch futures from core handles, in submission order, on one daemon thread."""
+    """Completes torch futures from core handles, in submission order, on one daemon thread.
+
+    Setting a future's result runs its callbacks (`.then()`) on that thread, and some wait there
+    for another collective (torch's PowerSGD and quantization hooks do): a collective submitted
+    from the completing thread is therefore finished there and then, or it would wait for the
+    thread that is waiting for it."""
 
     def __init__(self):
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
@@ -65,6 +77,9 @@ class _Completer:
 
     def submit(self, handle, finish: Callable) -> torch.futures.Future:
         future: torch.futures.Future = torch.futures.Future()
+        if threading.current_thread() is self._thread:
+            self._complete(handle, finish, future)
+            return future
         self._queue.put((handle, finish, future))
         with self._lock:
             if self._thread is None:
@@ -76,13 +91,16 @@ class _Completer:
 
     def _run(self) -> None:
         while True:
-            handle, finish, future = self._queue.get()
-            try:
-                result = finish(synchronize(handle) if handle is not None else None)
-            except BaseException as exc:  # noqa: BLE001  (handed to the waiter)
-                future.set_exception(exc)
-            else:
-                future.set_result(result)
+            self._complete(*self._queue.get())
+
+    @staticmethod
+    def _complete(handle, finish: Callable, future: torch.futures.Future) -> None:
+        try:
+            result = finish(synchronize(handle) if handle is not None else None)
+        except Exception as exc:  # noqa: BLE001  (handed to whoever waits on the future)
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
 
 
 _COMPLETER = _Completer()
@@ -147,12 +165,15 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
 
     def allgather(self, output_tensors, input_tensors, opts):
         _cpu(input_tensors, "all_gather")
-        handles = [so.allgather_async(t, name=self._name("allgather")) for t in input_tensors]
+        handles = [
+            so.allgather_async(t.reshape(-1), name=self._name("allgather")) for t in input_tensors
+        ]
 
         def finish(_):
             for outs, h in zip(output_tensors, handles):
-                gathered = synchronize(h)
-                for out, part in zip(outs, gathered.chunk(len(outs))):
+                # Each rank's part is as large as its output tensor (they may differ).
+                parts = synchronize(h).split([out.numel() for out in outs])
+                for out, part in zip(outs, parts):
                     out.copy_(part.reshape(out.shape))
             return output_tensors
 
@@ -191,8 +212,15 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
         splits = list(input_split_sizes) or [rows // size] * size
         handle = so.alltoall_async(input, splits=splits, name=self._name("alltoall"))
 
+        expected = list(output_split_sizes)
+
         def finish(result):
-            received, _ = result
+            received, counts = result
+            if expected and counts.tolist() != expected:
+                raise ValueError(
+                    f"all_to_all_single: output_split_sizes={expected}, but the ranks sent "
+                    f"{counts.tolist()}"
+                )
             output.copy_(received.reshape(output.shape))
             return [output]
 
@@ -225,7 +253,7 @@ def _create(options, _backend_options):
     size, rank = scaleout.size(), scaleout.rank()
     ranks = list(options.global_ranks_in_group or range(options.group_size))
     if options.group_size != size or ranks != list(range(size)):
-        if options.group_size == len(ranks) and len(ranks) < size:
+        if dist.is_initialized():  # the default group exists: this is new_group(ranks=...)
             _not_yet("a group of some ranks (new_group)")
         raise ValueError(
             f"init_process_group(backend='scaleout'): world_size={options.group_size}, but the "
@@ -239,6 +267,25 @@ def _create(options, _backend_options):
     return ScaleoutProcessGroup(rank, size, options.group_id)
 
 
+# torch's env:// variables, which scaleoutrun gives every rank under SCALEOUT_TORCH_* names
+# (launcher/plan.py, launcher/rank_env.py): the job's own, so they replace any set; an address
+# or port the user set wins.
+_JOB_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+_STORE_VARIABLES = ("MASTER_ADDR", "MASTER_PORT")
+
+
+def _torch_environment() -> None:
+    for name in _JOB_VARIABLES:
+        value = os.environ.get("SCALEOUT_TORCH_" + name)
+        if value:
+            os.environ[name] = value
+    for name in _STORE_VARIABLES:
+        value = os.environ.get("SCALEOUT_TORCH_" + name)
+        if value and not os.environ.get(name):
+            os.environ[name] = value
+
+
 def register() -> None:
+    _torch_environment()
     if NAME.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu"])

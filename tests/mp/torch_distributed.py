@@ -10,6 +10,7 @@ batch. argv[1] "bad-size" / "bad-rank": init_process_group with a size or rank o
 job's must raise ValueError naming it (under mpiexec, with the test's MASTER_ADDR and
 MASTER_PORT)."""
 
+import os
 import sys
 
 import torch
@@ -54,9 +55,27 @@ def collectives(r: int, n: int) -> None:
         dist.reduce_scatter_tensor(mine, torch.arange(2 * n, dtype=dtype))
         want = torch.tensor([n * 2.0 * r, n * (2.0 * r + 1)])
         check_close(mine.double(), want, f"reduce_scatter_tensor {dtype}")
+        # element j goes to rank j: rank i receives r * n + i from each rank r
         got = torch.empty(n, dtype=dtype)
-        dist.all_to_all_single(got, torch.full((n,), float(r), dtype=dtype))
-        check_close(got.double(), torch.arange(n).double(), f"all_to_all_single {dtype}")
+        dist.all_to_all_single(got, torch.arange(r * n, r * n + n, dtype=dtype))
+        want = torch.arange(n).double() * n + r
+        check_close(got.double(), want, f"all_to_all_single {dtype}")
+    # given splits: rank r sends j + 1 rows of value 10 * r + j to rank j
+    send = torch.cat([torch.full((j + 1,), 10.0 * r + j) for j in range(n)])
+    got = torch.empty(n * (r + 1))
+    dist.all_to_all_single(got, send, [r + 1] * n, [j + 1 for j in range(n)])
+    want = torch.cat([torch.full((r + 1,), 10.0 * i + r) for i in range(n)])
+    check_close(got, want, "all_to_all_single with splits")
+    # reduce_scatter_tensor of a 2-D input, MAX: rank r gets rows [2r, 2r + 2)
+    rows = torch.arange(2 * n * 3, dtype=torch.float64).reshape(2 * n, 3) + r
+    mine = torch.empty(2, 3, dtype=torch.float64)
+    dist.reduce_scatter_tensor(mine, rows, op=dist.ReduceOp.MAX)
+    check_close(mine, torch.arange(6 * r, 6 * r + 6).double().reshape(2, 3) + n - 1, "rs 2-D")
+    # a world-sized group of the backend beside the default one
+    group = dist.new_group(backend="scaleout")
+    t = torch.ones(3)
+    dist.all_reduce(t, group=group)
+    check_close(t, torch.full((3,), float(n)), "all_reduce on new_group(backend='scaleout')")
     # async: wait(), and a future's callback as DDP's comm hooks use it
     t = torch.full((4,), 1.0)
     work = dist.all_reduce(t, async_op=True)
@@ -65,6 +84,15 @@ def collectives(r: int, n: int) -> None:
     t = torch.full((4,), 1.0)
     fut = dist.all_reduce(t, async_op=True).get_future().then(lambda f: f.value()[0] * 10)
     check_close(fut.wait(), torch.full((4,), 10.0 * n), "get_future().then()")
+
+    # A callback that starts and waits for another collective, as PowerSGD's hook does.
+    def inner(_):
+        u = torch.ones(2)
+        dist.all_reduce(u, async_op=True).get_future().wait()
+        return u
+
+    fut = dist.all_reduce(torch.ones(2), async_op=True).get_future().then(inner)
+    check_close(fut.wait(), torch.full((2,), float(n)), "a collective waited for in a callback")
     dist.barrier()
     objects = [None] * n
     dist.all_gather_object(objects, {"rank": r})
@@ -115,26 +143,36 @@ def ddp_equals_one_process(r: int, n: int) -> None:
 
 
 def main() -> None:
-    hvd.init()
-    r, n = hvd.rank(), hvd.size()
     mode = sys.argv[1]
     if mode == "run":
-        # Under scaleoutrun: it sets torch's RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT.
+        # Under scaleoutrun, which gives torch's variables; the backend starts scaleout itself.
         dist.init_process_group("scaleout")
+        check(hvd.is_initialized(), "init_process_group started scaleout")
+        r, n = hvd.rank(), hvd.size()
         check(dist.get_backend() == "scaleout", f"backend {dist.get_backend()}")
         check((dist.get_rank(), dist.get_world_size()) == (r, n), "rank and size are the job's")
+        check(
+            (os.environ.get("LOCAL_RANK"), os.environ.get("LOCAL_WORLD_SIZE"))
+            == (str(hvd.local_rank()), str(hvd.local_size())),
+            "LOCAL_RANK and LOCAL_WORLD_SIZE are the job's",
+        )
         collectives(r, n)
         ddp_equals_one_process(r, n)
         dist.destroy_process_group()
-    elif mode == "bad-size":
-        expect_error(
-            ValueError,
-            # Given a store of its own: torch's env:// store would wait for n + 1 ranks itself.
-            lambda: dist.init_process_group(
-                "scaleout", rank=r, world_size=n + 1, store=dist.HashStore()
-            ),
-            f"world_size={n + 1}, but the job that scaleout runs in has {n} ranks",
-        )
+        finish()
+        return
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    if mode == "bad-size":
+        # Given a store of its own: torch's env:// store would wait for n + 1 ranks itself.
+        for size in (n + 1, n - 1):
+            expect_error(
+                ValueError,
+                lambda size=size: dist.init_process_group(
+                    "scaleout", rank=min(r, size - 1), world_size=size, store=dist.HashStore()
+                ),
+                f"world_size={size}, but the job that scaleout runs in has {n} ranks",
+            )
     else:
         expect_error(
             ValueError,
