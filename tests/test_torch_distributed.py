@@ -1,7 +1,7 @@
 """The "scaleout" torch.distributed backend (Note [torch.distributed backend],
-docs/torch-distributed.md): its collectives, async work and DDP training equal to one process,
-in jobs started by scaleoutrun with init_process_group("scaleout") and no arguments; a size or
-rank other than the job's refused on every rank."""
+docs/torch-distributed.md): its collectives, async work, DDP and FSDP2 training equal to one
+process, in jobs started by scaleoutrun with init_process_group("scaleout") and no arguments;
+a size or rank other than the job's refused on every rank."""
 
 import socket
 import sys

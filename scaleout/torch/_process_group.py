@@ -21,8 +21,9 @@ module sets torch's own from them, so `init_process_group("scaleout")` needs no 
 programs that do not use scaleout.torch see no torch variables.
 
 This step covers: all_reduce (SUM, AVG, MIN, MAX, PRODUCT), broadcast, all_gather,
-all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, barrier, and DDP with its
-default comm hook, on CPU tensors, for the world group of a job started by an MPI launcher.
+all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, barrier, DDP with its default
+comm hook and FSDP2, on CPU tensors, for the world group of a job started by an MPI launcher.
+Functional collectives (DTensor's redistribution) need a C++ backend and do not work yet.
 Not yet: subgroups (new_group of some ranks), send/recv, reduce, gather, scatter, PREMUL_SUM,
 ranks started by torchrun or Ray: each raises saying so.
 """
@@ -144,6 +145,19 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
 
     def getBackendName(self) -> str:
         return NAME
+
+    # torch names each group after creating it; DeviceMesh (FSDP2) reads the name back.
+    def setGroupName(self, name: str) -> None:
+        self._group_name = name
+
+    def getGroupName(self) -> str:
+        return getattr(self, "_group_name", "")
+
+    def setGroupDesc(self, desc: str) -> None:
+        self._group_desc = desc
+
+    def getGroupDesc(self) -> str:
+        return getattr(self, "_group_desc", "")
 
     def _name(self, collective: str) -> str:
         return f"{self._prefix}.{next(self._count)}.{collective}"

@@ -2,13 +2,13 @@
 tests/test_torch_distributed.py::test_a_size_or_rank_other_than_the_jobs_is_refused.
 
 The "scaleout" torch.distributed backend (Note [torch.distributed backend]). argv[1] "run",
-under scaleoutrun, init_process_group("scaleout") with no arguments: every
-collective of this step against values every rank computes, for each op and dtype, blocking and
-async (wait() and get_future()), the object collectives, what is not supported yet raising, and
-DDP (SGD with momentum, then Adam; float64, three steps) equal to one process on the global
-batch. argv[1] "bad-size" / "bad-rank": init_process_group with a size or rank other than the
-job's must raise ValueError naming it (under mpiexec, with the test's MASTER_ADDR and
-MASTER_PORT)."""
+under scaleoutrun, init_process_group("scaleout") with no arguments: every collective of this
+step against values every rank computes, for each op and dtype, blocking and async (wait() and
+get_future()), the object collectives, what is not supported yet raising, and DDP (SGD with
+momentum, then Adam; float64, three steps) and FSDP2 (fully_shard, SGD with momentum) equal to
+one process on the global batch. argv[1] "bad-size" / "bad-rank": init_process_group with a
+size or rank other than the job's must raise ValueError naming it (under mpiexec, with the
+test's MASTER_ADDR and MASTER_PORT)."""
 
 import os
 import sys
@@ -142,6 +142,36 @@ def ddp_equals_one_process(r: int, n: int) -> None:
             check_close(p.detach(), q.detach(), f"DDP {type(opt).__name__} {name}", 1e-10, 1e-10)
 
 
+def fsdp2_equals_one_process(r: int, n: int) -> None:
+    """fully_shard (FSDP2) over the backend: each rank's shard after three SGD steps is the
+    one-process model's rows of it (FSDP2 shards dim 0 in ceil(rows / n) blocks)."""
+    from torch.distributed.fsdp import fully_shard
+
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(4 * n, 8, generator=g, dtype=torch.float64)
+    y = torch.randn(4 * n, 2, generator=g, dtype=torch.float64)
+    ours, ref = model(), model()
+    for layer in ours:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer)
+    fully_shard(ours)
+    opt = torch.optim.SGD(ours.parameters(), lr=0.1, momentum=0.9)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(3):
+        opt.zero_grad()
+        ((ours(x[4 * r : 4 * r + 4]) - y[4 * r : 4 * r + 4]) ** 2).mean().backward()
+        opt.step()
+        ref_opt.zero_grad()
+        ((ref(x) - y) ** 2).mean().backward()
+        ref_opt.step()
+    shards = ours.state_dict()
+    for name, whole in ref.state_dict().items():
+        rows = -(-whole.shape[0] // n)
+        want = whole[r * rows : (r + 1) * rows]
+        got = shards[name].to_local()[: want.shape[0]]
+        check_close(got.detach(), want.detach(), f"FSDP2 {name}", 1e-10, 1e-10)
+
+
 def main() -> None:
     mode = sys.argv[1]
     if mode == "run":
@@ -158,6 +188,7 @@ def main() -> None:
         )
         collectives(r, n)
         ddp_equals_one_process(r, n)
+        fsdp2_equals_one_process(r, n)
         dist.destroy_process_group()
         finish()
         return
