@@ -456,8 +456,8 @@ void Coordinator::Execute(const Response& r) {
   }
   handles_->CompleteAll(entries, status);
   // After completion: the search and the log's writes delay no one's collective.
-  if (tuning && status.ok() && r.collective != SO_BARRIER && !r.is_error() &&
-      autotuner_->Observe(r, agreed)) {
+  // (An error response's status is its error: not ok.)
+  if (tuning && status.ok() && r.collective != SO_BARRIER && autotuner_->Observe(r, agreed)) {
     controller_.Retune(autotuner_->fusion_threshold_bytes(), autotuner_->cycle_time_ms());
   }
 }

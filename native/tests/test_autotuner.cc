@@ -2,14 +2,12 @@
 // function; the tuner over a simulated job (a clock whose step time depends on the settings)
 // keeps the start through the warm-up, changes settings only at sample boundaries, ends after
 // (warm-up + samples) x steps per sample steps near the best setting, writes Horovod's CSV, and
-// leaves a fixed setting alone; the autotune settings' parsing and what init says about them.
+// leaves a fixed setting alone. The autotune settings' parsing is in test_config.cc.
 #include <cmath>
-#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "common/config.h"
 #include "coordinator/autotuner.h"
 #include "coordinator/bayes_search.h"
 #include "coordinator/message.h"
@@ -206,97 +204,6 @@ SO_TEST(AutotunerCountsATensorInPartsOnceAStep) {
   }
   EXPECT_TRUE(tuner.done());
   EXPECT_EQ(tuner.samples_scored(), 1);
-}
-
-struct FakeEnv {
-  std::map<std::string, std::string> vars;
-
-  Status Parse(Config* c) const {
-    std::vector<std::string> horovod;
-    for (const auto& kv : vars) {
-      if (kv.first.rfind("HOROVOD_", 0) == 0) horovod.push_back(kv.first);
-    }
-    return Config::Parse(
-        [this](const char* name) -> const char* {
-          auto it = vars.find(name);
-          return it == vars.end() ? nullptr : it->second.c_str();
-        },
-        horovod, c);
-  }
-};
-
-bool HasNoteWith(const Config& c, const std::string& fragment) {
-  for (const std::string& n : c.notes) {
-    if (n.find(fragment) != std::string::npos) return true;
-  }
-  return false;
-}
-
-SO_TEST(AutotuneSettingsReadHorovodsVariables) {
-  Config c;
-  ASSERT_TRUE((FakeEnv{{{"HOROVOD_AUTOTUNE", "1"},
-                        {"HOROVOD_AUTOTUNE_LOG", "/tmp/tune.csv"},
-                        {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "0"},
-                        {"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "4"},
-                        {"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "30"},
-                        {"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "0.2"}}}
-                   .Parse(&c)
-                   .ok()));
-  EXPECT_TRUE(c.autotune);
-  EXPECT_EQ(c.autotune_log, "/tmp/tune.csv");
-  EXPECT_EQ(c.autotune_warmup_samples, 0);
-  EXPECT_EQ(c.autotune_steps_per_sample, 4);
-  EXPECT_EQ(c.autotune_max_samples, 30);
-  EXPECT_NEAR(c.autotune_noise, 0.2, 1e-12);
-  EXPECT_TRUE(c.notes.empty());
-  Config d;
-  ASSERT_TRUE((FakeEnv{{}}.Parse(&d).ok()));
-  EXPECT_FALSE(d.autotune);
-  EXPECT_EQ(d.autotune_max_samples, 16);
-}
-
-SO_TEST(AutotuneSettingsOutOfRangeNameTheVariable) {
-  const std::pair<const char*, const char*> bad[] = {
-      {"HOROVOD_AUTOTUNE", "yes"},
-      {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "-1"},
-      {"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "0"},
-      {"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "2.5"},
-      {"SCALEOUT_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "0"},
-      {"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "101"},
-      {"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "-0.1"},
-      {"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "inf"},
-  };
-  for (const auto& [name, value] : bad) {
-    Config c;
-    FakeEnv env{{{name, value}}};
-    env.vars.emplace("SCALEOUT_AUTOTUNE", "1");  // not where the bad value is HOROVOD_AUTOTUNE's
-    if (std::string(name) == "HOROVOD_AUTOTUNE") env.vars.erase("SCALEOUT_AUTOTUNE");
-    const Status s = env.Parse(&c);
-    if (!EXPECT_FALSE(s.ok())) {
-      ADD_FAILURE(std::string(name) + "=" + value + " was accepted");
-      continue;
-    }
-    EXPECT_EQ(s.code(), SO_ERR_INVALID_ARGUMENT);
-    EXPECT_NE(s.message().find(std::string(name) + "='" + value + "'"), std::string::npos);
-  }
-}
-
-SO_TEST(AutotuneWithAFixedSettingSaysTheFixedOneWins) {
-  Config c;
-  ASSERT_TRUE((FakeEnv{{{"HOROVOD_AUTOTUNE", "1"}, {"HOROVOD_FUSION_THRESHOLD", "1048576"}}}
-                   .Parse(&c)
-                   .ok()));
-  EXPECT_TRUE(HasNoteWith(c, "autotune leaves HOROVOD_FUSION_THRESHOLD as set (1048576 bytes"));
-  EXPECT_TRUE(HasNoteWith(c, "tunes only the cycle time"));
-  Config both;
-  ASSERT_TRUE((FakeEnv{
-      {{"SCALEOUT_AUTOTUNE", "1"}, {"SCALEOUT_FUSION_THRESHOLD", "0"}, {"HOROVOD_CYCLE_TIME", "5"}}}
-                   .Parse(&both)
-                   .ok()));
-  EXPECT_TRUE(HasNoteWith(both, "autotune has nothing to tune"));
-  Config off;
-  ASSERT_TRUE((FakeEnv{{{"HOROVOD_AUTOTUNE_LOG", "/tmp/x.csv"}}}.Parse(&off).ok()));
-  EXPECT_TRUE(HasNoteWith(off, "HOROVOD_AUTOTUNE_LOG is set but has no effect: autotuning is off"));
 }
 
 }  // namespace

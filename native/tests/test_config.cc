@@ -1,6 +1,6 @@
 // Config::Parse over a fake environment: SCALEOUT_* and their HOROVOD_* twins (Note [Horovod
-// variables]), where each value came from, log level names, and the notes about HOROVOD_*
-// variables that have no effect.
+// variables]), where each value came from, log level names, the notes about HOROVOD_*
+// variables that have no effect, and the autotune settings (Note [Autotune]).
 #include <map>
 #include <sstream>
 #include <string>
@@ -251,6 +251,73 @@ SO_TEST(ConfigTwinsAreTheTablesTwins) {
     ASSERT_TRUE(env.Parse(&c).ok());
     if (!EXPECT_EQ(c.sources[mine], row.twin ? theirs : std::string("default"))) ADD_FAILURE(mine);
   }
+}
+
+SO_TEST(AutotuneSettingsReadHorovodsVariables) {
+  Config c;
+  ASSERT_TRUE((FakeEnv{{{"HOROVOD_AUTOTUNE", "1"},
+                        {"HOROVOD_AUTOTUNE_LOG", "/tmp/tune.csv"},
+                        {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "0"},
+                        {"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "4"},
+                        {"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "30"},
+                        {"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "0.2"}}}
+                   .Parse(&c)
+                   .ok()));
+  EXPECT_TRUE(c.autotune);
+  EXPECT_EQ(c.autotune_log, "/tmp/tune.csv");
+  EXPECT_EQ(c.autotune_warmup_samples, 0);
+  EXPECT_EQ(c.autotune_steps_per_sample, 4);
+  EXPECT_EQ(c.autotune_max_samples, 30);
+  EXPECT_NEAR(c.autotune_noise, 0.2, 1e-12);
+  EXPECT_TRUE(c.notes.empty());
+  Config d;
+  ASSERT_TRUE((FakeEnv{{}}.Parse(&d).ok()));
+  EXPECT_FALSE(d.autotune);
+  EXPECT_EQ(d.autotune_max_samples, 16);
+}
+
+SO_TEST(AutotuneSettingsOutOfRangeNameTheVariable) {
+  const std::pair<const char*, const char*> bad[] = {
+      {"HOROVOD_AUTOTUNE", "yes"},
+      {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "-1"},
+      {"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "0"},
+      {"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "2.5"},
+      {"SCALEOUT_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "0"},
+      {"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "101"},
+      {"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "-0.1"},
+      {"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "inf"},
+  };
+  for (const auto& [name, value] : bad) {
+    Config c;
+    FakeEnv env{{{name, value}}};
+    env.vars.emplace("SCALEOUT_AUTOTUNE", "1");  // not where the bad value is HOROVOD_AUTOTUNE's
+    if (std::string(name) == "HOROVOD_AUTOTUNE") env.vars.erase("SCALEOUT_AUTOTUNE");
+    const Status s = env.Parse(&c);
+    if (!EXPECT_FALSE(s.ok())) {
+      ADD_FAILURE(std::string(name) + "=" + value + " was accepted");
+      continue;
+    }
+    EXPECT_EQ(s.code(), SO_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(s.message().find(std::string(name) + "='" + value + "'"), std::string::npos);
+  }
+}
+
+SO_TEST(AutotuneWithAFixedSettingSaysTheFixedOneWins) {
+  Config c;
+  ASSERT_TRUE((FakeEnv{{{"HOROVOD_AUTOTUNE", "1"}, {"HOROVOD_FUSION_THRESHOLD", "1048576"}}}
+                   .Parse(&c)
+                   .ok()));
+  EXPECT_TRUE(HasNoteWith(c, "autotune leaves HOROVOD_FUSION_THRESHOLD as set (1048576 bytes"));
+  EXPECT_TRUE(HasNoteWith(c, "tunes only the cycle time"));
+  Config both;
+  ASSERT_TRUE((FakeEnv{
+      {{"SCALEOUT_AUTOTUNE", "1"}, {"SCALEOUT_FUSION_THRESHOLD", "0"}, {"HOROVOD_CYCLE_TIME", "5"}}}
+                   .Parse(&both)
+                   .ok()));
+  EXPECT_TRUE(HasNoteWith(both, "autotune has nothing to tune"));
+  Config off;
+  ASSERT_TRUE((FakeEnv{{{"HOROVOD_AUTOTUNE_LOG", "/tmp/x.csv"}}}.Parse(&off).ok()));
+  EXPECT_TRUE(HasNoteWith(off, "HOROVOD_AUTOTUNE_LOG is set but has no effect: autotuning is off"));
 }
 
 }  // namespace

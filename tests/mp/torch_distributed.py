@@ -120,10 +120,22 @@ def model() -> nn.Module:
     return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)).double()
 
 
-def ddp_equals_one_process(r: int, n: int) -> None:
-    g = torch.Generator().manual_seed(1)
+def train_beside_one_process(r, n, ours, opt, ref, ref_opt, seed: int) -> None:
+    """Three steps of `ours` on this rank's 4 rows of a global batch of 4n, and of `ref` (one
+    process) on the whole batch."""
+    g = torch.Generator().manual_seed(seed)
     x = torch.randn(4 * n, 8, generator=g, dtype=torch.float64)
     y = torch.randn(4 * n, 2, generator=g, dtype=torch.float64)
+    for _ in range(3):
+        opt.zero_grad()
+        ((ours(x[4 * r : 4 * r + 4]) - y[4 * r : 4 * r + 4]) ** 2).mean().backward()
+        opt.step()
+        ref_opt.zero_grad()
+        ((ref(x) - y) ** 2).mean().backward()
+        ref_opt.step()
+
+
+def ddp_equals_one_process(r: int, n: int) -> None:
     for make_opt in (
         lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
         lambda ps: torch.optim.Adam(ps, lr=0.01),
@@ -131,13 +143,7 @@ def ddp_equals_one_process(r: int, n: int) -> None:
         ours, ref = model(), model()
         ddp = nn.parallel.DistributedDataParallel(ours)
         opt, ref_opt = make_opt(ddp.parameters()), make_opt(ref.parameters())
-        for _ in range(3):
-            opt.zero_grad()
-            ((ddp(x[4 * r : 4 * r + 4]) - y[4 * r : 4 * r + 4]) ** 2).mean().backward()
-            opt.step()
-            ref_opt.zero_grad()
-            ((ref(x) - y) ** 2).mean().backward()
-            ref_opt.step()
+        train_beside_one_process(r, n, ddp, opt, ref, ref_opt, seed=1)
         for (name, p), q in zip(ours.named_parameters(), ref.parameters()):
             check_close(p.detach(), q.detach(), f"DDP {type(opt).__name__} {name}", 1e-10, 1e-10)
 
@@ -147,9 +153,6 @@ def fsdp2_equals_one_process(r: int, n: int) -> None:
     one-process model's rows of it (FSDP2 shards dim 0 in ceil(rows / n) blocks)."""
     from torch.distributed.fsdp import fully_shard
 
-    g = torch.Generator().manual_seed(2)
-    x = torch.randn(4 * n, 8, generator=g, dtype=torch.float64)
-    y = torch.randn(4 * n, 2, generator=g, dtype=torch.float64)
     ours, ref = model(), model()
     for layer in ours:
         if isinstance(layer, nn.Linear):
@@ -157,13 +160,7 @@ def fsdp2_equals_one_process(r: int, n: int) -> None:
     fully_shard(ours)
     opt = torch.optim.SGD(ours.parameters(), lr=0.1, momentum=0.9)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
-    for _ in range(3):
-        opt.zero_grad()
-        ((ours(x[4 * r : 4 * r + 4]) - y[4 * r : 4 * r + 4]) ** 2).mean().backward()
-        opt.step()
-        ref_opt.zero_grad()
-        ((ref(x) - y) ** 2).mean().backward()
-        ref_opt.step()
+    train_beside_one_process(r, n, ours, opt, ref, ref_opt, seed=2)
     shards = ours.state_dict()
     for name, whole in ref.state_dict().items():
         rows = -(-whole.shape[0] // n)
