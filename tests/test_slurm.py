@@ -13,9 +13,10 @@ started in each of the ways a Slurm user starts one:
 and each must train what the same job trains under scaleoutrun over ssh (the weights bit for
 bit). Under srun, a rank that dies (or is killed from outside) is named by the survivors
 (Note [Liveness]), and a step the MPI cannot read (no PMI plugin, or one it does not speak)
-fails instead of running singletons (Note [No silent singletons]). srun starts Open MPI's ranks
-(--mpi=pmix) and Intel MPI's (--mpi=pmi2) too, from the environments tools/make_mpi_envs.sh
-makes (tests/test_other_mpis.py runs a part of the suite there; without them those cases skip).
+fails instead of running singletons (Note [No silent singletons]). srun starts Open MPI 5's and
+4's ranks (--mpi=pmix) and Intel MPI's (--mpi=pmi2) too, from the environments
+tools/make_mpi_envs.sh makes (tests/test_other_mpis.py runs a part of the suite there; without
+them those cases skip).
 
 Needs root, the hosts' tools (tests/_hosts.py) and `apt-get install -y slurm-wlm munge`; where
 any is missing the tests skip and say why.
@@ -52,6 +53,7 @@ MPIS = {
     "mpich": (None, "pmi2"),
     "openmpi": ("SCALEOUT_TEST_VENV_OMPI", "pmix"),
     "intelmpi": ("SCALEOUT_TEST_VENV_IMPI", "pmi2"),
+    "openmpi4": ("SCALEOUT_TEST_VENV_OMPI4", "pmix"),
 }
 
 
@@ -242,8 +244,9 @@ def survivors_meeting(path: Path, survivors: int):
         ("mpich", "last", "busy"),
         ("openmpi", "last", "idle"),
         ("intelmpi", "last", "idle"),
+        ("openmpi4", "last", "idle"),
     ],
-    ids=["last-idle", "zero-idle", "last-busy", "openmpi", "intelmpi"],
+    ids=["last-idle", "zero-idle", "last-busy", "openmpi", "intelmpi", "openmpi4"],
 )
 def test_srun_a_killed_rank_is_named(cluster, tmp_path, mpi, victim, mode):
     # srun leaves the other tasks running when one dies (KillOnBadExit=0, Slurm's default; its

