@@ -115,7 +115,8 @@ Status CollectiveExecutor::Allreduce(const Response& r, const std::vector<Tensor
         fused.total(), r.dtype, op,
         [&](size_t first, size_t count, uint8_t* dst) { fused.Pack(first, count, dst); },
         [&](size_t first, size_t count, const uint8_t* src) { fused.Unpack(first, count, src); },
-        HalfFactors{r.prescale, post});
+        HalfFactors{r.prescale, post},
+        [&](size_t first, size_t count) { return fused.Input(first, count); });
   }
   // One tensor of this rank's own: reduce straight from input into output.
   if (entries.size() == 1 && entries[0] != nullptr && r.prescale == 1.0) {

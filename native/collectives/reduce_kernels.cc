@@ -542,6 +542,63 @@ void ReduceInto(void* inout, const void* in, size_t count, DataType dtype, Reduc
   InvalidDataType(dtype, "ReduceInto");
 }
 
+// ---- ReduceFrom ----
+
+template <typename T, typename Op>
+void ReduceFromLoop(T* __restrict__ out, const T* __restrict__ a, const T* __restrict__ b,
+                    size_t count, Op op) {
+  for (size_t i = 0; i < count; ++i) out[i] = op(a[i], b[i]);
+}
+
+template <typename T>
+void ReduceFromTyped(void* out_v, const void* a_v, const void* b_v, size_t count, ReduceOp op) {
+  T* out = static_cast<T*>(out_v);
+  const T* a = static_cast<const T*>(a_v);
+  const T* b = static_cast<const T*>(b_v);
+  switch (op) {
+    case ReduceOp::kAverage:
+    case ReduceOp::kSum:
+      return ReduceFromLoop(out, a, b, count, AddOp());
+    case ReduceOp::kMin:
+      return ReduceFromLoop(out, a, b, count, MinOp());
+    case ReduceOp::kMax:
+      return ReduceFromLoop(out, a, b, count, MaxOp());
+    case ReduceOp::kProduct:
+      return ReduceFromLoop(out, a, b, count, MultiplyOp());
+  }
+  CheckFailed(__FILE__, __LINE__, "IsValidReduceOp(op)",
+              "invalid reduce op " + std::to_string(static_cast<int>(op)));
+}
+
+void ReduceFrom(void* out, const void* a, const void* b, size_t count, DataType dtype,
+                ReduceOp op) {
+  switch (dtype) {
+    case DataType::kUInt8:
+      return ReduceFromTyped<uint8_t>(out, a, b, count, op);
+    case DataType::kInt8:
+      return ReduceFromTyped<int8_t>(out, a, b, count, op);
+    case DataType::kInt16:
+      return ReduceFromTyped<int16_t>(out, a, b, count, op);
+    case DataType::kUInt16:
+      return ReduceFromTyped<uint16_t>(out, a, b, count, op);
+    case DataType::kInt32:
+      return ReduceFromTyped<int32_t>(out, a, b, count, op);
+    case DataType::kInt64:
+      return ReduceFromTyped<int64_t>(out, a, b, count, op);
+    case DataType::kFloat32:
+      return ReduceFromTyped<float>(out, a, b, count, op);
+    case DataType::kFloat64:
+      return ReduceFromTyped<double>(out, a, b, count, op);
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+    case DataType::kBool:
+      // Widened, or logical: the two passes.
+      CopyBytes(out, a, count * DataTypeSize(dtype));
+      return ReduceInto(out, b, count, dtype, op);
+  }
+  InvalidDataType(dtype, "ReduceFrom");
+}
+
 void ScaleBuffer(void* buf, size_t count, DataType dtype, double factor) {
   SO_CHECK(dtype != DataType::kBool, "ScaleBuffer is not defined for bool");
   if (factor == 1.0) return;

@@ -19,6 +19,10 @@ namespace scaleout {
 // float16/bfloat16 are accumulated in float32 and rounded once per element.
 void ReduceInto(void* inout, const void* in, size_t count, DataType dtype, ReduceOp op);
 
+// out[i] = op(a[i], b[i]) for i < count: ReduceInto of b into a copy of a, in one pass (out may
+// not overlap a or b). The same bits as CopyBytes then ReduceInto.
+void ReduceFrom(void* out, const void* a, const void* b, size_t count, DataType dtype, ReduceOp op);
+
 // buf[i] *= factor, computed in double for float64 and integers and in float otherwise, then
 // converted back (integers truncate toward zero, out-of-range values saturate). No-op when factor
 // == 1.0. Not defined for bool.

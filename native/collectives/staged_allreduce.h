@@ -40,11 +40,14 @@ class StagedAllreduce {
   using PackFn = std::function<void(size_t first, size_t count, uint8_t* dst)>;
   // Takes the reduced elements [first, first + count) from src.
   using UnpackFn = std::function<void(size_t first, size_t count, const uint8_t* src)>;
+  // Where this rank's elements [first, first + count) already lie as pack would write them, or
+  // nullptr: the owner of a slice then reduces straight from there (Note [Staged allreduce]).
+  using InputFn = std::function<const uint8_t*(size_t first, size_t count)>;
 
   // Reduces `total` elements of `dtype` with `op` (Average reduces as Sum). Every rank calls it
   // with the same total, dtype, op and factors.
   Status Run(size_t total, DataType dtype, ReduceOp op, const PackFn& pack, const UnpackFn& unpack,
-             const HalfFactors& half = HalfFactors());
+             const HalfFactors& half = HalfFactors(), const InputFn& input = nullptr);
 
   // The elements [*lo, *hi) of a count-element round that `rank` of `size` reduces: whole
   // 64-byte lines, as evenly spread as they go (exposed for tests).

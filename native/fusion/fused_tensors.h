@@ -75,6 +75,20 @@ class FusedTensors {
     });
   }
 
+  // Where elements [first, first + count) of this rank's input lie as they would be packed (one
+  // tensor's, unscaled), or nullptr (several tensors, a prescale, a joined rank's zeros).
+  const uint8_t* Input(size_t first, size_t count) const {
+    if (pre_ != 1.0 || count == 0) return nullptr;
+    const uint8_t* found = nullptr;
+    int pieces = 0;
+    ForEachPiece(first, count, [&](size_t i, size_t at, size_t n, size_t) {
+      ++pieces;
+      const TensorEntry* e = entries_[i];
+      if (e != nullptr && n == count) found = static_cast<const uint8_t*>(e->input) + at * esize_;
+    });
+    return pieces == 1 ? found : nullptr;
+  }
+
   // The reduced elements [first, first + count) from src into the outputs, postscaled.
   void Unpack(size_t first, size_t count, const uint8_t* src) const {
     ForEachPiece(first, count, [&](size_t i, size_t at, size_t n, size_t from) {
