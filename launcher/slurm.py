@@ -147,7 +147,8 @@ def _inside_a_step(environ: Mapping[str, str], job_id: str) -> Optional[str]:
         )
         + ". Run scaleoutrun once, directly in the allocation (salloc's shell or an sbatch "
         "script, not under srun); or let srun start the ranks without scaleoutrun "
-        "(srun --mpi=pmi2 python train.py, for MPICH); or name the hosts with -H or --hostfile "
+        "(srun --mpi=pmi2 python train.py for MPICH and Intel MPI, --mpi=pmix for Open MPI); or "
+        "name the hosts with -H or --hostfile "
         "and --slurm off"
     )
 

