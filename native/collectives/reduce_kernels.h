@@ -29,10 +29,10 @@ void ReduceFrom(void* out, const void* a, const void* b, size_t count, DataType 
 void ScaleBuffer(void* buf, size_t count, DataType dtype, double factor);
 
 // memcpy of non-overlapping buffers. Large copies take rep movsb on Intel cores (as fast as
-// glibc's memcpy there, faster than a vector loop into shared memory) and a loop elsewhere: on some x86 CPUs (AMD EPYC
-// measured here) rep movsb runs about 15x slower when dst - src is 16 bytes past a multiple of
-// 4096, which is just how a page-aligned staging buffer and a numpy array allocated by mmap (16
-// bytes of malloc header) line up. See Note [Copies].
+// glibc's memcpy there, faster than a vector loop into shared memory) and a loop elsewhere: on
+// some x86 CPUs (AMD EPYC measured here) rep movsb runs about 15x slower when dst - src is 16
+// bytes past a multiple of 4096, which is just how a page-aligned staging buffer and a numpy
+// array allocated by mmap (16 bytes of malloc header) line up. See Note [Copies].
 void CopyBytes(void* dst, const void* src, size_t bytes);
 
 // dst[i] = float(src[i]) * factor for a float16 or bfloat16 source (dtype says which).
