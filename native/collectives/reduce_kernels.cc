@@ -168,6 +168,53 @@ struct AndOp {
   uint8_t operator()(uint8_t a, uint8_t b) const { return (a != 0) & (b != 0); }
 };
 
+// fn(the element operation of op); Average reduces as Sum (its division is a ScaleBuffer).
+template <typename Fn>
+void WithReduceOp(ReduceOp op, Fn&& fn) {
+  switch (op) {
+    case ReduceOp::kAverage:
+    case ReduceOp::kSum:
+      return fn(AddOp());
+    case ReduceOp::kMin:
+      return fn(MinOp());
+    case ReduceOp::kMax:
+      return fn(MaxOp());
+    case ReduceOp::kProduct:
+      return fn(MultiplyOp());
+  }
+  CheckFailed(__FILE__, __LINE__, "IsValidReduceOp(op)",
+              "invalid reduce op " + std::to_string(static_cast<int>(op)));
+}
+
+// fn(a value of the C++ type of dtype) for the dtypes the plain typed loops serve (integers,
+// float32, float64); false, calling nothing, for float16, bfloat16, bool and invalid values.
+template <typename Fn>
+bool WithPlainType(DataType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DataType::kUInt8:
+      return fn(uint8_t()), true;
+    case DataType::kInt8:
+      return fn(int8_t()), true;
+    case DataType::kInt16:
+      return fn(int16_t()), true;
+    case DataType::kUInt16:
+      return fn(uint16_t()), true;
+    case DataType::kInt32:
+      return fn(int32_t()), true;
+    case DataType::kInt64:
+      return fn(int64_t()), true;
+    case DataType::kFloat32:
+      return fn(float()), true;
+    case DataType::kFloat64:
+      return fn(double()), true;
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+    case DataType::kBool:
+      break;
+  }
+  return false;
+}
+
 // ---- ReduceInto ----
 
 template <typename T, typename Op>
@@ -179,19 +226,7 @@ template <typename T>
 void ReduceTyped(void* inout_v, const void* in_v, size_t count, ReduceOp op) {
   T* inout = static_cast<T*>(inout_v);
   const T* in = static_cast<const T*>(in_v);
-  switch (op) {
-    case ReduceOp::kAverage:
-    case ReduceOp::kSum:
-      return ReduceLoop(inout, in, count, AddOp());
-    case ReduceOp::kMin:
-      return ReduceLoop(inout, in, count, MinOp());
-    case ReduceOp::kMax:
-      return ReduceLoop(inout, in, count, MaxOp());
-    case ReduceOp::kProduct:
-      return ReduceLoop(inout, in, count, MultiplyOp());
-  }
-  CheckFailed(__FILE__, __LINE__, "IsValidReduceOp(op)",
-              "invalid reduce op " + std::to_string(static_cast<int>(op)));
+  WithReduceOp(op, [&](auto each) { ReduceLoop(inout, in, count, each); });
 }
 
 // ---- half precision: portable loops ----
@@ -417,38 +452,14 @@ void AccumulateWith(float* acc, const uint16_t* src, size_t count, float factor,
 
 template <typename Codec>
 void Accumulate(float* acc, const uint16_t* src, size_t count, float factor, ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kAverage:
-    case ReduceOp::kSum:
-      return AccumulateWith<Codec>(acc, src, count, factor, AddOp());
-    case ReduceOp::kMin:
-      return AccumulateWith<Codec>(acc, src, count, factor, MinOp());
-    case ReduceOp::kMax:
-      return AccumulateWith<Codec>(acc, src, count, factor, MaxOp());
-    case ReduceOp::kProduct:
-      return AccumulateWith<Codec>(acc, src, count, factor, MultiplyOp());
-  }
-  CheckFailed(__FILE__, __LINE__, "IsValidReduceOp(op)",
-              "invalid reduce op " + std::to_string(static_cast<int>(op)));
+  WithReduceOp(op, [&](auto each) { AccumulateWith<Codec>(acc, src, count, factor, each); });
 }
 
 template <typename Codec>
 void ReduceHalf(void* inout_v, const void* in_v, size_t count, ReduceOp op) {
   uint16_t* inout = static_cast<uint16_t*>(inout_v);
   const uint16_t* in = static_cast<const uint16_t*>(in_v);
-  switch (op) {
-    case ReduceOp::kAverage:
-    case ReduceOp::kSum:
-      return ReduceHalfWith<Codec>(inout, in, count, AddOp());
-    case ReduceOp::kMin:
-      return ReduceHalfWith<Codec>(inout, in, count, MinOp());
-    case ReduceOp::kMax:
-      return ReduceHalfWith<Codec>(inout, in, count, MaxOp());
-    case ReduceOp::kProduct:
-      return ReduceHalfWith<Codec>(inout, in, count, MultiplyOp());
-  }
-  CheckFailed(__FILE__, __LINE__, "IsValidReduceOp(op)",
-              "invalid reduce op " + std::to_string(static_cast<int>(op)));
+  WithReduceOp(op, [&](auto each) { ReduceHalfWith<Codec>(inout, in, count, each); });
 }
 
 void ReduceBool(void* inout_v, const void* in_v, size_t count, ReduceOp op) {
@@ -515,30 +526,12 @@ void ScaleInteger(T* __restrict__ buf, size_t count, double factor) {
 }  // namespace
 
 void ReduceInto(void* inout, const void* in, size_t count, DataType dtype, ReduceOp op) {
-  switch (dtype) {
-    case DataType::kUInt8:
-      return ReduceTyped<uint8_t>(inout, in, count, op);
-    case DataType::kInt8:
-      return ReduceTyped<int8_t>(inout, in, count, op);
-    case DataType::kInt16:
-      return ReduceTyped<int16_t>(inout, in, count, op);
-    case DataType::kUInt16:
-      return ReduceTyped<uint16_t>(inout, in, count, op);
-    case DataType::kInt32:
-      return ReduceTyped<int32_t>(inout, in, count, op);
-    case DataType::kInt64:
-      return ReduceTyped<int64_t>(inout, in, count, op);
-    case DataType::kFloat16:
-      return ReduceHalf<HalfCodec>(inout, in, count, op);
-    case DataType::kBFloat16:
-      return ReduceHalf<BFloat16Codec>(inout, in, count, op);
-    case DataType::kFloat32:
-      return ReduceTyped<float>(inout, in, count, op);
-    case DataType::kFloat64:
-      return ReduceTyped<double>(inout, in, count, op);
-    case DataType::kBool:
-      return ReduceBool(inout, in, count, op);
+  if (WithPlainType(dtype, [&](auto t) { ReduceTyped<decltype(t)>(inout, in, count, op); })) {
+    return;
   }
+  if (dtype == DataType::kFloat16) return ReduceHalf<HalfCodec>(inout, in, count, op);
+  if (dtype == DataType::kBFloat16) return ReduceHalf<BFloat16Codec>(inout, in, count, op);
+  if (dtype == DataType::kBool) return ReduceBool(inout, in, count, op);
   InvalidDataType(dtype, "ReduceInto");
 }
 
@@ -555,48 +548,18 @@ void ReduceFromTyped(void* out_v, const void* a_v, const void* b_v, size_t count
   T* out = static_cast<T*>(out_v);
   const T* a = static_cast<const T*>(a_v);
   const T* b = static_cast<const T*>(b_v);
-  switch (op) {
-    case ReduceOp::kAverage:
-    case ReduceOp::kSum:
-      return ReduceFromLoop(out, a, b, count, AddOp());
-    case ReduceOp::kMin:
-      return ReduceFromLoop(out, a, b, count, MinOp());
-    case ReduceOp::kMax:
-      return ReduceFromLoop(out, a, b, count, MaxOp());
-    case ReduceOp::kProduct:
-      return ReduceFromLoop(out, a, b, count, MultiplyOp());
-  }
-  CheckFailed(__FILE__, __LINE__, "IsValidReduceOp(op)",
-              "invalid reduce op " + std::to_string(static_cast<int>(op)));
+  WithReduceOp(op, [&](auto each) { ReduceFromLoop(out, a, b, count, each); });
 }
 
 void ReduceFrom(void* out, const void* a, const void* b, size_t count, DataType dtype,
                 ReduceOp op) {
-  switch (dtype) {
-    case DataType::kUInt8:
-      return ReduceFromTyped<uint8_t>(out, a, b, count, op);
-    case DataType::kInt8:
-      return ReduceFromTyped<int8_t>(out, a, b, count, op);
-    case DataType::kInt16:
-      return ReduceFromTyped<int16_t>(out, a, b, count, op);
-    case DataType::kUInt16:
-      return ReduceFromTyped<uint16_t>(out, a, b, count, op);
-    case DataType::kInt32:
-      return ReduceFromTyped<int32_t>(out, a, b, count, op);
-    case DataType::kInt64:
-      return ReduceFromTyped<int64_t>(out, a, b, count, op);
-    case DataType::kFloat32:
-      return ReduceFromTyped<float>(out, a, b, count, op);
-    case DataType::kFloat64:
-      return ReduceFromTyped<double>(out, a, b, count, op);
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-    case DataType::kBool:
-      // Widened, or logical: the two passes.
-      CopyBytes(out, a, count * DataTypeSize(dtype));
-      return ReduceInto(out, b, count, dtype, op);
+  if (WithPlainType(dtype, [&](auto t) { ReduceFromTyped<decltype(t)>(out, a, b, count, op); })) {
+    return;
   }
-  InvalidDataType(dtype, "ReduceFrom");
+  if (!IsValidDataType(static_cast<int>(dtype))) InvalidDataType(dtype, "ReduceFrom");
+  // Widened, or logical: the two passes.
+  CopyBytes(out, a, count * DataTypeSize(dtype));
+  ReduceInto(out, b, count, dtype, op);
 }
 
 void ScaleBuffer(void* buf, size_t count, DataType dtype, double factor) {
