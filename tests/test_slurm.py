@@ -40,6 +40,7 @@ import pytest
 from _hosts import SSH_PORT
 from _slurm import Cluster, SlurmUnavailable, made_cluster
 from conftest import MP, SCALEOUTRUN
+from test_mpi_flavours import any_python
 
 TRAIN = str(MP / "slurm_train.py")
 PEER_DEATH = str(MP / "peer_death.py")
@@ -49,24 +50,9 @@ JOB_ENV = {"SCALEOUT_STALL_CHECK_TIME_SECONDS": "30"}
 # Four tasks on the first two nodes (a node that is still completing the last job would
 # otherwise be passed over for the third).
 ON_TWO = ("-N", "2", "-n", "4", "--nodelist=hostA,hostB")
-# The MPIs srun starts here: the Python of each one's environment and the plugin it reads.
-MPIS = {
-    "mpich": (None, "pmi2"),
-    "openmpi": ("SCALEOUT_TEST_VENV_OMPI", "pmix"),
-    "intelmpi": ("SCALEOUT_TEST_VENV_IMPI", "pmi2"),
-    "openmpi4": ("SCALEOUT_TEST_VENV_OMPI4", "pmix"),
-}
-
-
-def python_of(mpi: str) -> tuple[str, str]:
-    """The Python whose scaleout loads `mpi`, and srun's --mpi= value for it."""
-    variable, plugin = MPIS[mpi]
-    if variable is None:
-        return sys.executable, plugin
-    python = Path(os.environ.get(variable, "/nonexistent")) / "bin" / "python"
-    if not python.exists():
-        pytest.skip(f"no {mpi} environment ({variable}; tools/make_mpi_envs.sh makes it)")
-    return str(python), plugin
+# The MPIs srun starts here, each from its environment (test_mpi_flavours.any_python), and the
+# plugin each reads.
+PLUGINS = {"mpich": "pmi2", "openmpi": "pmix", "intelmpi": "pmi2", "openmpi4": "pmix"}
 
 
 @pytest.fixture(scope="module")
@@ -155,9 +141,9 @@ def test_salloc_scaleoutrun_reads_uneven_tasks_per_node(cluster, reference):
     check_training(results(done.stdout), UNEVEN, reference("hostA:2,hostB:2,hostC:1"))
 
 
-@pytest.mark.parametrize("mpi", list(MPIS))
+@pytest.mark.parametrize("mpi", list(PLUGINS))
 def test_srun_starts_the_ranks(cluster, reference_weights, mpi):
-    python, plugin = python_of(mpi)
+    python, plugin = any_python(mpi), PLUGINS[mpi]
     done = run(cluster, "srun", *ON_TWO, f"--mpi={plugin}", python, TRAIN)
     assert done.returncode == 0, done.stdout + done.stderr
     check_training(results(done.stdout), {"hostA": 2, "hostB": 2}, reference_weights)
@@ -268,7 +254,7 @@ def test_srun_a_killed_rank_is_named(cluster, tmp_path, mpi, victim, mode):
     # [Liveness]) must end their collectives with an error naming the dead rank, its pid and
     # host; tests/mp/peer_death.py checks the error on every rank. On Open MPI that takes its
     # fault tolerance, which scaleout turns on under srun (Note [Open MPI under srun]).
-    python, plugin = python_of(mpi)
+    python, plugin = any_python(mpi), PLUGINS[mpi]
     meeting = tmp_path / "meeting"
     with survivors_meeting(meeting, 3) as arrived:
         argv = ["srun", *ON_TWO, f"--mpi={plugin}", python, PEER_DEATH, victim, mode]
@@ -337,7 +323,7 @@ def test_srun_without_a_pmi_plugin_is_refused(cluster):
 def test_srun_with_a_plugin_open_mpi_does_not_read_is_refused(cluster):
     # Open MPI reads PMIx only: under --mpi=pmi2 each task is a job of one, which must fail at
     # init naming the plugin srun used and the one to use.
-    python, _ = python_of("openmpi")
+    python = any_python("openmpi")
     done = run(cluster, "srun", "-l", *ON_TWO, "--mpi=pmi2", python, TRAIN)
     out = done.stdout + done.stderr
     assert done.returncode != 0 and not results(done.stdout), out

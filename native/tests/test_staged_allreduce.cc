@@ -37,9 +37,9 @@ struct Outcome {
 };
 
 // Rank g's `repeats` runs: element i of repetition rep is (i % 11) * (g + 1) + rep on rank g;
-// what it unpacks, and how often, goes into out (the last repetition's stays).
-// With `with_input`, the rank's elements also lie in a buffer that the run may reduce from
-// instead of packing them (StagedAllreduce::InputFn).
+// what it unpacks, and how often, goes into out (the last repetition's stays). With
+// `with_input`, the run may also reduce from where the rank's elements lie instead of packing
+// them (StagedAllreduce::InputFn).
 void RunRepetitions(StagedAllreduce& staged, int g, size_t total, ReduceOp op, int repeats,
                     bool with_input, Outcome* out) {
   std::mt19937 jitter(g);
@@ -50,9 +50,7 @@ void RunRepetitions(StagedAllreduce& staged, int g, size_t total, ReduceOp op, i
     out->packed[g] = 0;
     auto pack = [&](size_t first, size_t count, uint8_t* dst) {
       if (jitter() % 4 == 0) std::this_thread::yield();
-      auto* d = reinterpret_cast<int64_t*>(dst);
-      for (size_t i = 0; i < count; ++i)
-        d[i] = static_cast<int64_t>((first + i) % 11) * (g + 1) + rep;
+      std::memcpy(dst, input.data() + first, count * sizeof(int64_t));
       out->packed[g] += count;
     };
     StagedAllreduce::InputFn in;
