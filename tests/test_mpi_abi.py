@@ -103,6 +103,36 @@ def test_open_mpi_gets_its_files_and_under_srun_its_fault_tolerance(tmp_path):
     assert _mpi_library.open_mpi_environment({"PMIX_NAMESPACE": "prterun-h-1@1"}, "/") == {}
 
 
+def test_mpich_wheel_under_srun_pmi2_runs_over_ofi(tmp_path):
+    # Note [MPICH under srun]: only the mpich wheel's library (UCX and libfabric beside it),
+    # only in a rank srun's pmi2 plugin started; what the user set wins.
+    by_srun = {"SLURM_MPI_TYPE": "pmi2", "PMI_FD": "11", "PMI_RANK": "0", "PMI_SIZE": "4"}
+    ofi = {"MPICH_CH4_NETMOD": "ofi", "FI_PROVIDER": "^sockets"}
+    assert _mpi_library.mpich_environment(by_srun, str(tmp_path)) == {}  # no MPICH here
+    lib = tmp_path / "lib"
+    (lib / "mpich").mkdir(parents=True)
+    (lib / "libmpi.so.12").touch()
+    (lib / "mpich" / "libucp.so.0").touch()
+    assert _mpi_library.mpich_environment(by_srun, str(tmp_path)) == {}  # UCX only
+    (lib / "mpich" / "libfabric.so.1").touch()
+    assert _mpi_library.mpich_environment(by_srun, str(tmp_path)) == ofi
+    # Hydra's ranks (mpiexec or scaleoutrun, inside an allocation whose srun default is pmi2),
+    # srun's other plugins, and no srun at all: UCX stays.
+    hydra = {**by_srun, "MPI_LOCALRANKID": "0"}
+    for environ in (hydra, {**by_srun, "SLURM_MPI_TYPE": "pmix"}, {"PMI_FD": "5"}, {}):
+        assert _mpi_library.mpich_environment(environ, str(tmp_path)) == {}
+    for chosen in ({"MPICH_CH4_NETMOD": "ucx"}, {"MPIR_CVAR_CH4_NETMOD": "ucx"}):
+        assert _mpi_library.mpich_environment({**by_srun, **chosen}, str(tmp_path)) == {}
+    mine = {**by_srun, "FI_PROVIDER": "verbs"}
+    assert _mpi_library.mpich_environment(mine, str(tmp_path)) == {"MPICH_CH4_NETMOD": "ofi"}
+    # Another MPICH that mpi4py is pointed at: not the wheel's library.
+    module = tmp_path / "module" / "lib"
+    module.mkdir(parents=True)
+    (module / "libmpi.so.12.4.3").touch()
+    for other in ({"LD_LIBRARY_PATH": str(module)}, {"MPI4PY_LIBMPI": str(module / "libmpi.so")}):
+        assert _mpi_library.mpich_environment({**by_srun, **other}, str(tmp_path)) == {}
+
+
 @pytest.mark.parametrize(
     "world, environ",
     [
