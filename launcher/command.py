@@ -37,7 +37,13 @@ from .mpi_launcher import (
     survivor_args,
     yield_environment,
 )
-from .plan import JobPlan, placement_request, plan_placement, torch_store_environment
+from .plan import (
+    JobPlan,
+    horovod_slots_environment,
+    placement_request,
+    plan_placement,
+    torch_store_environment,
+)
 from .report import JobOutcome
 from .supervisor import HostProbe, run_job
 from .topology import detect
@@ -187,6 +193,7 @@ def prepare_job(
         **torch_store_environment(
             plan, _free_port, lambda: driver_addresses(config.network_interfaces)[0]
         ),
+        **horovod_slots_environment(plan),
         **rank_env,
     }
     env = {**environ, **added}

@@ -41,11 +41,20 @@ from .command import prepare_job, resolve_launcher
 from .config import LaunchConfig
 from .elastic_discovery import DISCOVERY_INTERVAL, Discovery, DiscoveryError, HostWatch, say
 from .elastic_notifier import Notifier, driver_addresses
-from .elastic_plan import Blacklist, End, assign_slots, classify_ends, host_update, judge_generation
+from .elastic_plan import (
+    Blacklist,
+    End,
+    assign_slots,
+    classify_ends,
+    host_update,
+    judge_generation,
+    worker_numbers,
+)
 from .errors import UsageError
 from .hosts import HostSlots, format_host_list, is_local_host
 from .mpi_launcher import LaunchError
 from .plan import HostSource, plan_job
+from .rank_env import HOROVOD_NUMBERS
 from .report import JobOutcome
 from .topology import local_cpus
 from .unreachable import planned_host
@@ -70,6 +79,7 @@ class _Run:
     job: str
     blacklist: Blacklist
     hosts_used: dict[str, None] = dataclasses.field(default_factory=dict)  # ordered set
+    numbers_used: int = 0  # worker numbers handed out (elastic_plan.worker_numbers)
 
     def commit_note(self) -> str:
         """Where the job's commits are, for a message when it cannot go on."""
@@ -207,6 +217,8 @@ def _generations(
     timeout: float,
 ) -> int:
     config, previous, resets, generation = run.config, [], 0, 0
+    numbers: dict[tuple[str, int], int] = {}  # the last generation's worker numbers
+    failed: tuple[str, ...] = ()  # the last generation's failed hosts
     while True:
         needed = start_np if generation == 0 else min_np
         if config.max_np is not None:  # as Horovod: -np above --max-np starts at --max-np
@@ -231,8 +243,12 @@ def _generations(
         source = HostSource(tuple(hosts), "the elastic job's hosts", "ssh")
         shape = dataclasses.replace(config, np=world, hosts=None, hostfile=None, slurm="off")
         plan = plan_job(shape, local_cpus(), source)
+        numbers = worker_numbers(hosts, numbers, failed, run.numbers_used)
+        by_rank = [numbers[h.host, slot] for h in hosts for slot in range(h.slots)]
+        run.numbers_used = max([run.numbers_used, *(number + 1 for number in by_rank)])
         rank_env = {
             **protocol.job_environment(run.job, [(h.host, h.slots) for h in hosts]),
+            HOROVOD_NUMBERS: ",".join(map(str, by_rank)),
             **notifier.rank_environment(generation),
             **_one_machine_environment(hosts, run.environ),
         }
@@ -254,6 +270,7 @@ def _generations(
         ends = _ends(outcome, job)
         verdict = judge_generation(ends, resets, config.reset_limit)
         now = time.time()
+        failed = verdict.failed_hosts
         for host in verdict.failed_hosts:
             run.blacklist.add(host, now)
         summary = _describe(ends, outcome)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 import random
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Collection, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from scaleout._elastic_protocol import RESTART_EXIT_CODE, HostUpdateResult
 
@@ -34,6 +34,7 @@ __all__ = [
     "host_update",
     "HOSTS_ADDED",
     "HOSTS_REMOVED",
+    "worker_numbers",
 ]
 
 # A rank that stops for a restart; Horovod's flags of a host update.
@@ -104,6 +105,28 @@ def assign_slots(
         if left is not None:
             left -= slots
     return chosen
+
+
+def worker_numbers(
+    hosts: Sequence[HostSlots],
+    previous: Mapping[Tuple[str, int], int],
+    failed_hosts: Collection[str],
+    used: int,
+) -> Dict[Tuple[str, int], int]:
+    """Each (host, slot)'s worker number in a generation, its HOROVOD_RANK (Note [horovodrun's
+    rank variables] in rank_env): a slot of the last generation on a host where nothing failed
+    keeps its worker's number (in Horovod that worker lives on through the reset); any other
+    slot gets a number not used before, counting on from `used`."""
+    numbers = {}
+    for entry in hosts:
+        for slot in range(entry.slots):
+            key = (entry.host, slot)
+            if key in previous and entry.host not in failed_hosts:
+                numbers[key] = previous[key]
+            else:
+                numbers[key] = used
+                used += 1
+    return numbers
 
 
 def host_update(running: Sequence[HostSlots], next_hosts: Sequence[HostSlots]) -> HostUpdateResult:

@@ -9,6 +9,7 @@ from .config import LaunchConfig
 from .errors import UsageError
 from .hosts import HostSlots, is_local_host, parse_host_list, ranks_per_host, read_hostfile
 from .placement import NodePlan, PlacementError, PlacementRequest, parse_ep_affinity, plan_node
+from .rank_env import HOROVOD_SLOTS
 from .slurm import detect_allocation
 from .topology import Topology
 
@@ -206,6 +207,13 @@ def torch_store_environment(
         "SCALEOUT_TORCH_MASTER_ADDR": address,
         "SCALEOUT_TORCH_MASTER_PORT": str(free_port()),
     }
+
+
+def horovod_slots_environment(plan: JobPlan) -> dict[str, str]:
+    """The job's hosts and slots in rank order, from which each rank's wrapper works out
+    horovodrun's variables for it (Note [horovodrun's rank variables] in rank_env)."""
+    hosts = plan.hosts or (HostSlots("localhost", plan.np),)
+    return {HOROVOD_SLOTS: ",".join(f"{entry.host}:{entry.slots}" for entry in hosts)}
 
 
 def _format(value: object) -> str:

@@ -59,7 +59,12 @@ from .placement import (  # noqa: E402
     plan_node,
     rank_environment,
 )
-from .rank_env import local_rank_and_size, rank_from_environment, torch_rank_environment  # noqa: E402
+from .rank_env import (  # noqa: E402
+    horovod_rank_environment,
+    local_rank_and_size,
+    rank_from_environment,
+    torch_rank_environment,
+)
 from .topology import detect  # noqa: E402
 
 __all__ = ["main", "RankRunner"]
@@ -406,6 +411,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return 128 + signal.SIGTERM
     env = dict(os.environ)
     env.update(torch_rank_environment(os.environ))
+    env.update(horovod_rank_environment(os.environ))
     cpus: Optional[set[int]] = None
     if args.bind_to is not None:
         try:

@@ -98,6 +98,19 @@ class ElasticJob:
 
     def rank_pid(self, rank: int, generation: int) -> Optional[int]:
         """The process of the rank's program (not its wrapper) in that generation."""
+        found = self._rank_process(rank, generation)
+        return found[0] if found is not None else None
+
+    def rank_variables(self, rank: int, generation: int) -> dict[str, str]:
+        """The environment of the rank's program in that generation, once it runs."""
+        found = []
+        self.wait_for(
+            f"rank {rank} of generation {generation}",
+            lambda: found.append(self._rank_process(rank, generation)) or found[-1],
+        )
+        return found[-1][1]
+
+    def _rank_process(self, rank: int, generation: int) -> Optional[tuple[int, dict[str, str]]]:
         wanted = {
             f"SCALEOUT_ELASTIC_JOB={self.job}",
             f"PMI_RANK={rank}",
@@ -116,7 +129,8 @@ class ElasticJob:
             except OSError:
                 continue
             if wanted <= variables:
-                return int(entry)
+                pairs = (item.partition("=") for item in variables if "=" in item)
+                return int(entry), {name: value for name, _, value in pairs}
         return None
 
     def kill_rank(self, rank: int, generation: int) -> None:

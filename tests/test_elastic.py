@@ -87,6 +87,13 @@ def test_rank_0_killed(tmp_path):
     )
     job.wait_for_commit(8)
     job.kill_rank(0, generation=0)
+    # Note [horovodrun's rank variables]: the survivors keep their worker's HOROVOD_RANK and
+    # HOROVOD_HOSTNAME (Horovod's identity of a worker) while their rank becomes 0 and 1; the
+    # generation's size is theirs.
+    for rank, number in ((0, "1"), (1, "2")):
+        mine = job.rank_variables(rank, generation=1)
+        got = [mine.get(f"HOROVOD_{name}") for name in ("RANK", "HOSTNAME", "SIZE", "LOCAL_RANK")]
+        assert got == [number, "localhost", "2", str(rank)], (rank, mine)
     done = job.finish()
     assert done.returncode == 0, job.output()
     assert "rank 0 (on 127.0.0.1, was killed by SIGKILL) failed" in done.stderr, job.output()
@@ -98,6 +105,24 @@ def test_rank_0_killed(tmp_path):
     assert "autotune: done after 4 steps" in before and "autotune: done after 4 steps" in after
     rows = log.read_text().splitlines()
     assert rows[0].startswith("hierarchical_allreduce,") and len(rows) == 6, rows
+
+
+def test_a_worker_that_raises_is_a_failure_of_its_host(tmp_path):
+    """As in Horovod: the host of a worker that raises is blacklisted and the others go on.
+    The script picks the raising worker by HOROVOD_RANK, which stays the worker's through the
+    restart: with the generation's rank instead, the next generation's rank 0 would raise too,
+    and with both hosts blacklisted the job would end."""
+    script = [sys.executable, str(MP / "elastic_worker_raises.py"), "0", "6", *example()[1:]]
+    job = ElasticJob(tmp_path, "127.0.0.1:1\nlocalhost:2\n", ["-np", "3", "--min-np", "2"], script)
+    done = job.finish()
+    assert done.returncode == 0, job.output()
+    assert done.stderr.count("RuntimeError: worker 0 (rank 0) raises at its commit 6") == 1, (
+        job.output()
+    )
+    assert "generation 0 ended: rank 0 (on 127.0.0.1) failed" in done.stderr, job.output()
+    assert "blacklisted 127.0.0.1 for good" in done.stderr
+    assert "generation 1: 2 ranks on localhost:2" in done.stderr
+    check_every_sample_trained(done.stdout, 3, 1)
 
 
 def test_a_rank_killed_while_it_writes_a_commit(tmp_path):

@@ -37,12 +37,14 @@ from scaleout.launcher.mpi_launcher import (
 )
 from scaleout.launcher.output import LinePrefixer
 from scaleout.launcher.plan import (
+    horovod_slots_environment,
     plan_job,
     resolve_hosts,
     torch_store_environment,
     tuning_environment,
 )
 from scaleout.launcher.rank_env import (
+    horovod_rank_environment,
     local_rank_and_size,
     rank_from_environment,
     torch_rank_environment,
@@ -273,6 +275,39 @@ def test_torch_rank_environment_from_the_mpi_launchers_variables():
     }
     assert torch_rank_environment({"OMPI_COMM_WORLD_RANK": "0"}) == {"SCALEOUT_TORCH_RANK": "0"}
     assert torch_rank_environment({}) == {}
+
+
+def test_horovod_rank_variables_as_horovodrun_gives_them():
+    # Note [horovodrun's rank variables]: hosts a:2, b:1, c:3 in rank order.
+    def horovod(rank, numbers=None):
+        environ = {"PMI_RANK": str(rank), "SCALEOUT_HOROVOD_SLOTS": "a:2,b:1,c:3"}
+        if numbers is not None:
+            environ["SCALEOUT_HOROVOD_NUMBERS"] = numbers
+        got = horovod_rank_environment(environ)
+        return tuple(
+            got[f"HOROVOD_{name}"]
+            for name in ("HOSTNAME", "RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE")
+            + ("CROSS_RANK", "CROSS_SIZE")
+        )
+
+    assert horovod(0) == ("a", "0", "6", "0", "2", "0", "3")
+    assert horovod(1) == ("a", "1", "6", "1", "2", "0", "2")  # local rank 1: on a and c
+    assert horovod(2) == ("b", "2", "6", "0", "1", "1", "3")
+    assert horovod(4) == ("c", "4", "6", "1", "3", "1", "2")
+    assert horovod(5) == ("c", "5", "6", "2", "3", "0", "1")  # local rank 2: only on c
+    # An elastic generation: each rank's worker number is its HOROVOD_RANK.
+    assert horovod(2, "0,1,7,3,8,9")[:3] == ("b", "7", "6")
+    assert horovod(2, "0,1")[1] == "2"  # not one per rank: the rank
+    # Nothing said: nothing set.
+    assert horovod_rank_environment({"PMI_RANK": "0"}) == {}
+    assert horovod_rank_environment({"SCALEOUT_HOROVOD_SLOTS": "a:2"}) == {}
+    assert horovod_rank_environment({"PMI_RANK": "2", "SCALEOUT_HOROVOD_SLOTS": "a:2"}) == {}
+    # The slots scaleoutrun passes: -H's hosts, or localhost alone.
+    config = parse("-H", "localhost:2,127.0.0.1:1", "python")
+    plan = plan_job(config, local_cpus=2, source=resolve_hosts(config, {}))
+    assert horovod_slots_environment(plan) == {"SCALEOUT_HOROVOD_SLOTS": "localhost:2,127.0.0.1:1"}
+    alone = plan_job(parse("-np", "3", "python"), local_cpus=2)
+    assert horovod_slots_environment(alone) == {"SCALEOUT_HOROVOD_SLOTS": "localhost:3"}
 
 
 # --- the launcher command line ------------------------------------------------------------

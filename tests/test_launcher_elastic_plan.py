@@ -17,6 +17,7 @@ from scaleout.launcher.elastic_plan import (
     host_update,
     judge_generation,
     parse_discovery,
+    worker_numbers,
 )
 from scaleout.launcher.errors import UsageError
 from scaleout.launcher.hosts import HostSlots
@@ -138,3 +139,20 @@ def test_which_host_changes_interrupt_a_generation():
     assert (
         host_update(running, [HostSlots("a", 1), HostSlots("c", 2)]) == HOSTS_ADDED | HOSTS_REMOVED
     )
+
+
+def test_worker_numbers_survive_restarts_and_new_slots_get_unused_ones():
+    # Note [horovodrun's rank variables]: Horovod's identity of a worker, HOROVOD_RANK.
+    first = worker_numbers([HostSlots("a", 2), HostSlots("b", 2)], {}, (), 0)
+    assert first == {("a", 0): 0, ("a", 1): 1, ("b", 0): 2, ("b", 1): 3}
+    # b failed (blacklisted), c added: a's workers keep theirs, c's are new (4, 5), not 2, 3.
+    second = worker_numbers([HostSlots("a", 2), HostSlots("c", 2)], first, ("b",), 4)
+    assert second == {("a", 0): 0, ("a", 1): 1, ("c", 0): 4, ("c", 1): 5}
+    # A restart for a host update keeps every survivor's; a host that failed and is back after
+    # its cooldown runs new workers; a slot a host no longer has is gone.
+    third = worker_numbers([HostSlots("c", 2), HostSlots("a", 1)], second, (), 6)
+    assert third == {("c", 0): 4, ("c", 1): 5, ("a", 0): 0}
+    back = worker_numbers([HostSlots("a", 1), HostSlots("b", 1)], first, ("b",), 6)
+    assert back == {("a", 0): 0, ("b", 0): 6}
+    # A rank that raised (its host failed): that host's workers are new too.
+    assert worker_numbers([HostSlots("a", 2)], first, ("a",), 4) == {("a", 0): 4, ("a", 1): 5}

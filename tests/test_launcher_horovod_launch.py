@@ -6,6 +6,7 @@ Every launch is bounded by a subprocess timeout, as in test_launcher_launch.py.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -169,6 +170,35 @@ def test_missing_identity_file_is_a_usage_error(launcher, tmp_path):
     result = scaleoutrun("-np", "2", "-i", str(tmp_path / "no_key"), sys.executable, "-c", "pass")
     assert result.returncode == 2
     assert "--ssh-identity-file" in result.stderr and "no_key" in result.stderr
+
+
+def test_every_rank_gets_horovodruns_rank_variables(launcher, tmp_path):
+    # Note [horovodrun's rank variables]: set before the program starts, as horovodrun sets
+    # them, from the hosts as -H names them.
+    program = rank_program(
+        tmp_path,
+        """
+        import json, os
+        names = ("HOSTNAME", "RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE")
+        print("VARS", json.dumps([os.environ.get("HOROVOD_" + name) for name in names]))
+        import scaleout
+        scaleout.init()
+    """,
+    )
+    result = scaleoutrun("-np", "3", "-H", "localhost:2,127.0.0.1:1", sys.executable, program)
+    assert result.returncode == 0, result.stderr
+    got = {
+        int(rank): json.loads(found)
+        for rank, found in re.findall(r"^\[(\d)\] VARS (.*)$", result.stdout, re.M)
+    }
+    assert got == {
+        0: ["localhost", "0", "3", "0", "2", "0", "2"],
+        1: ["localhost", "1", "3", "1", "2", "0", "1"],
+        2: ["127.0.0.1", "2", "3", "0", "1", "1", "2"],
+    }
+    # The core reads none of them and, unlike a HOROVOD_* variable without effect, says nothing
+    # of them (native/common/config.cc kLauncherSet).
+    assert "HOROVOD_" not in result.stderr, result.stderr
 
 
 def test_config_file_and_tuning_flags_reach_every_rank(launcher, tmp_path):

@@ -49,13 +49,6 @@ const Unimplemented kUnimplemented[] = {
     {"HOROVOD_GLOO_RENDEZVOUS_ADDR", "Gloo rendezvous"},
     {"HOROVOD_GLOO_RENDEZVOUS_PORT", "Gloo rendezvous"},
     {"HOROVOD_GLOO_TIMEOUT_SECONDS", "Gloo rendezvous"},
-    {"HOROVOD_RANK", "Gloo rendezvous (ranks come from MPI)"},
-    {"HOROVOD_SIZE", "Gloo rendezvous (ranks come from MPI)"},
-    {"HOROVOD_LOCAL_RANK", "Gloo rendezvous (ranks come from MPI)"},
-    {"HOROVOD_LOCAL_SIZE", "Gloo rendezvous (ranks come from MPI)"},
-    {"HOROVOD_CROSS_RANK", "Gloo rendezvous (ranks come from MPI)"},
-    {"HOROVOD_CROSS_SIZE", "Gloo rendezvous (ranks come from MPI)"},
-    {"HOROVOD_HOSTNAME", "elastic training"},
     {"HOROVOD_ELASTIC", "elastic training"},
     {"HOROVOD_CCL_CACHE", "oneCCL"},
     {"HOROVOD_NUM_NCCL_STREAMS", "NCCL (GPU)"},
@@ -66,6 +59,13 @@ const Unimplemented kUnimplemented[] = {
     {"HOROVOD_ADASUM_MPI_CHUNK_SIZE", "Adasum"},
     {"HOROVOD_DISABLE_GROUP_FUSION", "switching off the fusion of grouped collectives"},
     {"HOROVOD_LOG_HIDE_TIME", "log timestamps (scaleout's log lines carry none)"},
+};
+
+// Variables horovodrun sets for the program to read, as scaleoutrun does (Note [horovodrun's
+// rank variables] in launcher/rank_env.py): the core reads none of them, and says nothing.
+const char* const kLauncherSet[] = {
+    "HOROVOD_HOSTNAME",   "HOROVOD_RANK",       "HOROVOD_SIZE",       "HOROVOD_LOCAL_RANK",
+    "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE",
 };
 
 // Variables of Horovod's build (setup.py), not of a running job.
@@ -85,6 +85,9 @@ bool StartsWith(const std::string& s, const char* prefix) {
 std::string NoteFor(const std::string& name) {
   for (const Setting& s : kSettings) {
     if (s.twin && name == std::string("HOROVOD_") + s.suffix) return "";
+  }
+  for (const char* set : kLauncherSet) {
+    if (name == set) return "";
   }
   for (const Unimplemented& u : kUnimplemented) {
     if (name == u.name) {

@@ -130,7 +130,11 @@ SO_TEST(ConfigNotesEveryHorovodVariableWithoutEffect) {
                {"HOROVOD_GPU_OPERATIONS", "NCCL"},
                {"HOROVOD_WITH_PYTORCH", "1"},
                {"HOROVOD_NOT_A_REAL_KNOB", "1"},
-               {"HOROVOD_CYCLE_TIME", "2"}}};
+               {"HOROVOD_CYCLE_TIME", "2"},
+               // Set by scaleoutrun as by horovodrun, for the program: no note.
+               {"HOROVOD_RANK", "3"},
+               {"HOROVOD_HOSTNAME", "a"},
+               {"HOROVOD_CROSS_SIZE", "2"}}};
   Config c;
   ASSERT_TRUE(env.Parse(&c).ok());
   EXPECT_EQ(c.notes.size(), 5);
