@@ -28,9 +28,12 @@ def check_samples(stdout: str, most_ranks: int) -> None:
     assert accuracy > 0.85
 
 
-def lose_a_host(tmp_path, count: int, driver: str, hosts_text: str, min_np: int, lost: str):
+def lose_a_host(
+    tmp_path, count: int, driver: str, hosts_text: str, min_np: int, lost: str, survivors=None
+):
     """The example on `hosts_text` of `count` namespace hosts, scaleoutrun on `driver`; `lost`
-    is lost whole after commit 10. Returns the job and how it ended."""
+    is lost whole after commit 10, and `survivors(job)`, if given, looks at the next generation.
+    Returns the job and how it ended."""
     try:
         (tmp_path / "hosts").mkdir()
         with made_hosts(tmp_path / "hosts", count) as hosts:
@@ -55,6 +58,8 @@ def lose_a_host(tmp_path, count: int, driver: str, hosts_text: str, min_np: int,
             )
             job.wait_for_commit(10)
             hosts.kill_host(lost)
+            if survivors is not None:
+                survivors(job)
             return job, job.finish()
     except HostsUnavailable as exc:
         pytest.skip(f"{count}-host test: {exc}")
@@ -71,7 +76,15 @@ def test_losing_a_whole_host(tmp_path):
 
 
 def test_losing_rank_0s_host(tmp_path):
-    job, done = lose_a_host(tmp_path, 3, "hostC", "hostA:1\nhostB:1\n", 1, lost="hostA")
+    def survivor_keeps_its_identity(job):
+        # hostB's worker is rank 0 now, and still Horovod's worker 1 on hostB (Note
+        # [horovodrun's rank variables]).
+        mine = job.rank_variables(0, generation=1)
+        assert (mine.get("HOROVOD_RANK"), mine.get("HOROVOD_HOSTNAME")) == ("1", "hostB"), mine
+
+    job, done = lose_a_host(
+        tmp_path, 3, "hostC", "hostA:1\nhostB:1\n", 1, "hostA", survivor_keeps_its_identity
+    )
     assert done.returncode == 0, job.output()
     err = done.stderr
     assert "generation 0: 2 ranks on hostA:1,hostB:1" in err, job.output()
