@@ -249,6 +249,7 @@ def _generations(
         rank_env = {
             **protocol.job_environment(run.job, [(h.host, h.slots) for h in hosts]),
             HOROVOD_NUMBERS: ",".join(map(str, by_rank)),
+            "HOROVOD_ELASTIC": "1",  # as horovodrun's elastic workers (scripts read it)
             **notifier.rank_environment(generation),
             **_one_machine_environment(hosts, run.environ),
         }

@@ -92,8 +92,9 @@ def test_rank_0_killed(tmp_path):
     # generation's size is theirs.
     for rank, number in ((0, "1"), (1, "2")):
         mine = job.rank_variables(rank, generation=1)
-        got = [mine.get(f"HOROVOD_{name}") for name in ("RANK", "HOSTNAME", "SIZE", "LOCAL_RANK")]
-        assert got == [number, "localhost", "2", str(rank)], (rank, mine)
+        names = ("RANK", "HOSTNAME", "SIZE", "LOCAL_RANK", "ELASTIC")
+        got = [mine.get(f"HOROVOD_{name}") for name in names]
+        assert got == [number, "localhost", "2", str(rank), "1"], (rank, mine)
     done = job.finish()
     assert done.returncode == 0, job.output()
     assert "rank 0 (on 127.0.0.1, was killed by SIGKILL) failed" in done.stderr, job.output()

@@ -49,7 +49,6 @@ const Unimplemented kUnimplemented[] = {
     {"HOROVOD_GLOO_RENDEZVOUS_ADDR", "Gloo rendezvous"},
     {"HOROVOD_GLOO_RENDEZVOUS_PORT", "Gloo rendezvous"},
     {"HOROVOD_GLOO_TIMEOUT_SECONDS", "Gloo rendezvous"},
-    {"HOROVOD_ELASTIC", "elastic training"},
     {"HOROVOD_CCL_CACHE", "oneCCL"},
     {"HOROVOD_NUM_NCCL_STREAMS", "NCCL (GPU)"},
     {"HOROVOD_BATCH_D2D_MEMCOPIES", "GPU memory copies"},
@@ -65,7 +64,7 @@ const Unimplemented kUnimplemented[] = {
 // rank variables] in launcher/rank_env.py): the core reads none of them, and says nothing.
 const char* const kLauncherSet[] = {
     "HOROVOD_HOSTNAME",   "HOROVOD_RANK",       "HOROVOD_SIZE",       "HOROVOD_LOCAL_RANK",
-    "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE",
+    "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE", "HOROVOD_ELASTIC",
 };
 
 // Variables of Horovod's build (setup.py), not of a running job.
