@@ -4,7 +4,7 @@ the collectives, while looking a set up (scaleout._process_sets) sits below them
 
 from __future__ import annotations
 
-from typing import Any, List, Sequence, Union
+from typing import Any, Dict, List, Sequence, Tuple, Union
 
 from scaleout import _binding, _runtime
 from scaleout._errors import InvalidArgumentError
@@ -22,9 +22,14 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
     check_init_argument(process_sets)
     if _runtime.start(comm):
         _at_init(process_sets)
+    elif process_sets is not None and not isinstance(process_sets, str):
+        # Running already: as Horovod's init, the objects get the ids of the registered sets.
+        _assign(process_sets)
 
 
 _dynamic = False
+# The registered sets' ids by their ranks (the global set's included), as this rank knows them.
+_ids: Dict[Tuple[int, ...], int] = {}
 
 
 def _comm_ranks(comm: Any) -> List[int]:
@@ -49,6 +54,8 @@ def _at_init(process_sets: Union[None, str, Sequence[ProcessSet]]) -> None:
     _dynamic = (
         process_sets == "dynamic" or _runtime.config().get("SCALEOUT_DYNAMIC_PROCESS_SETS") == "1"
     )
+    _ids.clear()
+    _ids[tuple(global_process_set.ranks)] = 0
     if process_sets is None or isinstance(process_sets, str):
         return
     for ps in process_sets:
@@ -57,15 +64,36 @@ def _at_init(process_sets: Union[None, str, Sequence[ProcessSet]]) -> None:
     everyone = allgather_object(
         [tuple(ps.ranks) for ps in process_sets], name="scaleout.init.process_sets"
     )
-    ids = {tuple(global_process_set.ranks): 0}
     for ranks in (ranks for given in everyone for ranks in given):
-        if ranks not in ids:
-            ids[ranks] = _binding.add_process_set(list(ranks))
+        if ranks not in _ids:
+            _ids[ranks] = _binding.add_process_set(list(ranks))
+    _assign(process_sets)
+
+
+def _assign(process_sets: Sequence[ProcessSet]) -> None:
+    """Gives each object its registered set's id, as Horovod's init: an object whose set an
+    earlier entry has (the same ranks, in any order) stays unregistered, and then init raises a
+    ValueError naming the first such entry (scaleout keeps running: init again with a list
+    without it). A set of every rank is the global set (id 0)."""
     seen = set()
     for ps in process_sets:
-        set_id = ids[tuple(ps.ranks)]
+        if ps.ranks is None:
+            ps.ranks = _comm_ranks(ps.mpi_comm)
+        set_id = _ids.get(tuple(ps.ranks))
+        if set_id is None:
+            raise InvalidArgumentError(
+                f"init(process_sets=...): {ps} is not registered; scaleout is running already "
+                "with the sets of its first init (add it with add_process_set, with dynamic "
+                "process sets on)"
+            )
         ps.process_set_id = None if set_id in seen else set_id
         seen.add(set_id)
+    for index, ps in enumerate(process_sets):
+        if ps.process_set_id is None:
+            raise InvalidArgumentError(
+                f"scaleout could not be initialized because process_sets entry number {index} is "
+                f"a duplicate: {ps}"
+            )
 
 
 def check_init_argument(process_sets: Any) -> None:
@@ -96,6 +124,7 @@ def add_process_set(process_set: Union[ProcessSet, Sequence[int]]) -> ProcessSet
             "is not implemented; make it from a list of ranks"
         )
     process_set.process_set_id = _binding.add_process_set(process_set.ranks)
+    _ids[tuple(process_set.ranks)] = process_set.process_set_id
     return process_set
 
 
@@ -113,4 +142,6 @@ def remove_process_set(process_set: ProcessSet) -> bool:
         return False
     _binding.remove_process_set(set_id)
     process_set._invalidate()
+    for ranks in [ranks for ranks, known in _ids.items() if known == set_id]:
+        del _ids[ranks]
     return True

@@ -21,6 +21,11 @@ def test_process_sets_from_communicators_at_init_only(nranks):
     assert proc.stdout.count("all checks passed") == nranks, proc.stdout + proc.stderr
 
 
+def test_a_set_given_twice_at_init_is_a_value_error(nranks):
+    proc = run_mpi("process_sets_duplicate.py", nranks, timeout=60)
+    assert proc.stdout.count("all checks passed") == nranks, proc.stdout + proc.stderr
+
+
 def test_importing_scaleout_does_not_start_mpi():
     # scaleoutrun imports the package; MPI must start only in the ranks, at init (making
     # global_process_set once started MPI at import).
