@@ -71,10 +71,14 @@ class Reduction:
 
 class _InPlace(NamedTuple):
     """A dense tensor being reduced in its own memory; `ctx` is the compression's, to cast the
-    result back (None: nothing to cast)."""
+    result back (None: nothing to cast). `sparse_dim`: the gradient was sparse and is reduced
+    densified (sparse_as_dense); the result becomes sparse again, with as many sparse
+    dimensions, as Horovod's does, so that optimizers that take sparse gradients only
+    (torch.optim.SparseAdam) keep working."""
 
     handle: Handle
     ctx: object
+    sparse_dim: Optional[int] = None
 
 
 class _Gathered(NamedTuple):
@@ -108,6 +112,7 @@ class Allreduce(Reduction):
         self.sparse_as_dense = sparse_as_dense
 
     def start(self, opt, p, name, priority=0):
+        sparse_dim = None
         if p.grad is None:
             # Not used on this rank this step: contribute zeros so other ranks don't wait.
             p.grad = torch.zeros_like(p)
@@ -119,6 +124,7 @@ class Allreduce(Reduction):
                         p.grad, parameter_gradient(name), self.op, self.process_set
                     )
                 )
+            sparse_dim = p.grad.sparse_dim()
             p.grad = p.grad.to_dense()
         wire, ctx = self.compression.compress(p.grad)
         return _InPlace(
@@ -133,6 +139,7 @@ class Allreduce(Reduction):
                 priority=priority,
             ),
             ctx,
+            sparse_dim,
         )
 
     def finish(self, opt, pending):
@@ -144,6 +151,8 @@ class Allreduce(Reduction):
         for p, q in in_place.items():
             if q.ctx is not None:
                 p.grad.copy_(self.compression.decompress(synchronize(q.handle), q.ctx))
+            if q.sparse_dim is not None:
+                p.grad = p.grad.to_sparse(q.sparse_dim)
 
 
 class TopKReduction(Reduction):

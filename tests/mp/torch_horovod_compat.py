@@ -238,6 +238,31 @@ def test_sparse_gradients_are_allgathered_by_default(r, n):
     check_close(emb.weight.detach().numpy(), want.numpy(), "sparse embedding step")
 
 
+def test_sparse_as_dense_leaves_a_sparse_gradient_for_sparse_adam(r, n):
+    # Horovod reduces the densified gradient and makes the result sparse again, so an optimizer
+    # that takes sparse gradients only (SparseAdam) still steps.
+    torch.manual_seed(0)
+    emb = nn.Embedding(8, 2, sparse=True)
+    reference = nn.Embedding(8, 2, sparse=True)
+    reference.load_state_dict(emb.state_dict())
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SparseAdam(emb.parameters(), lr=0.1),
+        named_parameters=emb.named_parameters(),
+        sparse_as_dense=True,
+    )
+    opt.zero_grad()
+    emb(torch.tensor([r % 8, 7])).sum().backward()
+    opt.step()
+    grad = emb.weight.grad
+    check(grad.is_sparse and grad.sparse_dim() == 1, f"the gradient after the step: {grad}")
+    # The same step on one process, from every rank's rows at once, averaged.
+    rows = torch.tensor([q % 8 for q in range(n)] + [7] * n)
+    (reference(rows).sum() / n).backward()
+    torch.optim.SparseAdam(reference.parameters(), lr=0.1).step()
+    check_close(grad.to_dense().numpy(), reference.weight.grad.to_dense().numpy(), "gradient")
+    check_close(emb.weight.detach().numpy(), reference.weight.detach().numpy(), "SparseAdam step")
+
+
 def test_uint16_in_every_collective(r, n):
     x = torch.tensor([1, 2, 3], dtype=torch.uint16)
     check(hvd.allreduce(x, op=hvd.Sum).tolist() == [n, 2 * n, 3 * n], "uint16 allreduce")
