@@ -108,12 +108,15 @@ def _allreduce_slices(
         + [_naming.part(n, _naming.INDICES) for n in names],
         process_set,
     )
-    factor = scale / set_size(process_set) if op == Average else scale
     out = []
     for i, s in enumerate(slices):
         v = compression.decompress(gathered[i], ctxs[i])
-        if factor != 1.0:
-            v = v * tf.cast(factor, v.dtype)
+        if op == Average:
+            # Horovod's division: integer values become floating point (TensorFlow's truediv:
+            # float32 from 8 and 16 bits, float64 from 32 and 64), floats keep their dtype.
+            v = v / tf.cast(set_size(process_set), v.dtype)
+        if scale != 1.0:
+            v = v * tf.cast(scale, v.dtype)
         out.append(tf.IndexedSlices(v, gathered[len(slices) + i], s.dense_shape))
     return out
 

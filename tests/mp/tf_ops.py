@@ -239,6 +239,21 @@ def test_indexed_slices(r, n):
         "IndexedSlices",
         what="IndexedSlices with Max",
     )
+    # Integer values averaged as Horovod divides them (TensorFlow's truediv), alone and grouped
+    # with a dense tensor, in both modes.
+    for dtype, want_dtype in ((tf.uint8, tf.float32), (tf.int32, tf.float64)):
+        ints = tf.IndexedSlices(
+            tf.fill([1, 2], tf.cast(r + 1, dtype)), tf.constant([r]), tf.constant([n, 2])
+        )
+        dense = tf.fill([2], float(r + 1))
+        for mode, f in both_modes(lambda: hvd.grouped_allreduce([ints, dense], op=hvd.Average)):
+            got_slices, got_dense = f()
+            check(got_slices.values.dtype == want_dtype, f"{mode} {dtype.name} average's dtype")
+            want = np.array([[k + 1.0] * 2 for k in range(n)]) / n
+            check_close(tf.convert_to_tensor(got_slices).numpy(), want, f"{mode} {dtype.name}")
+            check_close(got_dense, [(n + 1) / 2] * 2, f"{mode} the dense one beside it")
+        alone = hvd.allreduce(ints, op=hvd.Average)
+        check_close(tf.convert_to_tensor(alone).numpy(), want, f"{dtype.name} alone")
 
 
 def test_broadcast_variables_objects_join(r, n):
