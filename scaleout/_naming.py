@@ -7,12 +7,13 @@ collective. A grouped collective's members are "<base>.<i>"; a backward collecti
 after its forward one, "<name>.grad", so ranks match them whatever order autograd runs them in;
 a collective that travels as several is "<name>.<part>" (a sparse tensor's ".indices" and
 ".values", an object's ".size" and ".data", ...); torch's DistributedOptimizer reduces a
-parameter's gradient as "grad.<parameter name>".
+parameter's gradient as "<parameter name>"; torch's names carry the collective's as a prefix
+("allreduce.<name>", torch_name), as Horovod's torch front end's do.
 """
 
 from __future__ import annotations
 
-from typing import List
+from typing import Any, List
 
 __all__ = [
     "member",
@@ -58,8 +59,20 @@ def part(name: str, label: str) -> str:
 
 def parameter_gradient(parameter: str) -> str:
     """The name of the reduction of the gradient of the parameter named `parameter` (torch's
-    DistributedOptimizer: its named_parameters, or generated names)."""
-    return f"grad.{parameter}"
+    DistributedOptimizer: its named_parameters, or generated names); torch_name then makes it
+    "allreduce.<parameter>", as Horovod's optimizer's."""
+    return parameter
+
+
+def torch_name(collective: str, name: Any) -> Any:
+    """The name torch's collectives run under, as Horovod's torch front end makes it: a name
+    "x" given to an allreduce is "allreduce.x" (the collective's name, a dot, the name), and
+    what is made from it ("allreduce.x.grad", a group's "allreduce.g.0", a sparse tensor's
+    "allgather.s.indices") too; a generated name ("allreduce.noname.3") and None (the core
+    generates one) stay. These are the names the timeline and the errors show."""
+    if not isinstance(name, str) or not name or name.startswith(collective + "."):
+        return name  # None, and what is no name at all, as given: the core judges it
+    return f"{collective}.{name}"
 
 
 def parameter_delta(parameter: str) -> str:

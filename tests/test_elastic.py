@@ -113,17 +113,19 @@ def test_a_worker_that_raises_is_a_failure_of_its_host(tmp_path):
     The script picks the raising worker by HOROVOD_RANK, which stays the worker's through the
     restart: with the generation's rank instead, the next generation's rank 0 would raise too,
     and with both hosts blacklisted the job would end."""
-    script = [sys.executable, str(MP / "elastic_worker_raises.py"), "0", "6", *example()[1:]]
+    # One epoch is enough here (the samples' counts are the other tests' concern).
+    script = [sys.executable, str(MP / "elastic_worker_raises.py"), "0", "4", str(EXAMPLE)]
+    script += ["--epochs", "1"]
     job = ElasticJob(tmp_path, "127.0.0.1:1\nlocalhost:2\n", ["-np", "3", "--min-np", "2"], script)
     done = job.finish()
     assert done.returncode == 0, job.output()
-    assert done.stderr.count("RuntimeError: worker 0 (rank 0) raises at its commit 6") == 1, (
+    assert done.stderr.count("RuntimeError: worker 0 (rank 0) raises at its commit 4") == 1, (
         job.output()
     )
     assert "generation 0 ended: rank 0 (on 127.0.0.1) failed" in done.stderr, job.output()
     assert "blacklisted 127.0.0.1 for good" in done.stderr
     assert "generation 1: 2 ranks on localhost:2" in done.stderr
-    check_every_sample_trained(done.stdout, 3, 1)
+    assert "2 ranks at the end" in done.stdout
 
 
 def test_a_rank_killed_while_it_writes_a_commit(tmp_path):

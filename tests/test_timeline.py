@@ -17,7 +17,8 @@ def test_timeline_is_a_chrome_trace_of_every_tensor(tmp_path):
         names = [e["name"] for e in spans if rows[e["tid"]] == tensor]
         kind = "ALLGATHER" if tensor.startswith("odd") else "ALLREDUCE"
         want = 1 if tensor.startswith("odd") else 3
-        assert names.count("NEGOTIATE") == want and names.count(kind) == want, (tensor, names)
+        negotiate = names.count(f"NEGOTIATE_{kind}")
+        assert negotiate == want and names.count(kind) == want, (tensor, names)
     assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans)
     fused = [e["args"]["fused_tensors"] for e in spans if e["name"] == "ALLREDUCE"]
     assert max(fused) >= 1 and all(e["args"]["status"] == "OK" for e in spans if "args" in e)

@@ -307,6 +307,7 @@ Status Coordinator::Step(double now, bool on_caller, bool* made_progress) {
     }
   }
   for (const Response& r : responses) Execute(r);
+  timeline_.Flush();  // what this step wrote is in the file now (Note [Timeline])
   if (config_.deadlock_check_seconds > 0) {
     // The sample measures the other threads' CPU time from the coordinator thread's.
     if (!on_caller) SampleBlocked(now);
@@ -396,11 +397,16 @@ void Coordinator::Execute(const Response& r) {
   const bool timed = timeline_.enabled() || LogEnabled(LogLevel::kDebug);
   const bool tuning = autotuner_ != nullptr && !autotuner_->done();
   const double agreed = timed || tuning ? Now() : 0;
+  std::string upper;  // the timeline's name of the collective: ALLREDUCE, ...
   if (timeline_.enabled()) {
+    upper = CollectiveName(r.collective);
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    const std::string negotiate = "NEGOTIATE_" + upper;
     for (size_t i = 0; i < entries.size(); ++i) {
       // A tensor in parts negotiated once, before its first (Note [Priority]).
       if (entries[i] != nullptr && r.tensors[i].part_first == 0)
-        timeline_.Span(entries[i]->request.name, "NEGOTIATE", entries[i]->submitted_at, agreed);
+        timeline_.Span(entries[i]->request.name, negotiate.c_str(), entries[i]->submitted_at,
+                       agreed);
     }
   }
   Status status;
@@ -428,8 +434,6 @@ void Coordinator::Execute(const Response& r) {
     if (timeline_.enabled()) {
       const std::string args = "{\"fused_tensors\": " + std::to_string(entries.size()) +
                                ", \"status\": " + JsonString(StatusName(status.code())) + "}";
-      std::string upper = CollectiveName(r.collective);
-      for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
       for (TensorEntry* e : entries) {
         if (e != nullptr) timeline_.Span(e->request.name, upper.c_str(), agreed, done, args);
       }

@@ -41,6 +41,7 @@ Status Timeline::Open(const std::string& path, int rank, double now, bool mark_c
 
 void Timeline::MarkCycle(double now) {
   if (!marks_cycles()) return;
+  unflushed_ = true;
   std::fprintf(
       file_,
       "{\"name\": \"CYCLE_START\", \"ph\": \"i\", \"s\": \"g\", \"pid\": 0, \"ts\": %.3f},\n",
@@ -62,6 +63,7 @@ int Timeline::RowOf(const std::string& tensor) {
 void Timeline::Span(const std::string& tensor, const char* name, double start, double end,
                     const std::string& args_json) {
   if (file_ == nullptr) return;
+  unflushed_ = true;
   const int row = RowOf(tensor);
   std::fprintf(
       file_,
@@ -69,6 +71,12 @@ void Timeline::Span(const std::string& tensor, const char* name, double start, d
       name, row, (start - origin_) * 1e6, (end - start) * 1e6);
   if (!args_json.empty()) std::fprintf(file_, ", \"args\": %s", args_json.c_str());
   std::fputs("},\n", file_);
+}
+
+void Timeline::Flush() {
+  if (file_ == nullptr || !unflushed_) return;
+  std::fflush(file_);
+  unflushed_ = false;
 }
 
 void Timeline::Close() {
@@ -80,6 +88,7 @@ void Timeline::Close() {
       file_);
   std::fclose(file_);
   file_ = nullptr;
+  unflushed_ = false;
 }
 
 }  // namespace scaleout

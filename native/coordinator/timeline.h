@@ -1,13 +1,17 @@
 // Note [Timeline]
 // With SCALEOUT_TIMELINE=<file>, rank 0 writes a Chrome trace (open it in chrome://tracing or
-// Perfetto): one row per tensor name, with a NEGOTIATE span from submission until every rank
-// agreed, and a span named after the collective for its execution, whose arguments say how many
-// tensors were fused with it and the status. With mark_cycles (SCALEOUT_TIMELINE_MARK_CYCLES),
-// an instant event CYCLE_START marks each step of the coordinator that executed collectives
-// (scaleout has no fixed cycle: only steps with work are marked). Written by the coordinator
-// thread only; the file is valid JSON once the timeline is stopped or the runtime shuts down
-// (and readable as a trace before that). start_timeline()/stop_timeline() open and close it at
-// run time (Coordinator::SetTimeline); SCALEOUT_TIMELINE=DYNAMIC opens nothing at init.
+// Perfetto): one row per tensor name, with a NEGOTIATE_<COLLECTIVE> span from submission until
+// every rank agreed, and a span named after the collective for its execution, whose arguments say
+// how many tensors were fused with it and the status. With mark_cycles
+// (SCALEOUT_TIMELINE_MARK_CYCLES), an instant event CYCLE_START marks each step of the coordinator
+// that executed collectives (scaleout has no fixed cycle: only steps with work are marked). Event
+// names are Horovod's: NEGOTIATE_ALLREDUCE, ALLREDUCE, CYCLE_START, ... Written by the coordinator
+// thread only, and flushed at the end of each of its steps that wrote events, so that the file
+// holds every finished collective while the job runs (one can watch it, or read it after a crash):
+// until the timeline is stopped or the runtime shuts down it is an array without its closing
+// bracket, as Horovod's, which Chrome's and Perfetto's viewers read; then valid JSON.
+// start_timeline()/stop_timeline() open and close it at run time (Coordinator::SetTimeline);
+// SCALEOUT_TIMELINE=DYNAMIC opens nothing at init.
 #ifndef SCALEOUT_COORDINATOR_TIMELINE_H_
 #define SCALEOUT_COORDINATOR_TIMELINE_H_
 
@@ -31,6 +35,8 @@ class Timeline {
   // Times are monotonic seconds.
   void Span(const std::string& tensor, const char* name, double start, double end,
             const std::string& args_json = "");
+  // Writes out what was written since the last flush.
+  void Flush();
   void Close();
 
  private:
@@ -39,6 +45,7 @@ class Timeline {
   std::FILE* file_ = nullptr;
   double origin_ = 0;
   bool mark_cycles_ = false;
+  bool unflushed_ = false;
   std::unordered_map<std::string, int> rows_;
 };
 

@@ -20,6 +20,7 @@ from scaleout._native import (
     ALLREDUCE,
     ALLTOALL,
     BROADCAST,
+    COLLECTIVE_CODES,
     DTYPE_CODES,
     REDUCESCATTER,
     Handle,
@@ -50,6 +51,10 @@ _DTYPE_CODES = {
 
 
 register_tensor_type(torch.Tensor, _DTYPE_CODES, torch.strided)
+
+
+# allreduce -> "allreduce", ...: the prefix of torch's names (_naming.torch_name).
+_COLLECTIVE_NAMES = {code: name for name, code in COLLECTIVE_CODES.items()}
 
 
 def check_device(device: torch.device) -> None:
@@ -143,6 +148,7 @@ def submit_into(
     """allreduce / broadcast: the result in a new tensor, or written into `tensor`. `waits`:
     the caller synchronizes at once (Note [Caller drives] in the core); `priority`: higher goes
     first among work ready together (Note [Priority] in the core)."""
+    name = _naming.torch_name(_COLLECTIVE_NAMES[collective], name)
     if inplace:
         # The hot path of every DistributedOptimizer hook: the binding reads the tensor itself.
         try:
@@ -217,6 +223,7 @@ def submit_owned(
     finish=None,
 ) -> Handle:
     """allgather / alltoall / reducescatter: the core owns the result until completion."""
+    name = _naming.torch_name(_COLLECTIVE_NAMES[collective], name)
     code = _dtype_code(tensor, what)
     src = _dense(tensor)
     if collective == ALLGATHER and src.dim() == 0:

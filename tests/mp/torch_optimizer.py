@@ -145,7 +145,7 @@ def test_overlap_and_average(r, n):
         f"reductions started during backward: {started_before_input_grad[0]} of 8 params",
     )
     deadline = time.time() + 30
-    while not all(hvd.poll(h) for h, _ in opt._so_handles.values()) and time.time() < deadline:
+    while not all(hvd.poll(q.handle) for q in opt._so_handles.values()) and time.time() < deadline:
         time.sleep(0.001)
     # zero copy into p.grad: the averages are in place before step() or synchronize()
     for k, p in net.named_parameters():

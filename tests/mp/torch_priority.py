@@ -47,7 +47,7 @@ def check_order():
         starts = {rows[e["tid"]]: e["ts"] for e in spans}
         order = sorted(starts, key=lambda name: starts[name])
         check(
-            order == ["t6", "t5", "t4", "t3", "t2", "t1", "gate"],
+            order == [f"allreduce.{name}" for name in ("t6", "t5", "t4", "t3", "t2", "t1", "gate")],
             f"executed highest priority first: {order}",
         )
     # Parts: 40 KB and 10 KB tensors in 256-byte parts, of every dtype the core reduces in
