@@ -44,6 +44,7 @@ from .plan import (
     plan_placement,
     torch_store_environment,
 )
+from .rank_env import HOROVOD_NUMBERS
 from .report import JobOutcome
 from .supervisor import HostProbe, run_job
 from .topology import detect
@@ -197,6 +198,8 @@ def prepare_job(
         **rank_env,
     }
     env = {**environ, **added}
+    if HOROVOD_NUMBERS not in added:  # a job started from inside an elastic one's rank
+        env.pop(HOROVOD_NUMBERS, None)
     hydra = launcher.family is MPIFamily.HYDRA
     # Both Hydras and PRRTE end every rank once one dies, unless told not to.
     survivors = survivor_args(launcher) if keep_survivors else ()

@@ -67,10 +67,11 @@ def parameter_gradient(parameter: str) -> str:
 def torch_name(collective: str, name: Any) -> Any:
     """The name torch's collectives run under, as Horovod's torch front end makes it: a name
     "x" given to an allreduce is "allreduce.x" (the collective's name, a dot, the name), and
-    what is made from it ("allreduce.x.grad", a group's "allreduce.g.0", a sparse tensor's
-    "allgather.s.indices") too; a generated name ("allreduce.noname.3") and None (the core
-    generates one) stay. These are the names the timeline and the errors show."""
-    if not isinstance(name, str) or not name or name.startswith(collective + "."):
+    what is made from it ("allreduce.x.grad", a group's members "allreduce.g.0" where Horovod
+    writes "grouped_allreduce.g_1of2", a sparse tensor's "allgather.s.indices") too; a
+    generated name ("allreduce.noname.3", and what is made from it) and None (the core generates
+    one) stay. These are the names the timeline and the errors show."""
+    if not isinstance(name, str) or not name or name.startswith(collective + ".noname."):
         return name  # None, and what is no name at all, as given: the core judges it
     return f"{collective}.{name}"
 

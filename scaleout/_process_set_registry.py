@@ -4,6 +4,7 @@ the collectives, while looking a set up (scaleout._process_sets) sits below them
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Dict, List, Sequence, Tuple, Union
 
 from scaleout import _binding, _runtime
@@ -16,9 +17,11 @@ __all__ = ["init", "add_process_set", "remove_process_set"]
 
 def init(comm: Any = None, process_sets: Any = None) -> None:
     """Starts scaleout on every rank (collective). `comm`: an mpi4py communicator (default
-    MPI.COMM_WORLD) or a list of world ranks. Calling it again while running does nothing.
-    `process_sets` (Horovod's): a list of ProcessSet objects to register now (collectively, in
-    order), or "dynamic" to allow add_process_set/remove_process_set later."""
+    MPI.COMM_WORLD) or a list of world ranks. Called again while running, it starts nothing
+    and, as Horovod's, gives the ProcessSet objects of `process_sets` the ids of the sets
+    registered already. `process_sets` (Horovod's): a list of ProcessSet objects to register
+    now (collectively, in order), or "dynamic" to allow add_process_set/remove_process_set
+    later."""
     check_init_argument(process_sets)
     if _runtime.start(comm):
         _at_init(process_sets)
@@ -28,8 +31,15 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
 
 
 _dynamic = False
-# The registered sets' ids by their ranks (the global set's included), as this rank knows them.
+# The registered sets' ids by their ranks (the global set's included), as this rank knows them,
+# and the objects given each id (a removed set's are all unregistered, as in Horovod).
 _ids: Dict[Tuple[int, ...], int] = {}
+_holders: Dict[int, List["weakref.ref[ProcessSet]"]] = {}
+
+
+def _hold(ps: ProcessSet) -> None:
+    if ps.process_set_id is not None:
+        _holders.setdefault(ps.process_set_id, []).append(weakref.ref(ps))
 
 
 def _comm_ranks(comm: Any) -> List[int]:
@@ -55,6 +65,7 @@ def _at_init(process_sets: Union[None, str, Sequence[ProcessSet]]) -> None:
         process_sets == "dynamic" or _runtime.config().get("SCALEOUT_DYNAMIC_PROCESS_SETS") == "1"
     )
     _ids.clear()
+    _holders.clear()
     _ids[tuple(global_process_set.ranks)] = 0
     if process_sets is None or isinstance(process_sets, str):
         return
@@ -88,6 +99,7 @@ def _assign(process_sets: Sequence[ProcessSet]) -> None:
             )
         ps.process_set_id = None if set_id in seen else set_id
         seen.add(set_id)
+        _hold(ps)
     for index, ps in enumerate(process_sets):
         if ps.process_set_id is None:
             raise InvalidArgumentError(
@@ -125,6 +137,7 @@ def add_process_set(process_set: Union[ProcessSet, Sequence[int]]) -> ProcessSet
         )
     process_set.process_set_id = _binding.add_process_set(process_set.ranks)
     _ids[tuple(process_set.ranks)] = process_set.process_set_id
+    _hold(process_set)
     return process_set
 
 
@@ -142,6 +155,10 @@ def remove_process_set(process_set: ProcessSet) -> bool:
         return False
     _binding.remove_process_set(set_id)
     process_set._invalidate()
+    for held in _holders.pop(set_id, []):
+        other = held()
+        if other is not None and other.process_set_id == set_id:
+            other._invalidate()
     for ranks in [ranks for ranks, known in _ids.items() if known == set_id]:
         del _ids[ranks]
     return True

@@ -226,3 +226,16 @@ def test_init_names_a_library_no_shim_runs_on(library, why):
     assert library.version in text and os.path.basename(library.path) in text  # what was found
     assert why in text
     assert "libmpi.so.40: Open MPI 3 to 5" in text  # what is supported
+
+
+def test_set_mpi_environment_applies_the_mpich_settings_under_srun(monkeypatch, tmp_path):
+    # What init() runs before mpi4py starts MPI, in a rank srun's pmi2 plugin started where
+    # the mpich wheel is installed (Note [MPICH under srun]).
+    (tmp_path / "lib" / "mpich").mkdir(parents=True)
+    for name in ("libmpi.so.12", "mpich/libucp.so.0", "mpich/libfabric.so.1"):
+        (tmp_path / "lib" / name).touch()
+    environ = {"SLURM_MPI_TYPE": "pmi2", "PMI_FD": "7", "FI_PROVIDER": "tcp"}
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    monkeypatch.setattr(os, "environ", environ)
+    _native.set_mpi_environment()
+    assert environ["MPICH_CH4_NETMOD"] == "ofi" and environ["FI_PROVIDER"] == "tcp", environ

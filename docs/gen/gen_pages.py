@@ -180,7 +180,11 @@ def configuration_page() -> str:
         "as its `SCALEOUT_*` twin, with the same meaning and units. When both are set, "
         "`SCALEOUT_*` wins (rank 0 warns when their values differ). Any other `HOROVOD_*` "
         "variable that is set has no effect, and rank 0 names each one in a warning at "
-        "`init()` (Note [Horovod variables]).",
+        "`init()` (Note [Horovod variables]), except those horovodrun sets for the program "
+        "to read, which scaleoutrun sets too (`HOROVOD_HOSTNAME`, `HOROVOD_RANK`, "
+        "`HOROVOD_SIZE`, `HOROVOD_LOCAL_*`, `HOROVOD_CROSS_*`, `HOROVOD_ELASTIC`: "
+        "`kLauncherSet`): the core reads none of them and says nothing of them, also where "
+        "you set them yourself.",
         "",
         "| Horovod | scaleout |",
         "|---|---|",

@@ -6,7 +6,8 @@
 // Horovod keeps its tuning. When both are set the SCALEOUT_* one wins. `sources` records which
 // variable each value came from (config() shows it). A HOROVOD_* variable that scaleout does not
 // implement, or does not know, is never dropped silently: `notes` holds one line per such
-// variable, which rank 0 logs as a warning at init (the rank is not known here).
+// variable, which rank 0 logs as a warning at init (the rank is not known here); but for those
+// horovodrun sets for the program to read, which scaleoutrun sets too (kLauncherSet).
 #ifndef SCALEOUT_COMMON_CONFIG_H_
 #define SCALEOUT_COMMON_CONFIG_H_
 

@@ -116,7 +116,9 @@ def _allreduce_slices(
             # float32 from 8 and 16 bits, float64 from 32 and 64), floats keep their dtype.
             v = v / tf.cast(set_size(process_set), v.dtype)
         if scale != 1.0:
-            v = v * tf.cast(scale, v.dtype)
+            # in floating point: a factor cast to an integer dtype would be 0 below 1
+            wide = v if v.dtype.is_floating else tf.cast(v, tf.float64)
+            v = tf.cast(wide * tf.cast(scale, wide.dtype), v.dtype)
         out.append(tf.IndexedSlices(v, gathered[len(slices) + i], s.dense_shape))
     return out
 

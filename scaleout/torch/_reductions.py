@@ -23,7 +23,7 @@ from torch.autograd.graph import increment_version
 
 from scaleout._errors import InvalidArgumentError
 from scaleout._gradient_rules import check_adasum_compression
-from scaleout._naming import parameter_delta, parameter_gradient
+from scaleout._naming import parameter_delta, parameter_gradient, torch_name
 from scaleout._native import Adasum, Handle, resolve_op, synchronize, wait_all
 from scaleout._process_sets import set_size
 from scaleout._topk import Momentum, TopK, TopKExchange, check_optimizer_momentum
@@ -124,7 +124,8 @@ class Allreduce(Reduction):
                         p.grad, parameter_gradient(name), self.op, self.process_set
                     )
                 )
-            sparse_dim = p.grad.sparse_dim()
+            if p.grad.layout == torch.sparse_coo:  # (CSR and the like stay dense)
+                sparse_dim = p.grad.sparse_dim()
             p.grad = p.grad.to_dense()
         wire, ctx = self.compression.compress(p.grad)
         return _InPlace(
@@ -202,7 +203,8 @@ class TopKReduction(Reduction):
             else torch.empty(p.numel(), dtype=residual.dtype)
         )
         started = self.exchange.start(
-            parameter_gradient(name),
+            # the numpy-level exchange adds no prefix: the name torch's allreduce would run as
+            torch_name("allreduce", parameter_gradient(name)),
             flat.numpy(),
             residual.numpy(),
             self.steps,

@@ -145,8 +145,20 @@ def body():
         so.allreduce(np.ones(1), name="unmatched", process_set=D)
     if pending is not None:
         so.synchronize(pending)
+    # Another object of D's ranks given to a second init (running already: it gets D's id, as
+    # in Horovod); D's removal unregisters it too.
+    again = so.ProcessSet([n - 1, 0])
+    so.init(process_sets=[A, again])
+    check(again.process_set_id == D.process_set_id, f"a second init's object: {again}")
     check(so.remove_process_set(D) is True, "removed")
     check(D.process_set_id is None, "a removed set is unregistered")
+    check(again.process_set_id is None, f"every object of a removed set: {again}")
+    expect_error(
+        so.InvalidArgumentError,
+        lambda: so.init(process_sets=[so.ProcessSet([0, n - 1])]),
+        "is not registered",
+        what="a second init naming a removed set",
+    )
     expect_error(
         so.InvalidArgumentError,
         lambda: so.allreduce(np.ones(1), process_set=D),
