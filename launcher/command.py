@@ -17,7 +17,7 @@ from scaleout import _rank_report
 from .config import LaunchConfig
 from .elastic_notifier import driver_addresses
 from .errors import UsageError
-from .hosts import HostSlots, is_local_host
+from .hosts import is_local_host
 from .mpi_launcher import (
     Flavour,
     LaunchError,
@@ -40,6 +40,7 @@ from .mpi_launcher import (
 from .plan import (
     JobPlan,
     horovod_slots_environment,
+    job_hosts,
     placement_request,
     plan_placement,
     torch_store_environment,
@@ -231,7 +232,7 @@ def prepare_job(
         )
         print(f"scaleoutrun: {shown}{shlex.join(command)}", file=sys.stderr, flush=True)
 
-    hosts = plan.hosts or (HostSlots("localhost", plan.np),)
+    hosts = job_hosts(plan)
     rank_hosts = [entry.host for entry in hosts for _ in range(entry.slots)]
     start_timeout = DEFAULT_START_TIMEOUT if config.start_timeout is None else config.start_timeout
     probe = None

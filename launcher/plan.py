@@ -47,6 +47,12 @@ class JobPlan:
     remote_launch: Optional[str] = None  # how hosts are reached: "ssh", "slurm"; None: local
 
 
+def job_hosts(plan: JobPlan) -> tuple[HostSlots, ...]:
+    """The job's hosts and slots in rank order: this machine ("localhost") alone when the
+    plan names none."""
+    return plan.hosts or (HostSlots("localhost", plan.np),)
+
+
 def resolve_hosts(config: LaunchConfig, environ: Mapping[str, str]) -> Optional[HostSource]:
     """The hosts named by -H or --hostfile, else those of the Slurm allocation scaleoutrun runs
     in (--slurm auto or on); None when every rank runs on this machine. Reading the hostfile is
@@ -134,7 +140,7 @@ def plan_placement(
     like this machine; when launching, each rank plans again on its own node and reports a
     placement it cannot make there.
     """
-    hosts = plan.hosts if plan.hosts is not None else (HostSlots("localhost", plan.np),)
+    hosts = job_hosts(plan)
     placements, first = [], 0
     for entry in hosts:
         local = plan.hosts is None or is_local(entry.host)
@@ -212,7 +218,7 @@ def torch_store_environment(
 def horovod_slots_environment(plan: JobPlan) -> dict[str, str]:
     """The job's hosts and slots in rank order, from which each rank's wrapper works out
     horovodrun's variables for it (Note [horovodrun's rank variables] in rank_env)."""
-    hosts = plan.hosts or (HostSlots("localhost", plan.np),)
+    hosts = job_hosts(plan)
     return {HOROVOD_SLOTS: ",".join(f"{entry.host}:{entry.slots}" for entry in hosts)}
 
 
