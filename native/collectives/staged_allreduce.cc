@@ -78,8 +78,12 @@ namespace scaleout {
 // (area 0, then 1, ...) into a block of its own, which it unpacks: the same operations in the
 // same order on every rank, so the same bits. One Sync suffices for the reason two do above: a
 // rank writes this parity's area again two rounds later, after the next round's Sync, which no
-// rank passes before it has finished reading this round. Not for halves (they are widened and
-// rounded by one rank, Note [Halves on the wire]) nor across machines.
+// rank passes before it has finished reading this round. Where the result goes to one tensor's
+// output (FusedTensors::Output), the areas are reduced straight into it (ReduceFrom of areas 0
+// and 1, then the rest, then the postscale), skipping the block and its copy out: 4 KiB in place
+// at 2 ranks 6.2 -> 5.8 us per call, 16 KiB 10.4 -> 9.6 (back to back, medians of three runs,
+// 2026-11-27). Not for halves (they are widened and rounded by one rank, Note [Halves on the
+// wire]) nor across machines.
 
 namespace {
 constexpr size_t kBlockBytes = size_t(64) << 10;
@@ -109,7 +113,8 @@ void StagedAllreduce::Slice(size_t count, size_t esize, int rank, int size, size
 }
 
 Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const PackFn& pack,
-                            const UnpackFn& unpack, const HalfFactors& half, const InputFn& input) {
+                            const UnpackFn& unpack, const HalfFactors& half, const InputFn& input,
+                            const OutputFn& output) {
   const size_t esize = DataTypeSize(dtype);
   const bool halves = IsHalf(dtype);
   // With machines to cross, the post factor is applied after the crossing.
@@ -120,7 +125,7 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
   const size_t block = std::max<size_t>(1, kBlockBytes / esize);
   if (!halves && !crossing && total <= per_round &&
       total * esize * static_cast<size_t>(size - 1) <= kOneSyncBytes) {
-    return RunOneSync(total, dtype, op, pack, unpack);
+    return RunOneSync(total, dtype, op, pack, unpack, output);
   }
   for (size_t first = 0; first < total; first += per_round) {
     const size_t count = std::min(per_round, total - first);
@@ -210,13 +215,25 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
 
 // A small allreduce in one Sync: Note [One-Sync allreduce].
 Status StagedAllreduce::RunOneSync(size_t total, DataType dtype, ReduceOp op, const PackFn& pack,
-                                   const UnpackFn& unpack) {
+                                   const UnpackFn& unpack, const OutputFn& output) {
   const size_t bytes = total * DataTypeSize(dtype);
   const int parity = memory_->NextParity();
   pack(0, total, memory_->Area(memory_->rank(), parity));
   traffic::Add(traffic::kSHM_BYTES, static_cast<int64_t>(bytes));
   Status s = memory_->Sync();
   if (!s.ok()) return s;
+  double post = 1.0;
+  uint8_t* out = output && memory_->size() > 1 ? output(0, total, &post) : nullptr;
+  if (out != nullptr) {
+    {
+      const traffic::Timed reducing(traffic::kREDUCE_NS);
+      ReduceFrom(out, memory_->Area(0, parity), memory_->Area(1, parity), total, dtype, op);
+      for (int k = 2; k < memory_->size(); ++k)
+        ReduceInto(out, memory_->Area(k, parity), total, dtype, op);
+    }
+    if (post != 1.0) ScaleBuffer(out, total, dtype, post);
+    return Status::OK();
+  }
   result_.resize(bytes);
   CopyBytes(result_.data(), memory_->Area(0, parity), bytes);  // Note [Copies]
   {

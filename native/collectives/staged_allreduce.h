@@ -43,11 +43,15 @@ class StagedAllreduce {
   // Where this rank's elements [first, first + count) already lie as pack would write them, or
   // nullptr: the owner of a slice then reduces straight from there (Note [Staged allreduce]).
   using InputFn = std::function<const uint8_t*(size_t first, size_t count)>;
+  // Where unpack would write the reduced elements [first, first + count), times *post, or
+  // nullptr: a small allreduce then reduces straight into them (Note [One-Sync allreduce]).
+  using OutputFn = std::function<uint8_t*(size_t first, size_t count, double* post)>;
 
   // Reduces `total` elements of `dtype` with `op` (Average reduces as Sum). Every rank calls it
   // with the same total, dtype, op and factors.
   Status Run(size_t total, DataType dtype, ReduceOp op, const PackFn& pack, const UnpackFn& unpack,
-             const HalfFactors& half = HalfFactors(), const InputFn& input = nullptr);
+             const HalfFactors& half = HalfFactors(), const InputFn& input = nullptr,
+             const OutputFn& output = nullptr);
 
   // The elements [*lo, *hi) of a count-element round that `rank` of `size` reduces: whole
   // 64-byte lines, as evenly spread as they go (exposed for tests).
@@ -61,7 +65,7 @@ class StagedAllreduce {
 
   // Note [One-Sync allreduce] (staged_allreduce.cc): a small allreduce on one machine.
   Status RunOneSync(size_t total, DataType dtype, ReduceOp op, const PackFn& pack,
-                    const UnpackFn& unpack);
+                    const UnpackFn& unpack, const OutputFn& output);
 
   PeerMemory* memory_;
   MachineReduce* machines_;

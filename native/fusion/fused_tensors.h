@@ -91,6 +91,22 @@ class FusedTensors {
     return found;
   }
 
+  // Where the reduced elements [first, first + count) go (one tensor's output, aligned to its
+  // element size), or nullptr; *post is the factor Unpack would apply to them there.
+  uint8_t* Output(size_t first, size_t count, double* post) const {
+    if (count == 0) return nullptr;
+    uint8_t* found = nullptr;
+    int pieces = 0;
+    ForEachPiece(first, count, [&](size_t i, size_t at, size_t n, size_t) {
+      ++pieces;
+      TensorEntry* e = entries_[i];
+      if (e != nullptr && n == count) found = static_cast<uint8_t*>(e->output) + at * esize_;
+    });
+    if (pieces != 1 || reinterpret_cast<uintptr_t>(found) % esize_ != 0) return nullptr;
+    *post = post_;
+    return found;
+  }
+
   // The reduced elements [first, first + count) from src into the outputs, postscaled.
   void Unpack(size_t first, size_t count, const uint8_t* src) const {
     ForEachPiece(first, count, [&](size_t i, size_t at, size_t n, size_t from) {

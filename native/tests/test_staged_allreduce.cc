@@ -228,6 +228,68 @@ SO_TEST(BackToBackRunsReuseTheAreasSafely) {
   }
 }
 
+// Note [One-Sync allreduce]: with an OutputFn a small run reduces the areas straight into the
+// output (in place here: the output is the input), applies the postscale there, and unpacks
+// nothing; a lone rank, or a run too large for one Sync, unpacks as before.
+SO_TEST(SmallRunsReduceStraightIntoTheirOutput) {
+  for (int size : {1, 2, 3, 4}) {
+    for (size_t total : {size_t(1), size_t(100), size_t(1000)}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kProduct}) {
+        const double post = op == ReduceOp::kSum ? 0.25 : 1.0;
+        SharedAreas shared(size, size_t(1) << 20, 0);
+        std::vector<std::vector<int64_t>> results(size);
+        std::vector<size_t> unpacked(size, 0);
+        std::vector<Status> status(size);
+        std::vector<std::thread> threads;
+        for (int g = 0; g < size; ++g) {
+          threads.emplace_back([&, g] {
+            SharedAreas::View view(&shared, g);
+            StagedAllreduce staged(&view);
+            std::vector<int64_t>& data = results[g];
+            data.resize(total);
+            for (int rep = 0; rep < 20 && status[g].ok(); ++rep) {
+              for (size_t i = 0; i < total; ++i)
+                data[i] = static_cast<int64_t>(i % 11) * (g + 1) + rep;
+              auto pack = [&](size_t first, size_t count, uint8_t* dst) {
+                std::memcpy(dst, data.data() + first, count * sizeof(int64_t));
+              };
+              auto unpack = [&](size_t first, size_t count, const uint8_t* src) {
+                const auto* v = reinterpret_cast<const int64_t*>(src);
+                for (size_t i = 0; i < count; ++i)
+                  data[first + i] = static_cast<int64_t>(static_cast<double>(v[i]) * post);
+                unpacked[g] += count;
+              };
+              auto output = [&](size_t first, size_t, double* factor) {
+                *factor = post;
+                return reinterpret_cast<uint8_t*>(data.data() + first);
+              };
+              status[g] = staged.Run(total, DataType::kInt64, op, pack, unpack, HalfFactors(),
+                                     nullptr, output);
+            }
+          });
+        }
+        for (std::thread& t : threads) t.join();
+        const std::string where = "size " + std::to_string(size) + " total " +
+                                  std::to_string(total) + " op " +
+                                  std::to_string(static_cast<int>(op));
+        const bool one_sync = size > 1 && total * sizeof(int64_t) * (size - 1) <= (16 << 10);
+        for (int g = 0; g < size; ++g) {
+          if (!EXPECT_TRUE(status[g].ok())) ADD_FAILURE(where);
+          if (!EXPECT_EQ(unpacked[g], one_sync ? size_t(0) : 20 * total)) ADD_FAILURE(where);
+          for (size_t i = 0; i < total; ++i) {
+            const auto expected =
+                static_cast<int64_t>(static_cast<double>(Expected(i, size, op, 19)) * post);
+            if (!EXPECT_EQ(results[g][i], expected)) {
+              ADD_FAILURE(where + " rank " + std::to_string(g) + " element " + std::to_string(i));
+              break;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // Note [Hierarchical allreduce]
 SO_TEST(HierarchicalRunsReduceOverEveryMachineOnceEach) {
   for (int machines : {2, 3}) {
