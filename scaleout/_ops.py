@@ -18,6 +18,7 @@ from scaleout._native import (
     BARRIER,
     BROADCAST,
     JOIN,
+    OP_NAMES,
     REDUCESCATTER,
     Average,
     Handle,
@@ -89,6 +90,36 @@ def _allreduce(
     tensor, average, name, op, prescale_factor, postscale_factor, process_set, inplace, waits
 ) -> Handle:
     """`waits`: the caller synchronizes at once (Note [Caller drives] in the core)."""
+    # The common call (a C-contiguous numpy array, an op code or none, the global set) goes to
+    # submit in one step: the general path below costs ~0.5 us more per call, a tenth of a
+    # small allreduce. Anything else, or an array submit cannot take as it is, goes that way.
+    if (
+        type(tensor) is np.ndarray
+        and average is None
+        and process_set is global_process_set
+        and (op is None or (type(op) is int and op in OP_NAMES))
+    ):
+        try:
+            return submit(
+                ALLREDUCE,
+                name,
+                tensor,
+                None,
+                None,
+                None,
+                tensor if inplace else np.empty_like(tensor),
+                None,
+                Average if op is None else op,
+                0,
+                prescale_factor,
+                postscale_factor,
+                None,
+                None,
+                0,
+                waits,
+            )
+        except BufferError:
+            pass
     return submit_into(
         ALLREDUCE,
         name,
