@@ -116,7 +116,7 @@ Status CollectiveExecutor::Allreduce(const Response& r, const std::vector<Tensor
         [&](size_t first, size_t count, uint8_t* dst) { fused.Pack(first, count, dst); },
         [&](size_t first, size_t count, const uint8_t* src) { fused.Unpack(first, count, src); },
         HalfFactors{r.prescale, post},
-        [&](size_t first, size_t count) { return fused.Input(first, count); },
+        [&](size_t first, size_t count, size_t* run) { return fused.Input(first, count, run); },
         [&](size_t first, size_t count, double* post) { return fused.Output(first, count, post); });
   }
   // One tensor of this rank's own: reduce straight from input into output.

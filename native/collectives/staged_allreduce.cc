@@ -29,12 +29,15 @@ namespace scaleout {
 // Per rank and byte, this is one pass over the input and one over the output (the packing and
 // unpacking a private fusion buffer needs too) plus reading 1/size of the bytes from each other
 // rank: less memory traffic than packing, having MPI copy the buffer between processes, and
-// unpacking. Where a block of the owner's input lies as packing would write it (one tensor, no
-// prescale: FusedTensors::Input), step 2 skips the packing: the owner reduces its input with
-// the first other rank's block straight into its area (ReduceFrom), then the rest as before,
-// the same operations in the same order. Measured at 2 ranks on this VM's Xeon (2026-11-26,
-// in place, float32, medians of 300 in three runs each): 256 KiB 56.0-57.3 us before, 53.1-54.8
-// after; 1 MiB 184-199 before, 175-181 after; 16 MiB 2.72-3.08 ms before, 2.59-2.66 after.
+// unpacking. Where the owner's input lies as packing would write it (no prescale, the rank did
+// not join: FusedTensors::Input), step 2 skips the packing: the owner reduces its input with
+// the first other rank's block straight into its area (ReduceFrom), a tensor's piece at a time,
+// then the rest as before, the same operations in the same order (a piece at a time since
+// 2026-11-27: 200 x 16 KiB async-then-synchronize at 2 ranks 0.98-1.02 -> 0.94-0.96 ms, three
+// interleaved runs each). Measured at 2 ranks on this VM's
+// Xeon (2026-11-26, in place, float32, medians of 300 in three runs each): 256 KiB 56.0-57.3 us
+// before, 53.1-54.8 after; 1 MiB 184-199 before, 175-181 after; 16 MiB 2.72-3.08 ms
+// before, 2.59-2.66 after.
 //
 // Note [Hierarchical allreduce]
 // Across machines with the same number of ranks each, step 2 splits: rank k first reduces its
@@ -146,21 +149,34 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
     for (size_t begin = lo; begin < hi; begin += block) {
       const size_t n = std::min(block, hi - begin);
       uint8_t* at = mine + begin * esize;
-      const uint8_t* in = halves || !input || size < 2 ? nullptr : input(first + begin, n);
-      if (in == nullptr) pack(first + begin, n, at);
-      const traffic::Timed reducing(traffic::kREDUCE_NS);
-      if (halves) {
-        ReduceHalves(at, begin * esize, n, parity, dtype, op, half.pre, crossing ? 1.0 : half.post);
-      } else {
-        for (int k = 0; k < size; ++k) {
-          if (k == self) continue;
-          const uint8_t* theirs = memory_->Area(k, parity) + begin * esize;
-          if (in != nullptr) {
-            ReduceFrom(at, in, theirs, n, dtype, op);  // own input, then the first other rank's
-            in = nullptr;
-          } else {
-            ReduceInto(at, theirs, n, dtype, op);
+      if (halves || !input || size < 2) {
+        pack(first + begin, n, at);
+        const traffic::Timed reducing(traffic::kREDUCE_NS);
+        if (halves) {
+          ReduceHalves(at, begin * esize, n, parity, dtype, op, half.pre,
+                       crossing ? 1.0 : half.post);
+        } else {
+          for (int k = 0; k < size; ++k) {
+            if (k != self) ReduceInto(at, memory_->Area(k, parity) + begin * esize, n, dtype, op);
           }
+        }
+      } else {
+        // The first other rank's block with this rank's input, a tensor's piece at a time
+        // (packed where it cannot be read as it lies), then the rest of the ranks.
+        const int other = self == 0 ? 1 : 0;
+        const uint8_t* first_theirs = memory_->Area(other, parity) + begin * esize;
+        const traffic::Timed reducing(traffic::kREDUCE_NS);
+        for (size_t done = 0, run = 0; done < n; done += run) {
+          const uint8_t* in = input(first + begin + done, n - done, &run);
+          if (in != nullptr) {
+            ReduceFrom(at + done * esize, in, first_theirs + done * esize, run, dtype, op);
+          } else {
+            pack(first + begin + done, run, at + done * esize);
+            ReduceInto(at + done * esize, first_theirs + done * esize, run, dtype, op);
+          }
+        }
+        for (int k = other + 1; k < size; ++k) {
+          if (k != self) ReduceInto(at, memory_->Area(k, parity) + begin * esize, n, dtype, op);
         }
       }
       if (machines_ == nullptr && !leader_based_) unpack(first + begin, n, at);

@@ -40,9 +40,10 @@ class StagedAllreduce {
   using PackFn = std::function<void(size_t first, size_t count, uint8_t* dst)>;
   // Takes the reduced elements [first, first + count) from src.
   using UnpackFn = std::function<void(size_t first, size_t count, const uint8_t* src)>;
-  // Where this rank's elements [first, first + count) already lie as pack would write them, or
-  // nullptr: the owner of a slice then reduces straight from there (Note [Staged allreduce]).
-  using InputFn = std::function<const uint8_t*(size_t first, size_t count)>;
+  // Where this rank's elements [first, first + *run) already lie as pack would write them, or
+  // nullptr (then pack them); *run, from 1 to count, is set either way: the owner of a slice
+  // reduces straight from there (Note [Staged allreduce]).
+  using InputFn = std::function<const uint8_t*(size_t first, size_t count, size_t* run)>;
   // Where unpack would write the reduced elements [first, first + count), times *post, or
   // nullptr: a small allreduce then reduces straight into them (Note [One-Sync allreduce]).
   using OutputFn = std::function<uint8_t*(size_t first, size_t count, double* post)>;

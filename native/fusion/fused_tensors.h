@@ -75,19 +75,23 @@ class FusedTensors {
     });
   }
 
-  // Where elements [first, first + count) of this rank's input lie as they would be packed (one
-  // tensor's, unscaled, aligned to its element size for the typed kernels), or nullptr (several
-  // tensors, a prescale, a joined rank's zeros, a misaligned array).
-  const uint8_t* Input(size_t first, size_t count) const {
-    if (pre_ != 1.0 || count == 0) return nullptr;
+  // Where elements [first, first + *run) of this rank's input lie as they would be packed, or
+  // nullptr (a prescale, a joined rank's zeros, a misaligned array), where *run (at least 1 and
+  // at most count) is how many of the elements from `first` on belong to one tensor: the
+  // caller packs those instead.
+  const uint8_t* Input(size_t first, size_t count, size_t* run) const {
+    *run = count;
+    if (count == 0) return nullptr;
     const uint8_t* found = nullptr;
-    int pieces = 0;
+    bool seen = false;
     ForEachPiece(first, count, [&](size_t i, size_t at, size_t n, size_t) {
-      ++pieces;
+      if (seen) return;
+      seen = true;
+      *run = n;
       const TensorEntry* e = entries_[i];
-      if (e != nullptr && n == count) found = static_cast<const uint8_t*>(e->input) + at * esize_;
+      if (e != nullptr && pre_ == 1.0) found = static_cast<const uint8_t*>(e->input) + at * esize_;
     });
-    if (pieces != 1 || reinterpret_cast<uintptr_t>(found) % esize_ != 0) return nullptr;
+    if (reinterpret_cast<uintptr_t>(found) % esize_ != 0) return nullptr;
     return found;
   }
 
