@@ -140,7 +140,8 @@ Status HandleTable::Wait(int64_t handle, double timeout_seconds) {
   std::unique_lock<std::mutex> lock(mu_);
   auto it = slots_.find(handle);
   if (it == slots_.end()) return Unknown(handle);
-  if (!it->second.done) {
+  if (it->second.done) return it->second.status;
+  {
     // Note [Wake-ups]: most collectives complete within microseconds of the wait; yielding
     // until then, for a while, spares the completing thread the wake-up of this one.
     std::shared_ptr<TensorEntry> entry = it->second.entry;
@@ -154,6 +155,7 @@ Status HandleTable::Wait(int64_t handle, double timeout_seconds) {
     lock.lock();
     it = slots_.find(handle);
     if (it == slots_.end()) return Unknown(handle);
+    if (it->second.done) return it->second.status;
   }
   auto done = [&] {
     auto i = slots_.find(handle);

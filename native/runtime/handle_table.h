@@ -7,12 +7,13 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
-#include <map>
-#include <set>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "runtime/tensor_entry.h"
@@ -74,7 +75,12 @@ class HandleTable {
   int64_t next_handle_ = 1;
   std::unordered_map<int64_t, Slot> slots_;
   // Names are scoped by process set: (set, name).
-  std::set<std::pair<int32_t, std::string>> names_in_flight_;
+  struct NameHash {
+    size_t operator()(const std::pair<int32_t, std::string>& k) const {
+      return std::hash<std::string>()(k.second) * 31 + static_cast<size_t>(k.first);
+    }
+  };
+  std::unordered_set<std::pair<int32_t, std::string>, NameHash> names_in_flight_;
   bool closed_ = false;
   Status closed_status_;
   std::map<int32_t, Status> closed_sets_;
