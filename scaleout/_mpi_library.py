@@ -186,6 +186,7 @@ _LAUNCHER_SIZES = (
     ("OMPI_COMM_WORLD_SIZE", "Open MPI's mpirun/prterun"),
     ("MV2_COMM_WORLD_SIZE", "MVAPICH's mpirun_rsh"),
     ("SLURM_STEP_NUM_TASKS", "Slurm's srun"),
+    ("WORLD_SIZE", "torchrun (or whatever gave the processes torch's RANK and WORLD_SIZE)"),
 )
 
 
@@ -314,6 +315,18 @@ def singleton_error(
             "PMI or PMIx version it does not speak, or a library built without that support)"
         )
         fix = "start the ranks with scaleoutrun inside the allocation, or with the MPI's launcher"
+    elif name == "WORLD_SIZE":
+        # Note [PMI bootstrap]: no MPI launcher; joined through torch's store only from
+        # init_process_group("scaleout") (or scaleout.init() under torchrun).
+        why = (
+            "no MPI launcher started the processes, and scaleout was started without torch's "
+            "store to join them through"
+        )
+        fix = (
+            'call torch.distributed.init_process_group("scaleout") before any other use of '
+            "scaleout or mpi4py (under torchrun, scaleout.init() alone does it), or start the "
+            "job with scaleoutrun"
+        )
     elif by_srun or name == "SLURM_STEP_NUM_TASKS":
         # srun started the tasks itself: with no plugin, or (it names it in SLURM_MPI_TYPE)
         # one whose protocol this MPI does not speak, as Open MPI's under --mpi=pmi2.

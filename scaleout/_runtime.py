@@ -12,7 +12,7 @@ import sys
 import threading
 from typing import Any, Optional
 
-from scaleout import _binding, _mpi_library, _native
+from scaleout import _binding, _mpi_library, _native, _pmi_bootstrap
 from scaleout._errors import InvalidArgumentError, MPIMismatchError, NotInitializedError
 
 __all__ = [
@@ -81,6 +81,8 @@ def start(comm: Any = None) -> bool:
     """init()'s first part, on every rank (collective): loads the native library and starts the
     runtime on `comm` (see init). Returns False, doing nothing, when it runs already."""
     global _topology, _atexit_registered
+    if _pmi_bootstrap.wanted(os.environ) and "mpi4py.MPI" not in sys.modules:
+        _pmi_bootstrap.from_torch_agent()  # Note [PMI bootstrap]
     _native.ensure_loaded()
     with _state_lock:
         if _binding.is_initialized():

@@ -1,8 +1,11 @@
 """The "scaleout" torch.distributed backend (Note [torch.distributed backend],
 docs/torch-distributed.md): its collectives, async work, DDP and FSDP2 training equal to one
 process, in jobs started by scaleoutrun with init_process_group("scaleout") and no arguments;
-a size or rank other than the job's refused on every rank."""
+a size or rank other than the job's refused on every rank. Ranks that torchrun or a shell
+started, with no MPI launcher, joined through torch's store (Note [PMI bootstrap]), on each MPI
+that can (MPICH, Intel MPI) and refused by name on the one that cannot (Open MPI)."""
 
+import os
 import socket
 import sys
 from pathlib import Path
@@ -11,9 +14,10 @@ import pytest
 
 pytest.importorskip("torch")
 
-from conftest import run_mpi, scaleoutrun  # noqa: E402
+from conftest import run_job, run_mpi, scaleoutrun  # noqa: E402
 
 SCRIPT = Path(__file__).resolve().parent / "mp" / "torch_distributed.py"
+TORCHRUN_SCRIPT = Path(__file__).resolve().parent / "mp" / "torch_torchrun.py"
 
 
 def _store_env() -> dict:
@@ -35,3 +39,79 @@ def test_collectives_and_ddp_through_the_backend(nranks):
 def test_a_size_or_rank_other_than_the_jobs_is_refused(mode):
     proc = run_mpi("torch_distributed.py", 2, mode, env=_store_env())
     assert proc.stdout.count("all checks passed") == 2
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _torchrun(python: str, n: int, mode: str, env: dict | None = None):
+    cmd = [python, "-m", "torch.distributed.run", "--nproc-per-node", str(n)]
+    cmd += ["--master-addr", "127.0.0.1", "--master-port", str(_free_port())]
+    cmd += [str(TORCHRUN_SCRIPT), mode]
+    return run_job(cmd, f"torchrun of {n} ranks ({mode})", 180, env)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_torchrun_starts_the_ranks(n):
+    proc = _torchrun(sys.executable, n, "ddp")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("all checks passed") == n, proc.stdout + proc.stderr[-3000:]
+
+
+def test_horovod_style_init_under_torchrun():
+    proc = _torchrun(sys.executable, 2, "horovod")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("all checks passed") == 2, proc.stdout + proc.stderr[-3000:]
+
+
+# Starts argv[3] copies of `python script mode` with torch's variables, as a shell would.
+LAUNCH = """
+import os, subprocess, sys
+python, script, mode, n, port = sys.argv[1:6]
+procs = [
+    subprocess.Popen(
+        [python, script, mode],
+        env=dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(r),
+                 WORLD_SIZE=n),
+    )
+    for r in range(int(n))
+]
+sys.exit(max(p.wait() for p in procs))
+"""
+
+
+@pytest.mark.parametrize("mode", ["ddp", "refused"])
+def test_processes_given_torch_variables(mode):
+    # "ddp": init_process_group's env:// store joins them; "refused": scaleout.init() has no
+    # store to join them through, and must not run them as jobs of one.
+    n = 2
+    cmd = [sys.executable, "-c", LAUNCH, sys.executable, str(TORCHRUN_SCRIPT), mode, str(n)]
+    cmd.append(str(_free_port()))
+    proc = run_job(cmd, f"{n} processes ({mode})", 120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("all checks passed") == n, proc.stdout + proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    "variable,family",
+    [("SCALEOUT_TEST_VENV_IMPI", "Intel MPI"), ("SCALEOUT_TEST_VENV_OMPI", "Open MPI")],
+)
+def test_torchrun_on_other_mpis(variable, family):
+    """Intel MPI reads PMI-1 as MPICH does; Open MPI does not, and every rank says so."""
+    venv = Path(os.environ.get(variable, "/nonexistent"))
+    python = venv / "bin" / "python"
+    if not (venv / "lib").exists() or not python.exists():
+        pytest.skip(f"no {family} environment ({variable}; tools/make_mpi_envs.sh makes it)")
+    env = {"PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": ""}
+    proc = _torchrun(str(python), 2, "ddp", env)
+    if family == "Intel MPI":
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert proc.stdout.count("all checks passed") == 2, proc.stdout + proc.stderr[-3000:]
+    else:
+        assert proc.returncode != 0, proc.stdout[-3000:]
+        refusal = "its MPI is Open MPI"
+        assert proc.stderr.count(refusal) >= 2, proc.stderr[-4000:]
+        assert "Start the job with scaleoutrun" in proc.stderr, proc.stderr[-4000:]

@@ -24,8 +24,10 @@ This step covers: all_reduce (SUM, AVG, MIN, MAX, PRODUCT), broadcast, all_gathe
 all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, barrier, DDP with its default
 comm hook and FSDP2, on CPU tensors, for the world group of a job started by an MPI launcher.
 Functional collectives (DTensor's redistribution) need a C++ backend and do not work yet.
+Ranks that torchrun (or a shell, with torch's variables) started join through torch's store
+before MPI starts (Note [PMI bootstrap], scaleout/_pmi_bootstrap.py).
 Not yet: subgroups (new_group of some ranks), send/recv, reduce, gather, scatter, PREMUL_SUM,
-ranks started by torchrun or Ray: each raises saying so.
+ranks started by Ray: each raises saying so.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from __future__ import annotations
 import itertools
 import os
 import queue
+import sys
 import threading
 from typing import Callable, List
 
@@ -41,6 +44,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
 
 import scaleout
+from scaleout import _pmi_bootstrap
 from scaleout._native import Average, Max, Min, Product, Sum, synchronize
 from scaleout.torch import _collectives as so
 
@@ -263,6 +267,9 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
 def _create(options, _backend_options):
     """torch's creator for the backend (extended API: it names the group's global ranks)."""
     if not scaleout.is_initialized():
+        if _pmi_bootstrap.wanted(os.environ) and "mpi4py.MPI" not in sys.modules:
+            # torchrun, Ray or hand-started ranks: MPI joins them through torch's store.
+            _pmi_bootstrap.bootstrap(options.store, options.group_rank, options.group_size)
         scaleout.init()
     size, rank = scaleout.size(), scaleout.rank()
     ranks = list(options.global_ranks_in_group or range(options.group_size))

@@ -1,0 +1,108 @@
+"""Run by tests/test_torch_distributed.py::test_torchrun_starts_the_ranks,
+tests/test_torch_distributed.py::test_horovod_style_init_under_torchrun,
+tests/test_torch_distributed.py::test_processes_given_torch_variables and
+tests/test_torch_distributed.py::test_torchrun_on_other_mpis.
+
+Ranks that no MPI launcher started (Note [PMI bootstrap]): torchrun's, or processes given torch's
+MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE. No test harness that imports mpi4py first (MPI
+must start after the bootstrap). argv[1]:
+- "ddp": init_process_group("scaleout"); rank, size and the machine's ranks are torch's; a
+  collective of each kind against values every rank computes; a Horovod-style allreduce of
+  scaleout.torch in the same script (one core under both); DDP (SGD with momentum, float64,
+  three steps) equal to one process on the global batch.
+- "horovod": scaleout.init() alone under torchrun, then a Horovod-style allreduce.
+- "refused": scaleout.init() in processes given torch's variables by hand (no store for it to
+  join through) raises MPIMismatchError naming what to do, on every rank.
+Prints "all checks passed" on success.
+"""
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+import scaleout.torch as hvd
+
+failures = []
+
+
+def check(cond: bool, what: str) -> None:
+    if not cond:
+        failures.append(what)
+        print(f"rank {os.environ.get('RANK')}: FAILED: {what}", file=sys.stderr, flush=True)
+
+
+def close(got: torch.Tensor, want: torch.Tensor, what: str, tol: float = 1e-6) -> None:
+    ok = got.shape == want.shape and torch.allclose(got.double(), want.double(), tol, tol)
+    check(ok, f"{what}: got {got.flatten()[:6].tolist()}, want {want.flatten()[:6].tolist()}")
+
+
+def ddp_equals_one_process(r: int, n: int) -> None:
+    torch.manual_seed(0)
+    ours = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)).double()
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)).double()
+    ddp = nn.parallel.DistributedDataParallel(ours)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(4 * n, 8, generator=g, dtype=torch.float64)
+    y = torch.randn(4 * n, 2, generator=g, dtype=torch.float64)
+    for _ in range(3):
+        opt.zero_grad()
+        ((ddp(x[4 * r : 4 * r + 4]) - y[4 * r : 4 * r + 4]) ** 2).mean().backward()
+        opt.step()
+        ref_opt.zero_grad()
+        ((ref(x) - y) ** 2).mean().backward()
+        ref_opt.step()
+    for (name, p), q in zip(ours.named_parameters(), ref.parameters()):
+        close(p.detach(), q.detach(), f"DDP {name}", 1e-10)
+
+
+def main() -> None:
+    mode = sys.argv[1]
+    r, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if mode == "refused":
+        try:
+            hvd.init()
+        except hvd.MPIMismatchError as e:
+            check("init_process_group" in str(e), f"the refusal says what to do: {e}")
+        else:
+            check(False, "scaleout.init() without a store ran as a job of one")
+    elif mode == "horovod":
+        hvd.init()
+        check((hvd.rank(), hvd.size()) == (r, n), f"rank {hvd.rank()} of {hvd.size()}")
+        t = hvd.allreduce(torch.full((3,), float(r + 1)), op=hvd.Sum)
+        close(t, torch.full((3,), n * (n + 1) / 2), "Horovod-style allreduce")
+    else:
+        dist.init_process_group("scaleout")
+        check(dist.get_backend() == "scaleout", f"backend {dist.get_backend()}")
+        check((dist.get_rank(), dist.get_world_size()) == (r, n), "torch's rank and size")
+        check((hvd.rank(), hvd.size()) == (r, n), f"scaleout's rank {hvd.rank()} of {hvd.size()}")
+        local = os.environ.get("LOCAL_WORLD_SIZE")
+        if local:  # torchrun's: this machine's ranks, which scaleout finds for itself
+            check(hvd.local_size() == int(local), f"local size {hvd.local_size()} != {local}")
+            check(hvd.local_rank() == int(os.environ["LOCAL_RANK"]), "local rank")
+        t = torch.full((5,), float(r + 1))
+        dist.all_reduce(t)
+        close(t, torch.full((5,), n * (n + 1) / 2), "all_reduce SUM")
+        outs = [torch.empty(2) for _ in range(n)]
+        dist.all_gather(outs, torch.full((2,), float(r)))
+        close(torch.stack(outs)[:, 0], torch.arange(n).double(), "all_gather")
+        t = torch.full((3,), float(r))
+        dist.broadcast(t, src=n - 1)
+        close(t, torch.full((3,), float(n - 1)), "broadcast")
+        t = hvd.allreduce(torch.full((3,), float(r)), op=hvd.Average)
+        close(t, torch.full((3,), (n - 1) / 2), "Horovod-style allreduce beside torch's")
+        ddp_equals_one_process(r, n)
+        dist.destroy_process_group()
+    if failures:
+        print(f"rank {r}: {len(failures)} checks failed", file=sys.stderr, flush=True)
+        sys.exit(1)
+    print("all checks passed", flush=True)
+
+
+if __name__ == "__main__":
+    main()
