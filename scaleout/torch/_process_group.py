@@ -20,14 +20,15 @@ LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) under SCALEOUT_TORCH_* names, and im
 module sets torch's own from them, so `init_process_group("scaleout")` needs no arguments and
 programs that do not use scaleout.torch see no torch variables.
 
-This step covers: all_reduce (SUM, AVG, MIN, MAX, PRODUCT), broadcast, all_gather,
-all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, barrier, DDP with its default
+This step covers: all_reduce (SUM, AVG, MIN, MAX, PRODUCT, PREMUL_SUM), reduce, broadcast,
+all_gather, all_gather_into_tensor, gather, scatter, reduce_scatter_tensor, all_to_all_single,
+barrier, DDP with its default
 comm hook and FSDP2, on CPU tensors, for the world group of a job started by an MPI launcher.
 Functional collectives (DTensor's redistribution) need a C++ backend and do not work yet.
 Ranks that torchrun (or a shell, with torch's variables) started join through torch's store
 before MPI starts (Note [PMI bootstrap], scaleout/_pmi_bootstrap.py).
-Not yet: subgroups (new_group of some ranks), send/recv, reduce, gather, scatter, PREMUL_SUM,
-ranks started by Ray: each raises saying so.
+Not yet: subgroups (new_group of some ranks), send/recv, ranks started by Ray: each raises
+saying so.
 """
 
 from __future__ import annotations
@@ -60,11 +61,20 @@ _OPS = {
 }
 
 
-def _core_op(op: dist.ReduceOp, what: str) -> int:
+def _core_op(op: dist.ReduceOp, what: str) -> tuple:
+    """The core's op and the prescale factor of torch's ReduceOp: PREMUL_SUM (each rank's input
+    times the op's factor, then summed) is a Sum with that prescale."""
     kind = op.op
+    if kind == dist.ReduceOp.RedOpType.PREMUL_SUM:
+        factor = op.factor
+        if isinstance(factor, torch.Tensor):
+            if factor.numel() != 1:
+                raise ValueError(f"{what}: PREMUL_SUM's factor must be a scalar, not {factor}")
+            factor = factor.item()
+        return Sum, float(factor)
     if kind not in _OPS:
         _not_yet(f"{what} with ReduceOp.{kind.name}")
-    return _OPS[kind]
+    return _OPS[kind], 1.0
 
 
 class _Completer:
@@ -171,8 +181,25 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
 
     def allreduce(self, tensors, opts):
         _cpu(tensors, "all_reduce")
-        op = _core_op(opts.reduceOp, "all_reduce")
-        handles = [so.allreduce_async_(t, name=self._name("allreduce"), op=op) for t in tensors]
+        op, pre = _core_op(opts.reduceOp, "all_reduce")
+        handles = [
+            so.allreduce_async_(t, name=self._name("allreduce"), op=op, prescale_factor=pre)
+            for t in tensors
+        ]
+        return self._work(None, _all_of(handles, tensors))
+
+    def reduce(self, tensors, opts):
+        # The reduction lands in the root's tensors; the others' stay as they were (an
+        # allreduce into copies there: every rank takes part in the core's collective).
+        _cpu(tensors, "reduce")
+        op, pre = _core_op(opts.reduceOp, "reduce")
+        root = self.rank() == opts.rootRank
+        handles = [
+            so.allreduce_async_(
+                t if root else t.clone(), name=self._name("reduce"), op=op, prescale_factor=pre
+            )
+            for t in tensors
+        ]
         return self._work(None, _all_of(handles, tensors))
 
     def broadcast(self, tensors, opts):
@@ -211,9 +238,11 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
 
     def _reduce_scatter_base(self, output, input, opts):
         _cpu([input], "reduce_scatter_tensor")
-        op = _core_op(opts.reduceOp, "reduce_scatter_tensor")
+        op, pre = _core_op(opts.reduceOp, "reduce_scatter_tensor")
         rows = input.reshape(self.size(), -1)
-        handle = so.reducescatter_async(rows, name=self._name("reducescatter"), op=op)
+        handle = so.reducescatter_async(
+            rows, name=self._name("reducescatter"), op=op, prescale_factor=pre
+        )
 
         def finish(mine):
             output.copy_(mine.reshape(output.shape))
@@ -254,14 +283,45 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
     def recv(self, tensors, src, tag):
         _not_yet("recv")
 
-    def reduce(self, tensors, opts):
-        _not_yet("reduce")
-
     def gather(self, output_tensors, input_tensors, opts):
-        _not_yet("gather")
+        # An allgather whose result only the root keeps (torch gives the others no outputs).
+        _cpu(input_tensors, "gather")
+        root = self.rank() == opts.rootRank
+        handles = [
+            so.allgather_async(t.reshape(1, -1), name=self._name("gather")) for t in input_tensors
+        ]
+
+        def finish(_):
+            for i, h in enumerate(handles):
+                rows = synchronize(h)
+                if root:
+                    for out, row in zip(output_tensors[i], rows):
+                        out.copy_(row.reshape(out.shape))
+            return output_tensors
+
+        return self._work(None, finish)
 
     def scatter(self, output_tensors, input_tensors, opts):
-        _not_yet("scatter")
+        # An alltoall in which only the root sends: part i of its list to rank i.
+        _cpu(output_tensors, "scatter")
+        size, root = self.size(), opts.rootRank
+        handles = []
+        for i, out in enumerate(output_tensors):
+            if self.rank() == root:
+                parts = input_tensors[i]
+                send = torch.cat([p.reshape(-1).to(out.dtype) for p in parts])
+                splits = [p.numel() for p in parts]
+            else:
+                send, splits = out.new_empty(0), [0] * size
+            handles.append(so.alltoall_async(send, splits=splits, name=self._name("scatter")))
+
+        def finish(_):
+            for out, h in zip(output_tensors, handles):
+                received, _counts = synchronize(h)
+                out.copy_(received.reshape(out.shape))
+            return output_tensors
+
+        return self._work(None, finish)
 
 
 def _create(options, _backend_options):

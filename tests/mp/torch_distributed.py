@@ -3,12 +3,12 @@ tests/test_torch_distributed.py::test_a_size_or_rank_other_than_the_jobs_is_refu
 
 The "scaleout" torch.distributed backend (Note [torch.distributed backend]). argv[1] "run",
 under scaleoutrun, init_process_group("scaleout") with no arguments: every collective of this
-step against values every rank computes, for each op and dtype, blocking and async (wait() and
-get_future()), the object collectives, what is not supported yet raising, and DDP (SGD with
-momentum, then Adam; float64, three steps) and FSDP2 (fully_shard, SGD with momentum) equal to
-one process on the global batch. argv[1] "bad-size" / "bad-rank": init_process_group with a
-size or rank other than the job's must raise ValueError naming it (under mpiexec, with the
-test's MASTER_ADDR and MASTER_PORT)."""
+step against values every rank computes, for each op and dtype, reduce, gather, scatter and
+PREMUL_SUM, blocking and async (wait() and get_future()), the object collectives, what is not
+supported yet raising, and DDP (SGD with momentum, then Adam; float64, three steps) and FSDP2
+(fully_shard, SGD with momentum) equal to one process on the global batch. argv[1] "bad-size"
+/ "bad-rank": init_process_group with a size or rank other than the job's must raise
+ValueError naming it (under mpiexec, with the test's MASTER_ADDR and MASTER_PORT)."""
 
 import os
 import sys
@@ -71,6 +71,30 @@ def collectives(r: int, n: int) -> None:
     mine = torch.empty(2, 3, dtype=torch.float64)
     dist.reduce_scatter_tensor(mine, rows, op=dist.ReduceOp.MAX)
     check_close(mine, torch.arange(6 * r, 6 * r + 6).double().reshape(2, 3) + n - 1, "rs 2-D")
+    # reduce: the sum on the root only; the others' tensors as they were
+    for dtype in (torch.float32, torch.int64):
+        t = torch.full((4,), float(r + 1), dtype=dtype)
+        dist.reduce(t, dst=n - 1)
+        want = n * (n + 1) / 2 if r == n - 1 else float(r + 1)
+        check_close(t.double(), torch.full((4,), want), f"reduce {dtype} on rank {r}")
+    # gather to rank 0, scatter from the last rank
+    gathered = [torch.empty(2, 3) for _ in range(n)] if r == 0 else None
+    dist.gather(torch.full((2, 3), float(r)), gathered, dst=0)
+    if r == 0:
+        check_close(torch.stack(gathered)[:, 0, 0], torch.arange(n).double(), "gather")
+    parts = [torch.full((2, 2), 10.0 + i) for i in range(n)] if r == n - 1 else None
+    got = torch.empty(2, 2)
+    dist.scatter(got, parts, src=n - 1)
+    check_close(got, torch.full((2, 2), 10.0 + r), "scatter")
+    # PREMUL_SUM: each rank's input times the factor, summed (a Python number or a tensor)
+    for factor in (0.5, torch.tensor([0.25])):
+        t = torch.full((3,), float(r + 1))
+        dist.all_reduce(t, op=dist._make_nccl_premul_sum(factor))
+        scale = float(factor) if not isinstance(factor, torch.Tensor) else factor.item()
+        check_close(t, torch.full((3,), scale * n * (n + 1) / 2), f"PREMUL_SUM {factor}")
+    mine = torch.empty(2)
+    dist.reduce_scatter_tensor(mine, torch.ones(2 * n), op=dist._make_nccl_premul_sum(2.0))
+    check_close(mine, torch.full((2,), 2.0 * n), "reduce_scatter_tensor PREMUL_SUM")
     # a world-sized group of the backend beside the default one
     group = dist.new_group(backend="scaleout")
     t = torch.ones(3)
