@@ -47,8 +47,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _torchrun(python: str, n: int, mode: str, env: dict | None = None):
-    cmd = [python, "-m", "torch.distributed.run", "--nproc-per-node", str(n)]
+def _torchrun(python: str, n: int, mode: str, env: dict | None = None, *flags: str):
+    cmd = [python, "-m", "torch.distributed.run", "--nproc-per-node", str(n), *flags]
     cmd += ["--master-addr", "127.0.0.1", "--master-port", str(_free_port())]
     cmd += [str(TORCHRUN_SCRIPT), mode]
     return run_job(cmd, f"torchrun of {n} ranks ({mode})", 180, env)
@@ -59,6 +59,16 @@ def test_torchrun_starts_the_ranks(n):
     proc = _torchrun(sys.executable, n, "ddp")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count("all checks passed") == n, proc.stdout + proc.stderr[-3000:]
+
+
+def test_a_killed_torchrun_worker_is_named_by_every_survivor():
+    # torchrun ends the other workers once one fails; its monitor looks every 5 s here, so that
+    # the survivors' own error (within 5 s of the step's start) is what the test sees first.
+    n = 3
+    proc = _torchrun(sys.executable, n, "killed", None, "--monitor-interval", "5")
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    assert proc.stdout.count("all checks passed") == n - 1, proc.stdout + proc.stderr[-4000:]
+    assert proc.stdout.count(f"rank {n - 1} (pid") == n - 1, proc.stdout
 
 
 def test_horovod_style_init_under_torchrun():

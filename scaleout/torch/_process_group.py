@@ -42,11 +42,11 @@ from typing import Callable, List
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import _create_work_from_future
 
 import scaleout
 from scaleout import _pmi_bootstrap
 from scaleout._native import Average, Max, Min, Product, Sum, synchronize
+from scaleout.torch import _backend_errors as _errors
 from scaleout.torch import _collectives as so
 
 NAME = "scaleout"
@@ -113,12 +113,83 @@ class _Completer:
         try:
             result = finish(synchronize(handle) if handle is not None else None)
         except Exception as exc:  # noqa: BLE001  (handed to whoever waits on the future)
-            future.set_exception(exc)
+            # The exception as the value: see _Work for how it reaches Python and C++ waiters.
+            future.set_result(_backend_error(exc))
         else:
             future.set_result(result)
 
 
+_BACKEND_ERRORS: dict = {}
+
+
+def _backend_error(exc: Exception) -> Exception:
+    """A core error as torch's DistBackendError too, which torch's backends raise when a
+    collective fails (a dead peer, a mismatch between ranks): the same type (ShutDownError, ...),
+    message and details, also an instance of dist.DistBackendError."""
+    if not isinstance(exc, scaleout.ScaleoutError) or isinstance(exc, dist.DistBackendError):
+        return exc
+    kind = type(exc)
+    both = _BACKEND_ERRORS.get(kind)
+    if both is None:
+        # The same name, in a module of its own: pickle (torch's futures pickle a failed
+        # value to find its tensors) finds the class again there.
+        both = type(kind.__name__, (kind, dist.DistBackendError), {"__module__": _errors.__name__})
+        setattr(_errors, kind.__name__, both)
+        _BACKEND_ERRORS[kind] = both
+    wrapped = both(*exc.args)
+    wrapped.__dict__.update(exc.__dict__)
+    wrapped.__cause__ = exc.__cause__
+    return wrapped.with_traceback(exc.__traceback__)
+
+
 _COMPLETER = _Completer()
+
+
+class _Work(dist.Work):
+    """A collective's torch Work over the future the completer sets (`done`), whose value is the
+    result or, when the collective failed, the exception. Two ways out, because an error must
+    reach both kinds of waiter:
+    - wait() (dist.all_reduce and friends, from Python) raises that exception itself: a Work
+      that torch makes from a future (_create_work_from_future) returns True from wait() even
+      when the future failed, so a synchronous all_reduce after a peer died returned with the
+      tensor unreduced (torch 2.13);
+    - get_future() (DDP's comm hooks, from C++) is `done.then(...)`, whose callback raises the
+      exception: torch turns an error raised in a callback into a C++ error of the child future,
+      which DDP's reducer rethrows from backward() as a RuntimeError with its message. A Python
+      future's set_exception is only a value to C++: the reducer read it as tensors and crashed
+      (a segmentation fault, torch 2.13)."""
+
+    def __init__(self, done: torch.futures.Future):
+        super().__init__()
+        self._done = done
+        self._future = done.then(_value_or_raise)
+
+    def wait(self, timeout=None) -> bool:
+        value = self._done.wait()
+        if isinstance(value, BaseException):
+            raise value
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        return self._future
+
+    def is_completed(self) -> bool:
+        return self._done.done()
+
+    def is_success(self) -> bool:
+        return self._done.done() and not isinstance(self._done.value(), BaseException)
+
+    def exception(self):
+        if self._done.done() and isinstance(self._done.value(), BaseException):
+            return self._done.value()
+        return None
+
+
+def _value_or_raise(done: torch.futures.Future):
+    value = done.value()
+    if isinstance(value, BaseException):
+        raise value
+    return value
 
 
 def _all_of(handles, tensors) -> Callable:
@@ -177,7 +248,7 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
         return f"{self._prefix}.{next(self._count)}.{collective}"
 
     def _work(self, handle, finish: Callable):
-        return _create_work_from_future(_COMPLETER.submit(handle, finish))
+        return _Work(_COMPLETER.submit(handle, finish))
 
     def allreduce(self, tensors, opts):
         _cpu(tensors, "all_reduce")

@@ -13,11 +13,16 @@ must start after the bootstrap). argv[1]:
 - "horovod": scaleout.init() alone under torchrun, then a Horovod-style allreduce.
 - "refused": scaleout.init() in processes given torch's variables by hand (no store for it to
   join through) raises MPIMismatchError naming what to do, on every rank.
+- "killed": DDP training in which the last rank kills itself (SIGKILL) in its third step; every
+  survivor's backward must raise naming that rank within 5 s, and its next all_reduce torch's
+  DistBackendError (also scaleout's ShutDownError).
 Prints "all checks passed" on success.
 """
 
 import os
+import signal
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -61,10 +66,46 @@ def ddp_equals_one_process(r: int, n: int) -> None:
         close(p.detach(), q.detach(), f"DDP {name}", 1e-10)
 
 
+def survive_a_killed_rank(r: int, n: int) -> None:
+    dist.init_process_group("scaleout")
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(64, 64), nn.Linear(64, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(8, 64)
+    for step in range(100):
+        start = time.monotonic()
+        try:
+            opt.zero_grad()
+            loss = model(x).pow(2).mean()
+            if step == 2 and r == n - 1:
+                os.kill(os.getpid(), signal.SIGKILL)  # dies before its gradients go out
+            loss.backward()
+            opt.step()
+        except Exception as exc:  # noqa: BLE001
+            took = time.monotonic() - start
+            # DDP's reducer rethrows a failed bucket's error as a RuntimeError with its message.
+            check(isinstance(exc, RuntimeError), f"{type(exc).__mro__} is no RuntimeError")
+            check(f"rank {n - 1} (pid" in str(exc), f"the error names rank {n - 1}: {exc}")
+            check("ShutDownError" in str(exc), f"the error is scaleout's: {exc}")
+            # The next collective, from Python, raises torch's DistBackendError itself.
+            try:
+                dist.all_reduce(torch.ones(2))
+            except dist.DistBackendError as again:
+                check(isinstance(again, hvd.ShutDownError), f"not scaleout's: {again!r}")
+            else:
+                check(False, "all_reduce after a rank died returned")
+            check(took < 5.0, f"raised {took:.1f} s into the step")
+            print(f"rank {r}: raised after {took:.2f} s: {str(exc)[:200]}", flush=True)
+            return
+    check(False, "no step failed after the last rank died")
+
+
 def main() -> None:
     mode = sys.argv[1]
     r, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if mode == "refused":
+    if mode == "killed":
+        survive_a_killed_rank(r, n)
+    elif mode == "refused":
         try:
             hvd.init()
         except hvd.MPIMismatchError as e:
