@@ -5,10 +5,11 @@ The "scaleout" torch.distributed backend (Note [torch.distributed backend]). arg
 under scaleoutrun, init_process_group("scaleout") with no arguments: every collective of this
 step against values every rank computes, for each op and dtype, reduce, gather, scatter and
 PREMUL_SUM, blocking and async (wait() and get_future()), the object collectives, what is not
-supported yet raising, and DDP (SGD with momentum, then Adam; float64, three steps) and FSDP2
-(fully_shard, SGD with momentum) equal to one process on the global batch. argv[1] "bad-size"
-/ "bad-rank": init_process_group with a size or rank other than the job's must raise
-ValueError naming it (under mpiexec, with the test's MASTER_ADDR and MASTER_PORT)."""
+supported yet raising, DDP (SGD with momentum, then Adam; float64, three steps; its fp16 hook,
+no_sync, find_unused_parameters and join) and FSDP2 (fully_shard, SGD with momentum) equal to
+one process on the global batch. argv[1] "bad-size" / "bad-rank": init_process_group with a
+size or rank other than the job's must raise ValueError naming it (under mpiexec, with the
+test's MASTER_ADDR and MASTER_PORT)."""
 
 import os
 import sys
@@ -172,6 +173,85 @@ def ddp_equals_one_process(r: int, n: int) -> None:
             check_close(p.detach(), q.detach(), f"DDP {type(opt).__name__} {name}", 1e-10, 1e-10)
 
 
+def ddp_hooks_no_sync_unused_and_join(r: int, n: int) -> None:
+    """DDP's fp16 compression hook (three SGD steps close to one process), no_sync
+    (gradients of two micro-batches, the first kept local, equal one process on both global
+    micro-batches), find_unused_parameters (a layer the forward skips stays as it was), and
+    join (rank r trains 2 + r steps; every rank ends with the same parameters, no hang)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    # (torch's DDP refuses bf16_compress_hook without NCCL or XCCL, whatever the backend.)
+    for hook, tol in ((default_hooks.fp16_compress_hook, 1e-3),):
+        ours, ref = model().float(), model().float()
+        ddp = nn.parallel.DistributedDataParallel(ours)
+        ddp.register_comm_hook(None, hook)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+        g = torch.Generator().manual_seed(3)
+        x, y = torch.randn(4 * n, 8, generator=g), torch.randn(4 * n, 2, generator=g)
+        for _ in range(3):
+            opt.zero_grad()
+            ((ddp(x[4 * r : 4 * r + 4]) - y[4 * r : 4 * r + 4]) ** 2).mean().backward()
+            opt.step()
+            ref_opt.zero_grad()
+            ((ref(x) - y) ** 2).mean().backward()
+            ref_opt.step()
+        for (name, p), q in zip(ours.named_parameters(), ref.parameters()):
+            check_close(p.detach(), q.detach(), f"DDP {hook.__name__} {name}", tol, tol)
+
+    ours, ref = model(), model()
+    ddp = nn.parallel.DistributedDataParallel(ours)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(4)
+    xs = [torch.randn(4 * n, 8, generator=g, dtype=torch.float64) for _ in range(2)]
+    ys = [torch.randn(4 * n, 2, generator=g, dtype=torch.float64) for _ in range(2)]
+    opt.zero_grad()
+    with ddp.no_sync():
+        ((ddp(xs[0][4 * r : 4 * r + 4]) - ys[0][4 * r : 4 * r + 4]) ** 2).mean().backward()
+    ((ddp(xs[1][4 * r : 4 * r + 4]) - ys[1][4 * r : 4 * r + 4]) ** 2).mean().backward()
+    opt.step()
+    ref_opt.zero_grad()
+    for x, y in zip(xs, ys):
+        ((ref(x) - y) ** 2).mean().backward()
+    ref_opt.step()
+    for (name, p), q in zip(ours.named_parameters(), ref.parameters()):
+        check_close(p.detach(), q.detach(), f"DDP no_sync {name}", 1e-10, 1e-10)
+
+    class Skips(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used, self.unused = model(), nn.Linear(8, 2).double()
+
+        def forward(self, x):
+            return self.used(x)
+
+    ours = Skips()
+    before = ours.unused.weight.detach().clone()
+    ref = model()
+    ddp = nn.parallel.DistributedDataParallel(ours, find_unused_parameters=True)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    train_beside_one_process(r, n, ddp, opt, ref, ref_opt, seed=5)
+    for (name, p), q in zip(ours.used.named_parameters(), ref.parameters()):
+        check_close(p.detach(), q.detach(), f"DDP find_unused_parameters {name}", 1e-10, 1e-10)
+    check(torch.equal(ours.unused.weight.detach(), before), "the unused layer stayed as it was")
+
+    ours = model()
+    ddp = nn.parallel.DistributedDataParallel(ours)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(6 + r)
+    with ddp.join():
+        for _ in range(2 + r):
+            opt.zero_grad()
+            ddp(torch.randn(4, 8, generator=g, dtype=torch.float64)).pow(2).mean().backward()
+            opt.step()
+    flat = torch.cat([p.detach().reshape(-1) for p in ours.parameters()])
+    everyone = [torch.empty_like(flat) for _ in range(n)]
+    dist.all_gather(everyone, flat)
+    check(all(torch.equal(e, flat) for e in everyone), "DDP join: every rank's parameters equal")
+
+
 def fsdp2_equals_one_process(r: int, n: int) -> None:
     """fully_shard (FSDP2) over the backend: each rank's shard after three SGD steps is the
     one-process model's rows of it (FSDP2 shards dim 0 in ceil(rows / n) blocks)."""
@@ -209,6 +289,7 @@ def main() -> None:
         )
         collectives(r, n)
         ddp_equals_one_process(r, n)
+        ddp_hooks_no_sync_unused_and_join(r, n)
         fsdp2_equals_one_process(r, n)
         dist.destroy_process_group()
         finish()
