@@ -22,11 +22,10 @@ programs that do not use scaleout.torch see no torch variables.
 
 This step covers: all_reduce (SUM, AVG, MIN, MAX, PRODUCT, PREMUL_SUM), reduce, broadcast,
 all_gather, all_gather_into_tensor, gather, scatter, reduce_scatter_tensor, all_to_all_single,
-barrier, DDP with its default
-comm hook and FSDP2, on CPU tensors, for the world group of a job started by an MPI launcher.
+barrier, DDP (its hooks, no_sync, join) and FSDP2, on CPU tensors, for the world group; the
+ranks started by an MPI launcher, or by torchrun or a shell with torch's variables, which join
+through torch's store before MPI starts (Note [PMI bootstrap], scaleout/_pmi_bootstrap.py).
 Functional collectives (DTensor's redistribution) need a C++ backend and do not work yet.
-Ranks that torchrun (or a shell, with torch's variables) started join through torch's store
-before MPI starts (Note [PMI bootstrap], scaleout/_pmi_bootstrap.py).
 Not yet: subgroups (new_group of some ranks), send/recv, ranks started by Ray: each raises
 saying so.
 """
