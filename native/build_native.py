@@ -188,19 +188,78 @@ def build(
     sources = core_sources() + list(extra_sources)
     objects = []
     commands = []
+    cache = _ObjectCache.from_environment(cxx, version, flags)
     for src in sources:
         rel = src.relative_to(NATIVE_DIR) if src.is_relative_to(NATIVE_DIR) else Path(src.name)
         obj = build_dir / (str(rel).replace(os.sep, "__") + ".o")
         objects.append(obj)
-        commands.append([cxx, *flags, "-c", str(src), "-o", str(obj)])
+        if cache is None or not cache.fetch(src, obj):
+            commands.append(([cxx, *flags, "-c", str(src), "-o", str(obj)], src, obj))
+
+    def compile_one(job) -> None:
+        cmd, src, obj = job
+        _run(cmd)
+        if cache is not None:
+            cache.store(src, obj)
+
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as pool:
-        for _ in pool.map(_run, commands):
+        for _ in pool.map(compile_one, commands):
             pass
     link = [cxx, "-pthread", *map(str, objects), "-o", str(output), "-ldl"]
     if shared:
         link[1:1] = ["-shared"]
     _run(link)
     return output
+
+
+class _ObjectCache:
+    """Compiled objects kept by content, for builds of one checkout that compile the same core
+    again (.ci/run: the editable install, the wheel, the native unit tests). Opt-in: the
+    directory SCALEOUT_BUILD_CACHE names. An object's key is the compiler's version and flags
+    (this tree's path left out: the wheel compiles a copy of it), the source's path in native/
+    and its bytes, and the bytes of every header under native/ (any header change misses)."""
+
+    def __init__(self, root: Path, prefix: bytes):
+        self.root = root
+        self.prefix = prefix
+
+    @classmethod
+    def from_environment(cls, cxx: str, version: str, flags: list) -> "_ObjectCache | None":
+        root = os.environ.get("SCALEOUT_BUILD_CACHE")
+        if not root:
+            return None
+        import hashlib
+
+        digest = hashlib.sha256()
+        digest.update(f"{Path(cxx).name}\0{version}\0".encode())
+        for flag in flags:
+            digest.update(flag.replace(str(NATIVE_DIR), "<native>").encode() + b"\0")
+        for header in sorted(NATIVE_DIR.rglob("*.h")):
+            digest.update(str(header.relative_to(NATIVE_DIR)).encode() + b"\0")
+            digest.update(header.read_bytes() + b"\0")
+        Path(root).mkdir(parents=True, exist_ok=True)
+        return cls(Path(root), digest.digest())
+
+    def _path(self, src: Path) -> Path:
+        import hashlib
+
+        rel = src.relative_to(NATIVE_DIR) if src.is_relative_to(NATIVE_DIR) else Path(src.name)
+        digest = hashlib.sha256(self.prefix + str(rel).encode() + b"\0" + src.read_bytes())
+        return self.root / (digest.hexdigest()[:32] + ".o")
+
+    def fetch(self, src: Path, obj: Path) -> bool:
+        cached = self._path(src)
+        if not cached.exists():
+            return False
+        obj.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(cached, obj)
+        return True
+
+    def store(self, src: Path, obj: Path) -> None:
+        cached = self._path(src)
+        partial = cached.with_suffix(f".{os.getpid()}.tmp")
+        shutil.copyfile(obj, partial)
+        os.replace(partial, cached)  # whole or absent, for a concurrent build
 
 
 def build_shim(output: Path, mpicxx: str, abi: str) -> Path:
