@@ -300,8 +300,11 @@ def singleton_error(
     sizes = launcher_sizes(environ)
     # srun's variable is inherited by what runs inside a step (mpiexec's proxies under Slurm):
     # an MPI launcher's own variable, when there is one, is the one that counts.
-    direct = [entry for entry in sizes if entry[0] != "SLURM_STEP_NUM_TASKS"]
-    name, count, who = (direct or sizes or [("", 1, "")])[0]
+    # torch's WORLD_SIZE counts only where no launcher's variable does (a torchrun that srun or
+    # mpiexec started leaves theirs to its workers).
+    direct = [entry for entry in sizes if entry[0] not in ("SLURM_STEP_NUM_TASKS", "WORLD_SIZE")]
+    slurm = [entry for entry in sizes if entry[0] == "SLURM_STEP_NUM_TASKS"]
+    name, count, who = (direct or slurm or sizes or [("", 1, "")])[0]
     if count <= 1:
         return None
     mine = str(library) if library is not None else "an MPI library"
@@ -324,8 +327,8 @@ def singleton_error(
         )
         fix = (
             'call torch.distributed.init_process_group("scaleout") before any other use of '
-            "scaleout or mpi4py (under torchrun, scaleout.init() alone does it), or start the "
-            "job with scaleoutrun"
+            "scaleout or mpi4py (under torchrun with its agent's store, the default, "
+            "scaleout.init() alone does it), or start the job with scaleoutrun"
         )
     elif by_srun or name == "SLURM_STEP_NUM_TASKS":
         # srun started the tasks itself: with no plugin, or (it names it in SLURM_MPI_TYPE)

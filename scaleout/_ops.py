@@ -102,21 +102,13 @@ def _allreduce(
         try:
             return submit(
                 ALLREDUCE,
-                name,
-                tensor,
-                None,
-                None,
-                None,
-                tensor if inplace else np.empty_like(tensor),
-                None,
-                Average if op is None else op,
-                0,
-                prescale_factor,
-                postscale_factor,
-                None,
-                None,
-                0,
-                waits,
+                name=name,
+                data=tensor,
+                output=tensor if inplace else np.empty_like(tensor),
+                op=Average if op is None else op,
+                prescale_factor=prescale_factor,
+                postscale_factor=postscale_factor,
+                caller_waits=waits,
             )
         except BufferError:
             pass

@@ -2,16 +2,21 @@
 
 Run by path (it imports nothing of scaleout, so the package's imports do not slow its start):
 
-    python _pmi_server.py --size N [--host ADDRESS] [--watch-fd FD]
+    python _pmi_server.py --size N [--host ADDRESS] [--advertise ADDRESS] [--mapping M]
+                          [--watch-fd FD]
 
 It listens on a free TCP port of ADDRESS (default: every address), prints `host:port` on a line
-of its own to stdout once it listens, and then serves N MPI processes that connect to it (MPICH
-and Intel MPI, given PMI_PORT=host:port, PMI_RANK and PMI_SIZE): the PMI-1 wire protocol's
+of its own to stdout once it listens, and then serves the N MPI processes that connect to it
+(scaleout/_pmi_bootstrap.py hands each its connection as PMI_FD): the PMI-1 wire protocol's
 commands that MPI_Init, MPI_Finalize and MPI_Abort use (init, get_maxes, get_appnum,
 get_my_kvsname, get_universe_size, put, get, barrier_in, finalize, abort), over one key-value
-space. It exits when every rank has finalized or closed its connection, when a rank aborts, or
-when the process that started it goes away (the read end of a pipe, --watch-fd, reaches its
-end), so that no server outlives its job.
+space, with Hydra's limits (keys of 64 bytes, values of 1024: MPICH's client reads a reply
+line of at most 1024). It exits when every rank has finalized and closed its connection; when a
+rank aborts, or closes its connection without finalizing (it died): then it closes every other
+connection first, so that the ranks still in MPI_Init or a PMI barrier fail instead of waiting
+forever, as Hydra ends a job; or, at the latest, --grace seconds (30) after the process that
+started it went away (the read end of a pipe, --watch-fd, reaches its end), so that no server
+outlives its job.
 """
 
 from __future__ import annotations
@@ -25,13 +30,15 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirna
 
 import argparse  # noqa: E402
 import selectors  # noqa: E402
+import signal  # noqa: E402
 import socket  # noqa: E402
+import time  # noqa: E402
 from typing import Dict, List, Optional  # noqa: E402
 
 # What MPI_Init reads to size its buffers: a key-value space's name, a key and a value at most.
 KVSNAME_MAX = 256
-KEYLEN_MAX = 256
-VALLEN_MAX = 4096
+KEYLEN_MAX = 64
+VALLEN_MAX = 1024
 
 
 def parse(line: str) -> Dict[str, str]:
@@ -61,8 +68,9 @@ class Server:
         self.kvs: Dict[str, str] = {}
         self.barrier: List[socket.socket] = []
         self.buffers: Dict[socket.socket, bytes] = {}
-        self.finalized = 0
-        self.closed = 0
+        self.started: set = set()  # connections that sent init
+        self.finalized: set = set()
+        self.ended = 0  # ranks that finalized and closed
         self.done = False
         self.exit_code = 0
 
@@ -76,6 +84,7 @@ class Server:
         msg = parse(line)
         cmd = msg.get("cmd", "")
         if cmd == "init":
+            self.started.add(conn)
             self.reply(conn, "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0")
         elif cmd == "get_maxes":
             self.reply(
@@ -108,46 +117,73 @@ class Server:
                     self.reply(waiting, "cmd=barrier_out rc=0")
                 self.barrier = []
         elif cmd == "finalize":
+            self.finalized.add(conn)
             self.reply(conn, "cmd=finalize_ack rc=0")
-            self.finalized += 1
         elif cmd == "abort":
-            sys.stderr.write(f"scaleout PMI server: a rank aborted the job: {line.strip()}\n")
-            self.exit_code = 1
-            self.done = True
+            self.end_job(f"a rank aborted the job: {line.strip()}")
         else:
             self.reply(conn, f"cmd={cmd or 'unknown'} rc=-1 msg=unsupported_command")
 
-    def serve(self, listener: socket.socket, watch_fd: Optional[int]) -> int:
+    def end_job(self, why: str) -> None:
+        """Closes every connection (the ranks' PMI calls then fail instead of waiting)."""
+        sys.stderr.write(f"scaleout PMI server: {why}; ending the job's PMI connections\n")
+        for conn in list(self.buffers):
+            conn.close()
+        self.buffers.clear()
+        self.exit_code = 1
+        self.done = True
+
+    def closed(self, conn: socket.socket) -> None:
+        self.buffers.pop(conn, None)
+        conn.close()
+        if conn in self.started and conn not in self.finalized:
+            self.end_job("a rank closed its connection without finalizing (it died)")
+        elif conn in self.started:
+            self.ended += 1
+            self.done = self.ended == self.size
+
+    def serve(self, listener: socket.socket, watch_fd: Optional[int], grace: float) -> int:
         sel = selectors.DefaultSelector()
         sel.register(listener, selectors.EVENT_READ, "listen")
         if watch_fd is not None:
             sel.register(watch_fd, selectors.EVENT_READ, "watch")
+        deadline = None
         while not self.done:
-            for key, _ in sel.select():
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            events = sel.select(timeout)
+            if deadline is not None and time.monotonic() >= deadline:
+                return self.exit_code
+            for key, _ in events:
+                if self.done:
+                    break
                 if key.data == "listen":
-                    conn, _ = listener.accept()
+                    try:
+                        conn, _ = listener.accept()
+                    except OSError:
+                        continue
                     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                     self.buffers[conn] = b""
                     sel.register(conn, selectors.EVENT_READ, "rank")
                 elif key.data == "watch":
-                    if not os.read(watch_fd, 4096):
-                        return self.exit_code  # the starting process is gone
+                    if not os.read(watch_fd, 4096):  # the starting process is gone
+                        sel.unregister(watch_fd)
+                        deadline = time.monotonic() + grace
                 else:
                     conn = key.fileobj
-                    data = conn.recv(65536)
+                    try:
+                        data = conn.recv(65536)
+                    except OSError:
+                        data = b""
                     if not data:
                         sel.unregister(conn)
-                        conn.close()
-                        del self.buffers[conn]
-                        self.closed += 1
-                        if self.closed == self.size:
-                            return self.exit_code
+                        self.closed(conn)
                         continue
                     pending = self.buffers[conn] + data
                     while b"\n" in pending:
                         line, pending = pending.split(b"\n", 1)
                         self.handle(conn, line.decode(errors="replace"))
-                    self.buffers[conn] = pending
+                    if conn in self.buffers:
+                        self.buffers[conn] = pending
         return self.exit_code
 
 
@@ -158,14 +194,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--advertise", default="", help="address to print (default: --host)")
     p.add_argument("--mapping", default="", help="PMI_process_mapping to give the ranks")
     p.add_argument("--watch-fd", type=int, default=None, help="exit when this fd reaches its end")
+    p.add_argument("--grace", type=float, default=30.0, help="seconds to serve after that")
     args = p.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the ranks' to handle
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind((args.host, 0))
     listener.listen(max(16, args.size))
     port = listener.getsockname()[1]
     print(f"{args.advertise or args.host or '127.0.0.1'}:{port}", flush=True)
-    return Server(args.size, args.mapping or None).serve(listener, args.watch_fd)
+    return Server(args.size, args.mapping or None).serve(listener, args.watch_fd, args.grace)
 
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ def start(comm: Any = None) -> bool:
     """init()'s first part, on every rank (collective): loads the native library and starts the
     runtime on `comm` (see init). Returns False, doing nothing, when it runs already."""
     global _topology, _atexit_registered
-    if _pmi_bootstrap.wanted(os.environ) and "mpi4py.MPI" not in sys.modules:
+    if _pmi_bootstrap.wanted(os.environ) and not _pmi_bootstrap.bootstrapped():
         _pmi_bootstrap.from_torch_agent()  # Note [PMI bootstrap]
     _native.ensure_loaded()
     with _state_lock:
@@ -89,6 +89,7 @@ def start(comm: Any = None) -> bool:
             return False
         _binding.init(_comm_handle(comm))
         _refuse_a_singleton()
+        _pmi_bootstrap.after_init()
         _topology = _binding.topology()
         if not _atexit_registered:
             atexit.register(shutdown)
@@ -101,9 +102,16 @@ def _refuse_a_singleton() -> None:
     1 wait for nobody), before the user's first."""
     from mpi4py import MPI
 
-    error = _mpi_library.singleton_error(
-        MPI.COMM_WORLD.Get_size(), _native.mpi_library(), os.environ
-    )
+    size = MPI.COMM_WORLD.Get_size()
+    if size == 1 and _pmi_bootstrap.bootstrapped():
+        _binding.shutdown()
+        raise MPIMismatchError(
+            f"this process joined its job of {os.environ.get('PMI_SIZE')} through torch's store "
+            f"(Note [PMI bootstrap]), but its MPI, {_native.mpi_library()}, started it as a job "
+            "of 1: that library does not read PMI-1's PMI_FD. Start the job with scaleoutrun or "
+            "the MPI's own launcher"
+        )
+    error = _mpi_library.singleton_error(size, _native.mpi_library(), os.environ)
     if error:
         _binding.shutdown()
         raise MPIMismatchError(error)

@@ -81,18 +81,17 @@ class FusedTensors {
   // caller packs those instead.
   const uint8_t* Input(size_t first, size_t count, size_t* run) const {
     *run = count;
-    if (count == 0) return nullptr;
-    const uint8_t* found = nullptr;
-    bool seen = false;
-    ForEachPiece(first, count, [&](size_t i, size_t at, size_t n, size_t) {
-      if (seen) return;
-      seen = true;
-      *run = n;
-      const TensorEntry* e = entries_[i];
-      if (e != nullptr && pre_ == 1.0) found = static_cast<const uint8_t*>(e->input) + at * esize_;
-    });
-    if (reinterpret_cast<uintptr_t>(found) % esize_ != 0) return nullptr;
-    return found;
+    if (count == 0 || first >= total()) return nullptr;
+    // The tensor holding `first` (the last start at or before it: empty tensors share starts).
+    const size_t i = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), first) -
+                                         starts_.begin()) -
+                     1;
+    *run = std::min(count, starts_[i + 1] - first);
+    const TensorEntry* e = entries_[i];
+    if (e == nullptr || pre_ != 1.0) return nullptr;
+    const size_t at = static_cast<size_t>(r_.tensors[i].part_first) + first - starts_[i];
+    const uint8_t* found = static_cast<const uint8_t*>(e->input) + at * esize_;
+    return reinterpret_cast<uintptr_t>(found) % esize_ == 0 ? found : nullptr;
   }
 
   // Where the reduced elements [first, first + count) go (one tensor's output, aligned to its

@@ -26,8 +26,8 @@ barrier, DDP (its hooks, no_sync, join) and FSDP2, on CPU tensors, for the world
 ranks started by an MPI launcher, or by torchrun or a shell with torch's variables, which join
 through torch's store before MPI starts (Note [PMI bootstrap], scaleout/_pmi_bootstrap.py).
 Functional collectives (DTensor's redistribution) need a C++ backend and do not work yet.
-Not yet: subgroups (new_group of some ranks), send/recv, ranks started by Ray: each raises
-saying so.
+Not yet: subgroups (new_group of some ranks) and send/recv (each raises saying so), Ray Train
+(untested).
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from __future__ import annotations
 import itertools
 import os
 import queue
-import sys
 import threading
 from typing import Callable, List
 
@@ -397,7 +396,9 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
 def _create(options, _backend_options):
     """torch's creator for the backend (extended API: it names the group's global ranks)."""
     if not scaleout.is_initialized():
-        if _pmi_bootstrap.wanted(os.environ) and "mpi4py.MPI" not in sys.modules:
+        if _pmi_bootstrap.wanted(os.environ, options.group_size) and (
+            not _pmi_bootstrap.bootstrapped()
+        ):
             # torchrun, Ray or hand-started ranks: MPI joins them through torch's store.
             _pmi_bootstrap.bootstrap(options.store, options.group_rank, options.group_size)
         scaleout.init()
