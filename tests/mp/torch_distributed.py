@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from _harness import check, check_close, expect_error, finish
+from torch_common import model, train_beside_one_process
 
 import scaleout.torch as hvd
 
@@ -140,26 +141,6 @@ def collectives(r: int, n: int) -> None:
     )
 
 
-def model() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)).double()
-
-
-def train_beside_one_process(r, n, ours, opt, ref, ref_opt, seed: int) -> None:
-    """Three steps of `ours` on this rank's 4 rows of a global batch of 4n, and of `ref` (one
-    process) on the whole batch."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(4 * n, 8, generator=g, dtype=torch.float64)
-    y = torch.randn(4 * n, 2, generator=g, dtype=torch.float64)
-    for _ in range(3):
-        opt.zero_grad()
-        ((ours(x[4 * r : 4 * r + 4]) - y[4 * r : 4 * r + 4]) ** 2).mean().backward()
-        opt.step()
-        ref_opt.zero_grad()
-        ((ref(x) - y) ** 2).mean().backward()
-        ref_opt.step()
-
-
 def ddp_equals_one_process(r: int, n: int) -> None:
     for make_opt in (
         lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
@@ -182,20 +163,12 @@ def ddp_hooks_no_sync_unused_and_join(r: int, n: int) -> None:
 
     # (torch's DDP refuses bf16_compress_hook without NCCL or XCCL, whatever the backend.)
     for hook, tol in ((default_hooks.fp16_compress_hook, 1e-3),):
-        ours, ref = model().float(), model().float()
+        ours, ref = model(torch.float32), model(torch.float32)
         ddp = nn.parallel.DistributedDataParallel(ours)
         ddp.register_comm_hook(None, hook)
         opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
         ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
-        g = torch.Generator().manual_seed(3)
-        x, y = torch.randn(4 * n, 8, generator=g), torch.randn(4 * n, 2, generator=g)
-        for _ in range(3):
-            opt.zero_grad()
-            ((ddp(x[4 * r : 4 * r + 4]) - y[4 * r : 4 * r + 4]) ** 2).mean().backward()
-            opt.step()
-            ref_opt.zero_grad()
-            ((ref(x) - y) ** 2).mean().backward()
-            ref_opt.step()
+        train_beside_one_process(r, n, ddp, opt, ref, ref_opt, seed=3, dtype=torch.float32)
         for (name, p), q in zip(ours.named_parameters(), ref.parameters()):
             check_close(p.detach(), q.detach(), f"DDP {hook.__name__} {name}", tol, tol)
 

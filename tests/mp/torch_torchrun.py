@@ -27,6 +27,7 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from torch_common import model, train_beside_one_process
 
 import scaleout.torch as hvd
 
@@ -45,23 +46,11 @@ def close(got: torch.Tensor, want: torch.Tensor, what: str, tol: float = 1e-6) -
 
 
 def ddp_equals_one_process(r: int, n: int) -> None:
-    torch.manual_seed(0)
-    ours = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)).double()
-    torch.manual_seed(0)
-    ref = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)).double()
+    ours, ref = model(), model()
     ddp = nn.parallel.DistributedDataParallel(ours)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
-    g = torch.Generator().manual_seed(1)
-    x = torch.randn(4 * n, 8, generator=g, dtype=torch.float64)
-    y = torch.randn(4 * n, 2, generator=g, dtype=torch.float64)
-    for _ in range(3):
-        opt.zero_grad()
-        ((ddp(x[4 * r : 4 * r + 4]) - y[4 * r : 4 * r + 4]) ** 2).mean().backward()
-        opt.step()
-        ref_opt.zero_grad()
-        ((ref(x) - y) ** 2).mean().backward()
-        ref_opt.step()
+    train_beside_one_process(r, n, ddp, opt, ref, ref_opt, seed=1)
     for (name, p), q in zip(ours.named_parameters(), ref.parameters()):
         close(p.detach(), q.detach(), f"DDP {name}", 1e-10)
 
