@@ -20,12 +20,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "scaleout"
 LAYERS: List[Set[str]] = [
     # the C extension, and pure protocols: the names ranks match, the elastic driver's channel,
     # what a rank reports to scaleoutrun (these import nothing of scaleout's)
-    {"_binding", "_naming", "_elastic_protocol", "_rank_report", "_mpi_library"},
+    {"_binding", "_naming", "_elastic_protocol", "_rank_report", "_mpi_library", "_pmi_server"},
     {"_errors"},  # the exception classes
     {
         "_native",  # loading the library, the code tables, Handle, the one submit
-        "_commit_store",
-    },  # a host's commit files (no native code: the launcher uses it)
+        "_commit_store",  # a host's commit files (no native code: the launcher uses it)
+        "_pmi_bootstrap",
+    },  # joining ranks no MPI launcher started, through torch's store (Note [PMI bootstrap])
     {"_runtime"},  # start/shutdown, rank layout, config(), stats, timeline
     {
         "_process_sets",  # looking a process set up: what every collective needs
