@@ -43,9 +43,10 @@ import torch.distributed as dist
 
 import scaleout
 from scaleout import _pmi_bootstrap
-from scaleout._native import Average, Max, Min, Product, Sum, synchronize
+from scaleout._native import ALLREDUCE, Average, Max, Min, Product, Sum, synchronize
 from scaleout.torch import _backend_errors as _errors
 from scaleout.torch import _collectives as so
+from scaleout.torch import _tensors
 
 NAME = "scaleout"
 
@@ -76,7 +77,10 @@ def _core_op(op: dist.ReduceOp, what: str) -> tuple:
 
 
 class _Completer:
-    """Completes torch futures from core handles, in submission order, on one daemon thread.
+    """Completes torch futures from core handles: each on whichever thread first asks, the
+    waiting caller (_Work.wait: a synchronous dist.all_reduce completes on its own thread, with
+    no hand-off between threads) or one daemon thread that takes them in submission order (for
+    those nobody waits on: DDP's buckets, async work).
 
     Setting a future's result runs its callbacks (`.then()`) on that thread, and some wait there
     for another collective (torch's PowerSGD and quantization hooks do): a collective submitted
@@ -88,33 +92,74 @@ class _Completer:
         self._lock = threading.Lock()
         self._thread = None
 
-    def submit(self, handle, finish: Callable) -> torch.futures.Future:
-        future: torch.futures.Future = torch.futures.Future()
+    def submit(self, handle, finish: Callable) -> "_Pending":
+        pending = _Pending(handle, finish)
         if threading.current_thread() is self._thread:
-            self._complete(handle, finish, future)
-            return future
-        self._queue.put((handle, finish, future))
+            self.complete(pending)
+            return pending
+        self._queue.put(pending)
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._run, name="scaleout-torch-futures", daemon=True
+                    )
+                    self._thread.start()
+        return pending
+
+    def complete(self, pending: "_Pending") -> None:
+        """Completes `pending` on this thread unless another thread has taken it."""
         with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="scaleout-torch-futures", daemon=True
-                )
-                self._thread.start()
+            if pending.taken:
+                return
+            pending.taken = True
+        try:
+            h = pending.handle
+            result = pending.finish(synchronize(h) if h is not None else None)
+        except Exception as exc:  # noqa: BLE001  (handed to whoever waits on the future)
+            # The exception as the value: see _Work for how it reaches Python and C++ waiters.
+            result = _backend_error(exc)
+        with self._lock:
+            pending.result = result
+            future = pending.future
+        if future is not None:
+            future.set_result(result)
+
+    def future_of(self, pending: "_Pending") -> torch.futures.Future:
+        """`pending`'s torch future, made when first asked (most collectives are waited for
+        and need none: a future and its then() cost more than the collective at 4 KiB)."""
+        with self._lock:
+            future, made = pending.future, False
+            if future is None:
+                future = pending.future = torch.futures.Future()
+                made = True
+            result = pending.result
+        if made and result is not _UNSET:
+            future.set_result(result)
         return future
 
     def _run(self) -> None:
         while True:
-            self._complete(*self._queue.get())
+            self.complete(self._queue.get())
 
-    @staticmethod
-    def _complete(handle, finish: Callable, future: torch.futures.Future) -> None:
-        try:
-            result = finish(synchronize(handle) if handle is not None else None)
-        except Exception as exc:  # noqa: BLE001  (handed to whoever waits on the future)
-            # The exception as the value: see _Work for how it reaches Python and C++ waiters.
-            future.set_result(_backend_error(exc))
-        else:
-            future.set_result(result)
+
+_UNSET = object()
+
+
+class _Pending:
+    """A collective's core handle (or None: `finish` waits for its own), what makes torch's
+    result of it, the result once made (or the exception), and the futures asked of it."""
+
+    __slots__ = ("handle", "finish", "taken", "result", "future", "child")
+
+    def __init__(self, handle, finish: Callable):
+        self.handle, self.finish = handle, finish
+        self.taken = False
+        self.result = _UNSET
+        self.future = self.child = None
+
+
+_COMPLETER = _Completer()
 
 
 _BACKEND_ERRORS: dict = {}
@@ -144,43 +189,50 @@ _COMPLETER = _Completer()
 
 
 class _Work(dist.Work):
-    """A collective's torch Work over the future the completer sets (`done`), whose value is the
-    result or, when the collective failed, the exception. Two ways out, because an error must
-    reach both kinds of waiter:
+    """A collective's torch Work over what the completer makes of it: the result or, when the
+    collective failed, the exception. Two ways out, because an error must reach both kinds of
+    waiter:
     - wait() (dist.all_reduce and friends, from Python) raises that exception itself: a Work
       that torch makes from a future (_create_work_from_future) returns True from wait() even
       when the future failed, so a synchronous all_reduce after a peer died returned with the
       tensor unreduced (torch 2.13);
-    - get_future() (DDP's comm hooks, from C++) is `done.then(...)`, whose callback raises the
+    - get_future() (DDP's comm hooks, from C++) is `future.then(...)`, whose callback raises the
       exception: torch turns an error raised in a callback into a C++ error of the child future,
       which DDP's reducer rethrows from backward() as a RuntimeError with its message. A Python
       future's set_exception is only a value to C++: the reducer read it as tensors and crashed
       (a segmentation fault, torch 2.13)."""
 
-    def __init__(self, done: torch.futures.Future):
+    def __init__(self, pending: "_Pending"):
         super().__init__()
-        self._done = done
-        self._future = done.then(_value_or_raise)
+        self._pending = pending
+
+    def _result(self):
+        result = self._pending.result
+        if result is _UNSET:
+            result = _COMPLETER.future_of(self._pending).wait()
+        return result
 
     def wait(self, timeout=None) -> bool:
-        value = self._done.wait()
-        if isinstance(value, BaseException):
-            raise value
+        _COMPLETER.complete(self._pending)  # here and now, unless the completer has it
+        result = self._result()
+        if isinstance(result, BaseException):
+            raise result
         return True
 
     def get_future(self) -> torch.futures.Future:
-        return self._future
+        if self._pending.child is None:
+            self._pending.child = _COMPLETER.future_of(self._pending).then(_value_or_raise)
+        return self._pending.child
 
     def is_completed(self) -> bool:
-        return self._done.done()
+        return self._pending.result is not _UNSET
 
     def is_success(self) -> bool:
-        return self._done.done() and not isinstance(self._done.value(), BaseException)
+        return self.is_completed() and not isinstance(self._pending.result, BaseException)
 
     def exception(self):
-        if self._done.done() and isinstance(self._done.value(), BaseException):
-            return self._done.value()
-        return None
+        result = self._pending.result
+        return result if isinstance(result, BaseException) else None
 
 
 def _value_or_raise(done: torch.futures.Future):
@@ -199,6 +251,15 @@ def _all_of(handles, tensors) -> Callable:
         return tensors
 
     return finish
+
+
+def _allreduce_(tensor: torch.Tensor, name: str, op: int, prescale: float):
+    """An in-place allreduce whose handle someone waits for soon: the caller of a synchronous
+    dist.all_reduce (_Work.wait), else the completer's thread. So the core may run a small one
+    on that thread instead of waking its own (Note [Caller drives])."""
+    return _tensors.submit_into(
+        ALLREDUCE, tensor, name, True, op, 0, prescale, 1.0, "allreduce", 0, waits=True
+    )
 
 
 def _cpu(tensors: List[torch.Tensor], what: str) -> None:
@@ -251,10 +312,7 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
     def allreduce(self, tensors, opts):
         _cpu(tensors, "all_reduce")
         op, pre = _core_op(opts.reduceOp, "all_reduce")
-        handles = [
-            so.allreduce_async_(t, name=self._name("allreduce"), op=op, prescale_factor=pre)
-            for t in tensors
-        ]
+        handles = [_allreduce_(t, self._name("allreduce"), op, pre) for t in tensors]
         return self._work(None, _all_of(handles, tensors))
 
     def reduce(self, tensors, opts):
@@ -264,10 +322,7 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
         op, pre = _core_op(opts.reduceOp, "reduce")
         root = self.rank() == opts.rootRank
         handles = [
-            so.allreduce_async_(
-                t if root else t.clone(), name=self._name("reduce"), op=op, prescale_factor=pre
-            )
-            for t in tensors
+            _allreduce_(t if root else t.clone(), self._name("reduce"), op, pre) for t in tensors
         ]
         return self._work(None, _all_of(handles, tensors))
 
