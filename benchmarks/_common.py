@@ -9,6 +9,7 @@ import datetime
 import hashlib
 import os
 import socket
+import statistics
 from time import perf_counter as perf
 
 __all__ = [
@@ -68,6 +69,37 @@ class Bench:
                 times[k].append(self.run_block(fns[k], b))
             order.reverse()
         return [np.concatenate(t) for t in times]
+
+
+def back_to_back_medians(fns: list, blocks: int, seconds: float, comm, warmup: int) -> list:
+    """Per fn, the median over `blocks` blocks of its seconds per call: each block runs fn back
+    to back for about `seconds` (the same number of calls on every rank: rank 0's clock decides,
+    over `comm`, an mpi4py communicator) and counts the slowest rank's time per call; the fns
+    alternate block by block (A B B A ...) so that the machine's state hits all alike. Each fn
+    first runs `warmup` times."""
+    from mpi4py import MPI
+
+    def block(fn) -> float:
+        comm.Barrier()
+        calls, t0 = 0, perf()
+        while True:
+            for _ in range(50):
+                fn()
+            calls += 50
+            if comm.bcast(perf() - t0 >= seconds, root=0):
+                break
+        return comm.allreduce((perf() - t0) / calls, op=MPI.MAX)
+
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    times = [[] for _ in fns]
+    order = list(range(len(fns)))
+    for _ in range(blocks):
+        for k in order:
+            times[k].append(block(fns[k]))
+        order.reverse()
+    return [statistics.median(t) for t in times]
 
 
 def fmt_time(sec: float) -> str:

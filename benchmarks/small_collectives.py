@@ -18,7 +18,6 @@ and a barrier (`so.barrier()` beside `comm.Barrier()`). Results are checked. Ran
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -27,25 +26,9 @@ import numpy as np
 from mpi4py import MPI
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import CheckFailed, core_info, cpu_model, fmt_time, table  # noqa: E402
+from _common import CheckFailed, back_to_back_medians, core_info, cpu_model, fmt_time, table  # noqa: E402
 
 import scaleout as so  # noqa: E402
-
-
-def block(fn, seconds: float, comm) -> float:
-    """Seconds per call of fn over a block of back-to-back calls, the slowest rank's."""
-    comm.Barrier()
-    calls, t0 = 0, time.perf_counter()
-    while True:
-        for _ in range(50):
-            fn()
-        calls += 50
-        elapsed = time.perf_counter() - t0
-        # Every rank makes the same number of calls: rank 0's count decides when to stop.
-        done = comm.bcast(elapsed >= seconds, root=0)
-        if done:
-            break
-    return comm.allreduce((time.perf_counter() - t0) / calls, op=MPI.MAX)
 
 
 def main() -> None:
@@ -76,16 +59,7 @@ def main() -> None:
 
     out = []
     for name, ours, theirs in rows:
-        for fn in (ours, theirs):
-            for _ in range(200):
-                fn()
-        times = {ours: [], theirs: []}
-        order = [ours, theirs]
-        for _ in range(args.blocks):
-            for fn in order:
-                times[fn].append(block(fn, args.seconds, comm))
-            order.reverse()
-        a, b = statistics.median(times[ours]), statistics.median(times[theirs])
+        a, b = back_to_back_medians([ours, theirs], args.blocks, args.seconds, comm, 200)
         out.append((name, fmt_time(a), fmt_time(b), f"{a / b:.2f}"))
     # The values grew by a factor of n per call; check one call's result on fresh data.
     for elements in (1024, 16384):

@@ -16,7 +16,6 @@ blocks. Results are checked. Rank 0 prints.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -26,29 +25,12 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import CheckFailed, core_info, cpu_model, fmt_time, table  # noqa: E402
+from _common import CheckFailed, back_to_back_medians, core_info, cpu_model, fmt_time, table  # noqa: E402
 
 import scaleout as so  # noqa: E402
 import scaleout.torch  # noqa: E402,F401  (registers the backend)
 
 SIZES = (("4 KiB", 1 << 10), ("64 KiB", 1 << 14), ("1 MiB", 1 << 18), ("16 MiB", 1 << 22))
-
-
-def block(fn, seconds: float, comm) -> float:
-    """Seconds per call of fn over a block of back-to-back calls, the slowest rank's (the
-    blocks are timed over MPI, whose small collectives cost microseconds, not over gloo)."""
-    comm.Barrier()
-    calls, t0 = 0, time.perf_counter()
-    while True:
-        for _ in range(50):
-            fn()
-        calls += 50
-        # Every rank makes the same number of calls: rank 0's clock decides for everyone.
-        if comm.bcast(time.perf_counter() - t0 >= seconds, root=0):
-            break
-    from mpi4py import MPI
-
-    return comm.allreduce((time.perf_counter() - t0) / calls, op=MPI.MAX)
 
 
 def main() -> None:
@@ -68,22 +50,13 @@ def main() -> None:
         t = torch.ones(elements)
         g = torch.ones(elements)
         x = np.ones(elements, np.float32)
-        cases = {
-            "dist.all_reduce (scaleout)": lambda t=t: dist.all_reduce(t),
-            "so.allreduce_ (numpy)": lambda x=x: so.allreduce_(x, op=so.Sum, name="numpy"),
-            "dist.all_reduce (gloo)": lambda g=g: dist.all_reduce(g, group=gloo),
-        }
-        times = {name: [] for name in cases}
-        order = list(cases)
-        for fn in cases.values():
-            for _ in range(20):
-                fn()
-        for _ in range(args.blocks):
-            for name in order:
-                times[name].append(block(cases[name], args.seconds, comm))
-            order.reverse()
-        med = {name: statistics.median(v) for name, v in times.items()}
-        ours, numpy_, gloo_ = (med[name] for name in cases)
+        cases = [
+            lambda t=t: dist.all_reduce(t),  # over the "scaleout" default group
+            lambda x=x: so.allreduce_(x, op=so.Sum, name="numpy"),
+            lambda g=g: dist.all_reduce(g, group=gloo),
+        ]
+        # Timed over MPI, whose small collectives cost microseconds, not over gloo.
+        ours, numpy_, gloo_ = back_to_back_medians(cases, args.blocks, args.seconds, comm, 20)
         rows.append(
             (
                 label,
