@@ -141,6 +141,17 @@ def add_process_set(process_set: Union[ProcessSet, Sequence[int]]) -> ProcessSet
     return process_set
 
 
+def member_process_set(ranks: Sequence[int]) -> ProcessSet:
+    """The process set of `ranks` (sorted), made by those ranks alone: each of them calls this,
+    the job's other ranks do not (torch.distributed's new_group). No dynamic process sets
+    needed: nothing changes on the other ranks. An existing set of these ranks is returned;
+    a new one lives until shutdown."""
+    process_set = ProcessSet(ranks)
+    process_set.process_set_id = _binding.add_member_process_set(process_set.ranks)
+    _hold(process_set)
+    return process_set
+
+
 def remove_process_set(process_set: ProcessSet) -> bool:
     """Removes a process set (every rank calls it); returns False for the global set or a set
     that is not registered. A set with collectives in flight on any rank is not removed: an

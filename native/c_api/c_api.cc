@@ -209,6 +209,15 @@ SO_EXPORT int so_add_process_set(const int32_t* ranks, int nranks, int32_t* id_o
   });
 }
 
+SO_EXPORT int so_add_member_process_set(const int32_t* ranks, int nranks, int32_t* id_out) {
+  return WithRuntime([&](Runtime& rt) -> int {
+    if (nranks < 0 || (nranks > 0 && ranks == nullptr)) {
+      return Fail(Status::InvalidArgument("add_member_process_set: no ranks given"));
+    }
+    return Report(rt.AddMemberProcessSet(std::vector<int>(ranks, ranks + nranks), id_out));
+  });
+}
+
 SO_EXPORT int so_remove_process_set(int32_t id) {
   return WithRuntime([&](Runtime& rt) -> int { return Report(rt.RemoveProcessSet(id)); });
 }

@@ -179,6 +179,10 @@ int so_peer_died(void);
 /* Collective over every rank of the job, in the same order everywhere: a set of the job's ranks
  * (sorted, distinct), whose id (1, 2, ... in order of adding) is written to *id_out. */
 int so_add_process_set(const int32_t* ranks, int nranks, int32_t* id_out);
+/* Collective over the set's ranks only, each of which calls it (torch.distributed's new_group):
+ * the set of these ranks (sorted, distinct, this rank among them), an existing one if there is
+ * one, else a new one that lives until shutdown. */
+int so_add_member_process_set(const int32_t* ranks, int nranks, int32_t* id_out);
 /* Collective over every rank; fails while any rank has collectives of the set in flight. */
 int so_remove_process_set(int32_t id);
 /* *size_out: the set's size; *rank_out: this rank's place in it (-1: not a member); ranks_out, if

@@ -216,6 +216,20 @@ const so_mpi_api kApi = {
       *out = Handle(split);
       return rc;
     },
+    [](so_mpi_handle comm, const int* ranks, int nranks, int tag, so_mpi_handle* out) {
+      MPI_Group all = MPI_GROUP_NULL, some = MPI_GROUP_NULL;
+      MPI_Comm made = MPI_COMM_NULL;
+      int rc = MPI_Comm_group(Comm(comm), &all);
+      if (rc == MPI_SUCCESS) rc = MPI_Group_incl(all, nranks, ranks, &some);
+      if (rc == MPI_SUCCESS) rc = MPI_Comm_create_group(Comm(comm), some, tag, &made);
+      if (rc == MPI_SUCCESS && made != MPI_COMM_NULL) {
+        rc = MPI_Comm_set_errhandler(made, MPI_ERRORS_RETURN);
+      }
+      if (some != MPI_GROUP_NULL) MPI_Group_free(&some);
+      if (all != MPI_GROUP_NULL) MPI_Group_free(&all);
+      *out = Handle(made);
+      return rc;
+    },
     [](const void* send, void* recv, int count, int type, int op, so_mpi_handle comm) {
       return MPI_Allreduce(Send(send), recv, count, Type(type), Op(op), Comm(comm));
     },

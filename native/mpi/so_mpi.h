@@ -29,7 +29,7 @@
 extern "C" {
 #endif
 
-#define SO_MPI_API_VERSION 1
+#define SO_MPI_API_VERSION 2
 
 typedef intptr_t so_mpi_handle; /* a communicator or a request; 0 is its null */
 
@@ -97,6 +97,10 @@ typedef struct so_mpi_api {
   int (*comm_split)(so_mpi_handle comm, int color, int key, so_mpi_handle* out);
   /* MPI_COMM_TYPE_SHARED: the ranks that share memory with this one. */
   int (*comm_split_shared)(so_mpi_handle comm, int key, so_mpi_handle* out);
+  /* The communicator of comm's ranks `ranks` (in that order), collective over those ranks only
+   * (MPI_Comm_create_group; tag tells apart creations that run at once). */
+  int (*comm_create_group)(so_mpi_handle comm, const int* ranks, int nranks, int tag,
+                           so_mpi_handle* out);
 
   /* Blocking collectives (set-up and agreement only); send NULL: in place. */
   int (*allreduce)(const void* send, void* recv, int count, int type, int op, so_mpi_handle comm);

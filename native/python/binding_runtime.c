@@ -123,10 +123,11 @@ static PyObject* algorithms(PyObject* self, PyObject* unused) {
   return out;
 }
 
-/* add_process_set(ranks: sequence of int) -> id; collective over every rank (blocks). */
-static PyObject* add_process_set(PyObject* self, PyObject* arg) {
+/* Adds the set of `arg`'s ranks by `add` (so_add_process_set or so_add_member_process_set),
+ * without the GIL: it blocks until the other ranks call it. */
+static PyObject* add_set(PyObject* arg, int (*add)(const int32_t*, int, int32_t*)) {
   if (!require_loaded()) return NULL;
-  PyObject* seq = PySequence_Fast(arg, "add_process_set takes a sequence of ranks");
+  PyObject* seq = PySequence_Fast(arg, "a process set takes a sequence of ranks");
   if (seq == NULL) return NULL;
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   int32_t* ranks = PyMem_Malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1));
@@ -146,10 +147,20 @@ static PyObject* add_process_set(PyObject* self, PyObject* arg) {
   Py_DECREF(seq);
   int32_t id = 0;
   int rc;
-  Py_BEGIN_ALLOW_THREADS rc = api.so_add_process_set(ranks, (int)n, &id);
+  Py_BEGIN_ALLOW_THREADS rc = add(ranks, (int)n, &id);
   Py_END_ALLOW_THREADS PyMem_Free(ranks);
   if (rc != 0) return raise_status(rc);
   return PyLong_FromLong(id);
+}
+
+/* add_process_set(ranks: sequence of int) -> id; collective over every rank (blocks). */
+static PyObject* add_process_set(PyObject* self, PyObject* arg) {
+  return add_set(arg, api.so_add_process_set);
+}
+
+/* add_member_process_set(ranks) -> id; collective over those ranks only (blocks). */
+static PyObject* add_member_process_set(PyObject* self, PyObject* arg) {
+  return add_set(arg, api.so_add_member_process_set);
 }
 
 /* remove_process_set(id); collective over every rank (blocks). */
@@ -212,6 +223,8 @@ static PyMethodDef methods[] = {
     {"algorithms", algorithms, METH_NOARGS,
      "algorithms() -> {collective: algorithm}: the job's algorithm plan"},
     {"add_process_set", add_process_set, METH_O, "add_process_set(ranks) -> id (collective)"},
+    {"add_member_process_set", add_member_process_set, METH_O,
+     "add_member_process_set(ranks) -> id (collective over those ranks)"},
     {"remove_process_set", remove_process_set, METH_O, "remove_process_set(id) (collective)"},
     {"process_set", process_set, METH_O, "process_set(id) -> (rank or -1, ranks)"},
     {"timeline", timeline, METH_VARARGS, "timeline(path or None, mark_cycles): start or stop it"},

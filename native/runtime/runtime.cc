@@ -381,16 +381,41 @@ Status Runtime::Wait(int64_t handle, double timeout_seconds) {
 
 namespace {
 
-// Every rank gave the same value: checked with one reduction of (-v, v) pairs.
-Status SameEverywhere(so_mpi_handle comm, std::vector<int64_t> values, bool* same) {
+// MPI_Comm_create_group's tag for a set made by its members (any value: one change at a time
+// per process, and creations on disjoint ranks do not meet).
+constexpr int kMemberSetTag = 0x5e7;
+
+// Every rank gave the same `values`: checked with one reduction of (-v, v) pairs. *largest, if
+// given: the largest of each of `maxima` everywhere, in the same reduction.
+Status SameEverywhere(so_mpi_handle comm, std::vector<int64_t> values, bool* same,
+                      const std::vector<int64_t>& maxima = {},
+                      std::vector<int64_t>* largest = nullptr) {
   std::vector<int64_t> range;
   for (int64_t v : values) range.insert(range.end(), {-v, v});
+  range.insert(range.end(), maxima.begin(), maxima.end());
   int rc = Mpi().allreduce(nullptr, range.data(), static_cast<int>(range.size()), SO_MPI_INT64,
                            SO_MPI_MAX, comm);
   if (rc != 0) return MpiError("MPI_Allreduce", rc);
   *same = true;
   for (size_t i = 0; i < values.size(); ++i) *same = *same && -range[2 * i] == range[2 * i + 1];
+  if (largest != nullptr) largest->assign(range.begin() + 2 * values.size(), range.end());
   return Status::OK();
+}
+
+// A set's ranks: some, each a rank of the job's `size`, in increasing order.
+bool ValidSetRanks(const std::vector<int>& ranks, int size) {
+  bool valid = !ranks.empty();
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    valid = valid && ranks[i] >= 0 && ranks[i] < size && (i == 0 || ranks[i] > ranks[i - 1]);
+  }
+  return valid;
+}
+
+// FNV-1a of the ranks, for checking that ranks agree.
+uint64_t RanksHash(const std::vector<int>& ranks) {
+  uint64_t hash = 1469598103934665603ull;
+  for (int r : ranks) hash = (hash ^ static_cast<uint64_t>(r)) * 1099511628211ull;
+  return hash;
 }
 
 }  // namespace
@@ -399,17 +424,26 @@ Status Runtime::AddProcessSet(const std::vector<int>& ranks, int32_t* id) {
   std::lock_guard<std::mutex> change(change_mu_);
   const Topology& topo = topology();
   const std::string what = "add_process_set([" + RankText(ranks) + "])";
-  bool valid = !ranks.empty();
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    valid = valid && ranks[i] >= 0 && ranks[i] < topo.size && (i == 0 || ranks[i] > ranks[i - 1]);
-  }
+  const bool valid = ValidSetRanks(ranks, topo.size);
   // The same call on every rank: the ranks' count and a hash of them.
-  uint64_t hash = 1469598103934665603ull;
-  for (int r : ranks) hash = (hash ^ static_cast<uint64_t>(r)) * 1099511628211ull;
+  const uint64_t hash = RanksHash(ranks);
   bool same = false;
+  // Not the global set: as in Horovod, a set of every rank may be added beside it. A set that
+  // its members made exists on them alone: agreed below, so that every rank refuses it.
+  int64_t duplicate = -1;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    for (const auto& kv : sets_) {
+      if (kv.first != 0 && kv.second->info.ranks == ranks) duplicate = kv.first;
+    }
+  }
+  // The id: the first that no rank has given out (ranks outside a set its members made did not
+  // count it).
+  std::vector<int64_t> largest;
   Status s = SameEverywhere(
       mpi().admin_comm(),
-      {static_cast<int64_t>(ranks.size()), static_cast<int64_t>(hash >> 1), valid ? 1 : 0}, &same);
+      {static_cast<int64_t>(ranks.size()), static_cast<int64_t>(hash >> 1), valid ? 1 : 0}, &same,
+      {next_set_id_, duplicate}, &largest);
   if (!s.ok()) return s;
   if (!same) {
     return Status::InvalidArgument(what +
@@ -422,17 +456,12 @@ Status Runtime::AddProcessSet(const std::vector<int>& ranks, int32_t* id) {
                                    "of the job, each in 0.." +
                                    std::to_string(topo.size - 1));
   }
-  {
-    std::lock_guard<std::mutex> lock(sets_mu_);
-    // Not the global set: as in Horovod, a set of every rank may be added beside it.
-    for (const auto& kv : sets_) {
-      if (kv.first != 0 && kv.second->info.ranks == ranks) {
-        return Status::InvalidArgument(what + ": process set " + std::to_string(kv.first) +
-                                       " has these ranks already")
-            .WithProcessSet(kv.first);
-      }
-    }
+  if (largest[1] >= 0) {
+    return Status::InvalidArgument(what + ": process set " + std::to_string(largest[1]) +
+                                   " has these ranks already")
+        .WithProcessSet(static_cast<int32_t>(largest[1]));
   }
+  next_set_id_ = static_cast<int32_t>(largest[0]);
   auto set = std::make_shared<ProcessSet>();
   set->info.id = next_set_id_;
   set->info.ranks = ranks;
@@ -458,6 +487,72 @@ Status Runtime::AddProcessSet(const std::vector<int>& ranks, int32_t* id) {
                      : made.Reworded(what + ": " + made.message());
   }
   *id = next_set_id_++;
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  sets_[*id] = std::move(set);
+  return Status::OK();
+}
+
+Status Runtime::AddMemberProcessSet(const std::vector<int>& ranks, int32_t* id) {
+  std::lock_guard<std::mutex> change(change_mu_);
+  const Topology& topo = topology();
+  const std::string what = "a process set of ranks [" + RankText(ranks) + "] made by its members";
+  const bool valid = ValidSetRanks(ranks, topo.size);
+  if (!valid) {
+    return Status::InvalidArgument(what +
+                                   ": a process set is a non-empty list of distinct ranks "
+                                   "of the job, in order, each in 0.." +
+                                   std::to_string(topo.size - 1));
+  }
+  auto set = std::make_shared<ProcessSet>();
+  set->info.ranks = ranks;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] == topo.rank) set->rank = static_cast<int>(i);
+  }
+  if (set->rank < 0) {
+    return Status::InvalidArgument(what + ": rank " + std::to_string(topo.rank) +
+                                   " is not one of them; only its members make it");
+  }
+  {
+    // A set with these ranks is one every member has (added by every rank, or made by these
+    // members): theirs.
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    for (const auto& kv : sets_) {
+      if (kv.second->info.ranks == ranks) {
+        *id = kv.first;
+        return Status::OK();
+      }
+    }
+  }
+  so_mpi_handle comm = 0;
+  int rc = Mpi().comm_create_group(mpi().admin_comm(), ranks.data(), static_cast<int>(ranks.size()),
+                                   kMemberSetTag, &comm);
+  if (rc != 0) return MpiError("MPI_Comm_create_group", rc);
+  // The members agree on the ranks and take an id none of them has given out.
+  const uint64_t hash = RanksHash(ranks);
+  bool same = false;
+  std::vector<int64_t> first_free;
+  Status made =
+      SameEverywhere(comm, {static_cast<int64_t>(hash >> 1)}, &same, {next_set_id_}, &first_free);
+  if (made.ok() && !same) {
+    made = Status::InvalidArgument(what + ": its members gave different ranks");
+  }
+  if (made.ok()) {
+    set->info.id = static_cast<int32_t>(first_free[0]);
+    made = MpiContext::Create(comm, config_.ep_servers, {}, &set->mpi);
+  }
+  if (made.ok()) made = StartProcessSet(set.get());
+  // Every member learns whether it worked on all of them.
+  int32_t ok = made.ok() ? 1 : 0;
+  rc = Mpi().allreduce(nullptr, &ok, 1, SO_MPI_INT32, SO_MPI_MIN, comm);
+  Mpi().comm_free(&comm);
+  if (rc != 0) made = MpiError("MPI_Allreduce", rc);
+  if (!made.ok() || !ok) {
+    StopProcessSet(set.get());
+    return made.ok() ? Status::Transport(what + ": another member could not make it")
+                     : made.Reworded(what + ": " + made.message());
+  }
+  *id = set->info.id;
+  next_set_id_ = *id + 1;
   std::lock_guard<std::mutex> lock(sets_mu_);
   sets_[*id] = std::move(set);
   return Status::OK();

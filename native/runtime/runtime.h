@@ -63,12 +63,16 @@ struct OwnedDataPlane {
 // Groups of ranks that run collectives among themselves (Horovod's process sets). Set 0 is every
 // rank: made at init like the others, on the job's communicator, and living as long as the
 // runtime (it cannot be removed). Others are added and removed collectively, by every rank of
-// the job in the same order, and get ids 1, 2, ... in that order. Each set is a job of its own on
-// its members: its own communicators (split from the job's, then duplicated as the job's are),
-// negotiation (its first rank negotiates), response cache, fusion, shared memory when its ranks
-// share a machine, and its own coordinator thread. So collectives of different sets never wait on
-// each other, overlapping sets included (one thread per set: no order between sets to deadlock on),
-// and names are scoped per set. Liveness is the job's: a death anywhere ends every set.
+// the job in the same order, and get ids 1, 2, ... in that order. A set may also be made by its
+// members alone (AddMemberProcessSet: torch.distributed's new_group, which only the group's
+// ranks create), with MPI_Comm_create_group; its id is one none of its members has given out,
+// so ids that every rank adds later skip it everywhere, and it lives until shutdown. Each set is a
+// job of its own on its members: its own communicators (split from the job's, then duplicated as
+// the job's are), negotiation (its first rank negotiates), response cache, fusion, shared memory
+// when its ranks share a machine, and its own coordinator thread. So collectives of different sets
+// never wait on each other, overlapping sets included (one thread per set: no order between sets to
+// deadlock on), and names are scoped per set. Liveness is the job's: a death anywhere ends every
+// set.
 struct ProcessSet {
   ProcessSetInfo info;  // id and the job's rank of each member (set 0: 0, 1, ..., size - 1)
   int rank = -1;        // this rank's place in it; -1: not a member (nothing below is made)
@@ -97,6 +101,9 @@ class Runtime {
   // Note [Process sets]: collective over every rank of the job, in the same order everywhere.
   // `ranks`: the job's ranks of the new set. *id: its id.
   Status AddProcessSet(const std::vector<int>& ranks, int32_t* id);
+  // Collective over the set's ranks only (torch's new_group: only members create a group). A
+  // set with these ranks that exists already is returned; a new one is removed only at shutdown.
+  Status AddMemberProcessSet(const std::vector<int>& ranks, int32_t* id);
   // Fails, changing nothing, while any rank has collectives of the set in flight.
   Status RemoveProcessSet(int32_t id);
   // A set's ranks (the job's) and this rank's place in it (-1 if not a member).

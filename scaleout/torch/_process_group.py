@@ -4,7 +4,10 @@ mpiexec) runs torch.distributed's collectives, DDP included, through scaleout's 
 
 Note [torch.distributed backend]
 A Python `ProcessGroup` subclass (torch's Python process-group trampoline: no C++ built against
-torch), one per torch group, over the job's global process set. Each collective is submitted to
+torch), one per torch group: the default group and world-sized groups run on the job's global
+process set; a group of some ranks (new_group(ranks=[...]), which torch creates on those ranks
+alone) on the process set its members make with MPI_Comm_create_group (Note [Process sets]).
+Each collective is submitted to
 the core at once under a name of its own ("torch.<group>.<n>.<collective>": torch requires every
 rank to call a group's collectives in one order, so the n-th call has the same name everywhere)
 and returns a torch `Work` made from a `Future`. One daemon thread per process completes those
@@ -22,12 +25,11 @@ programs that do not use scaleout.torch see no torch variables.
 
 This step covers: all_reduce (SUM, AVG, MIN, MAX, PRODUCT, PREMUL_SUM), reduce, broadcast,
 all_gather, all_gather_into_tensor, gather, scatter, reduce_scatter_tensor, all_to_all_single,
-barrier, DDP (its hooks, no_sync, join) and FSDP2, on CPU tensors, for the world group; the
+barrier, DDP (its hooks, no_sync, join) and FSDP2, on CPU tensors, for any group; the
 ranks started by an MPI launcher, or by torchrun or a shell with torch's variables, which join
 through torch's store before MPI starts (Note [PMI bootstrap], scaleout/_pmi_bootstrap.py).
 Functional collectives (DTensor's redistribution) need a C++ backend and do not work yet.
-Not yet: subgroups (new_group of some ranks) and send/recv (each raises saying so), Ray Train
-(untested).
+Not yet: send/recv (raises saying so), Ray Train (untested).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ import torch.distributed as dist
 import scaleout
 from scaleout import _pmi_bootstrap
 from scaleout._native import ALLREDUCE, Average, Max, Min, Product, Sum, synchronize
+from scaleout._process_set_registry import member_process_set
+from scaleout._process_sets import global_process_set
 from scaleout.torch import _backend_errors as _errors
 from scaleout.torch import _collectives as so
 from scaleout.torch import _tensors
@@ -253,12 +257,12 @@ def _all_of(handles, tensors) -> Callable:
     return finish
 
 
-def _allreduce_(tensor: torch.Tensor, name: str, op: int, prescale: float):
+def _allreduce_(tensor: torch.Tensor, name: str, op: int, prescale: float, ps: int):
     """An in-place allreduce whose handle someone waits for soon: the caller of a synchronous
     dist.all_reduce (_Work.wait), else the completer's thread. So the core may run a small one
     on that thread instead of waking its own (Note [Caller drives])."""
     return _tensors.submit_into(
-        ALLREDUCE, tensor, name, True, op, 0, prescale, 1.0, "allreduce", 0, waits=True
+        ALLREDUCE, tensor, name, True, op, 0, prescale, 1.0, "allreduce", ps, waits=True
     )
 
 
@@ -279,13 +283,16 @@ def _not_yet(what: str):
 
 
 class ScaleoutProcessGroup(dist.ProcessGroup):
-    """torch.distributed's view of scaleout's global process set (Note [torch.distributed
-    backend])."""
+    """torch.distributed's view of a scaleout process set (Note [torch.distributed backend]):
+    the global set, or for a group of some ranks the set its members made. Its rank and size
+    are the group's; roots given to the core are the job's ranks (`_ranks`)."""
 
-    def __init__(self, rank: int, size: int, group_name: str):
+    def __init__(self, rank: int, size: int, group_name: str, process_set=global_process_set):
         super().__init__(rank, size)
         self._prefix = f"torch.{group_name or 'world'}"
         self._count = itertools.count()
+        self._set = process_set
+        self._ranks = process_set.ranks or list(range(size))
 
     def getBackendName(self) -> str:
         return NAME
@@ -312,7 +319,8 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
     def allreduce(self, tensors, opts):
         _cpu(tensors, "all_reduce")
         op, pre = _core_op(opts.reduceOp, "all_reduce")
-        handles = [_allreduce_(t, self._name("allreduce"), op, pre) for t in tensors]
+        ps = self._set.process_set_id
+        handles = [_allreduce_(t, self._name("allreduce"), op, pre, ps) for t in tensors]
         return self._work(None, _all_of(handles, tensors))
 
     def reduce(self, tensors, opts):
@@ -320,22 +328,27 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
         # allreduce into copies there: every rank takes part in the core's collective).
         _cpu(tensors, "reduce")
         op, pre = _core_op(opts.reduceOp, "reduce")
-        root = self.rank() == opts.rootRank
+        root, ps = self.rank() == opts.rootRank, self._set.process_set_id
         handles = [
-            _allreduce_(t if root else t.clone(), self._name("reduce"), op, pre) for t in tensors
+            _allreduce_(t if root else t.clone(), self._name("reduce"), op, pre, ps)
+            for t in tensors
         ]
         return self._work(None, _all_of(handles, tensors))
 
     def broadcast(self, tensors, opts):
         _cpu(tensors, "broadcast")
-        root = opts.rootRank
-        handles = [so.broadcast_async_(t, root, name=self._name("broadcast")) for t in tensors]
+        root = self._ranks[opts.rootRank]  # the job's rank, as the core takes it
+        handles = [
+            so.broadcast_async_(t, root, name=self._name("broadcast"), process_set=self._set)
+            for t in tensors
+        ]
         return self._work(None, _all_of(handles, tensors))
 
     def allgather(self, output_tensors, input_tensors, opts):
         _cpu(input_tensors, "all_gather")
         handles = [
-            so.allgather_async(t.reshape(-1), name=self._name("allgather")) for t in input_tensors
+            so.allgather_async(t.reshape(-1), name=self._name("allgather"), process_set=self._set)
+            for t in input_tensors
         ]
 
         def finish(_):
@@ -350,7 +363,9 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
 
     def _allgather_base(self, output, input, opts):
         _cpu([input], "all_gather_into_tensor")
-        handle = so.allgather_async(input.reshape(1, -1), name=self._name("allgather"))
+        handle = so.allgather_async(
+            input.reshape(1, -1), name=self._name("allgather"), process_set=self._set
+        )
 
         def finish(gathered):
             output.copy_(gathered.reshape(output.shape))
@@ -365,7 +380,11 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
         op, pre = _core_op(opts.reduceOp, "reduce_scatter_tensor")
         rows = input.reshape(self.size(), -1)
         handle = so.reducescatter_async(
-            rows, name=self._name("reducescatter"), op=op, prescale_factor=pre
+            rows,
+            name=self._name("reducescatter"),
+            op=op,
+            prescale_factor=pre,
+            process_set=self._set,
         )
 
         def finish(mine):
@@ -381,7 +400,9 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
         size = self.size()
         rows = input.shape[0] if input.dim() > 0 else 0
         splits = list(input_split_sizes) or [rows // size] * size
-        handle = so.alltoall_async(input, splits=splits, name=self._name("alltoall"))
+        handle = so.alltoall_async(
+            input, splits=splits, name=self._name("alltoall"), process_set=self._set
+        )
 
         expected = list(output_split_sizes)
 
@@ -398,7 +419,7 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
         return self._work(handle, finish)
 
     def barrier(self, opts):
-        so.barrier()  # synchronous in the core: done when it returns
+        so.barrier(process_set=self._set)  # synchronous in the core: done when it returns
         return self._work(None, lambda _: [])
 
     def send(self, tensors, dst, tag):
@@ -412,7 +433,8 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
         _cpu(input_tensors, "gather")
         root = self.rank() == opts.rootRank
         handles = [
-            so.allgather_async(t.reshape(1, -1), name=self._name("gather")) for t in input_tensors
+            so.allgather_async(t.reshape(1, -1), name=self._name("gather"), process_set=self._set)
+            for t in input_tensors
         ]
 
         def finish(_):
@@ -437,7 +459,11 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
                 splits = [p.numel() for p in parts]
             else:
                 send, splits = out.new_empty(0), [0] * size
-            handles.append(so.alltoall_async(send, splits=splits, name=self._name("scatter")))
+            handles.append(
+                so.alltoall_async(
+                    send, splits=splits, name=self._name("scatter"), process_set=self._set
+                )
+            )
 
         def finish(_):
             for out, h in zip(output_tensors, handles):
@@ -459,9 +485,15 @@ def _create(options, _backend_options):
         scaleout.init()
     size, rank = scaleout.size(), scaleout.rank()
     ranks = list(options.global_ranks_in_group or range(options.group_size))
+    if dist.is_initialized() and ranks != list(range(size)):
+        # new_group(ranks=...), called by the group's ranks only: the set its members make.
+        if ranks != sorted(ranks):
+            _not_yet(f"a group whose ranks are not in increasing order ({ranks})")
+        process_set = member_process_set(ranks)
+        return ScaleoutProcessGroup(
+            options.group_rank, options.group_size, options.group_id, process_set
+        )
     if options.group_size != size or ranks != list(range(size)):
-        if dist.is_initialized():  # the default group exists: this is new_group(ranks=...)
-            _not_yet("a group of some ranks (new_group)")
         raise ValueError(
             f"init_process_group(backend='scaleout'): world_size={options.group_size}, but the "
             f"job that scaleout runs in has {size} ranks: give the launcher's size, or none"

@@ -3,7 +3,8 @@
 Process sets on the numpy-level API (Note [Process sets]), at 3 or 4 ranks.
 
 Sets: A and B disjoint (n=4: [0, 2] and [1, 3]; n=3: [0] and [1, 2]), C overlapping both
-([1, 2, 3]; n=3: [0, 1]), all registered at init; D added and removed while the others run."""
+([1, 2, 3]; n=3: [0, 1]), all registered at init; D added and removed while the others run;
+F made by its members alone ([2, 3]; n=3: [2]), then G added by every rank."""
 
 import numpy as np
 from _harness import check, check_close, expect_error, main
@@ -185,6 +186,31 @@ def body():
     own, everyone = so.synchronize(pending[0]), so.synchronize(pending[1])
     check_close(own[:3], [sum(q + 1 for q in mine.ranks)] * 3, "in flight on the own set")
     check_close(everyone[:3], [n * (n + 1) / 2] * 3, "in flight on the global set")
+
+    # A set made by its members alone (torch.distributed's new_group): the other ranks
+    # take no part. Its id is one no member has given out; a set that every rank adds later
+    # gets one id everywhere, after it; adding a set of its ranks is refused on every rank.
+    from scaleout._process_set_registry import member_process_set
+
+    members = [2, 3] if n == 4 else [2]  # no set has these ranks yet
+    F = member_process_set(members) if r in members else None
+    if F is not None:
+        check(F.process_set_id == 6, f"the next id after D (4) and E (5): {F}")
+        v = so.allreduce(np.array([float(r)]), op=so.Sum, process_set=F, name="f")
+        check_close(v, [sum(members)], "allreduce on a set its members made")
+        again = member_process_set(members)
+        check(again.process_set_id == F.process_set_id, f"made again: the same set, {again}")
+    if B.included():  # the ranks of a set that exists: that set
+        check(member_process_set(B.ranks).process_set_id == 2, "a member-made set of B's ranks")
+    G = so.add_process_set([0, n - 1])
+    ids = world.allgather(G.process_set_id)
+    check(ids == [7] * n, f"a set added after a member-made one: id 7 everywhere, not {ids}")
+    expect_error(
+        so.InvalidArgumentError,
+        lambda: so.add_process_set(members),
+        "has these ranks already",
+        what="adding the ranks of a member-made set, on every rank",
+    )
     so.barrier()
 
 

@@ -4,7 +4,8 @@ tests/test_torch_distributed.py::test_a_size_or_rank_other_than_the_jobs_is_refu
 The "scaleout" torch.distributed backend (Note [torch.distributed backend]). argv[1] "run",
 under scaleoutrun, init_process_group("scaleout") with no arguments: every collective of this
 step against values every rank computes, for each op and dtype, reduce, gather, scatter and
-PREMUL_SUM, blocking and async (wait() and get_future()), the object collectives, what is not
+PREMUL_SUM, blocking and async (wait() and get_future()), the object collectives, groups of
+some ranks (new_group: the collectives, two groups at once, DDP over one), what is not
 supported yet raising, DDP (SGD with momentum, then Adam; float64, three steps; its fp16 hook,
 no_sync, find_unused_parameters and join) and FSDP2 (fully_shard, SGD with momentum) equal to
 one process on the global batch. argv[1] "bad-size" / "bad-rank": init_process_group with a
@@ -141,6 +142,73 @@ def collectives(r: int, n: int) -> None:
     )
 
 
+def groups(r: int, n: int) -> None:
+    """new_group of some ranks: each group is a process set its members make (the others only
+    call new_group, as torch requires); its collectives take group ranks and global sources."""
+    low = list(range(n - 1))  # every rank but the last
+    high = list(range(1, n))  # every rank but the first
+    ends = [0, n - 1]
+    made = {tuple(ranks): dist.new_group(ranks) for ranks in (low, high, ends)}
+    # made only by its members (torch calls the backend on them alone in either case)
+    if r in high:
+        made["local"] = dist.new_group(high, use_local_synchronization=True)
+    for key, group in made.items():
+        ranks = high if key == "local" else list(key)
+        if r not in ranks:
+            check(group == dist.GroupMember.NON_GROUP_MEMBER, f"{key}: not a member here")
+            continue
+        m, mine = len(ranks), ranks.index(r)
+        check(dist.get_rank(group) == mine and dist.get_world_size(group) == m, f"{key}: rank")
+        t = torch.full((5,), float(r + 1))
+        dist.all_reduce(t, group=group)
+        check_close(t, torch.full((5,), float(sum(q + 1 for q in ranks))), f"{key}: all_reduce")
+        t = torch.full((5,), float(r + 1))
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group, async_op=True).wait()
+        check_close(t, torch.full((5,), float(ranks[-1] + 1)), f"{key}: async all_reduce MAX")
+        t = torch.full((2, 3), float(r))
+        dist.broadcast(t, src=ranks[-1], group=group)  # a global rank, as torch takes it
+        check_close(t, torch.full((2, 3), float(ranks[-1])), f"{key}: broadcast")
+        out = torch.empty(2 * m)
+        dist.all_gather_into_tensor(out, torch.full((2,), float(r)), group=group)
+        want = torch.tensor(ranks, dtype=torch.float32).repeat_interleave(2)
+        check_close(out, want, f"{key}: all_gather_into_tensor")
+        got = torch.empty(2)
+        dist.reduce_scatter_tensor(got, torch.arange(2.0 * m), group=group)
+        check_close(got, torch.tensor([2.0 * mine, 2.0 * mine + 1]) * m, f"{key}: reduce_scatter")
+        got = torch.empty(m)
+        dist.all_to_all_single(got, torch.arange(m, dtype=torch.float32) + 10 * r, group=group)
+        want = torch.tensor([10.0 * q + mine for q in ranks])
+        check_close(got, want, f"{key}: all_to_all_single")
+        dist.barrier(group=group)
+        objects = [None] * m
+        dist.all_gather_object(objects, r, group=group)
+        check(objects == ranks, f"{key}: all_gather_object {objects}")
+    # Collectives of two groups that share a rank, in flight at once.
+    if n >= 3 and r in low and r in high:
+        a, b = torch.ones(3), torch.ones(3)
+        works = [
+            dist.all_reduce(a, group=made[tuple(low)], async_op=True),
+            dist.all_reduce(b, group=made[tuple(high)], async_op=True),
+        ]
+        for work in works:
+            work.wait()
+        check_close(a + b, torch.full((3,), 2.0 * (n - 1)), "two groups' work at once")
+    elif n >= 3 and r in low:
+        dist.all_reduce(torch.ones(3), group=made[tuple(low)])
+    elif n >= 3:
+        dist.all_reduce(torch.ones(3), group=made[tuple(high)])
+    # DDP over a group of every rank but the first: its ranks train as one process does on
+    # their global batch.
+    if r in high:
+        ours, ref = model(), model()
+        ddp = nn.parallel.DistributedDataParallel(ours, process_group=made[tuple(high)])
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+        train_beside_one_process(r - 1, n - 1, ddp, opt, ref, ref_opt, seed=3)
+        for (name, p), q in zip(ours.named_parameters(), ref.parameters()):
+            check_close(p.detach(), q.detach(), f"DDP over a group: {name}", 1e-10, 1e-10)
+
+
 def ddp_equals_one_process(r: int, n: int) -> None:
     for make_opt in (
         lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
@@ -261,6 +329,7 @@ def main() -> None:
             "LOCAL_RANK and LOCAL_WORLD_SIZE are the job's",
         )
         collectives(r, n)
+        groups(r, n)
         ddp_equals_one_process(r, n)
         ddp_hooks_no_sync_unused_and_join(r, n)
         fsdp2_equals_one_process(r, n)

@@ -8,7 +8,8 @@ MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE. No test harness that imports mpi4
 must start after the bootstrap). argv[1]:
 - "ddp": init_process_group("scaleout"); rank, size and the machine's ranks are torch's; a
   collective of each kind against values every rank computes; a Horovod-style allreduce of
-  scaleout.torch in the same script (one core under both); DDP (SGD with momentum, float64,
+  scaleout.torch in the same script (one core under both); an all_reduce over a group of some
+  ranks; DDP (SGD with momentum, float64,
   three steps) equal to one process on the global batch.
 - "horovod": scaleout.init() alone under torchrun, then a Horovod-style allreduce.
 - "refused": scaleout.init() in processes given torch's variables by hand (no store for it to
@@ -126,6 +127,12 @@ def main() -> None:
         close(t, torch.full((3,), float(n - 1)), "broadcast")
         t = hvd.allreduce(torch.full((3,), float(r)), op=hvd.Average)
         close(t, torch.full((3,), (n - 1) / 2), "Horovod-style allreduce beside torch's")
+        # A group of every rank but the first (a process set its members make).
+        group = dist.new_group(list(range(1, n)))
+        if r > 0:
+            t = torch.full((3,), float(r))
+            dist.all_reduce(t, group=group)
+            close(t, torch.full((3,), (n - 1) * n / 2), "all_reduce over new_group(1..n-1)")
         ddp_equals_one_process(r, n)
         dist.destroy_process_group()
     if failures:
