@@ -20,6 +20,11 @@ static void leave_without_finalize(void) {
   _exit(1);
 }
 
+/* peer_died() -> bool: this process has seen a peer rank die (Note [Liveness]). */
+static PyObject* peer_died(PyObject* self, PyObject* unused) {
+  return PyBool_FromLong(api_loaded && api.so_peer_died());
+}
+
 static PyObject* init(PyObject* self, PyObject* arg) {
   static int exit_hook = 0;
   if (!require_loaded()) return NULL;
@@ -216,6 +221,7 @@ static PyMethodDef methods[] = {
     {"init", init, METH_O, "init(comm C handle or None)"},
     {"shutdown", shutdown, METH_NOARGS, "shutdown()"},
     {"is_initialized", is_initialized, METH_NOARGS, "is_initialized() -> bool"},
+    {"peer_died", peer_died, METH_NOARGS, "peer_died() -> bool: a peer rank died"},
     {"topology", topology, METH_NOARGS,
      "topology() -> (rank, size, local_rank, local_size, cross_rank, cross_size)"},
     {"stats", stats, METH_NOARGS, "stats() -> (handles registered, names in flight)"},

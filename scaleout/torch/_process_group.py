@@ -29,7 +29,7 @@ barrier, DDP (its hooks, no_sync, join) and FSDP2, on CPU tensors, for any group
 ranks started by an MPI launcher, or by torchrun or a shell with torch's variables, which join
 through torch's store before MPI starts (Note [PMI bootstrap], scaleout/_pmi_bootstrap.py).
 Functional collectives (DTensor's redistribution) need a C++ backend and do not work yet.
-Not yet: send/recv (raises saying so), Ray Train (untested).
+send/recv go straight over MPI (scaleout/torch/_p2p.py). Not yet: recv from any source.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import itertools
 import os
 import queue
 import threading
-from typing import Callable, List
+from typing import Callable, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -50,7 +50,7 @@ from scaleout._process_set_registry import member_process_set
 from scaleout._process_sets import global_process_set
 from scaleout.torch import _backend_errors as _errors
 from scaleout.torch import _collectives as so
-from scaleout.torch import _tensors
+from scaleout.torch import _p2p, _tensors
 
 NAME = "scaleout"
 
@@ -287,8 +287,16 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
     the global set, or for a group of some ranks the set its members made. Its rank and size
     are the group's; roots given to the core are the job's ranks (`_ranks`)."""
 
-    def __init__(self, rank: int, size: int, group_name: str, process_set=global_process_set):
+    def __init__(
+        self,
+        rank: int,
+        size: int,
+        group_name: str,
+        process_set=global_process_set,
+        timeout: Optional[float] = None,
+    ):
         super().__init__(rank, size)
+        self._timeout = timeout  # send/recv's bound (the group's timeout)
         self._prefix = f"torch.{group_name or 'world'}"
         self._count = itertools.count()
         self._set = process_set
@@ -423,10 +431,15 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
         return self._work(None, lambda _: [])
 
     def send(self, tensors, dst, tag):
-        _not_yet("send")
+        _cpu(tensors, "send")
+        return self._work(None, _p2p.start_send(tensors, self._ranks[dst], tag, self._timeout))
 
     def recv(self, tensors, src, tag):
-        _not_yet("recv")
+        _cpu(tensors, "recv")
+        return self._work(None, _p2p.start_recv(tensors, self._ranks[src], tag, self._timeout))
+
+    def recv_anysource(self, tensors, tag):
+        _not_yet("recv from any source (recv without src)")
 
     def gather(self, output_tensors, input_tensors, opts):
         # An allgather whose result only the root keeps (torch gives the others no outputs).
@@ -491,7 +504,7 @@ def _create(options, _backend_options):
             _not_yet(f"a group whose ranks are not in increasing order ({ranks})")
         process_set = member_process_set(ranks)
         return ScaleoutProcessGroup(
-            options.group_rank, options.group_size, options.group_id, process_set
+            options.group_rank, options.group_size, options.group_id, process_set, _timeout(options)
         )
     if options.group_size != size or ranks != list(range(size)):
         raise ValueError(
@@ -503,7 +516,13 @@ def _create(options, _backend_options):
             f"init_process_group(backend='scaleout'): rank={options.group_rank}, but this "
             f"process is rank {rank} of the job: give the launcher's rank, or none"
         )
-    return ScaleoutProcessGroup(rank, size, options.group_id)
+    _p2p.prepare()
+    return ScaleoutProcessGroup(rank, size, options.group_id, timeout=_timeout(options))
+
+
+def _timeout(options) -> Optional[float]:
+    timeout = getattr(options, "timeout", None)
+    return timeout.total_seconds() if timeout is not None else None
 
 
 # torch's env:// variables, which scaleoutrun gives every rank under SCALEOUT_TORCH_* names

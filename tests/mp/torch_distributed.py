@@ -4,13 +4,13 @@ tests/test_torch_distributed.py::test_a_size_or_rank_other_than_the_jobs_is_refu
 The "scaleout" torch.distributed backend (Note [torch.distributed backend]). argv[1] "run",
 under scaleoutrun, init_process_group("scaleout") with no arguments: every collective of this
 step against values every rank computes, for each op and dtype, reduce, gather, scatter and
-PREMUL_SUM, blocking and async (wait() and get_future()), the object collectives, groups of
-some ranks (new_group: the collectives, two groups at once, DDP over one), what is not
-supported yet raising, DDP (SGD with momentum, then Adam; float64, three steps; its fp16 hook,
-no_sync, find_unused_parameters and join) and FSDP2 (fully_shard, SGD with momentum) equal to
-one process on the global batch. argv[1] "bad-size" / "bad-rank": init_process_group with a
-size or rank other than the job's must raise ValueError naming it (under mpiexec, with the
-test's MASTER_ADDR and MASTER_PORT)."""
+PREMUL_SUM, blocking and async (wait() and get_future()), the object collectives, send/recv,
+groups of some ranks (new_group: the collectives, send/recv, two groups at once, DDP over
+one), what is not supported yet raising, DDP (SGD with momentum, then Adam; float64, three
+steps; its fp16 hook, no_sync, find_unused_parameters and join) and FSDP2 (fully_shard, SGD
+with momentum) equal to one process on the global batch. argv[1] "bad-size" / "bad-rank":
+init_process_group with a size or rank other than the job's must raise ValueError naming it
+(under mpiexec, with the test's MASTER_ADDR and MASTER_PORT)."""
 
 import os
 import sys
@@ -127,7 +127,7 @@ def collectives(r: int, n: int) -> None:
     box = [f"from {n - 1}" if r == n - 1 else None]
     dist.broadcast_object_list(box, src=n - 1)
     check(box == [f"from {n - 1}"], f"broadcast_object_list: {box}")
-    expect_error(NotImplementedError, lambda: dist.send(torch.ones(1), (r + 1) % n), "send")
+    point_to_point(r, n)
     # A tensor not on the CPU (no GPU here: the meta device stands in) is refused by name.
     expect_error(
         ValueError,
@@ -140,6 +140,46 @@ def collectives(r: int, n: int) -> None:
         "all_reduce with ReduceOp.BAND",
         "not supported",
     )
+
+
+def point_to_point(r: int, n: int) -> None:
+    """send/recv (straight over MPI): a ring of isend/irecv, batch_isend_irecv, every dtype,
+    tags received out of order, a non-contiguous receiver; recv from any source refused."""
+    right, left = (r + 1) % n, (r - 1) % n
+    got = torch.empty(4)
+    works = [dist.isend(torch.full((4,), float(r)), right), dist.irecv(got, left)]
+    for work in works:
+        work.wait()
+    check_close(got, torch.full((4,), float(left)), "isend/irecv around the ring")
+    got = torch.empty(3, dtype=torch.int64)
+    ops = [
+        dist.P2POp(dist.irecv, got, left, tag=5),
+        dist.P2POp(dist.isend, torch.full((3,), 10 * r), right, tag=5),
+    ]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    check(got.tolist() == [10 * left] * 3, f"batch_isend_irecv: {got.tolist()}")
+    if r == 0:
+        for dtype in DTYPES + [torch.bool, torch.uint8, torch.complex64]:
+            dist.send(torch.arange(6).reshape(2, 3).to(dtype), 1)
+        dist.send(torch.full((2,), 1.0), 1, tag=1)
+        dist.send(torch.full((2,), 2.0), 1, tag=2)
+        dist.send(torch.arange(6.0), 1)
+    elif r == 1:
+        for dtype in DTYPES + [torch.bool, torch.uint8, torch.complex64]:
+            t = torch.empty(2, 3, dtype=dtype)
+            dist.recv(t, 0)
+            want = torch.arange(6).reshape(2, 3).to(dtype)
+            check(torch.equal(t, want), f"send/recv {dtype}: {t}")
+        second, first = torch.empty(2), torch.empty(2)
+        dist.recv(second, 0, tag=2)  # received before the one sent first: tags tell them apart
+        dist.recv(first, 0, tag=1)
+        check((first[0].item(), second[0].item()) == (1.0, 2.0), f"tags: {first}, {second}")
+        wide = torch.zeros(3, 4)
+        dist.recv(wide[:, ::2], 0)  # a view with strides: received, then copied in
+        check(wide[:, ::2].flatten().tolist() == list(range(6)), f"into a view: {wide}")
+        check(wide[:, 1::2].abs().sum().item() == 0, "the view's neighbours untouched")
+    expect_error(NotImplementedError, lambda: dist.recv(torch.empty(1)), "recv from any source")
 
 
 def groups(r: int, n: int) -> None:
@@ -180,6 +220,13 @@ def groups(r: int, n: int) -> None:
         want = torch.tensor([10.0 * q + mine for q in ranks])
         check_close(got, want, f"{key}: all_to_all_single")
         dist.barrier(group=group)
+        if m > 1:  # send/recv in the group: peers by their global ranks, as torch takes them
+            if mine == 0:
+                dist.send(torch.full((2,), float(r)), ranks[1], group=group)
+            elif mine == 1:
+                got = torch.empty(2)
+                dist.recv(got, ranks[0], group=group)
+                check_close(got, torch.full((2,), float(ranks[0])), f"{key}: send/recv")
         objects = [None] * m
         dist.all_gather_object(objects, r, group=group)
         check(objects == ranks, f"{key}: all_gather_object {objects}")

@@ -16,7 +16,7 @@ must start after the bootstrap). argv[1]:
   join through) raises MPIMismatchError naming what to do, on every rank.
 - "killed": DDP training in which the last rank kills itself (SIGKILL) in its third step; every
   survivor's backward must raise naming that rank within 5 s, and its next all_reduce torch's
-  DistBackendError (also scaleout's ShutDownError).
+  DistBackendError (also scaleout's ShutDownError), as must a recv from the dead rank.
 Prints "all checks passed" on success.
 """
 
@@ -84,6 +84,14 @@ def survive_a_killed_rank(r: int, n: int) -> None:
                 check(isinstance(again, hvd.ShutDownError), f"not scaleout's: {again!r}")
             else:
                 check(False, "all_reduce after a rank died returned")
+            # A receive from the dead rank (straight over MPI) raises naming it too.
+            try:
+                dist.recv(torch.empty(1), n - 1)
+            except dist.DistBackendError as gone:
+                check(f"recv from rank {n - 1}" in str(gone), f"recv: {gone}")
+                check(f"rank {n - 1} (pid" in str(gone), f"recv names the dead rank: {gone}")
+            else:
+                check(False, "recv from a dead rank returned")
             check(took < 5.0, f"raised {took:.1f} s into the step")
             print(f"rank {r}: raised after {took:.2f} s: {str(exc)[:200]}", flush=True)
             return
