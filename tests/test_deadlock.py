@@ -1,12 +1,17 @@
-"""Deadlock detection on real ranks (tests/mp/deadlock.py), numpy and torch front ends, at 2 and
-3 ranks. The subprocess timeout is the hang guard: without detection these scripts never end."""
+"""Deadlock detection on real ranks (tests/mp/deadlock.py), the numpy front end at 2 and 3 ranks
+and torch's at 3. The subprocess timeout is the hang guard: without detection these scripts
+never end."""
 
 import pytest
 from conftest import run_mpi
 
 
-@pytest.mark.parametrize("front", ["numpy", "torch"])
-@pytest.mark.parametrize("nranks", [2, 3], ids=["np2", "np3"])
+# The detection is the core's; the torch front end's submit path at 3 ranks.
+@pytest.mark.parametrize(
+    "nranks,front",
+    [(2, "numpy"), (3, "numpy"), (3, "torch")],
+    ids=["np2-numpy", "np3-numpy", "np3-torch"],
+)
 def test_deadlocks_are_reported_on_every_rank_and_the_job_goes_on(nranks, front):
     if front == "torch":
         pytest.importorskip("torch")

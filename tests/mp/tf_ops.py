@@ -83,16 +83,18 @@ def test_allreduce_every_dtype_and_op(r, n):
 
 
 def test_compression(r, n):
-    x = tf.constant([1.0 / 3, 1000.0 + r], tf.float32)
+    # 1/7: float16 sums of it miss n/7 by 2.4e-4 at 2, 3 and 4 ranks (three float16 thirds add
+    # up to exactly 1.0, so 1/3 could not tell at 3)
+    x = tf.constant([1.0 / 7, 1000.0 + r], tf.float32)
     for mode, f in both_modes(
         lambda x: hvd.allreduce(x, op=hvd.Sum, compression=hvd.Compression.fp16)
     ):
         got = f(x)
         check(got.dtype == tf.float32, f"{mode} fp16 compression returns float32")
         check_close(
-            got, [n / 3, 1000.0 * n + n * (n - 1) / 2], f"{mode} fp16 compression", rtol=1e-3
+            got, [n / 7, 1000.0 * n + n * (n - 1) / 2], f"{mode} fp16 compression", rtol=1e-3
         )
-        check(not np.allclose(got.numpy()[0], n / 3, rtol=1e-6, atol=0), f"{mode} went as float16")
+        check(not np.allclose(got.numpy()[0], n / 7, rtol=1e-6, atol=0), f"{mode} went as float16")
     i = hvd.allreduce(tf.constant([r], tf.int64), op=hvd.Sum, compression=hvd.Compression.fp16)
     check(
         i.dtype == tf.int64 and int(i[0]) == n * (n - 1) // 2, "compression leaves integers alone"
