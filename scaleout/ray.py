@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
@@ -112,7 +111,8 @@ class _Worker:
         self.executable = None
 
     def node(self) -> tuple:
-        return ray.get_runtime_context().get_node_id(), socket.gethostname()
+        """This worker's Ray node and its address there."""
+        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
 
     def join(self, store, rank: int, size: int, env: Dict[str, str], timeout: float) -> None:
         os.environ.update(env)
@@ -245,7 +245,9 @@ class RayExecutor:
             )
         # Ranks in order of machine, so that a machine's ranks are consecutive.
         nodes = ray.get([w.node.remote() for w in workers])
-        first_seen = {node: i for i, (node, _) in reversed(list(enumerate(nodes)))}
+        first_seen: Dict[str, int] = {}
+        for i, (node, _) in enumerate(nodes):
+            first_seen.setdefault(node, i)
         order = sorted(range(len(workers)), key=lambda i: (first_seen[nodes[i][0]], i))
         self.workers = [workers[i] for i in order]
         self._store = _Store.remote()
@@ -253,7 +255,7 @@ class RayExecutor:
         local: Dict[str, List[int]] = {}
         for rank, i in enumerate(order):
             local.setdefault(nodes[i][0], []).append(rank)
-        master = ray.get(self.workers[0].execute.remote(lambda _: ray.util.get_node_ip_address()))
+        master = nodes[order[0]][1]  # rank 0's address
         joins = []
         for rank, i in enumerate(order):
             mine = local[nodes[i][0]]

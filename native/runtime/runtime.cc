@@ -411,6 +411,20 @@ bool ValidSetRanks(const std::vector<int>& ranks, int size) {
   return valid;
 }
 
+// What a call with ranks that ValidSetRanks refuses gets.
+Status BadSetRanks(const std::string& what, int size) {
+  return Status::InvalidArgument(what +
+                                 ": a process set is a non-empty list of distinct ranks of the "
+                                 "job, in order, each in 0.." +
+                                 std::to_string(size - 1));
+}
+
+// This rank's place among `ranks`, or -1.
+int PlaceIn(const std::vector<int>& ranks, int rank) {
+  auto it = std::find(ranks.begin(), ranks.end(), rank);
+  return it == ranks.end() ? -1 : static_cast<int>(it - ranks.begin());
+}
+
 // FNV-1a of the ranks, for checking that ranks agree.
 uint64_t RanksHash(const std::vector<int>& ranks) {
   uint64_t hash = 1469598103934665603ull;
@@ -450,12 +464,7 @@ Status Runtime::AddProcessSet(const std::vector<int>& ranks, int32_t* id) {
                                    ": every rank must add the same process set, in the same "
                                    "order, and the ranks differ between ranks");
   }
-  if (!valid) {
-    return Status::InvalidArgument(what +
-                                   ": a process set is a non-empty list of distinct ranks "
-                                   "of the job, each in 0.." +
-                                   std::to_string(topo.size - 1));
-  }
+  if (!valid) return BadSetRanks(what, topo.size);
   if (largest[1] >= 0) {
     return Status::InvalidArgument(what + ": process set " + std::to_string(largest[1]) +
                                    " has these ranks already")
@@ -465,9 +474,7 @@ Status Runtime::AddProcessSet(const std::vector<int>& ranks, int32_t* id) {
   auto set = std::make_shared<ProcessSet>();
   set->info.id = next_set_id_;
   set->info.ranks = ranks;
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (ranks[i] == topo.rank) set->rank = static_cast<int>(i);
-  }
+  set->rank = PlaceIn(ranks, topo.rank);
   so_mpi_handle comm = 0;
   int rc = Mpi().comm_split(mpi().admin_comm(), set->rank >= 0 ? 0 : -1, topo.rank, &comm);
   if (rc != 0) return MpiError("MPI_Comm_split", rc);
@@ -496,18 +503,10 @@ Status Runtime::AddMemberProcessSet(const std::vector<int>& ranks, int32_t* id) 
   std::lock_guard<std::mutex> change(change_mu_);
   const Topology& topo = topology();
   const std::string what = "a process set of ranks [" + RankText(ranks) + "] made by its members";
-  const bool valid = ValidSetRanks(ranks, topo.size);
-  if (!valid) {
-    return Status::InvalidArgument(what +
-                                   ": a process set is a non-empty list of distinct ranks "
-                                   "of the job, in order, each in 0.." +
-                                   std::to_string(topo.size - 1));
-  }
+  if (!ValidSetRanks(ranks, topo.size)) return BadSetRanks(what, topo.size);
   auto set = std::make_shared<ProcessSet>();
   set->info.ranks = ranks;
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (ranks[i] == topo.rank) set->rank = static_cast<int>(i);
-  }
+  set->rank = PlaceIn(ranks, topo.rank);
   if (set->rank < 0) {
     return Status::InvalidArgument(what + ": rank " + std::to_string(topo.rank) +
                                    " is not one of them; only its members make it");

@@ -26,26 +26,31 @@ from scaleout._errors import ScaleoutError, ShutDownError
 from scaleout.torch import _collectives as so
 
 _comm: Any = None
+_tag_ub = 0  # MPI's largest tag on _comm
 
 
 def prepare() -> None:
     """Makes the communicator for the messages: collective over the job, so it runs where every
     rank is, when the default group is made (at the first send, the other ranks would not
     come, and a dead rank would never come)."""
-    global _comm
+    global _comm, _tag_ub
     if _comm is None:
         from mpi4py import MPI
 
         if MPI.COMM_WORLD.Get_size() == _runtime.size():
             _comm = MPI.COMM_WORLD.Dup()
+            _tag_ub = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB)
 
 
-def _communicator():
+def _communicator(tag: int, what: str):
+    """The messages' communicator, once `tag` is one MPI takes."""
     if _comm is None:
         raise NotImplementedError(
             "send/recv of the scaleout backend need scaleout to run on every process of the "
             "MPI job (scaleout.init(comm=...) on a part of it leaves them out)"
         )
+    if not 0 <= tag <= _tag_ub:
+        raise ValueError(f"{what}: tag {tag} is not in MPI's range 0..{_tag_ub}")
     return _comm
 
 
@@ -53,18 +58,10 @@ def _bytes(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.reshape(-1).view(torch.uint8)
 
 
-def _check_tag(tag: int, what: str) -> None:
-    from mpi4py import MPI
-
-    if not 0 <= tag <= MPI.COMM_WORLD.Get_attr(MPI.TAG_UB):
-        raise ValueError(f"{what}: tag {tag} is not in MPI's range 0..{MPI.TAG_UB}")
-
-
 def start_send(tensors: List[torch.Tensor], dst: int, tag: int, timeout: Optional[float]):
     """Posts the send of each tensor (the job's rank `dst`); a finish that waits for them."""
     what = f"send to rank {dst} (tag {tag})"
-    _check_tag(tag, what)
-    comm = _communicator()
+    comm = _communicator(tag, what)
     held = [_bytes(t.contiguous()).numpy() for t in tensors]  # alive until the sends end
     requests = [comm.Isend(b, dest=dst, tag=tag) for b in held]
 
@@ -80,8 +77,7 @@ def start_recv(tensors: List[torch.Tensor], src: int, tag: int, timeout: Optiona
     """Posts the receive of each tensor (from the job's rank `src`); a finish that waits for
     them and fills the tensors."""
     what = f"recv from rank {src} (tag {tag})"
-    _check_tag(tag, what)
-    comm = _communicator()
+    comm = _communicator(tag, what)
     into = [
         t if t.is_contiguous() else torch.empty_like(t, memory_format=torch.contiguous_format)
         for t in tensors

@@ -31,18 +31,21 @@ def batch(n: int):
     return torch.randn(4 * n, 8, generator=g).double(), torch.randn(4 * n, 2, generator=g).double()
 
 
-def one_process(n: int) -> list:
-    ref = model()
-    opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
-    x, y = batch(n)
+def three_steps(net: nn.Module, x, y, global_loss=lambda loss: loss.item()) -> list:
+    """Three steps of SGD with momentum on (x, y): each step's loss, as global_loss makes it."""
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
     losses = []
     for _ in range(3):
         opt.zero_grad()
-        loss = ((ref(x) - y) ** 2).mean()
+        loss = ((net(x) - y) ** 2).mean()
         loss.backward()
         opt.step()
-        losses.append(loss.item())
+        losses.append(global_loss(loss))
     return losses
+
+
+def one_process(n: int) -> list:
+    return three_steps(model(), *batch(n))
 
 
 def train(config: dict) -> None:
@@ -54,18 +57,14 @@ def train(config: dict) -> None:
     ctx = ray.train.get_context()
     r, n = ctx.get_world_rank(), ctx.get_world_size()
     ddp = nn.parallel.DistributedDataParallel(model())
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
     x, y = batch(n)
-    x, y = x[4 * r : 4 * r + 4], y[4 * r : 4 * r + 4]
-    losses = []
-    for _ in range(3):
-        opt.zero_grad()
-        loss = ((ddp(x) - y) ** 2).mean()
-        loss.backward()
-        opt.step()
+
+    def global_loss(loss):  # the global batch's: the mean of the workers' equal parts
         mean = loss.detach().clone()
         dist.all_reduce(mean, op=dist.ReduceOp.AVG)
-        losses.append(mean.item())
+        return mean.item()
+
+    losses = three_steps(ddp, x[4 * r : 4 * r + 4], y[4 * r : 4 * r + 4], global_loss)
     metrics = {
         "losses": losses,
         "backend": dist.get_backend(),
