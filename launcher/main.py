@@ -14,7 +14,6 @@ error; 1 when the job could not be started.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import sys
 from typing import Optional, Sequence
@@ -38,6 +37,9 @@ def _error(message: str) -> None:
 
 def _version() -> str:
     # From the installed distribution's metadata: importing scaleout would load the core.
+    # (importlib.metadata is imported here: it costs every launch 50 ms.)
+    import importlib.metadata
+
     try:
         return importlib.metadata.version("scaleout")
     except importlib.metadata.PackageNotFoundError:

@@ -173,10 +173,12 @@ def build(
     *,
     shared: bool,
     extra_sources: list[Path] = (),
+    extra_flags: list[str] = (),
     defines: dict[str, str] | None = None,
     jobs: int | None = None,
 ) -> Path:
-    """Compiles the core (plus extra_sources) into a shared library or an executable."""
+    """Compiles the core (plus extra_sources, with extra_flags after the core's) into a shared
+    library or an executable."""
     cxx = find_cxx()
     build_dir.mkdir(parents=True, exist_ok=True)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -185,19 +187,19 @@ def build(
     defines.setdefault("SCALEOUT_BUILD_INFO", (version.splitlines() or [cxx])[0])
     flags = CXXFLAGS + [f"-I{NATIVE_DIR}"]
     flags += [f"-D{k}={_c_string(v)}" for k, v in defines.items()]
-    sources = core_sources() + list(extra_sources)
     objects = []
     commands = []
-    cache = _ObjectCache.from_environment(cxx, version, flags)
-    for src in sources:
-        rel = src.relative_to(NATIVE_DIR) if src.is_relative_to(NATIVE_DIR) else Path(src.name)
-        obj = build_dir / (str(rel).replace(os.sep, "__") + ".o")
-        objects.append(obj)
-        if cache is None or not cache.fetch(src, obj):
-            commands.append(([cxx, *flags, "-c", str(src), "-o", str(obj)], src, obj))
+    for sources, these in ((core_sources(), flags), (list(extra_sources), flags + [*extra_flags])):
+        cache = _ObjectCache.from_environment(cxx, version, these)
+        for src in sources:
+            rel = src.relative_to(NATIVE_DIR) if src.is_relative_to(NATIVE_DIR) else Path(src.name)
+            obj = build_dir / (str(rel).replace(os.sep, "__") + ".o")
+            objects.append(obj)
+            if cache is None or not cache.fetch(src, obj):
+                commands.append(([cxx, *these, "-c", str(src), "-o", str(obj)], src, obj, cache))
 
     def compile_one(job) -> None:
-        cmd, src, obj = job
+        cmd, src, obj, cache = job
         _run(cmd)
         if cache is not None:
             cache.store(src, obj)

@@ -67,6 +67,8 @@ def native_tests_binary(request, tmp_path_factory) -> Path:
             work / "obj",
             shared=False,
             extra_sources=build_native.test_sources(),
+            # The tests' own files at -O1 (the core keeps its -O3): 25 s less to build here.
+            extra_flags=["-O1"],
         )
         os.replace(work / "native_tests", binary)
     except build_native.BuildError as e:
