@@ -7,16 +7,17 @@ A Python `ProcessGroup` subclass (torch's Python process-group trampoline: no C+
 torch), one per torch group: the default group and world-sized groups run on the job's global
 process set; a group of some ranks (new_group(ranks=[...]), which torch creates on those ranks
 alone) on the process set its members make with MPI_Comm_create_group (Note [Process sets]).
-Each collective is submitted to
-the core at once under a name of its own ("torch.<group>.<n>.<collective>": torch requires every
-rank to call a group's collectives in one order, so the n-th call has the same name everywhere)
-and returns a torch `Work` made from a `Future`. One daemon thread per process completes those
-futures in submission order: it waits for each core handle (without the GIL) and sets the
-future's result, or its exception (a scaleout error, so a dead peer or a mismatch reaches
-`wait()` and DDP's backward as an exception, never a hang). A future's callbacks run on that
-thread; one that starts and waits for another collective gets it completed on the spot (see
-_Completer). The names never repeat, so each takes a slot of the response cache until it is
-full (Note [Response cache]): a known cost of this first step.
+Each collective is submitted to the core at once under a name of its own
+("torch.<group>.<n>.<collective>": torch requires every rank to call a group's collectives in
+one order, so the n-th call has the same name everywhere) and returns a torch `Work` made from a
+`Future`. A synchronous call (torch's asyncOp=False: dist.all_reduce(t) and the like) is
+completed on the caller's thread before the Work returns. One daemon thread per process
+completes the others' futures in submission order: it waits for each core handle (without the
+GIL) and sets the future's result, or its exception (a scaleout error, so a dead peer or a
+mismatch reaches `wait()` and DDP's backward as an exception, never a hang). A future's
+callbacks run on that thread; one that starts and waits for another collective gets it completed
+on the spot (see _Completer). The names never repeat, so each takes a slot of the response cache
+until it is full (Note [Response cache]): a known cost of this first step.
 
 Under scaleoutrun every rank gets torch's env:// variables (RANK, WORLD_SIZE, LOCAL_RANK,
 LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) under SCALEOUT_TORCH_* names, and importing this
@@ -64,10 +65,17 @@ _OPS = {
 }
 
 
+# The same by the enum's value: hashing torch's enum itself costs a few microseconds a call.
+_OPS_BY_VALUE = {kind.value: core for kind, core in _OPS.items()}
+
+
 def _core_op(op: dist.ReduceOp, what: str) -> tuple:
     """The core's op and the prescale factor of torch's ReduceOp: PREMUL_SUM (each rank's input
     times the op's factor, then summed) is a Sum with that prescale."""
     kind = op.op
+    core = _OPS_BY_VALUE.get(kind.value)
+    if core is not None:
+        return core, 1.0
     if kind == dist.ReduceOp.RedOpType.PREMUL_SUM:
         factor = op.factor
         if isinstance(factor, torch.Tensor):
@@ -75,9 +83,7 @@ def _core_op(op: dist.ReduceOp, what: str) -> tuple:
                 raise ValueError(f"{what}: PREMUL_SUM's factor must be a scalar, not {factor}")
             factor = factor.item()
         return Sum, float(factor)
-    if kind not in _OPS:
-        _not_yet(f"{what} with ReduceOp.{kind.name}")
-    return _OPS[kind], 1.0
+    _not_yet(f"{what} with ReduceOp.{kind.name}")
 
 
 class _Completer:
@@ -96,9 +102,12 @@ class _Completer:
         self._lock = threading.Lock()
         self._thread = None
 
-    def submit(self, handle, finish: Callable) -> "_Pending":
+    def submit(self, handle, finish: Callable, now: bool = False) -> "_Pending":
+        """now: the caller waits at once (torch's asyncOp=False), so the collective is completed
+        here: handing it to the thread too would wake that thread for nothing, and a wake-up
+        between threads costs more than a 4 KiB collective on this VM."""
         pending = _Pending(handle, finish)
-        if threading.current_thread() is self._thread:
+        if now or threading.current_thread() is self._thread:
             self.complete(pending)
             return pending
         self._queue.put(pending)
@@ -217,8 +226,10 @@ class _Work(dist.Work):
         return result
 
     def wait(self, timeout=None) -> bool:
-        _COMPLETER.complete(self._pending)  # here and now, unless the completer has it
-        result = self._result()
+        result = self._pending.result  # set once: a synchronous call's is set already
+        if result is _UNSET:
+            _COMPLETER.complete(self._pending)  # here and now, unless the completer has it
+            result = self._result()
         if isinstance(result, BaseException):
             raise result
         return True
@@ -246,6 +257,22 @@ def _value_or_raise(done: torch.futures.Future):
     return value
 
 
+def _finished(handles, tensors) -> _Work:
+    """A synchronous collective's Work, done: its handles waited for on this thread right after
+    their submission (the core's caller then runs a small one itself, Note [Caller drives]; any
+    Python between submission and wait lets the core's thread take it first, and a hand-off
+    back costs this VM 10-20 us). The result, or the error that wait() raises."""
+    pending = _Pending(None, None)
+    pending.taken = True
+    try:
+        for h in handles:
+            synchronize(h)
+        pending.result = tensors
+    except Exception as exc:  # noqa: BLE001  (raised by wait(), as the completer's are)
+        pending.result = _backend_error(exc)
+    return _Work(pending)
+
+
 def _all_of(handles, tensors) -> Callable:
     """A finish that waits for every in-place handle and gives torch its tensors."""
 
@@ -268,7 +295,7 @@ def _allreduce_(tensor: torch.Tensor, name: str, op: int, prescale: float, ps: i
 
 def _cpu(tensors: List[torch.Tensor], what: str) -> None:
     for t in tensors:
-        if t.device.type != "cpu":
+        if not t.is_cpu:
             raise ValueError(
                 f"{what}: the scaleout backend takes CPU tensors; got one on {t.device} "
                 "(GPU tensors are not supported yet)"
@@ -321,15 +348,20 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
     def _name(self, collective: str) -> str:
         return f"{self._prefix}.{next(self._count)}.{collective}"
 
-    def _work(self, handle, finish: Callable):
-        return _Work(_COMPLETER.submit(handle, finish))
+    def _work(self, handle, finish: Callable, opts=None):
+        """opts: the collective's torch options; asyncOp=False (a synchronous dist.all_reduce
+        and the like, which wait() at once) completes it on this thread before returning."""
+        now = opts is not None and not getattr(opts, "asyncOp", True)
+        return _Work(_COMPLETER.submit(handle, finish, now))
 
     def allreduce(self, tensors, opts):
         _cpu(tensors, "all_reduce")
         op, pre = _core_op(opts.reduceOp, "all_reduce")
         ps = self._set.process_set_id
         handles = [_allreduce_(t, self._name("allreduce"), op, pre, ps) for t in tensors]
-        return self._work(None, _all_of(handles, tensors))
+        if not opts.asyncOp:  # dist.all_reduce(t): waited for at once, and here
+            return _finished(handles, tensors)
+        return self._work(None, _all_of(handles, tensors), opts)
 
     def reduce(self, tensors, opts):
         # The reduction lands in the root's tensors; the others' stay as they were (an
@@ -341,7 +373,7 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
             _allreduce_(t if root else t.clone(), self._name("reduce"), op, pre, ps)
             for t in tensors
         ]
-        return self._work(None, _all_of(handles, tensors))
+        return self._work(None, _all_of(handles, tensors), opts)
 
     def broadcast(self, tensors, opts):
         _cpu(tensors, "broadcast")
@@ -350,7 +382,7 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
             so.broadcast_async_(t, root, name=self._name("broadcast"), process_set=self._set)
             for t in tensors
         ]
-        return self._work(None, _all_of(handles, tensors))
+        return self._work(None, _all_of(handles, tensors), opts)
 
     def allgather(self, output_tensors, input_tensors, opts):
         _cpu(input_tensors, "all_gather")
@@ -367,7 +399,7 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
                     out.copy_(part.reshape(out.shape))
             return output_tensors
 
-        return self._work(None, finish)
+        return self._work(None, finish, opts)
 
     def _allgather_base(self, output, input, opts):
         _cpu([input], "all_gather_into_tensor")
@@ -379,7 +411,7 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
             output.copy_(gathered.reshape(output.shape))
             return [output]
 
-        return self._work(handle, finish)
+        return self._work(handle, finish, opts)
 
     all_gather_single = _allgather_base
 
@@ -399,7 +431,7 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
             output.copy_(mine.reshape(output.shape))
             return [output]
 
-        return self._work(handle, finish)
+        return self._work(handle, finish, opts)
 
     reduce_scatter_single = _reduce_scatter_base
 
@@ -424,11 +456,11 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
             output.copy_(received.reshape(output.shape))
             return [output]
 
-        return self._work(handle, finish)
+        return self._work(handle, finish, opts)
 
     def barrier(self, opts):
         so.barrier(process_set=self._set)  # synchronous in the core: done when it returns
-        return self._work(None, lambda _: [])
+        return self._work(None, lambda _: [], opts)
 
     def send(self, tensors, dst, tag):
         _cpu(tensors, "send")
@@ -458,7 +490,7 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
                         out.copy_(row.reshape(out.shape))
             return output_tensors
 
-        return self._work(None, finish)
+        return self._work(None, finish, opts)
 
     def scatter(self, output_tensors, input_tensors, opts):
         # An alltoall in which only the root sends: part i of its list to rank i.
@@ -484,7 +516,7 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
                 out.copy_(received.reshape(out.shape))
             return output_tensors
 
-        return self._work(None, finish)
+        return self._work(None, finish, opts)
 
 
 def _create(options, _backend_options):
