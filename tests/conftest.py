@@ -164,3 +164,12 @@ def fake_mpiexec(tmp_path: Path, body: str) -> str:
 @pytest.fixture(params=[2, 3], ids=lambda n: f"np{n}")
 def nranks(request) -> int:
     return request.param
+
+
+def one_size(n: int):
+    """For a test of TensorFlow's front end: `nranks` is n alone. Those tests run at one size
+    each, 2 or 3 ranks in turn (tests/test_tensorflow*.py, test_one_path, test_topk, test_adasum),
+    so that every size runs TensorFlow's paths while CI stays within its time: importing
+    TensorFlow costs each rank about 6.5 s of CPU on this 2-core machine. The core under them
+    runs at both sizes in the numpy and torch tests."""
+    return pytest.mark.parametrize("nranks", [n], ids=[f"np{n}"])

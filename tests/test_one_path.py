@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import one_size
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "scaleout"
@@ -193,6 +194,7 @@ def test_one_compression_factory_serves_both_frameworks():
     )
 
 
+@one_size(3)
 def test_torch_and_tensorflow_gradients_follow_one_table(nranks):
     pytest.importorskip("torch")
     pytest.importorskip("tensorflow")

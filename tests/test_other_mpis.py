@@ -1,6 +1,6 @@
 """A part of the suite on Open MPI and on Intel MPI (the whole suite runs on MPICH): every
 collective, dtype and op on both data paths, liveness, the torch optimizer and the MPI checks
-(and on Open MPI every collective on process sets and a training's equivalence to one process;
+(and on Open MPI every collective on process sets;
 on MPICH's library of the MPI 5 standard ABI the MPI checks and every collective), at 3 or 4
 ranks (the tests' larger rank count; both run on MPICH), each file run by the pytest of an
 environment that holds the prebuilt wheel and that MPI (`tools/make_mpi_envs.sh`,
@@ -33,8 +33,7 @@ TESTS = {
     + [
         # every collective on sets (their communicators come from the shim's MPI_Comm_split
         # and MPI_Comm_create_group); the rest of the file is the front ends' and the core's
-        "tests/test_process_sets.py::test_process_sets",
-        "tests/test_torch.py::test_n_ranks_with_batch_b_train_like_one_process_with_batch_nb",
+        "tests/test_process_sets.py::test_process_sets"
     ],
     # (torch on Intel MPI: test_torch_distributed's torchrun test runs there)
     "intelmpi": [t for t in COMMON if "test_torch" not in t],

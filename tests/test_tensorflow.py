@@ -1,18 +1,20 @@
-"""scaleout.tensorflow: collectives, gradients and DistributedGradientTape on real ranks (2, and 4
+"""scaleout.tensorflow: collectives, gradients and DistributedGradientTape on real ranks (2, and 3
 oversubscribing this 2-core machine), plus the pieces that need no ranks."""
 
 import pytest
 
 pytest.importorskip("tensorflow")
 
-from conftest import run_mpi  # noqa: E402
+from conftest import one_size, run_mpi  # noqa: E402
 
 
+@one_size(3)
 def test_ops_eager_and_in_tf_function_with_gradients_and_errors(nranks):
     proc = run_mpi("tf_ops.py", nranks, timeout=240)
     assert proc.stdout.count("all checks passed") == nranks
 
 
+@one_size(2)
 def test_gradient_tape_and_custom_loop_equals_single_process(nranks):
     proc = run_mpi("tf_training.py", nranks, timeout=240)
     assert proc.stdout.count("all checks passed") == nranks

@@ -6,9 +6,10 @@ import pytest
 pytest.importorskip("tensorflow")
 pytest.importorskip("keras")
 
-from conftest import run_mpi  # noqa: E402
+from conftest import one_size, run_mpi  # noqa: E402
 
 
+@one_size(2)
 def test_keras_fit_callbacks_save_load(nranks, tmp_path):
     proc = run_mpi("tf_keras.py", nranks, str(tmp_path), timeout=300)
     assert proc.stdout.count("all checks passed") == nranks
