@@ -359,7 +359,8 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
         op, pre = _core_op(opts.reduceOp, "all_reduce")
         ps = self._set.process_set_id
         handles = [_allreduce_(t, self._name("allreduce"), op, pre, ps) for t in tensors]
-        if not opts.asyncOp:  # dist.all_reduce(t): waited for at once, and here
+        if not getattr(opts, "asyncOp", True):  # dist.all_reduce(t): waited for at once, here
+            # (options without asyncOp, in older torch: every call goes to the completer)
             return _finished(handles, tensors)
         return self._work(None, _all_of(handles, tensors), opts)
 
