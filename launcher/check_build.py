@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import os
 import sys
@@ -21,6 +20,8 @@ FRAMEWORKS = {
 def framework_versions() -> dict[str, Optional[str]]:
     """Each framework's version, or None when it cannot be imported. Nothing is imported:
     importing TensorFlow alone takes seconds and prints warnings."""
+    from importlib import metadata  # noqa: PLC0415  (50 ms: here, not in every launch)
+
     found: dict[str, Optional[str]] = {}
     for module, distributions in FRAMEWORKS.items():
         try:
@@ -32,9 +33,9 @@ def framework_versions() -> dict[str, Optional[str]]:
             version = "unknown version"
             for name in distributions:
                 try:
-                    version = importlib.metadata.version(name)
+                    version = metadata.version(name)
                     break
-                except importlib.metadata.PackageNotFoundError:
+                except metadata.PackageNotFoundError:
                     continue
         found[module] = version
     return found

@@ -29,6 +29,8 @@ __all__ = [
     "library_mismatch",
     "ranks_python",
     "probe_library",
+    "start_early_probe",
+    "discard_early_probe",
     "rewritten_by_prrte",
     "survivor_args",
     "binding_environment",
@@ -265,10 +267,37 @@ def ranks_python(command: Sequence[str], python: str, environ: Mapping[str, str]
     return python
 
 
+# The probe scaleoutrun starts before its own imports are done (start_early_probe): used by
+# the first probe_library call for the same Python and environment, else stopped.
+_early: Optional[tuple] = None
+
+
+def start_early_probe(python: str, environ: Mapping[str, str]) -> None:
+    """Starts the probe of `python` in `environ` now; probe_library takes its result when asked
+    the same. discard_early_probe stops one nobody took."""
+    global _early
+    discard_early_probe()
+    try:
+        _early = (python, dict(environ), _mpi_library.start_probe(python, environ))
+    except (OSError, ValueError, TypeError):
+        _early = None  # probe_library runs it again, and says so the same way
+
+
+def discard_early_probe() -> None:
+    global _early
+    if _early is not None:
+        _early[2].cancel()
+        _early = None
+
+
 def probe_library(python: str, environ: Mapping[str, str]) -> Optional[_mpi_library.MpiLibrary]:
     """The MPI library the ranks' Python loads through mpi4py; None when it cannot tell (no
     mpi4py there: then the launcher is found as before, unchecked)."""
+    global _early
     try:
+        if _early is not None and _early[0] == python and _early[1] == dict(environ):
+            started, _early = _early[2], None
+            return started.result()
         return _mpi_library.probe(python, environ)
     except (_mpi_library.ProbeError, OSError, subprocess.SubprocessError, ValueError, TypeError):
         return None

@@ -164,19 +164,47 @@ class ProbeError(RuntimeError):
 def probe(python: str = sys.executable, env: Optional[Mapping[str, str]] = None) -> MpiLibrary:
     """The MPI library that `python`, in environment `env`, loads with mpi4py: what a rank
     started there will use. Runs in a subprocess (MPI is not initialised there)."""
-    res = subprocess.run(
-        [python, os.path.abspath(__file__)],
-        capture_output=True,
-        text=True,
-        env=dict(env) if env is not None else None,
-        timeout=120,
-    )
-    if res.returncode != 0:
-        raise ProbeError(
-            f"{python} could not import mpi4py.MPI: "
-            + (res.stderr.strip().splitlines() or ["(no output)"])[-1]
+    return start_probe(python, env).result()
+
+
+class StartedProbe:
+    """A probe running in its subprocess (start_probe): result() waits for it. The launcher
+    starts one as soon as it knows the ranks' Python, so that the probe (about 0.1 s, most of
+    it Python's start and mpi4py's import) runs while the launcher itself still imports."""
+
+    def __init__(self, python: str, env: Optional[Mapping[str, str]]):
+        self.python = python
+        self.proc = subprocess.Popen(
+            [python, os.path.abspath(__file__)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(env) if env is not None else None,
         )
-    return MpiLibrary(**json.loads(res.stdout.strip().splitlines()[-1]))
+
+    def result(self, timeout: float = 120) -> MpiLibrary:
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.cancel()
+            raise
+        if self.proc.returncode != 0:
+            raise ProbeError(
+                f"{self.python} could not import mpi4py.MPI: "
+                + (err.strip().splitlines() or ["(no output)"])[-1]
+            )
+        return MpiLibrary(**json.loads(out.strip().splitlines()[-1]))
+
+    def cancel(self) -> None:
+        """Stops the probe if it still runs, and reaps it."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate()
+
+
+def start_probe(python: str = sys.executable, env: Optional[Mapping[str, str]] = None):
+    """probe(), started: returns at once with a StartedProbe."""
+    return StartedProbe(python, env)
 
 
 # Variables in which a launcher tells each process how many processes it started, the launcher

@@ -117,6 +117,33 @@ def test_the_ranks_python_is_the_commands_own(tmp_path):
     assert ranks_python(["./train.sh"], "/me/python", env) == "/me/python"
 
 
+def test_the_early_probe_answers_only_the_question_it_was_started_for(tmp_path):
+    """scaleoutrun starts the probe of the ranks' MPI before its own imports are done
+    (launcher/main.py); its answer serves the same Python in the same environment only, and a
+    probe nobody asked for is stopped and reaped."""
+    import os
+
+    from scaleout import _mpi_library
+    from scaleout.launcher import mpi_launcher
+
+    env = dict(os.environ)
+    mpi_launcher.start_early_probe(sys.executable, env)
+    started = mpi_launcher._early[2]
+    assert mpi_launcher.probe_library(sys.executable, env) == _mpi_library.probe(
+        sys.executable, env
+    )
+    assert mpi_launcher._early is None and started.proc.returncode == 0
+    # Asked about another environment (where mpi4py cannot load): that one is probed.
+    (tmp_path / "mpi4py").mkdir()
+    (tmp_path / "mpi4py" / "__init__.py").write_text("raise ImportError('no MPI here')\n")
+    other = {**env, "PYTHONPATH": str(tmp_path)}
+    mpi_launcher.start_early_probe(sys.executable, env)
+    started = mpi_launcher._early[2]
+    assert mpi_launcher.probe_library(sys.executable, other) is None
+    mpi_launcher.discard_early_probe()
+    assert mpi_launcher._early is None and started.proc.returncode is not None
+
+
 # --- each flavour's command line, without starting it --------------------------------------
 
 RANK = ("/venv/bin/python", "/x/rank_exec.py", "--", "python", "train.py")
