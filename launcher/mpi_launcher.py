@@ -269,7 +269,7 @@ def ranks_python(command: Sequence[str], python: str, environ: Mapping[str, str]
 
 # The probe scaleoutrun starts before its own imports are done (start_early_probe): used by
 # the first probe_library call for the same Python and environment, else stopped.
-_early: Optional[tuple] = None
+_early: Optional[_mpi_library.StartedProbe] = None
 
 
 def start_early_probe(python: str, environ: Mapping[str, str]) -> None:
@@ -278,7 +278,7 @@ def start_early_probe(python: str, environ: Mapping[str, str]) -> None:
     global _early
     discard_early_probe()
     try:
-        _early = (python, dict(environ), _mpi_library.start_probe(python, environ))
+        _early = _mpi_library.StartedProbe(python, environ)
     except (OSError, ValueError, TypeError):
         _early = None  # probe_library runs it again, and says so the same way
 
@@ -286,7 +286,7 @@ def start_early_probe(python: str, environ: Mapping[str, str]) -> None:
 def discard_early_probe() -> None:
     global _early
     if _early is not None:
-        _early[2].cancel()
+        _early.cancel()
         _early = None
 
 
@@ -295,8 +295,8 @@ def probe_library(python: str, environ: Mapping[str, str]) -> Optional[_mpi_libr
     mpi4py there: then the launcher is found as before, unchecked)."""
     global _early
     try:
-        if _early is not None and _early[0] == python and _early[1] == dict(environ):
-            started, _early = _early[2], None
+        if _early is not None and _early.python == python and _early.env == dict(environ):
+            started, _early = _early, None
             return started.result()
         return _mpi_library.probe(python, environ)
     except (_mpi_library.ProbeError, OSError, subprocess.SubprocessError, ValueError, TypeError):

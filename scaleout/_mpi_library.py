@@ -164,22 +164,23 @@ class ProbeError(RuntimeError):
 def probe(python: str = sys.executable, env: Optional[Mapping[str, str]] = None) -> MpiLibrary:
     """The MPI library that `python`, in environment `env`, loads with mpi4py: what a rank
     started there will use. Runs in a subprocess (MPI is not initialised there)."""
-    return start_probe(python, env).result()
+    return StartedProbe(python, env).result()
 
 
 class StartedProbe:
-    """A probe running in its subprocess (start_probe): result() waits for it. The launcher
-    starts one as soon as it knows the ranks' Python, so that the probe (about 0.1 s, most of
-    it Python's start and mpi4py's import) runs while the launcher itself still imports."""
+    """probe(), started: result() waits for it. The launcher starts one as soon as it knows the
+    ranks' Python, so that the probe (about 0.15 s, most of it Python's start and mpi4py's
+    import) runs while the launcher itself still imports. `env` None: this process's."""
 
     def __init__(self, python: str, env: Optional[Mapping[str, str]]):
         self.python = python
+        self.env = dict(env) if env is not None else None
         self.proc = subprocess.Popen(
             [python, os.path.abspath(__file__)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=dict(env) if env is not None else None,
+            env=self.env,
         )
 
     def result(self, timeout: float = 120) -> MpiLibrary:
@@ -200,11 +201,6 @@ class StartedProbe:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.communicate()
-
-
-def start_probe(python: str = sys.executable, env: Optional[Mapping[str, str]] = None):
-    """probe(), started: returns at once with a StartedProbe."""
-    return StartedProbe(python, env)
 
 
 # Variables in which a launcher tells each process how many processes it started, the launcher

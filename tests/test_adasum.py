@@ -4,7 +4,7 @@ torch's DistributedOptimizer(op=Adasum) combining parameter changes (Note [Adasu
 optimizer])."""
 
 import pytest
-from conftest import run_mpi
+from conftest import one_size, run_mpi
 
 
 # Both data paths where Adasum runs in levels (4 ranks); 3 ranks is Horovod's refusal, which
@@ -27,8 +27,8 @@ def test_torch_distributed_optimizer_combines_parameter_changes(np_):
     assert proc.stdout.count("all checks passed") == np_, proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("np_", [2], ids=lambda n: f"np{n}")  # one size: conftest.one_size
-def test_tensorflow_v1_optimizer_combines_variable_changes(np_):
+@one_size(2)
+def test_tensorflow_v1_optimizer_combines_variable_changes(nranks):
     pytest.importorskip("tensorflow")
-    proc = run_mpi("tf_adasum.py", np_, timeout=240)
-    assert proc.stdout.count("all checks passed") == np_, proc.stdout + proc.stderr
+    proc = run_mpi("tf_adasum.py", nranks, timeout=240)
+    assert proc.stdout.count("all checks passed") == nranks, proc.stdout + proc.stderr

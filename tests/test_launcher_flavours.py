@@ -128,7 +128,7 @@ def test_the_early_probe_answers_only_the_question_it_was_started_for(tmp_path):
 
     env = dict(os.environ)
     mpi_launcher.start_early_probe(sys.executable, env)
-    started = mpi_launcher._early[2]
+    started = mpi_launcher._early
     assert mpi_launcher.probe_library(sys.executable, env) == _mpi_library.probe(
         sys.executable, env
     )
@@ -138,7 +138,7 @@ def test_the_early_probe_answers_only_the_question_it_was_started_for(tmp_path):
     (tmp_path / "mpi4py" / "__init__.py").write_text("raise ImportError('no MPI here')\n")
     other = {**env, "PYTHONPATH": str(tmp_path)}
     mpi_launcher.start_early_probe(sys.executable, env)
-    started = mpi_launcher._early[2]
+    started = mpi_launcher._early
     assert mpi_launcher.probe_library(sys.executable, other) is None
     mpi_launcher.discard_early_probe()
     assert mpi_launcher._early is None and started.proc.returncode is not None

@@ -1,10 +1,9 @@
 """A part of the suite on Open MPI and on Intel MPI (the whole suite runs on MPICH): every
 collective, dtype and op on both data paths, liveness, the torch optimizer and the MPI checks
-(and on Open MPI every collective on process sets;
-on MPICH's library of the MPI 5 standard ABI the MPI checks and every collective), at 3 or 4
-ranks (the tests' larger rank count; both run on MPICH), each file run by the pytest of an
-environment that holds the prebuilt wheel and that MPI (`tools/make_mpi_envs.sh`,
-which .ci/run runs; without it these tests skip and say so).
+(and on Open MPI every collective on process sets; on MPICH's library of the MPI 5 standard ABI
+the MPI checks and every collective), at 3 or 4 ranks (the tests' larger rank count; both run on
+MPICH), each file run by the pytest of an environment that holds the prebuilt wheel and that MPI
+(`tools/make_mpi_envs.sh`, which .ci/run runs; without it these tests skip and say so).
 
 The inner run starts outside the source tree, so that its `import scaleout` is the wheel's, and
 SCALEOUT_TEST_EXPECT_MPI makes tests/test_mpi_abi.py check that the MPI it runs on is that one.

@@ -104,10 +104,16 @@ class _Completer:
 
     def submit(self, handle, finish: Callable, now: bool = False) -> "_Pending":
         """now: the caller waits at once (torch's asyncOp=False), so the collective is completed
-        here: handing it to the thread too would wake that thread for nothing, and a wake-up
-        between threads costs more than a 4 KiB collective on this VM."""
+        here, right after its submission (the core's caller then runs a small one itself, Note
+        [Caller drives]): handing it to the thread too would wake that thread for nothing, and a
+        wake-up between threads costs more than a 4 KiB collective on this VM. No other thread
+        has seen such a pending, so it needs no lock."""
         pending = _Pending(handle, finish)
-        if now or threading.current_thread() is self._thread:
+        if now:
+            pending.taken = True
+            pending.result = _outcome(pending)
+            return pending
+        if threading.current_thread() is self._thread:
             self.complete(pending)
             return pending
         self._queue.put(pending)
@@ -126,12 +132,7 @@ class _Completer:
             if pending.taken:
                 return
             pending.taken = True
-        try:
-            h = pending.handle
-            result = pending.finish(synchronize(h) if h is not None else None)
-        except Exception as exc:  # noqa: BLE001  (handed to whoever waits on the future)
-            # The exception as the value: see _Work for how it reaches Python and C++ waiters.
-            result = _backend_error(exc)
+        result = _outcome(pending)
         with self._lock:
             pending.result = result
             future = pending.future
@@ -157,6 +158,16 @@ class _Completer:
 
 
 _UNSET = object()
+
+
+def _outcome(pending: "_Pending"):
+    """What `pending` gives torch: its finish's result once its handle is done, or the error."""
+    try:
+        h = pending.handle
+        return pending.finish(synchronize(h) if h is not None else None)
+    except Exception as exc:  # noqa: BLE001  (handed to whoever waits on the future)
+        # The exception as the value: see _Work for how it reaches Python and C++ waiters.
+        return _backend_error(exc)
 
 
 class _Pending:
@@ -257,22 +268,6 @@ def _value_or_raise(done: torch.futures.Future):
     return value
 
 
-def _finished(handles, tensors) -> _Work:
-    """A synchronous collective's Work, done: its handles waited for on this thread right after
-    their submission (the core's caller then runs a small one itself, Note [Caller drives]; any
-    Python between submission and wait lets the core's thread take it first, and a hand-off
-    back costs this VM 10-20 us). The result, or the error that wait() raises."""
-    pending = _Pending(None, None)
-    pending.taken = True
-    try:
-        for h in handles:
-            synchronize(h)
-        pending.result = tensors
-    except Exception as exc:  # noqa: BLE001  (raised by wait(), as the completer's are)
-        pending.result = _backend_error(exc)
-    return _Work(pending)
-
-
 def _all_of(handles, tensors) -> Callable:
     """A finish that waits for every in-place handle and gives torch its tensors."""
 
@@ -350,7 +345,8 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
 
     def _work(self, handle, finish: Callable, opts=None):
         """opts: the collective's torch options; asyncOp=False (a synchronous dist.all_reduce
-        and the like, which wait() at once) completes it on this thread before returning."""
+        and the like, which wait() at once) completes it on this thread before returning (options
+        without asyncOp, in older torch: every call goes to the completer)."""
         now = opts is not None and not getattr(opts, "asyncOp", True)
         return _Work(_COMPLETER.submit(handle, finish, now))
 
@@ -359,9 +355,6 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
         op, pre = _core_op(opts.reduceOp, "all_reduce")
         ps = self._set.process_set_id
         handles = [_allreduce_(t, self._name("allreduce"), op, pre, ps) for t in tensors]
-        if not getattr(opts, "asyncOp", True):  # dist.all_reduce(t): waited for at once, here
-            # (options without asyncOp, in older torch: every call goes to the completer)
-            return _finished(handles, tensors)
         return self._work(None, _all_of(handles, tensors), opts)
 
     def reduce(self, tensors, opts):
