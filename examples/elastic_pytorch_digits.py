@@ -26,12 +26,11 @@ to give every rank the same number of batches).
 
 import argparse
 
+import digits_data  # beside this script: scikit-learn's digits, without importing it
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
 import scaleout.torch as hvd
 
@@ -53,12 +52,10 @@ hvd.init()
 torch.manual_seed(args.seed)
 torch.set_num_threads(1)
 
-digits = load_digits()
-images = torch.tensor(digits.data / 16.0, dtype=torch.float32)
-labels = torch.tensor(digits.target)
-train_idx, test_idx = train_test_split(
-    np.arange(len(labels)), test_size=0.25, random_state=0, stratify=digits.target
-)
+pixels, targets = digits_data.load()
+images = torch.tensor(pixels.reshape(len(pixels), 64) / 16.0, dtype=torch.float32)
+labels = torch.tensor(targets)
+train_idx, test_idx = digits_data.split(targets, test_fraction=0.25, seed=0)
 train_set = torch.utils.data.TensorDataset(
     torch.arange(len(train_idx)), images[train_idx], labels[train_idx]
 )

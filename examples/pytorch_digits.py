@@ -13,12 +13,11 @@ test accuracy, each rank doing 1/N of the arithmetic.
 
 import argparse
 
+import digits_data  # beside this script: scikit-learn's digits, without importing it
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
 import scaleout.torch as hvd
 
@@ -65,12 +64,10 @@ class Net(nn.Module):
         return self.fc2(x)
 
 
-digits = load_digits()
-images = torch.tensor(digits.images / 16.0, dtype=torch.float32).unsqueeze(1)
-labels = torch.tensor(digits.target)
-train_idx, test_idx = train_test_split(
-    np.arange(len(labels)), test_size=0.25, random_state=0, stratify=digits.target
-)
+pixels, targets = digits_data.load()
+images = torch.tensor(pixels / 16.0, dtype=torch.float32).unsqueeze(1)
+labels = torch.tensor(targets)
+train_idx, test_idx = digits_data.split(targets, test_fraction=0.25, seed=0)
 train_x, train_y = images[train_idx], labels[train_idx]
 test_x, test_y = images[test_idx], labels[test_idx]
 

@@ -40,6 +40,23 @@ def _source_digest(cxx: str) -> str:
     return digest.hexdigest()[:16]
 
 
+def _unity_sources(sources: list[Path], work: Path) -> list[Path]:
+    """The test files compiled as one translation unit per core: most of a file's compile time
+    is the core's headers, parsed once per unit (here 13 s instead of 35 s for 24 files). Each
+    unit starts with its files' digest, so that a build cache (SCALEOUT_BUILD_CACHE), which
+    keys an object by its source's bytes and the headers', never reuses a stale one."""
+    units = max(1, min(len(sources), os.cpu_count() or 2))
+    by_size = sorted(sources, key=lambda p: (-p.stat().st_size, p.name))
+    paths = []
+    for i in range(units):
+        members = by_size[i::units]
+        digest = hashlib.sha256(b"".join(p.read_bytes() + b"\0" for p in members)).hexdigest()
+        unit = work / f"native_tests_unit{i}.cc"
+        unit.write_text(f"// {digest}\n" + "".join(f'#include "{p}"\n' for p in members))
+        paths.append(unit)
+    return paths
+
+
 @pytest.fixture(scope="session")
 def native_tests_binary(request, tmp_path_factory) -> Path:
     try:
@@ -66,8 +83,8 @@ def native_tests_binary(request, tmp_path_factory) -> Path:
             work / "native_tests",
             work / "obj",
             shared=False,
-            extra_sources=build_native.test_sources(),
-            # The tests' own files at -O1 (the core keeps its -O3): 25 s less to build here.
+            extra_sources=_unity_sources(build_native.test_sources(), work),
+            # The tests' own files at -O1 (the core keeps its -O3).
             extra_flags=["-O1"],
         )
         os.replace(work / "native_tests", binary)

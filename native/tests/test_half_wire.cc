@@ -40,14 +40,15 @@ uint16_t Input(int g, size_t i, DataType dtype) {
   return Narrow(v, dtype, 1.0);
 }
 
-struct Layout {
+struct MachineLayout {
   std::vector<int> sizes;  // ranks per machine; ranks numbered machine by machine
   int servers = 1;
 };
 
 // Every rank's result of one allreduce of `total` elements.
-std::vector<std::vector<uint16_t>> RunHalves(const Layout& layout, DataType dtype, ReduceOp op,
-                                             size_t total, size_t area, HalfFactors factors) {
+std::vector<std::vector<uint16_t>> RunHalves(const MachineLayout& layout, DataType dtype,
+                                             ReduceOp op, size_t total, size_t area,
+                                             HalfFactors factors) {
   const int machines = static_cast<int>(layout.sizes.size());
   bool uniform = true;
   for (int n : layout.sizes) uniform = uniform && n == layout.sizes[0];
@@ -104,7 +105,8 @@ std::vector<std::vector<uint16_t>> RunHalves(const Layout& layout, DataType dtyp
 // The documented arithmetic: each machine's sum of prescaled inputs rounded to the half type
 // (only when there are machines to cross), the machines' sums added in float32, the result
 // rounded once with the post factor.
-uint16_t Expected(const Layout& layout, size_t i, DataType dtype, ReduceOp op, HalfFactors f) {
+uint16_t Expected(const MachineLayout& layout, size_t i, DataType dtype, ReduceOp op,
+                  HalfFactors f) {
   auto combine = [&](float a, float b) {
     switch (op) {
       case ReduceOp::kMin:
@@ -133,11 +135,11 @@ uint16_t Expected(const Layout& layout, size_t i, DataType dtype, ReduceOp op, H
 }
 
 SO_TEST(HalvesAreReducedInFloat32AndRoundedOncePerStep) {
-  const std::vector<Layout> layouts = {{{2}},       {{3}},    {{4}},       {{1, 1}},
-                                       {{2, 2}},    {{3, 3}}, {{2, 2, 2}}, {{2, 2}, 2},
-                                       {{4, 4}, 3}, {{2, 1}}, {{1, 3}},    {{3, 2, 1}}};
+  const std::vector<MachineLayout> layouts = {{{2}},       {{3}},    {{4}},       {{1, 1}},
+                                              {{2, 2}},    {{3, 3}}, {{2, 2, 2}}, {{2, 2}, 2},
+                                              {{4, 4}, 3}, {{2, 1}}, {{1, 3}},    {{3, 2, 1}}};
   for (DataType dtype : {DataType::kFloat16, DataType::kBFloat16}) {
-    for (const Layout& layout : layouts) {
+    for (const MachineLayout& layout : layouts) {
       int ranks = 0;
       for (int n : layout.sizes) ranks += n;
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {

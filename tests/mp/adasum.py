@@ -6,6 +6,7 @@ the ranks, (0, 1), (2, 3), ... first, each pair (a, b) per tensor into
 bits on every rank; the errors Horovod gives (3 ranks, process sets, integer tensors)."""
 
 import importlib
+import os
 
 import numpy as np
 from _harness import check, check_close, expect_error, finish
@@ -84,8 +85,11 @@ if power_of_two:
         rtol=1e-12,
         atol=1e-12,
     )
-    # torch and TensorFlow reach the same core.
+    # torch and TensorFlow reach the same core (TensorFlow where the test asks: importing it
+    # costs a rank 6.5 s of CPU, and the data path under both front ends is the same).
     for framework, tensor_of, seed in (("torch", "tensor", 11), ("tensorflow", "constant", 12)):
+        if framework == "tensorflow" and os.environ.get("ADASUM_TENSORFLOW") != "1":
+            continue
         try:
             lib = importlib.import_module(framework)
             hvd = importlib.import_module(f"scaleout.{framework}")

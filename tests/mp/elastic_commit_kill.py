@@ -36,4 +36,5 @@ def tearing_write(self, commit_id, payload):
 
 
 _commit_store.CommitStore.write = tearing_write
+sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # as `python script` does
 runpy.run_path(script, run_name="__main__")
