@@ -87,7 +87,9 @@ def torch_rank_environment(environ: Mapping[str, str]) -> dict[str, str]:
 # survivor's process and environment live on through a reset: the driver numbers the workers
 # (HOROVOD_NUMBERS, elastic_plan.worker_numbers) so that a survivor keeps its number across the
 # restarts of its generation while hvd.rank() changes, and a worker on a new slot gets one never
-# used before. The other variables are the generation's.
+# used before (Horovod's gets its generation's rank, which a survivor may hold: here identities
+# stay unique). The other variables are the generation's (a Horovod survivor's os.environ keeps
+# those of its start).
 def horovod_rank_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """This rank's HOROVOD_* variables, as horovodrun gives them (Note [horovodrun's rank
     variables]); none when scaleoutrun did not say the job's slots or the launcher the rank."""

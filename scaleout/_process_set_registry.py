@@ -85,8 +85,9 @@ def _assign(process_sets: Sequence[ProcessSet]) -> None:
     """Gives each object its registered set's id, as Horovod's init: an object whose set an
     earlier entry has (the same ranks, in any order) stays unregistered, and then init raises a
     ValueError naming the first such entry (scaleout keeps running: init again with a list
-    without it). A set of every rank is the global set (id 0)."""
-    seen = set()
+    without it). A set of every rank is the global set's (id 0), which is not in the list:
+    a duplicate too, as in Horovod."""
+    seen = {0}
     for ps in process_sets:
         if ps.ranks is None:
             ps.ranks = _comm_ranks(ps.mpi_comm)

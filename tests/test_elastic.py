@@ -110,16 +110,19 @@ def test_rank_0_killed(tmp_path):
     assert rows[0].startswith("hierarchical_allreduce,") and len(rows) == 6, rows
 
 
-def test_a_worker_that_raises_is_a_failure_of_its_host(tmp_path):
+@pytest.mark.parametrize("np_", [3, 2], ids=["np3", "np2-hostname"])
+def test_a_worker_that_raises_is_a_failure_of_its_host(tmp_path, np_):
     """As in Horovod: the host of a worker that raises is blacklisted and the others go on.
     The script picks the raising worker by HOROVOD_RANK, which stays the worker's through the
     restart: with the generation's rank instead, the next generation's rank 0 would raise too,
-    and with both hosts blacklisted the job would end."""
+    and with both hosts blacklisted the job would end. At 2 ranks the other host is this
+    machine's own name."""
     script = [sys.executable, str(MP / "elastic_numpy.py")]
+    others = "localhost:2" if np_ == 3 else f"{socket.gethostname()}:1"
     job = ElasticJob(
         tmp_path,
-        "127.0.0.1:1\nlocalhost:2\n",
-        ["-np", "3", "--min-np", "2"],
+        f"127.0.0.1:1\n{others}\n",
+        ["-np", str(np_), "--min-np", str(np_ - 1)],
         script,
         env={"RAISE": "0:4"},
     )
@@ -130,9 +133,10 @@ def test_a_worker_that_raises_is_a_failure_of_its_host(tmp_path):
     ended = r"generation 0 ended: rank 0 \(on 127\.0\.0\.1(, exited with code 1)?\) failed"
     assert re.search(ended, done.stderr), job.output()
     assert "blacklisted 127.0.0.1 for good" in done.stderr
-    assert "generation 1: 2 ranks on localhost:2" in done.stderr
+    survivors = np_ - 1
+    assert f"generation 1: {survivors} rank{'s' * (survivors > 1)} on {others}" in done.stderr
     result = json.loads(done.stdout.split("RESULT ", 1)[1].splitlines()[0])
-    assert result["step"] == 24 and result["sizes"] == [3] * 4 + [2] * 20, result
+    assert result["step"] == 24 and result["sizes"] == [np_] * 4 + [survivors] * 20, result
 
 
 def test_a_rank_killed_while_it_writes_a_commit(tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import sys
 import textwrap
 
@@ -172,9 +173,29 @@ def test_missing_identity_file_is_a_usage_error(launcher, tmp_path):
     assert "--ssh-identity-file" in result.stderr and "no_key" in result.stderr
 
 
-def test_every_rank_gets_horovodruns_rank_variables(launcher, tmp_path):
+def _layouts():
+    me = socket.gethostname()
+    return [
+        (
+            ["-np", "3", "-H", "localhost:2,127.0.0.1:1"],
+            {
+                0: ["localhost", "0", "3", "0", "2", "0", "2"],
+                1: ["localhost", "1", "3", "1", "2", "0", "1"],
+                2: ["127.0.0.1", "2", "3", "0", "1", "1", "2"],
+            },
+        ),
+        (
+            ["-np", "2", "-H", f"{me}:1,localhost:1"],
+            {0: [me, "0", "2", "0", "1", "0", "2"], 1: ["localhost", "1", "2", "0", "1", "1", "2"]},
+        ),
+        (["-np", "2"], {k: ["localhost", str(k), "2", str(k), "2", "0", "1"] for k in (0, 1)}),
+    ]
+
+
+@pytest.mark.parametrize("hosts, want", _layouts(), ids=["np3-two-names", "np2-hostname", "np2"])
+def test_every_rank_gets_horovodruns_rank_variables(launcher, tmp_path, hosts, want):
     # Note [horovodrun's rank variables]: set before the program starts, as horovodrun sets
-    # them, from the hosts as -H names them.
+    # them, from the hosts as -H names them (localhost without -H).
     program = rank_program(
         tmp_path,
         """
@@ -185,17 +206,13 @@ def test_every_rank_gets_horovodruns_rank_variables(launcher, tmp_path):
         scaleout.init()
     """,
     )
-    result = scaleoutrun("-np", "3", "-H", "localhost:2,127.0.0.1:1", sys.executable, program)
+    result = scaleoutrun(*hosts, sys.executable, program)
     assert result.returncode == 0, result.stderr
     got = {
         int(rank): json.loads(found)
         for rank, found in re.findall(r"^\[(\d)\] VARS (.*)$", result.stdout, re.M)
     }
-    assert got == {
-        0: ["localhost", "0", "3", "0", "2", "0", "2"],
-        1: ["localhost", "1", "3", "1", "2", "0", "1"],
-        2: ["127.0.0.1", "2", "3", "0", "1", "1", "2"],
-    }
+    assert got == want
     # The core reads none of them and, unlike a HOROVOD_* variable without effect, says nothing
     # of them (native/common/config.cc kLauncherSet).
     assert "HOROVOD_" not in result.stderr, result.stderr

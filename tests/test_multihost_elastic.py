@@ -3,10 +3,13 @@ examples/elastic_pytorch_digits.py loses a whole host mid-epoch (everything runn
 sshd, the MPI launcher's daemon and its ranks, is killed at once) and goes on on the others
 from its last commit; every sample is still trained once per epoch (a few more: padding).
  - scaleoutrun on hostA, ranks on hostA (2) and hostB (1): hostB is lost;
- - scaleoutrun on hostC, ranks on hostA (1: rank 0) and hostB (1): rank 0's host is lost."""
+ - scaleoutrun on hostC, ranks on hostA (1: rank 0) and hostB (1): rank 0's host is lost;
+ - scaleoutrun on hostC, ranks on hostA (1) and hostB (1): hostB's worker raises an exception
+   (tests/mp/elastic_numpy.py), and its host is left out as a lost one would be."""
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -16,6 +19,7 @@ pytest.importorskip("sklearn")
 
 from _elastic_job import EXAMPLE, ElasticJob, digits_result  # noqa: E402
 from _hosts import INTERFACE, NETWORK_ENV, SSH_PORT, HostsUnavailable, made_hosts  # noqa: E402
+from conftest import MP  # noqa: E402
 
 EPOCHS = 4
 
@@ -91,3 +95,32 @@ def test_losing_rank_0s_host(tmp_path):
     assert "rank 0 (on hostA) failed" in err and "blacklisted hostA" in err, job.output()
     assert "generation 1: 1 rank on hostB:1" in err
     check_samples(done.stdout, 2)
+
+
+def test_a_worker_that_raises_on_a_host(tmp_path):
+    """As in Horovod: a worker that raises is a failure of its host, which is blacklisted; the
+    worker is picked by HOROVOD_RANK, its identity across restarts."""
+    script = [sys.executable, str(MP / "elastic_numpy.py")]
+    try:
+        (tmp_path / "hosts").mkdir()
+        with made_hosts(tmp_path / "hosts", 3) as hosts:
+            (tmp_path / "job").mkdir()
+            job = ElasticJob(
+                tmp_path / "job",
+                "hostA:1\nhostB:1\n",
+                ["-np", "2", "--min-np", "1", "--ssh-port", str(SSH_PORT)]
+                + ["--network-interface", INTERFACE],
+                script,
+                env={**NETWORK_ENV, "RAISE": "1:4"},
+                runner=hosts._enter("hostC") + [sys.executable],
+            )
+            done = job.finish()
+    except HostsUnavailable as exc:
+        pytest.skip(f"3-host test: {exc}")
+    assert done.returncode == 0, job.output()
+    err = done.stderr
+    assert err.count("RuntimeError: worker 1 (rank 1) raises at step 4") == 1, job.output()
+    assert "rank 1 (on hostB" in err and "blacklisted hostB" in err, job.output()
+    assert "generation 1: 1 rank on hostA:1" in err, job.output()
+    result = json.loads(done.stdout.split("RESULT ", 1)[1].splitlines()[0])
+    assert result["step"] == 24 and result["sizes"] == [2] * 4 + [1] * 20, result

@@ -346,6 +346,15 @@ void Coordinator::CheckPeersAlive() {
   }
 }
 
+namespace {
+// The timeline's name of a collective, as Horovod's: ALLREDUCE, ...
+std::string TimelineName(int32_t collective) {
+  std::string upper = CollectiveName(collective);
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return upper;
+}
+}  // namespace
+
 void Coordinator::Accept(const std::shared_ptr<TensorEntry>& entry, double now) {
   if (shutdown_begun_ || controller_.halted()) {
     handles_->Complete(entry.get(),
@@ -362,6 +371,7 @@ void Coordinator::Accept(const std::shared_ptr<TensorEntry>& entry, double now) 
     return;
   }
   pending_[entry->request.name] = entry;
+  timeline_.Begin(entry->request.name, "NEGOTIATE_" + TimelineName(entry->request.collective), now);
   controller_.Submit(entry->request, now);
 }
 
@@ -397,16 +407,11 @@ void Coordinator::Execute(const Response& r) {
   const bool timed = timeline_.enabled() || LogEnabled(LogLevel::kDebug);
   const bool tuning = autotuner_ != nullptr && !autotuner_->done();
   const double agreed = timed || tuning ? Now() : 0;
-  std::string upper;  // the timeline's name of the collective: ALLREDUCE, ...
   if (timeline_.enabled()) {
-    upper = CollectiveName(r.collective);
-    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    const std::string negotiate = "NEGOTIATE_" + upper;
     for (size_t i = 0; i < entries.size(); ++i) {
       // A tensor in parts negotiated once, before its first (Note [Priority]).
       if (entries[i] != nullptr && r.tensors[i].part_first == 0)
-        timeline_.Span(entries[i]->request.name, negotiate.c_str(), entries[i]->submitted_at,
-                       agreed);
+        timeline_.End(entries[i]->request.name, agreed);
     }
   }
   Status status;
@@ -425,6 +430,12 @@ void Coordinator::Execute(const Response& r) {
         what += " (and " + std::to_string(r.tensors.size() - 1) + " fused with it)";
       liveness_->execution().Begin(what, agreed > 0 ? agreed : Now());
     }
+    if (timeline_.enabled()) {
+      const std::string upper = TimelineName(r.collective);
+      for (TensorEntry* e : entries) {
+        if (e != nullptr) timeline_.Begin(e->request.name, upper, agreed);
+      }
+    }
     status = executor_.Execute(r, entries);
     if (set_.id == 0) liveness_->execution().End();
     status = BlameDeath(status);
@@ -432,10 +443,17 @@ void Coordinator::Execute(const Response& r) {
     SO_LOG(kDebug, "executed " << CollectiveName(r.collective) << " of " << entries.size()
                                << " tensors in " << (done - agreed) * 1e6 << " us");
     if (timeline_.enabled()) {
-      const std::string args = "{\"fused_tensors\": " + std::to_string(entries.size()) +
-                               ", \"status\": " + JsonString(StatusName(status.code())) + "}";
+      const std::string fused = ", \"fused_tensors\": " + std::to_string(entries.size()) +
+                                ", \"status\": " + JsonString(StatusName(status.code())) + "}";
       for (TensorEntry* e : entries) {
-        if (e != nullptr) timeline_.Span(e->request.name, upper.c_str(), agreed, done, args);
+        if (e == nullptr) continue;
+        std::string shape = "[";
+        for (size_t d = 0; d < e->request.shape.size(); ++d) {
+          shape += (d ? ", " : "") + std::to_string(e->request.shape[d]);
+        }
+        timeline_.End(e->request.name, done,
+                      "{\"dtype\": \"" + std::string(DataTypeName(e->request.dtype)) +
+                          "\", \"shape\": \"" + shape + "]\"" + fused);
       }
     }
   }

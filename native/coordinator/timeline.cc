@@ -1,6 +1,7 @@
 #include "coordinator/timeline.h"
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 namespace scaleout {
@@ -35,59 +36,91 @@ Status Timeline::Open(const std::string& path, int rank, double now, bool mark_c
     return Status::InvalidArgument("timeline: cannot write '" + path +
                                    "': " + std::strerror(errno));
   }
-  std::fputs("[\n", file_);
+  // Process 0 holds the trace's start (wall clock) and the cycle marks; each tensor is a
+  // process of its own (RowOf), as in Horovod's files.
+  const long long epoch_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+  std::fprintf(file_,
+               "[\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"args\": "
+               "{\"name\": \"scaleout rank 0\", \"start_time_since_epoch_in_micros\": %lld}},\n"
+               "{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": 0, \"args\": "
+               "{\"sort_index\": 0}}",
+               epoch_us);
+  closed_ = false;
+  unflushed_ = true;
+  Flush();  // a whole (empty) trace from the start
   return Status::OK();
+}
+
+void Timeline::Next() {
+  if (closed_) {
+    std::fseek(file_, -2, SEEK_CUR);  // over the "\n]" the last flush wrote
+    closed_ = false;
+  }
+  unflushed_ = true;
+  std::fputs(",\n", file_);
 }
 
 void Timeline::MarkCycle(double now) {
   if (!marks_cycles()) return;
-  unflushed_ = true;
-  std::fprintf(
-      file_,
-      "{\"name\": \"CYCLE_START\", \"ph\": \"i\", \"s\": \"g\", \"pid\": 0, \"ts\": %.3f},\n",
-      (now - origin_) * 1e6);
+  Next();
+  std::fprintf(file_,
+               "{\"name\": \"CYCLE_START\", \"ph\": \"i\", \"s\": \"g\", \"pid\": 0, \"ts\": %.3f}",
+               (now - origin_) * 1e6);
 }
 
-int Timeline::RowOf(const std::string& tensor) {
+Timeline::Row& Timeline::RowOf(const std::string& tensor) {
   auto it = rows_.find(tensor);
   if (it != rows_.end()) return it->second;
-  const int row = static_cast<int>(rows_.size()) + 1;
-  rows_[tensor] = row;
-  std::fprintf(file_,
-               "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": %d, \"args\": "
-               "{\"name\": %s}},\n",
-               row, JsonString(tensor).c_str());
+  Row& row = rows_[tensor];
+  row.pid = static_cast<int>(rows_.size());
+  Next();
+  std::fprintf(
+      file_,
+      "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": %s}},\n"
+      "{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": %d, \"args\": "
+      "{\"sort_index\": %d}}",
+      row.pid, JsonString(tensor).c_str(), row.pid, row.pid);
   return row;
 }
 
-void Timeline::Span(const std::string& tensor, const char* name, double start, double end,
-                    const std::string& args_json) {
+void Timeline::Begin(const std::string& tensor, const std::string& name, double now) {
   if (file_ == nullptr) return;
-  unflushed_ = true;
-  const int row = RowOf(tensor);
-  std::fprintf(
-      file_,
-      "{\"name\": \"%s\", \"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f",
-      name, row, (start - origin_) * 1e6, (end - start) * 1e6);
+  Row& row = RowOf(tensor);
+  ++row.open;
+  Next();
+  std::fprintf(file_, "{\"name\": %s, \"ph\": \"B\", \"pid\": %d, \"ts\": %.3f}",
+               JsonString(name).c_str(), row.pid, (now - origin_) * 1e6);
+}
+
+void Timeline::End(const std::string& tensor, double now, const std::string& args_json) {
+  if (file_ == nullptr) return;
+  auto it = rows_.find(tensor);
+  if (it == rows_.end() || it->second.open == 0) return;  // begun before this file
+  --it->second.open;
+  Next();
+  std::fprintf(file_, "{\"ph\": \"E\", \"pid\": %d, \"ts\": %.3f", it->second.pid,
+               (now - origin_) * 1e6);
   if (!args_json.empty()) std::fprintf(file_, ", \"args\": %s", args_json.c_str());
-  std::fputs("},\n", file_);
+  std::fputs("}", file_);
 }
 
 void Timeline::Flush() {
   if (file_ == nullptr || !unflushed_) return;
+  std::fputs("\n]", file_);
   std::fflush(file_);
+  closed_ = true;
   unflushed_ = false;
 }
 
 void Timeline::Close() {
   if (file_ == nullptr) return;
-  // A last metadata event, so the array needs no trailing-comma fix-up.
-  std::fputs(
-      "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"args\": {\"name\": \"scaleout "
-      "rank 0\"}}\n]\n",
-      file_);
+  Flush();
+  std::fputs("\n", file_);
   std::fclose(file_);
   file_ = nullptr;
+  closed_ = false;
   unflushed_ = false;
 }
 

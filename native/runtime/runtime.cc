@@ -442,13 +442,14 @@ Status Runtime::AddProcessSet(const std::vector<int>& ranks, int32_t* id) {
   // The same call on every rank: the ranks' count and a hash of them.
   const uint64_t hash = RanksHash(ranks);
   bool same = false;
-  // Not the global set: as in Horovod, a set of every rank may be added beside it. A set that
-  // its members made exists on them alone: agreed below, so that every rank refuses it.
+  // Any set with these ranks, the global set included (Horovod 0.28.1 finds the global set's
+  // id for a set of every rank and refuses it as existing). A set that its members made exists
+  // on them alone: agreed below, so that every rank refuses it.
   int64_t duplicate = -1;
   {
     std::lock_guard<std::mutex> lock(sets_mu_);
     for (const auto& kv : sets_) {
-      if (kv.first != 0 && kv.second->info.ranks == ranks) duplicate = kv.first;
+      if (kv.second->info.ranks == ranks) duplicate = kv.first;
     }
   }
   // The id: the first that no rank has given out (ranks outside a set its members made did not

@@ -17,7 +17,16 @@ import tensorflow as tf
 import scaleout as _so
 from scaleout import _naming
 from scaleout._errors import InvalidArgumentError
-from scaleout._native import BARRIER, OP_NAMES, Average, Sum, resolve_op, submit, synchronize
+from scaleout._native import (
+    BARRIER,
+    OP_NAMES,
+    Adasum,
+    Average,
+    Sum,
+    resolve_op,
+    submit,
+    synchronize,
+)
 from scaleout._process_sets import global_process_set, set_size
 from scaleout.tensorflow._arguments import (
     as_tensor,
@@ -69,9 +78,9 @@ def allreduce(
     ignore_name_scope: bool = False,
 ):
     """Reduces `tensor` across ranks (default op Average). A tf.IndexedSlices is reduced by
-    gathering its values and indices (Sum and Average only; unlike Horovod, scale factors work
-    on them too). Differentiable for Sum and Average. `device_dense`/`device_sparse`: CPU only
-    (an error names any other device). `process_set`: reduce across that set's ranks only
+    gathering its values and indices, uncompressed, as Horovod (Sum and Average only, no scale
+    factors: check_slices). Differentiable for Sum and Average. `device_dense`/`device_sparse`:
+    CPU only (an error names any other device). `process_set`: reduce across that set's ranks only
     (Average divides by its size; the gradient runs on the same set).
     `ignore_name_scope`: in a graph, do not prefix `name` with the current name scope."""
     check_devices("allreduce", device_dense, device_sparse)
@@ -79,28 +88,35 @@ def allreduce(
     op = resolve_op(op, average)
     name = op_name("allreduce", name, ignore_name_scope, ps)
     if isinstance(tensor, tf.IndexedSlices):
-        return _allreduce_slices(
-            [tensor], [name], op, compression, prescale_factor * postscale_factor, ps
-        )[0]
+        check_slices(op, prescale_factor, postscale_factor)
+        return _allreduce_slices([tensor], [name], op, ps)[0]
     [wire], [ctx] = compressed([tensor], compression, "allreduce")
     out = differentiable_allreduce([wire], [name], op, prescale_factor, postscale_factor, ps)[0]
     return compression.decompress(out, ctx)
 
 
-def _allreduce_slices(
-    slices: Sequence[tf.IndexedSlices],
-    names: Sequence[str],
-    op: int,
-    compression,
-    scale: float,
-    process_set: int = 0,
-) -> List[tf.IndexedSlices]:
+def check_slices(op: int, prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> None:
+    """What Horovod refuses for a tf.IndexedSlices (NotImplementedError, in its words), before
+    anything runs: ops other than Sum and Average, and scale factors (a gradient tape's or
+    optimizer's gradient_predivide_factor other than 1 among them)."""
+    if op == Adasum:
+        raise UnsupportedError(
+            "The Adasum reduction does not currently support sparse tensors. As a workaround "
+            "please pass sparse_as_dense=True to DistributedOptimizer"
+        )
     if op not in (Sum, Average):
         raise UnsupportedError(
-            f"allreduce of tf.IndexedSlices supports the Sum and Average ops "
-            f"only, not {OP_NAMES.get(op, op)} (as Horovod)"
+            f"Only Sum and Average ops are supported with tf.IndexedSlices, not "
+            f"{OP_NAMES.get(op, op)}"
         )
-    values, ctxs = compressed([s.values for s in slices], compression, "allreduce")
+    if prescale_factor != 1.0 or postscale_factor != 1.0:
+        raise UnsupportedError("Pre/postscale_factor are not supported with tf.IndexedSlices")
+
+
+def _allreduce_slices(
+    slices: Sequence[tf.IndexedSlices], names: Sequence[str], op: int, process_set: int = 0
+) -> List[tf.IndexedSlices]:
+    values = [as_tensor(s.values, "allreduce") for s in slices]
     indices = [as_tensor(s.indices, "allreduce") for s in slices]
     gathered = differentiable_allgather(
         values + indices,
@@ -110,15 +126,11 @@ def _allreduce_slices(
     )
     out = []
     for i, s in enumerate(slices):
-        v = compression.decompress(gathered[i], ctxs[i])
+        v = gathered[i]
         if op == Average:
             # Horovod's division: integer values become floating point (TensorFlow's truediv:
             # float32 from 8 and 16 bits, float64 from 32 and 64), floats keep their dtype.
             v = v / tf.cast(set_size(process_set), v.dtype)
-        if scale != 1.0:
-            # in floating point: a factor cast to an integer dtype would be 0 below 1
-            wide = v if v.dtype.is_floating else tf.cast(v, tf.float64)
-            v = tf.cast(wide * tf.cast(scale, wide.dtype), v.dtype)
         out.append(tf.IndexedSlices(v, gathered[len(slices) + i], s.dense_shape))
     return out
 
@@ -150,15 +162,11 @@ def grouped_allreduce(
     sparse = [i for i, t in enumerate(tensors) if isinstance(t, tf.IndexedSlices)]
     dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
     if sparse:
+        check_slices(op, prescale_factor, postscale_factor)
         for i, r in zip(
             sparse,
             _allreduce_slices(
-                [tensors[i] for i in sparse],
-                [_naming.member(base, i) for i in sparse],
-                op,
-                compression,
-                prescale_factor * postscale_factor,
-                ps,
+                [tensors[i] for i in sparse], [_naming.member(base, i) for i in sparse], op, ps
             ),
         ):
             out[i] = r

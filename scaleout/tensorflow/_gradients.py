@@ -15,10 +15,11 @@ import tensorflow as tf
 
 from scaleout._gradient_rules import check_predivide_op, predivided
 from scaleout._naming import INDICES, VALUES, member, part
-from scaleout._native import Average, Sum, resolve_op
+from scaleout._native import Average, resolve_op
 from scaleout._process_sets import global_process_set, set_size
 from scaleout._topk import TopK, given_momentum
 from scaleout.tensorflow._arguments import as_tensor, check_device, set_id, variable_label
+from scaleout.tensorflow._collectives import check_slices
 from scaleout.tensorflow._compression import Compression
 from scaleout.tensorflow._errors import UnsupportedError, tf_errors
 from scaleout.tensorflow._op_runner import not_converted, request, run_batch
@@ -73,18 +74,20 @@ def reduce_gradients(
             requests.append(label)
             plan.append(("dense", None, None))
         elif isinstance(grad, tf.IndexedSlices):
-            if op not in (Sum, Average):
+            # As Horovod: gathered uncompressed, and refused with a predivide factor
+            try:
+                check_slices(op, 1.0 / float(gradient_predivide_factor))
+            except UnsupportedError as e:
                 raise UnsupportedError(
-                    f"sparse gradient of {label}: tf.IndexedSlices are reduced with Sum or "
-                    "Average; pass sparse_as_dense=True for other ops"
-                )
-            values, ctx = compression.compress(as_tensor(grad.values, "gradient"))
+                    f"sparse gradient of {label}: {e} (sparse_as_dense=True reduces it as a "
+                    "dense tensor)"
+                ) from None
             requests += [
                 request("allgather", part(label, VALUES), process_set=ps),
                 request("allgather", part(label, INDICES), process_set=ps),
             ]
-            inputs += [values, as_tensor(grad.indices, "gradient")]
-            plan.append(("sparse", ctx, grad.dense_shape))
+            inputs += [as_tensor(grad.values, "gradient"), as_tensor(grad.indices, "gradient")]
+            plan.append(("sparse", None, grad.dense_shape))
         else:
             wire, ctx = compression.compress(as_tensor(grad, "gradient"))
             requests.append(request("allreduce", label, wire_op, prescale, postscale, 0, ps))
@@ -98,7 +101,6 @@ def reduce_gradients(
         compression = Compression.none
     else:
         outs = iter(run_batch(requests, inputs, "scaleout_reduce_gradients"))
-    sparse_scale = 1.0 / size if op == Average else 1.0
     reduced = []
     for step in plan:
         if step is None:
@@ -108,10 +110,10 @@ def reduce_gradients(
         if kind == "dense":
             reduced.append(compression.decompress(next(outs), ctx))
             continue
-        values = compression.decompress(next(outs), ctx)
+        values = next(outs)
         indices = next(outs)
-        if sparse_scale != 1.0:
-            values = values * tf.cast(sparse_scale, values.dtype)
+        if op == Average:  # Horovod's division, as allreduce's of a tf.IndexedSlices
+            values = values / tf.cast(size, values.dtype)
         reduced.append(tf.IndexedSlices(values, indices, dense_shape))
     return reduced
 

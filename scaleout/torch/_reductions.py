@@ -70,15 +70,16 @@ class Reduction:
 
 
 class _InPlace(NamedTuple):
-    """A dense tensor being reduced in its own memory; `ctx` is the compression's, to cast the
-    result back (None: nothing to cast). `sparse_dim`: the gradient was sparse and is reduced
-    densified (sparse_as_dense); the result becomes sparse again, with as many sparse
-    dimensions, as Horovod's does, so that optimizers that take sparse gradients only
-    (torch.optim.SparseAdam) keep working."""
+    """A dense tensor being reduced in its own memory: the gradient itself, or with
+    sparse_as_dense a densified copy of a sparse gradient, whose result goes back into the
+    sparse gradient as Horovod's does (`grad.zero_().add_(result.to_sparse())`: every dimension
+    sparse, exact zeros dropped), so that optimizers that take sparse gradients only
+    (torch.optim.SparseAdam) keep working. `ctx` is the compression's, to cast the result back
+    (None: nothing to cast)."""
 
     handle: Handle
     ctx: object
-    sparse_dim: Optional[int] = None
+    dense: torch.Tensor
 
 
 class _Gathered(NamedTuple):
@@ -112,11 +113,11 @@ class Allreduce(Reduction):
         self.sparse_as_dense = sparse_as_dense
 
     def start(self, opt, p, name, priority=0):
-        sparse_dim = None
-        if p.grad is None:
+        dense = p.grad
+        if dense is None:
             # Not used on this rank this step: contribute zeros so other ranks don't wait.
-            p.grad = torch.zeros_like(p)
-        elif p.grad.layout != torch.strided:
+            p.grad = dense = torch.zeros_like(p)
+        elif dense.layout != torch.strided:
             if not self.sparse_as_dense:
                 # Horovod's default: indices and values allgathered (no compression).
                 return _Gathered(
@@ -124,10 +125,10 @@ class Allreduce(Reduction):
                         p.grad, parameter_gradient(name), self.op, self.process_set
                     )
                 )
-            if p.grad.layout == torch.sparse_coo:  # (CSR and the like stay dense)
-                sparse_dim = p.grad.sparse_dim()
-            p.grad = p.grad.to_dense()
-        wire, ctx = self.compression.compress(p.grad)
+            dense = dense.to_dense()
+            if p.grad.layout != torch.sparse_coo:  # (CSR and the like stay dense)
+                p.grad = dense
+        wire, ctx = self.compression.compress(dense)
         return _InPlace(
             start_allreduce(
                 wire,
@@ -140,7 +141,7 @@ class Allreduce(Reduction):
                 priority=priority,
             ),
             ctx,
-            sparse_dim,
+            dense,
         )
 
     def finish(self, opt, pending):
@@ -151,9 +152,9 @@ class Allreduce(Reduction):
                 p.grad = q.wait()
         for p, q in in_place.items():
             if q.ctx is not None:
-                p.grad.copy_(self.compression.decompress(synchronize(q.handle), q.ctx))
-            if q.sparse_dim is not None:
-                p.grad = p.grad.to_sparse(q.sparse_dim)
+                q.dense.copy_(self.compression.decompress(synchronize(q.handle), q.ctx))
+            if q.dense is not p.grad:  # a sparse gradient reduced densified (sparse_as_dense)
+                p.grad.zero_().add_(q.dense.to_sparse())
 
 
 class TopKReduction(Reduction):
@@ -327,6 +328,7 @@ class AdasumDeltas(Reduction):
                 wire, parameter_delta(name), Adasum, 1.0, 1.0, True, self.ps, priority=priority
             ),
             ctx,
+            p.data,
         )
 
     def finish(self, opt, pending):

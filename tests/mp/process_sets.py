@@ -211,6 +211,13 @@ def body():
         "has these ranks already",
         what="adding the ranks of a member-made set, on every rank",
     )
+    # Every rank, in any order: the global set's ranks, a ValueError as in Horovod.
+    expect_error(
+        ValueError,
+        lambda: so.add_process_set(list(range(n))[::-1]),
+        "process set 0 has these ranks already",
+        what="adding a set of every rank",
+    )
     so.barrier()
 
 

@@ -6,15 +6,24 @@ works, and its sets run collectives."""
 
 import torch
 from _harness import check, main
+from mpi4py import MPI
 
 import scaleout.torch as hvd
 
-refused = None
+n = MPI.COMM_WORLD.size
+two = [0, 1] if n > 2 else [1]  # (at 2 ranks [0, 1] is every rank: the global set's)
+refused = everyone = None
 try:
-    hvd.init(process_sets=[hvd.ProcessSet([0]), hvd.ProcessSet([0, 1]), hvd.ProcessSet([1, 0])])
+    hvd.init(process_sets=[hvd.ProcessSet([0]), hvd.ProcessSet(two), hvd.ProcessSet(two[::-1])])
 except ValueError as exc:
     refused = exc
-first, pair = hvd.ProcessSet([0]), hvd.ProcessSet([0, 1])
+# A set of every rank is the global set's: a duplicate too (Horovod's init counts the global
+# set as seen before the list).
+try:
+    hvd.init(process_sets=[hvd.ProcessSet([0]), hvd.ProcessSet(range(hvd.size()))])
+except ValueError as exc:
+    everyone = exc
+first, pair = hvd.ProcessSet([0]), hvd.ProcessSet(two)
 
 
 def body():
@@ -22,10 +31,15 @@ def body():
         refused is not None and "process_sets entry number 2 is a duplicate" in str(refused),
         f"the duplicate refused: {refused!r}",
     )
+    check(
+        everyone is not None and "process_sets entry number 1 is a duplicate" in str(everyone),
+        f"a set of every rank refused: {everyone!r}",
+    )
     check(first.process_set_id is not None and pair.process_set_id is not None, f"{first} {pair}")
     if pair.included():
         got = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum, process_set=pair)
-        check(got.tolist() == [3.0], f"allreduce on {pair}: {got}")
+        want = float(sum(q + 1 for q in two))
+        check(got.tolist() == [want], f"allreduce on {pair}: {got}")
 
 
 main(body, process_sets=[first, pair])

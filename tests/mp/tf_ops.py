@@ -233,14 +233,28 @@ def test_indexed_slices(r, n):
             / n
         )
         check_close(dense, want, f"{mode} IndexedSlices average equals the dense average")
-    s = hvd.allreduce(slices, op=hvd.Sum, compression=hvd.Compression.fp16)
-    check(s.values.dtype == tf.float32 and s.values.shape[0] == 2 * n, "IndexedSlices Sum, fp16")
-    expect_error(
-        hvd.InvalidArgumentError,
-        lambda: hvd.allreduce(slices, op=hvd.Max),
-        "IndexedSlices",
-        what="IndexedSlices with Max",
+    # As Horovod, compression leaves a tf.IndexedSlices' values alone (1 + 2**-20 has no float16)
+    fine = tf.IndexedSlices(tf.fill([1, 1], 1.0 + 2.0**-20), tf.constant([r]), tf.constant([n, 1]))
+    s = hvd.allreduce(fine, op=hvd.Sum, compression=hvd.Compression.fp16)
+    check(
+        s.values.dtype == tf.float32 and s.values.numpy().ravel().tolist() == [1.0 + 2.0**-20] * n,
+        "IndexedSlices Sum with fp16 compression: values gathered uncompressed",
     )
+    # Horovod's refusals (NotImplementedError), in both modes, before anything runs
+    refused = [
+        (lambda: hvd.allreduce(slices, op=hvd.Max), "Only Sum and Average ops are supported"),
+        (lambda: hvd.allreduce(slices, op=hvd.Adasum), "pass sparse_as_dense=True"),
+        (lambda: hvd.allreduce(slices, prescale_factor=2.0), "Pre/postscale_factor"),
+        (lambda: hvd.allreduce(slices, op=hvd.Sum, postscale_factor=0.5), "Pre/postscale_factor"),
+        (
+            lambda: hvd.grouped_allreduce([tf.ones(2), slices], prescale_factor=2.0),
+            "Pre/postscale_factor are not supported with tf.IndexedSlices",
+        ),
+    ]
+    for i, (call, words) in enumerate(refused):
+        for mode, f in both_modes(call):
+            expect_error(NotImplementedError, f, words, what=f"{mode} IndexedSlices refusal {i}")
+    check(hvd.allreduce(tf.ones(1), name="after.refusals").numpy().tolist() == [1.0], "after")
     # Integer values averaged as Horovod divides them (TensorFlow's truediv), alone and grouped
     # with a dense tensor, in both modes.
     for dtype, want_dtype in ((tf.uint8, tf.float32), (tf.int32, tf.float64)):

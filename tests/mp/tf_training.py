@@ -55,8 +55,17 @@ def test_tape_options(r, n):
         check(isinstance(dense, tf.Tensor), f"{mode}: sparse_as_dense gives a dense gradient")
         check_close(dense, want_table, f"{mode}: sparse_as_dense value")
         check_close(f(op=hvd.Sum)["used"], np.array([2.0, 4.0]) * n * mean_scale, f"{mode}: op=Sum")
+        # As Horovod: a predivide factor is refused where a gradient is sparse (its
+        # IndexedSlices take no scale factors), and works on the same gradient made dense.
+        expect_error(
+            NotImplementedError,
+            lambda: f(gradient_predivide_factor=2.0),
+            "sparse gradient of",
+            "Pre/postscale_factor are not supported with tf.IndexedSlices",
+            what=f"{mode}: gradient_predivide_factor with a sparse gradient",
+        )
         check_close(
-            f(gradient_predivide_factor=2.0)["used"],
+            f(gradient_predivide_factor=2.0, sparse_as_dense=True)["used"],
             np.array([2.0, 4.0]) * mean_scale,
             f"{mode}: gradient_predivide_factor",
         )

@@ -8,12 +8,12 @@ raise ValueError as Horovod's.
 
 argv[1]: a directory shared by the ranks."""
 
-import json
 import os
 import sys
 
 import torch
 from _harness import check, expect_error, finish
+from _timeline import read
 
 import scaleout.torch as hvd
 
@@ -21,10 +21,8 @@ directory = sys.argv[1]
 
 
 def tensors_in(path):
-    with open(path) as f:
-        events = json.load(f)  # complete JSON as soon as stop_timeline() returned
-    names = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
-    return names, [e for e in events if e.get("name") == "CYCLE_START"]
+    events, rows, _ = read(path)  # complete JSON as soon as stop_timeline() returned
+    return set(rows.values()), [e for e in events if e.get("name") == "CYCLE_START"]
 
 
 expect_error(
@@ -42,15 +40,12 @@ for _ in range(2):
     hvd.allreduce(torch.ones(4), name="during.first")
 hvd.barrier()  # executed in a later step of the coordinator than the allreduces
 if r == 0:
-    # Note [Timeline]: written out while the job runs, an array not yet closed (Horovod's form).
-    with open(first) as f:
-        text = f.read()
-    events = json.loads(text.rstrip().rstrip(",") + "]")
-    names = {e["name"] for e in events}
-    rows = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    # Note [Timeline]: written out while the job runs, whole JSON after each step's flush.
+    events, rows, _ = read(first)
+    names = {e.get("name") for e in events}
     check(
         {"NEGOTIATE_ALLREDUCE", "ALLREDUCE", "CYCLE_START"} <= names
-        and "allreduce.during.first" in rows,
+        and "allreduce.during.first" in rows.values(),
         f"the open timeline holds the finished allreduces: {names}, {rows}",
     )
 hvd.allgather(torch.ones(2, 2), name="during.gather")

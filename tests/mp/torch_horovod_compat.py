@@ -239,8 +239,10 @@ def test_sparse_gradients_are_allgathered_by_default(r, n):
 
 
 def test_sparse_as_dense_leaves_a_sparse_gradient_for_sparse_adam(r, n):
-    # Horovod reduces the densified gradient and makes the result sparse again, so an optimizer
-    # that takes sparse gradients only (SparseAdam) still steps.
+    # Horovod reduces the densified gradient and puts the result back into the sparse one
+    # (grad.zero_().add_(result.to_sparse()): every dimension sparse, exact zeros dropped), so an
+    # optimizer that takes sparse gradients only (SparseAdam) still steps, and elements whose
+    # gradient is exactly 0 (the second column at the second step) keep their moments.
     torch.manual_seed(0)
     emb = nn.Embedding(8, 2, sparse=True)
     reference = nn.Embedding(8, 2, sparse=True)
@@ -250,17 +252,32 @@ def test_sparse_as_dense_leaves_a_sparse_gradient_for_sparse_adam(r, n):
         named_parameters=emb.named_parameters(),
         sparse_as_dense=True,
     )
-    opt.zero_grad()
-    emb(torch.tensor([r % 8, 7])).sum().backward()
-    opt.step()
-    grad = emb.weight.grad
-    check(grad.is_sparse and grad.sparse_dim() == 1, f"the gradient after the step: {grad}")
-    # The same step on one process, from every rank's rows at once, averaged.
-    rows = torch.tensor([q % 8 for q in range(n)] + [7] * n)
-    (reference(rows).sum() / n).backward()
-    torch.optim.SparseAdam(reference.parameters(), lr=0.1).step()
-    check_close(grad.to_dense().numpy(), reference.weight.grad.to_dense().numpy(), "gradient")
-    check_close(emb.weight.detach().numpy(), reference.weight.detach().numpy(), "SparseAdam step")
+    ref_opt = torch.optim.SparseAdam(reference.parameters(), lr=0.1)
+    for step, weight in enumerate((torch.tensor([1.0, 1.0]), torch.tensor([1.0, 0.0]))):
+        opt.zero_grad()
+        (emb(torch.tensor([r % 8, 7])) * weight).sum().backward()
+        before = emb.weight.grad
+        opt.step()
+        grad = emb.weight.grad
+        check(
+            grad is before and grad.is_sparse and grad.sparse_dim() == 2,
+            f"step {step}: the gradient after the step, in place and element-sparse: {grad}",
+        )
+        # The same step on one process, from every rank's rows at once, averaged, then
+        # Horovod's conversion.
+        ref_opt.zero_grad()
+        rows = torch.tensor([q % 8 for q in range(n)] + [7] * n)
+        ((reference(rows) * weight).sum() / n).backward()
+        g = reference.weight.grad
+        reduced = g.to_dense()
+        g.zero_().add_(reduced.to_sparse())
+        ref_opt.step()
+        check_close(grad.to_dense().numpy(), g.to_dense().numpy(), f"step {step}: gradient")
+        check_close(
+            emb.weight.detach().numpy(),
+            reference.weight.detach().numpy(),
+            f"step {step}: SparseAdam",
+        )
 
 
 def test_uint16_in_every_collective(r, n):

@@ -10,13 +10,13 @@ where a tensor lands in a fused buffer or a part, which timing and priorities ch
 DistributedOptimizer(priority=..., overlap_forward=model) updates the model bit for bit as the
 plain one does (Note [Forward overlap]), and refuses what it cannot do."""
 
-import json
 import os
 import sys
 
 import torch
 import torch.nn as nn
 from _harness import check, expect_error, main
+from _timeline import read
 
 import scaleout.torch as hvd
 
@@ -41,10 +41,8 @@ def check_order():
         hvd.synchronize(h)
     hvd.stop_timeline()
     if hvd.rank() == 0:
-        events = json.loads(open(path).read())
-        rows = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
-        spans = [e for e in events if e.get("ph") == "X" and e["name"] == "ALLREDUCE"]
-        starts = {rows[e["tid"]]: e["ts"] for e in spans}
+        _, _, spans = read(path)
+        starts = {s["tensor"]: s["ts"] for s in spans if s["name"] == "ALLREDUCE"}
         order = sorted(starts, key=lambda name: starts[name])
         check(
             order == [f"allreduce.{name}" for name in ("t6", "t5", "t4", "t3", "t2", "t1", "gate")],
