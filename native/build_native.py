@@ -16,11 +16,13 @@ Each shim is native/mpi/mpi_shim.cc compiled with one MPI's C++ compiler wrapper
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -200,12 +202,23 @@ def build(
 
     def compile_one(job) -> None:
         cmd, src, obj, cache = job
-        _run(cmd)
-        if cache is not None:
-            cache.store(src, obj)
+        try:
+            _run(cmd)
+            if cache is not None:
+                cache.store(src, obj)
+        finally:
+            if cache is not None:
+                cache.release(src)
 
+    # Objects another build of this checkout is compiling into the cache right now (the install
+    # and the wheel of .ci/run start together) are taken from it when done, not compiled twice.
+    mine = [job for job in commands if job[3] is None or job[3].claim(job[1])]
+    theirs = [job for job in commands if job not in mine]
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as pool:
-        for _ in pool.map(compile_one, commands):
+        for _ in pool.map(compile_one, mine):
+            pass
+        late = [job for job in theirs if not job[3].wait_for(job[1], job[2])]
+        for _ in pool.map(compile_one, late):
             pass
     link = [cxx, "-pthread", *map(str, objects), "-o", str(output), "-ldl"]
     if shared:
@@ -262,6 +275,56 @@ class _ObjectCache:
         partial = cached.with_suffix(f".{os.getpid()}.tmp")
         shutil.copyfile(obj, partial)
         os.replace(partial, cached)  # whole or absent, for a concurrent build
+
+    def claim(self, src: Path) -> bool:
+        """True when this build compiles `src` (a lock file holds its pid); False while another
+        live build does."""
+        lock = self._path(src).with_suffix(".lock")
+        for _ in range(2):
+            try:
+                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                if self._holder_alive(lock):
+                    return False
+                with contextlib.suppress(OSError):
+                    os.unlink(lock)  # its build died: take it over
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(str(os.getpid()))
+            return True
+        return True
+
+    def release(self, src: Path) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(self._path(src).with_suffix(".lock"))
+
+    def wait_for(self, src: Path, obj: Path, limit: float = 900.0) -> bool:
+        """Waits for another build's object of `src`; False if it gave up (compile it here)."""
+        lock = self._path(src).with_suffix(".lock")
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            if self.fetch(src, obj):
+                return True
+            if not self._holder_alive(lock):
+                return self.fetch(src, obj) or not self.claim(src) and self.wait_for(src, obj)
+            time.sleep(0.1)
+        return False
+
+    @staticmethod
+    def _holder_alive(lock: Path) -> bool:
+        try:
+            pid = int(lock.read_text() or "0")
+        except (OSError, ValueError):
+            return False
+        if pid <= 0:
+            return True  # being written by its holder
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
 
 
 def build_shim(output: Path, mpicxx: str, abi: str) -> Path:

@@ -4,8 +4,9 @@ Pure (the standard library only): scaleout._native reads it to pick the core's M
 library mpi4py loaded (Note [One core, a shim per MPI ABI]), scaleout._runtime to refuse a
 singleton that its launcher meant to be one of many, and the launcher (a separate process) to
 learn, before it starts anything, which MPI the ranks will load. Run as a script (by path, so
-that importing the scaleout package is not needed) it prints that library as JSON:
-`python _mpi_library.py` imports mpi4py.MPI without initialising MPI.
+that importing the scaleout package is not needed) it prints that library as JSON, with what
+the answer depends on (Note [Probe cache]): `python _mpi_library.py` imports mpi4py.MPI without
+initialising MPI.
 """
 
 from __future__ import annotations
@@ -170,20 +171,27 @@ def probe(python: str = sys.executable, env: Optional[Mapping[str, str]] = None)
 class StartedProbe:
     """probe(), started: result() waits for it. The launcher starts one as soon as it knows the
     ranks' Python, so that the probe (about 0.15 s, most of it Python's start and mpi4py's
-    import) runs while the launcher itself still imports. `env` None: this process's."""
+    import) runs while the launcher itself still imports. `env` None: this process's. An answer
+    still valid in the probe cache (Note [Probe cache]) is taken without starting anything."""
 
     def __init__(self, python: str, env: Optional[Mapping[str, str]]):
         self.python = python
         self.env = dict(env) if env is not None else None
-        self.proc = subprocess.Popen(
-            [python, os.path.abspath(__file__)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=self.env,
-        )
+        self.proc: Optional[subprocess.Popen] = None
+        self._cache = _ProbeCache.of(python, self.env if self.env is not None else os.environ)
+        self._known = self._cache.lookup() if self._cache is not None else None
+        if self._known is None:
+            self.proc = subprocess.Popen(
+                [python, os.path.abspath(__file__)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=self.env,
+            )
 
     def result(self, timeout: float = 120) -> MpiLibrary:
+        if self._known is not None:
+            return self._known
         try:
             out, err = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -194,13 +202,90 @@ class StartedProbe:
                 f"{self.python} could not import mpi4py.MPI: "
                 + (err.strip().splitlines() or ["(no output)"])[-1]
             )
-        return MpiLibrary(**json.loads(out.strip().splitlines()[-1]))
+        answer = json.loads(out.strip().splitlines()[-1])
+        library = MpiLibrary(**answer["library"])
+        if self._cache is not None:
+            self._cache.store(library, answer["stamps"])
+        return library
 
     def cancel(self) -> None:
         """Stops the probe if it still runs, and reaps it."""
+        if self.proc is None:
+            return
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.communicate()
+
+
+# Note [Probe cache]
+# scaleoutrun asks which MPI the ranks' Python loads at every launch, and the answer (a Python
+# starting and importing mpi4py: 0.15-0.2 s of CPU, on the launch's critical path) rarely
+# changes. So it is kept in a file per question (the Python as named, and the variables that
+# steer which mpi4py and which libmpi it finds), with what the answer depended on: the
+# modification times of every directory on that Python's sys.path (a package installed or
+# removed there changes its directory's), of the library file and of the dynamic loader's cache.
+# An answer is used only while all of them are unchanged; anything else probes again. A wrong
+# answer would at worst pick another MPI's launcher, which the ranks refuse at init (Note [No
+# silent singletons]). SCALEOUT_MPI_PROBE_CACHE=0 turns it off; the files live under
+# $XDG_CACHE_HOME/scaleout (~/.cache/scaleout).
+_STEERING = (
+    "PATH",
+    "LD_LIBRARY_PATH",
+    "LD_PRELOAD",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONNOUSERSITE",
+    "PYTHONUSERBASE",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "I_MPI_ROOT",
+)
+
+
+class _ProbeCache:
+    def __init__(self, path: Path):
+        self.path = path
+
+    @classmethod
+    def of(cls, python: str, env: Mapping[str, str]) -> "Optional[_ProbeCache]":
+        if env.get("SCALEOUT_MPI_PROBE_CACHE", "1") == "0":
+            return None
+        import hashlib
+
+        root = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        steering = {k: v for k, v in env.items() if k in _STEERING or k.startswith("MPI4PY_")}
+        question = json.dumps([os.path.abspath(python), sorted(steering.items())])
+        key = hashlib.sha256(question.encode()).hexdigest()[:24]
+        return cls(Path(root) / "scaleout" / f"mpi-probe-{key}.json")
+
+    def lookup(self) -> Optional[MpiLibrary]:
+        try:
+            saved = json.loads(self.path.read_text())
+            if saved["stamps"] != _stamps([p for p, _ in saved["stamps"]]):
+                return None
+            return MpiLibrary(**saved["library"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def store(self, library: MpiLibrary, stamps) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            partial = self.path.with_suffix(f".{os.getpid()}.tmp")
+            partial.write_text(json.dumps({"library": asdict(library), "stamps": stamps}))
+            os.replace(partial, self.path)  # whole or absent, for a concurrent launch
+        except OSError:
+            pass
+
+
+def _stamps(paths: Sequence[str]) -> list:
+    """[path, modification time in ns or None] for each path."""
+    out = []
+    for path in paths:
+        try:
+            out.append([path, os.stat(path).st_mtime_ns])
+        except OSError:
+            out.append([path, None])
+    return out
 
 
 # Variables in which a launcher tells each process how many processes it started, the launcher
@@ -394,7 +479,9 @@ def _main(argv: Sequence[str]) -> int:
     if path is None:
         print("mpi4py.MPI is loaded, but no MPI library is mapped in this process", file=sys.stderr)
         return 1
-    print(json.dumps(asdict(describe(path))))
+    # What the answer depends on (Note [Probe cache])
+    watched = [p for p in sys.path if p and os.path.isdir(p)] + [path, "/etc/ld.so.cache"]
+    print(json.dumps({"library": asdict(describe(path)), "stamps": _stamps(watched)}))
     return 0
 
 

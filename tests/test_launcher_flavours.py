@@ -126,7 +126,7 @@ def test_the_early_probe_answers_only_the_question_it_was_started_for(tmp_path):
     from scaleout import _mpi_library
     from scaleout.launcher import mpi_launcher
 
-    env = dict(os.environ)
+    env = {**os.environ, "SCALEOUT_MPI_PROBE_CACHE": "0"}  # a probe process every time
     mpi_launcher.start_early_probe(sys.executable, env)
     started = mpi_launcher._early
     assert mpi_launcher.probe_library(sys.executable, env) == _mpi_library.probe(
@@ -142,6 +142,38 @@ def test_the_early_probe_answers_only_the_question_it_was_started_for(tmp_path):
     assert mpi_launcher.probe_library(sys.executable, other) is None
     mpi_launcher.discard_early_probe()
     assert mpi_launcher._early is None and started.proc.returncode is not None
+
+
+def test_the_probe_cache_answers_until_what_the_answer_depends_on_changes(tmp_path):
+    """Note [Probe cache]: the second launch with the same Python and variables takes the first
+    one's answer without starting a probe; a package added to a directory on that Python's
+    sys.path, or other variables, make it probe again."""
+    import os
+
+    from scaleout import _mpi_library
+
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "PYTHONPATH": str(extra)}
+    env.pop("SCALEOUT_MPI_PROBE_CACHE", None)
+    first = _mpi_library.StartedProbe(sys.executable, env)
+    assert first.proc is not None
+    library = first.result()
+    assert len(list((tmp_path / "cache" / "scaleout").glob("mpi-probe-*.json"))) == 1
+    again = _mpi_library.StartedProbe(sys.executable, env)
+    assert again.proc is None and again.result() == library
+    (extra / "mpi4py").mkdir()  # a package appears where that Python looks first
+    (extra / "mpi4py" / "__init__.py").write_text("raise ImportError('no MPI here')\n")
+    changed = _mpi_library.StartedProbe(sys.executable, env)
+    assert changed.proc is not None
+    with pytest.raises(_mpi_library.ProbeError, match="no MPI here"):
+        changed.result()
+    other = _mpi_library.StartedProbe(sys.executable, {**env, "MPI4PY_LIBMPI": "libmpi.so.12"})
+    assert other.proc is not None
+    other.cancel()
+    off = _mpi_library.StartedProbe(sys.executable, {**env, "SCALEOUT_MPI_PROBE_CACHE": "0"})
+    assert off.proc is not None
+    off.cancel()
 
 
 # --- each flavour's command line, without starting it --------------------------------------

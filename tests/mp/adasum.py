@@ -118,7 +118,7 @@ if power_of_two:
         lambda: so.reducescatter(np.ones(4 * n), op=so.Adasum, name="ada.rs"),
         "Adasum is an allreduce op",
     )
-    ps = so.add_process_set([0, 1])
+    ps = so.add_process_set([0, 1] if n > 2 else [0])  # not every rank: that is the global set
     if ps.included():
         expect_error(
             NotImplementedError,
