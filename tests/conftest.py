@@ -167,9 +167,12 @@ def nranks(request) -> int:
 
 
 def one_size(n: int):
-    """For a test of TensorFlow's front end: `nranks` is n alone. Those tests run at one size
-    each, 2 or 3 ranks in turn (tests/test_tensorflow*.py, test_one_path, test_topk, test_adasum),
-    so that every size runs TensorFlow's paths while CI stays within its time: importing
-    TensorFlow costs each rank about 6.5 s of CPU on this 2-core machine. The core under them
-    runs at both sizes in the numpy and torch tests."""
+    """For a test of a framework's front end: `nranks` is n alone. Those tests run at one size
+    each, 2 or 3 ranks in turn (TensorFlow's: tests/test_tensorflow*.py, test_one_path,
+    test_topk, test_adasum, test_errors_and_lifecycle's every-front-end test; torch's training
+    tests in test_torch, test_topk and test_dlrm), so that every size runs each front end's
+    paths while CI stays within its time: importing TensorFlow costs each rank about 6.5 s of
+    CPU on this 2-core machine, torch 2.7 s and its first optimizer 2 s more. The core under
+    them runs at both sizes in the numpy tests, and torch's collectives, semantics and errors at
+    both in test_torch."""
     return pytest.mark.parametrize("nranks", [n], ids=[f"np{n}"])

@@ -45,7 +45,7 @@ def test_ctrl_c_interrupts_a_blocked_wait():
     assert "interrupted while waiting" in proc.stdout
 
 
-@pytest.mark.parametrize("np_", [2, 3], ids=["np2", "np3"])
+@pytest.mark.parametrize("np_", [3], ids=["np3"])  # TensorFlow's front end: conftest.one_size
 def test_bad_arguments_are_invalid_argument_errors_in_every_front_end(np_):
     pytest.importorskip("torch")
     pytest.importorskip("tensorflow")
