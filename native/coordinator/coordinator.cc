@@ -371,7 +371,10 @@ void Coordinator::Accept(const std::shared_ptr<TensorEntry>& entry, double now) 
     return;
   }
   pending_[entry->request.name] = entry;
-  timeline_.Begin(entry->request.name, "NEGOTIATE_" + TimelineName(entry->request.collective), now);
+  if (timeline_.enabled()) {
+    timeline_.Begin(entry->request.name, "NEGOTIATE_" + TimelineName(entry->request.collective),
+                    now);
+  }
   controller_.Submit(entry->request, now);
 }
 
