@@ -212,8 +212,9 @@ def build(
 
     # Objects another build of this checkout is compiling into the cache right now (the install
     # and the wheel of .ci/run start together) are taken from it when done, not compiled twice.
-    mine = [job for job in commands if job[3] is None or job[3].claim(job[1])]
-    theirs = [job for job in commands if job not in mine]
+    mine, theirs = [], []
+    for job in commands:
+        (mine if job[3] is None or job[3].claim(job[1]) else theirs).append(job)
     with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 2) as pool:
         for _ in pool.map(compile_one, mine):
             pass
@@ -299,14 +300,19 @@ class _ObjectCache:
             os.unlink(self._path(src).with_suffix(".lock"))
 
     def wait_for(self, src: Path, obj: Path, limit: float = 900.0) -> bool:
-        """Waits for another build's object of `src`; False if it gave up (compile it here)."""
+        """Waits for another build's object of `src` and copies it to `obj`; False when this
+        build is to compile it (its holder let go without it and this build claimed it, or
+        `limit` passed)."""
         lock = self._path(src).with_suffix(".lock")
         deadline = time.monotonic() + limit
         while time.monotonic() < deadline:
             if self.fetch(src, obj):
                 return True
-            if not self._holder_alive(lock):
-                return self.fetch(src, obj) or not self.claim(src) and self.wait_for(src, obj)
+            if not self._holder_alive(lock) and self.claim(src):
+                if self.fetch(src, obj):  # stored just before its holder let go
+                    self.release(src)
+                    return True
+                return False
             time.sleep(0.1)
         return False
 

@@ -450,13 +450,9 @@ void Coordinator::Execute(const Response& r) {
                                 ", \"status\": " + JsonString(StatusName(status.code())) + "}";
       for (TensorEntry* e : entries) {
         if (e == nullptr) continue;
-        std::string shape = "[";
-        for (size_t d = 0; d < e->request.shape.size(); ++d) {
-          shape += (d ? ", " : "") + std::to_string(e->request.shape[d]);
-        }
         timeline_.End(e->request.name, done,
                       "{\"dtype\": \"" + std::string(DataTypeName(e->request.dtype)) +
-                          "\", \"shape\": \"" + shape + "]\"" + fused);
+                          "\", \"shape\": \"" + ShapeString(e->request.shape) + "\"" + fused);
       }
     }
   }

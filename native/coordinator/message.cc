@@ -25,6 +25,12 @@ int64_t Request::NumElements() const {
   return n;
 }
 
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
 const char* CollectiveName(int32_t collective) {
   switch (collective) {
 #define SO_NAME_CASE_(ENUM, name, code) \

@@ -30,6 +30,8 @@ struct Request {
 };
 
 const char* CollectiveName(int32_t collective);
+// "[2, 3]": a shape as errors and the timeline show it.
+std::string ShapeString(const std::vector<int64_t>& shape);
 
 // One tensor inside a (possibly fused) response.
 struct ResponseTensor {

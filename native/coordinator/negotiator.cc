@@ -8,14 +8,6 @@
 namespace scaleout {
 namespace {
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  std::ostringstream s;
-  s << "[";
-  for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
-  s << "]";
-  return s.str();
-}
-
 std::string RankList(const std::vector<int>& ranks) {
   std::ostringstream s;
   s << (ranks.size() == 1 ? "rank " : "ranks ");
