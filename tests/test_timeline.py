@@ -1,9 +1,10 @@
-"""SCALEOUT_TIMELINE: rank 0 writes a Chrome trace naming every tensor."""
+"""SCALEOUT_TIMELINE: rank 0 writes a Chrome trace naming every tensor (TensorFlow's as Horovod
+names them)."""
 
 import sys
 
 import pytest
-from conftest import MP, run_mpi
+from conftest import MP, one_size, run_mpi
 
 sys.path.insert(0, str(MP))
 import _timeline  # noqa: E402
@@ -41,3 +42,13 @@ def test_start_and_stop_timeline_at_run_time(nranks, tmp_path):
         "timeline_runtime.py", nranks, str(tmp_path), env={"HOROVOD_TIMELINE": "DYNAMIC"}
     )
     assert proc.stdout.count("all checks passed") == nranks
+
+
+@one_size(2)
+def test_tensorflow_tensors_have_horovods_names(nranks, tmp_path):
+    """In a graph (tf.function) every collective, and DistributedGradientTape's reductions in a
+    graph and eagerly, show in the timeline under the node names Horovod 0.28.1's ops get from
+    the same code (the script builds Horovod's graph around a stand-in op to find them)."""
+    pytest.importorskip("tensorflow")
+    proc = run_mpi("tf_horovod_names.py", nranks, str(tmp_path), timeout=300)
+    assert proc.stdout.count("all checks passed") == nranks, proc.stdout + proc.stderr

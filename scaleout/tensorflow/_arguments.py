@@ -4,13 +4,14 @@ every rank, before anything is submitted): tensors, devices, the process set, th
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import tensorflow as tf
 
 from scaleout._errors import InvalidArgumentError
 from scaleout._native import COLLECTIVE_CODES, DTYPE_CODES, auto_name
 from scaleout._process_sets import process_set_id
+from scaleout.tensorflow._horovod_names import default_name, node_name
 
 __all__ = [
     "check_device",
@@ -62,36 +63,37 @@ def as_tensor(value, what: str) -> tf.Tensor:
 # Note [Graph names]
 # Ordering and names: inside tf.function, TensorFlow's automatic control
 # dependencies run stateful ops (ours are stateful) in program order, so the ops of one function run
-# one after another, as they were written, on every rank. An op without an explicit name is named
-# at trace time after its place in the graph (`graph.unique_name`, which includes the name scope),
-# so the same call site has the same name on every rank and in every step; repeated steps then hit
-# the core's response cache. Eager calls without a name use the numpy API's per-kind counter, so
+# one after another, as they were written, on every rank. In a graph an op is named as Horovod's
+# op would be (scaleout/tensorflow/_horovod_names.py): an unnamed one after its input tensor
+# (`HorovodAllreduce_<input>`), made unique in the graph's current name scope (`graph.unique_name`,
+# as TensorFlow names a node), so the same call site has the same name on every rank and in every
+# step (repeated steps then hit the core's response cache) and the timeline shows Horovod's names.
+# As with Horovod, that holds while every rank builds the same graph: a rank that builds more ops
+# before a collective (on a process set of its own, say) shifts the names after them, and a
+# `name=` keeps them apart. Eager calls without a name use the numpy API's per-kind counter, so
 # they must be made in the same order on every rank (as with Horovod).
 
 
 def op_name(
-    kind: str, name: Optional[str], ignore_name_scope: bool = False, process_set: int = 0
+    kind: str,
+    name: Optional[str],
+    ignore_name_scope: bool = False,
+    process_set: int = 0,
+    inputs: Sequence[tf.Tensor] = (),
+    grouped: bool = False,
 ) -> str:
-    """The collective's name: the given one, else one from the call site (Note [Graph names]).
-    In a graph a given name is prefixed with the current name scope unless
-    `ignore_name_scope`, as Horovod's op names are. Generated names are counted per process set
-    (names are scoped per set in the core), so that building ops on a set that only some ranks
-    use does not shift the names of the other sets' ops."""
+    """The collective's name (Note [Graph names]): eagerly the given one, else the next of the
+    kind's counter on the set; in a graph the node name Horovod's op gets, from the given name
+    or else from `inputs` (the tensors it sends; `grouped`: a grouped op's), unique in the
+    current name scope, and with `ignore_name_scope` only what follows its last '/'."""
     if name is not None:
         if not isinstance(name, str) or not name:
             raise InvalidArgumentError(f"name must be a non-empty string, not {name!r}")
-        if tf.executing_eagerly() or ignore_name_scope:
-            return name
-        scope = tf.compat.v1.get_default_graph().get_name_scope()
-        return f"{scope}/{name}" if scope else name
     if tf.executing_eagerly():
-        return auto_name(COLLECTIVE_CODES[kind], None, process_set)
-    graph = tf.compat.v1.get_default_graph()
-    base = f"scaleout_{kind}" if process_set == 0 else f"scaleout_{kind}_set{process_set}"
-    if ignore_name_scope:
-        with graph.name_scope(None):
-            return graph.unique_name(base)
-    return graph.unique_name(base)
+        return name if name is not None else auto_name(COLLECTIVE_CODES[kind], None, process_set)
+    if name is None:
+        name = default_name(kind, inputs, grouped, process_set)
+    return node_name(name, ignore_name_scope)
 
 
 def set_id(process_set, what: str) -> int:

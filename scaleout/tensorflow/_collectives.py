@@ -45,6 +45,7 @@ from scaleout.tensorflow._differentiable import (
     differentiable_reducescatter,
 )
 from scaleout.tensorflow._errors import UnsupportedError, tf_errors
+from scaleout.tensorflow._horovod_names import grouped_member, reserve
 from scaleout.tensorflow._op_runner import call, request, run_batch
 
 __all__ = [
@@ -82,15 +83,18 @@ def allreduce(
     factors: check_slices). Differentiable for Sum and Average. `device_dense`/`device_sparse`:
     CPU only (an error names any other device). `process_set`: reduce across that set's ranks only
     (Average divides by its size; the gradient runs on the same set).
-    `ignore_name_scope`: in a graph, do not prefix `name` with the current name scope."""
+    Names: Note [Graph names]; `ignore_name_scope`: in a graph, only what follows the last '/'
+    of the op's name."""
     check_devices("allreduce", device_dense, device_sparse)
     ps = set_id(process_set, "allreduce")
     op = resolve_op(op, average)
-    name = op_name("allreduce", name, ignore_name_scope, ps)
     if isinstance(tensor, tf.IndexedSlices):
         check_slices(op, prescale_factor, postscale_factor)
-        return _allreduce_slices([tensor], [name], op, ps)[0]
+        return _allreduce_slices([tensor], name, op, ps, ignore_name_scope, grouped=False)[0]
+    if not tf.executing_eagerly():
+        reserve("Cast")  # Horovod's allreduce casts the set's size first: a compression's is Cast_1
     [wire], [ctx] = compressed([tensor], compression, "allreduce")
+    name = op_name("allreduce", name, ignore_name_scope, ps, [wire])
     out = differentiable_allreduce([wire], [name], op, prescale_factor, postscale_factor, ps)[0]
     return compression.decompress(out, ctx)
 
@@ -114,16 +118,34 @@ def check_slices(op: int, prescale_factor: float = 1.0, postscale_factor: float 
 
 
 def _allreduce_slices(
-    slices: Sequence[tf.IndexedSlices], names: Sequence[str], op: int, process_set: int = 0
+    slices: Sequence[tf.IndexedSlices],
+    name: Optional[str],
+    op: int,
+    process_set: int,
+    ignore_name_scope: bool,
+    grouped: bool,
 ) -> List[tf.IndexedSlices]:
+    """The reduction of tf.IndexedSlices: their values and indices gathered, as Horovod's (in a
+    graph named as its allgathers of them, without the allreduce's `name`; eagerly the parts of
+    `name`, or of the next generated one)."""
     values = [as_tensor(s.values, "allreduce") for s in slices]
     indices = [as_tensor(s.indices, "allreduce") for s in slices]
-    gathered = differentiable_allgather(
-        values + indices,
-        [_naming.part(n, _naming.VALUES) for n in names]
-        + [_naming.part(n, _naming.INDICES) for n in names],
-        process_set,
-    )
+    if tf.executing_eagerly():
+        base = op_name("allreduce", name, process_set=process_set)
+        names = [
+            _naming.part(grouped_member(base, i, len(slices)) if grouped else base, label)
+            for label in (_naming.VALUES, _naming.INDICES)
+            for i in range(len(slices))
+        ]
+    else:
+        names = []
+        for tensors in (values, indices):
+            base = op_name("allgather", None, ignore_name_scope, process_set, tensors, grouped)
+            names += [
+                grouped_member(base, i, len(tensors)) if grouped else base
+                for i in range(len(tensors))
+            ]
+    gathered = differentiable_allgather(values + indices, names, process_set)
     out = []
     for i, s in enumerate(slices):
         v = gathered[i]
@@ -157,24 +179,20 @@ def grouped_allreduce(
     tensors = list(tensors)
     if not tensors:
         return tensors
-    base = op_name("allreduce", name, ignore_name_scope, ps)
     out: List[Any] = [None] * len(tensors)
     sparse = [i for i, t in enumerate(tensors) if isinstance(t, tf.IndexedSlices)]
     dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
     if sparse:
         check_slices(op, prescale_factor, postscale_factor)
-        for i, r in zip(
-            sparse,
-            _allreduce_slices(
-                [tensors[i] for i in sparse], [_naming.member(base, i) for i in sparse], op, ps
-            ),
-        ):
+        slices = [tensors[i] for i in sparse]
+        for i, r in zip(sparse, _allreduce_slices(slices, name, op, ps, ignore_name_scope, True)):
             out[i] = r
     if dense:
         wires, ctxs = compressed([tensors[i] for i in dense], compression, "grouped_allreduce")
+        base = op_name("allreduce", name, ignore_name_scope, ps, wires, grouped=True)
         reduced = differentiable_allreduce(
             wires,
-            [_naming.member(base, i) for i in dense],
+            [grouped_member(base, k, len(dense)) for k in range(len(dense))],
             op,
             prescale_factor,
             postscale_factor,
@@ -197,7 +215,8 @@ def allgather(
     gets its rows of the gradient averaged over the set)."""
     ps = set_id(process_set, "allgather")
     x = as_tensor(tensor, "allgather")
-    return differentiable_allgather([x], [op_name("allgather", name, ignore_name_scope, ps)], ps)[0]
+    name = op_name("allgather", name, ignore_name_scope, ps, [x])
+    return differentiable_allgather([x], [name], ps)[0]
 
 
 @tf_errors
@@ -213,9 +232,11 @@ def grouped_allgather(
     tensors = list(tensors)
     if not tensors:
         return tensors
-    base = op_name("allgather", name, ignore_name_scope, ps)
     xs = [as_tensor(t, "grouped_allgather") for t in tensors]
-    return differentiable_allgather(xs, _naming.members(base, len(xs)), ps)
+    base = op_name("allgather", name, ignore_name_scope, ps, xs, grouped=True)
+    return differentiable_allgather(
+        xs, [grouped_member(base, k, len(xs)) for k in range(len(xs))], ps
+    )
 
 
 @tf_errors
@@ -231,7 +252,7 @@ def broadcast(
     set, other ranks zeros)."""
     ps = set_id(process_set, "broadcast")
     x = as_tensor(tensor, "broadcast")
-    name = op_name("broadcast", name, ignore_name_scope, ps)
+    name = op_name("broadcast", name, ignore_name_scope, ps, [x])
     return differentiable_broadcast(x, name, root_rank, ps)
 
 
@@ -293,7 +314,7 @@ def alltoall(
     (received, received_splits). Differentiable (the gradient travels back the same way)."""
     ps = set_id(process_set, "alltoall")
     x = as_tensor(tensor, "alltoall")
-    name = op_name("alltoall", name, ignore_name_scope, ps)
+    name = op_name("alltoall", name, ignore_name_scope, ps, [x])
     split_t = None
     if splits is not None:
         split_t = tf.convert_to_tensor(splits) if not isinstance(splits, (str, bytes)) else None
@@ -323,7 +344,7 @@ def reducescatter(
     ps = set_id(process_set, "reducescatter")
     op = resolve_op(op, None)
     [wire], [ctx] = compressed([tensor], compression, "reducescatter")
-    name = op_name("reducescatter", name, ignore_name_scope, ps)
+    name = op_name("reducescatter", name, ignore_name_scope, ps, [wire])
     out = differentiable_reducescatter([wire], [name], op, prescale_factor, postscale_factor, ps)[0]
     return compression.decompress(out, ctx)
 
@@ -348,11 +369,10 @@ def grouped_reducescatter(
     tensors = list(tensors)
     if not tensors:
         return tensors
-    base = op_name("reducescatter", name, ignore_name_scope, ps)
     wires, ctxs = compressed(tensors, compression, "grouped_reducescatter")
-    outs = differentiable_reducescatter(
-        wires, _naming.members(base, len(wires)), op, prescale_factor, postscale_factor, ps
-    )
+    base = op_name("reducescatter", name, ignore_name_scope, ps, wires, grouped=True)
+    names = [grouped_member(base, k, len(wires)) for k in range(len(wires))]
+    outs = differentiable_reducescatter(wires, names, op, prescale_factor, postscale_factor, ps)
     return [compression.decompress(o, c) for o, c in zip(outs, ctxs)]
 
 

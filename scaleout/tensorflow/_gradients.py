@@ -2,19 +2,19 @@
 Keras DistributedOptimizer.
 
 All gradients of a step go to the core in one op (submitted together, then waited for together),
-so the core fuses them into a few large messages. Names come from the gradient's position and its
-variable's name, so they are the same on every rank and in every step.
+so the core fuses them into a few large messages. Their names are those Horovod's gradient code
+gives them (_horovod_names.py), the same on every rank and in every step.
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
 from scaleout._gradient_rules import check_predivide_op, predivided
-from scaleout._naming import INDICES, VALUES, member, part
+from scaleout._naming import member, part
 from scaleout._native import Average, resolve_op
 from scaleout._process_sets import global_process_set, set_size
 from scaleout._topk import TopK, given_momentum
@@ -22,6 +22,7 @@ from scaleout.tensorflow._arguments import as_tensor, check_device, set_id, vari
 from scaleout.tensorflow._collectives import check_slices
 from scaleout.tensorflow._compression import Compression
 from scaleout.tensorflow._errors import UnsupportedError, tf_errors
+from scaleout.tensorflow._horovod_names import gradient_names
 from scaleout.tensorflow._op_runner import not_converted, request, run_batch
 from scaleout.tensorflow._topk import TopKVariables
 
@@ -45,77 +46,153 @@ def reduce_gradients(
     gradient_predivide_factor: float = 1.0,
     generic_names: bool = False,
     process_set=global_process_set,
+    groups=None,
 ) -> List[Any]:
     """Reduces every gradient across the ranks of `process_set` in one op; None stays None.
     Average divides by the set's size. A tf.IndexedSlices is gathered (values and indices)
-    unless `sparse_as_dense`, which reduces it as a dense tensor. Names: the prefix, the
-    gradient's position and its variable's name; with `generic_names` (Horovod's
-    use_generic_names) the prefix and position only, so that ranks whose variables are named
-    differently still agree."""
+    unless `sparse_as_dense`, which reduces it as a dense tensor. Names: Horovod's gradient
+    code's, in the name scope `<prefix>_Allreduce` (_horovod_names.gradient_names; eagerly as
+    in the tf.function Horovod traces there), after `groups` (Horovod's: batches of gradients
+    reduced as grouped ops); `generic_names` (Horovod's use_generic_names): `grad_<i>`, so that
+    ranks whose graphs differ still agree."""
     op = resolve_op(op, None)
     ps = set_id(process_set, "gradient reduction")
     size = set_size(ps)
     wire_op, prescale, postscale = predivided(op, float(gradient_predivide_factor), size)
-
-    requests, inputs, plan = [], [], []
-    topk = isinstance(compression, TopKVariables)
-    for i, (grad, source) in enumerate(zip(grads, sources)):
-        if grad is None:
-            plan.append(None)
-            continue
-        label = part(prefix, f"grad_{i}") if generic_names else member(prefix, i)
-        var_label = "" if generic_names or isinstance(source, tf.Tensor) else variable_label(source)
-        if var_label:
-            label = part(label, var_label)
-        if isinstance(grad, tf.IndexedSlices) and (sparse_as_dense or topk):
-            grad = tf.convert_to_tensor(grad)
-        if topk:  # Note [Top-k sparsification]: all of them in one op, below
-            inputs.append(as_tensor(grad, "gradient"))
-            requests.append(label)
-            plan.append(("dense", None, None))
-        elif isinstance(grad, tf.IndexedSlices):
+    grads, sources = list(grads), list(sources)
+    if isinstance(compression, TopKVariables):
+        return _reduce_topk(
+            grads, sources, prefix, compression, generic_names, wire_op, prescale, postscale, ps
+        )
+    for grad, source in zip(grads, sources):
+        if isinstance(grad, tf.IndexedSlices) and not sparse_as_dense:
             # As Horovod: gathered uncompressed, and refused with a predivide factor
             try:
                 check_slices(op, 1.0 / float(gradient_predivide_factor))
             except UnsupportedError as e:
+                what = "" if isinstance(source, tf.Tensor) else f" of {variable_label(source)}"
                 raise UnsupportedError(
-                    f"sparse gradient of {label}: {e} (sparse_as_dense=True reduces it as a "
+                    f"sparse gradient{what}: {e} (sparse_as_dense=True reduces it as a "
                     "dense tensor)"
                 ) from None
+
+    def compress(grad):
+        return compression.compress(as_tensor(grad, "gradient"))
+
+    def plan_in_graph(grads):
+        with tf.name_scope(f"{prefix}_Allreduce"):
+            if sparse_as_dense:
+                grads = [
+                    tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads
+                ]
+            return gradient_names(grads, sources, compress, generic_names, groups)
+
+    if tf.executing_eagerly():
+        key = (prefix, compression, generic_names, sparse_as_dense, _groups_key(groups))
+        names = _eager_names(key, grads, plan_in_graph)  # (sparse ones made dense in there)
+        if sparse_as_dense:
+            grads = [
+                tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads
+            ]
+        plan = [
+            None if n is None else n if n[0] == "sparse" else ("dense", *compress(g), n[1])
+            for g, n in zip(grads, names)
+        ]
+    else:
+        plan = plan_in_graph(grads)
+
+    requests, inputs = [], []
+    for grad, step in zip(grads, plan):
+        if step is None:
+            continue
+        if step[0] == "sparse":
             requests += [
-                request("allgather", part(label, VALUES), process_set=ps),
-                request("allgather", part(label, INDICES), process_set=ps),
+                request("allgather", step[1], process_set=ps),
+                request("allgather", step[2], process_set=ps),
             ]
             inputs += [as_tensor(grad.values, "gradient"), as_tensor(grad.indices, "gradient")]
-            plan.append(("sparse", None, grad.dense_shape))
         else:
-            wire, ctx = compression.compress(as_tensor(grad, "gradient"))
-            requests.append(request("allreduce", label, wire_op, prescale, postscale, 0, ps))
-            inputs.append(wire)
-            plan.append(("dense", ctx, None))
+            requests.append(request("allreduce", step[3], wire_op, prescale, postscale, 0, ps))
+            inputs.append(step[1])
 
-    if topk:
-        outs = iter(
-            compression.reduce(inputs, requests, wire_op, prescale, postscale, ps) if inputs else []
-        )
-        compression = Compression.none
-    else:
-        outs = iter(run_batch(requests, inputs, "scaleout_reduce_gradients"))
+    outs = iter(run_batch(requests, inputs, "scaleout_reduce_gradients"))
     reduced = []
-    for step in plan:
+    for grad, step in zip(grads, plan):
         if step is None:
             reduced.append(None)
-            continue
-        kind, ctx, dense_shape = step
-        if kind == "dense":
-            reduced.append(compression.decompress(next(outs), ctx))
-            continue
-        values = next(outs)
-        indices = next(outs)
-        if op == Average:  # Horovod's division, as allreduce's of a tf.IndexedSlices
-            values = values / tf.cast(size, values.dtype)
-        reduced.append(tf.IndexedSlices(values, indices, dense_shape))
+        elif step[0] == "dense":
+            out = next(outs)
+            reduced.append(compression.decompress(out, step[2]))
+        else:
+            values = next(outs)
+            indices = next(outs)
+            if op == Average:  # Horovod's division, as allreduce's of a tf.IndexedSlices
+                values = values / tf.cast(size, values.dtype)
+            reduced.append(tf.IndexedSlices(values, indices, grad.dense_shape))
     return reduced
+
+
+# The names of eager gradient reductions, per kind of call (Note [Graph names]): Horovod reduces
+# eager gradients in a tf.function of `grads`, so they are named as in the graph it traces, once
+# per signature. Shapes do not change the names: the signature holds kinds and dtypes only.
+_EAGER_NAMES: Dict[tuple, list] = {}
+
+
+def _eager_names(key: tuple, grads: Sequence[Any], plan_in_graph) -> list:
+    specs = [_spec(g) for g in grads]
+    key = (key, tuple(repr(s) for s in specs))
+    names = _EAGER_NAMES.get(key)
+    if names is None:
+        traced = []
+
+        def allreduce_grads(grads):  # the parameter names the placeholders: grads, grads_1, ...
+            plan = plan_in_graph(grads)
+            traced.append(
+                [None if p is None else p if p[0] == "sparse" else (p[0], p[3]) for p in plan]
+            )
+            return []
+
+        tf.function(allreduce_grads, autograph=False).get_concrete_function(specs)
+        names = _EAGER_NAMES[key] = traced[0]
+    return names
+
+
+def _spec(grad):
+    if grad is None:
+        return None
+    if isinstance(grad, tf.IndexedSlices):
+        shape = grad.dense_shape
+        return tf.IndexedSlicesSpec(
+            dtype=grad.values.dtype,
+            indices_dtype=grad.indices.dtype,
+            dense_shape_dtype=None if shape is None else shape.dtype,
+        )
+    return tf.TensorSpec(None, grad.dtype)
+
+
+def _reduce_topk(grads, sources, prefix, compression, generic_names, op, prescale, postscale, ps):
+    """Compression.topk's reduction (Note [Top-k sparsification]), every gradient in one op
+    (sparse ones made dense). Its names key the residuals of each variable, so they come from
+    the prefix, the gradient's position and its variable's name, eagerly and in any graph
+    (Horovod has no top-k: no names of its to match); with `generic_names` the prefix and
+    position only."""
+    labels, inputs = [], []
+    for i, (grad, source) in enumerate(zip(grads, sources)):
+        if grad is None:
+            continue
+        label = part(prefix, f"grad_{i}") if generic_names else member(prefix, i)
+        if not generic_names and not isinstance(source, tf.Tensor):
+            label = part(label, variable_label(source))
+        labels.append(label)
+        inputs.append(as_tensor(tf.convert_to_tensor(grad), "gradient"))
+    outs = iter(compression.reduce(inputs, labels, op, prescale, postscale, ps) if inputs else [])
+    return [None if g is None else next(outs) for g in grads]
+
+
+def _groups_key(groups):
+    if isinstance(groups, list):
+        return tuple(tuple(id(v) for v in group) for group in groups)
+    return groups
 
 
 def tape_topk_state(compression, what: str = "DistributedGradientTape"):
@@ -221,9 +298,9 @@ class DistributedGradientTape(tf.GradientTape):
     divides by its size; only its ranks may call gradient()).
     `scale_local_gradients`: divide the gradients of sources registered with
     register_local_source by the set's size (Horovod's default, True).
-    `device_dense`/`device_sparse`: CPU only. `name` (scaleout's): the prefix of the
-    collectives' names. gradient(..., use_generic_names=True) names the reductions by position
-    only.
+    `device_dense`/`device_sparse`: CPU only. `name` (scaleout's): instead of
+    "DistributedGradientTape" in the reductions' name scope (`<name>_Allreduce`, Horovod's).
+    gradient(..., use_generic_names=True) names the reductions `grad_<i>`, by position only.
     """
 
     def __init__(
@@ -319,6 +396,7 @@ def _reduce_structure(tape, grads, sources, generic_names: bool):
         gradient_predivide_factor=tape._scaleout_predivide,
         generic_names=generic_names,
         process_set=tape.process_set,
+        groups=tape._scaleout_groups,
     )
     return tf.nest.pack_sequence_as(grads, reduced)
 

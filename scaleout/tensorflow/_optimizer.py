@@ -84,6 +84,7 @@ class _LegacyDistributedOptimizer(_WrappingOptimizer):
         backward_passes_per_step,
         average_aggregated_gradients,
         process_set,
+        groups,
     ):
         # the state: the pass counter and, by gradient position, the local sums
         super().__init__(
@@ -95,6 +96,7 @@ class _LegacyDistributedOptimizer(_WrappingOptimizer):
             sparse_as_dense=bool(sparse_as_dense),
             gradient_predivide_factor=float(gradient_predivide_factor),
             process_set=process_set,
+            groups=groups,
         )
         self.process_set = process_set
         self._scaleout_local = LocalSources(scale_local_gradients)
@@ -391,7 +393,7 @@ def DistributedOptimizer(
             f"DistributedOptimizer wraps a tf.compat.v1.train.Optimizer or a Keras "
             f"optimizer, not {type(optimizer).__name__}"
         )
-    _configure(
+    groups = _configure(
         "DistributedOptimizer",
         device_dense,
         device_sparse,
@@ -424,4 +426,5 @@ def DistributedOptimizer(
         backward_passes_per_step,
         average_aggregated_gradients,
         process_set,
+        groups,
     )

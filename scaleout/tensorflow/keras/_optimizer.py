@@ -81,6 +81,7 @@ def _reduce(state: _State, grads: List[Any], variables: List[Any]) -> List[Any]:
         sparse_as_dense=settings.sparse_as_dense,
         gradient_predivide_factor=settings.gradient_predivide_factor,
         process_set=settings.process_set,
+        groups=settings.groups,
     )
 
 
