@@ -245,6 +245,12 @@ submit: Callable[..., Handle] = _binding.submit
 # is. For a framework whose tensors have no buffer protocol (torch), on its hot path.
 register_tensor_type: Callable[[type, dict, Any], None] = _binding.register_tensor_type
 
+# allreduce_now(tensor, average, name, op, prescale_factor, postscale_factor, process_set) ->
+# allreduce_'s result, or NotImplemented where the general path must run (Note [Synchronous
+# allreduce_]); set_fast_path(array type, global process set, op codes) says what it takes.
+allreduce_now: Callable[..., Any] = _binding.allreduce_now
+set_fast_path: Callable[[type, Any, Any], None] = _binding.set_fast_path
+
 # synchronize(handle) -> result: waits (without the GIL; Ctrl-C interrupts and leaves the handle
 # pending), raises the collective's error on every rank, returns the result.
 synchronize: Callable[[Handle], Any] = _binding.synchronize

@@ -26,14 +26,18 @@ from scaleout._native import (
     Min,
     Product,
     Sum,
+    allreduce_now,
     auto_name,
     group,
     poll,
     resolve_op,
+    set_fast_path,
     submit,
     synchronize,
 )
 from scaleout._process_sets import global_process_set, process_set_id
+
+set_fast_path(np.ndarray, global_process_set, OP_NAMES)
 
 __all__ = [
     "Average",
@@ -166,6 +170,13 @@ def allreduce_(
     postscale_factor=1.0,
     process_set=global_process_set,
 ):
+    """In-place allreduce: the result is written into `tensor`, which is returned."""
+    # The common case in one call of the binding (Note [Synchronous allreduce_])
+    result = allreduce_now(
+        tensor, average, name, op, prescale_factor, postscale_factor, process_set
+    )
+    if result is not NotImplemented:
+        return result
     return synchronize(
         _allreduce(
             tensor, average, name, op, prescale_factor, postscale_factor, process_set, True, True

@@ -112,6 +112,8 @@ extern PyMethodDef* const runtime_methods;
 extern PyMethodDef* const names_methods;
 extern PyMethodDef* const handle_methods;
 extern PyMethodDef* const args_methods;
+/* synchronize(handle) of binding_completion.c, for the binding's own calls. */
+PyObject* synchronize_handle(PyObject* handle);
 extern PyMethodDef* const submit_methods;
 extern PyMethodDef* const completion_methods;
 

@@ -183,6 +183,8 @@ static PyObject* poll(PyObject* self, PyObject* arg) {
   return PyBool_FromLong(done);
 }
 
+PyObject* synchronize_handle(PyObject* handle) { return synchronize(NULL, handle); }
+
 static PyMethodDef methods[] = {
     {"synchronize", synchronize, METH_O, "synchronize(handle) -> result"},
     {"wait_all", wait_all, METH_O, "wait_all(handles) -> results; raises the first error"},

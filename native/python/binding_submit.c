@@ -241,7 +241,89 @@ done:
   return result;
 }
 
+// Note [Synchronous allreduce_]
+// allreduce_(array) is a training loop's small collective (a loss, a metric), and on this
+// machine each Python-level step of it costs a tenth of a microsecond or more: the checks of
+// the common case, the keyword call of submit and the call of synchronize were 1 us of a 4 KiB
+// allreduce_'s 8.5 (benchmarks/small_collectives.py). allreduce_now makes them in C:
+// allreduce_now(tensor, average, name, op, prescale_factor, postscale_factor, process_set) is
+// allreduce_'s result when tensor is an array of the type set_fast_path named (numpy's
+// ndarray, exactly), average None, process_set the global set's object and op None or one of
+// the codes set_fast_path named; then submit (in place, the caller waiting) and synchronize, as
+// the Python path would call them. Anything else, and an array the buffer protocol cannot give
+// as it is (BufferError), returns NotImplemented: the caller takes the general path, which
+// explains any error. Measured (2 ranks, interleaved, same run): 7.63 -> 7.27 us per 4 KiB
+// allreduce_ (mpi4py's in-place Allreduce 6.34 us, submit and synchronize called directly from
+// the loop 6.56 us): what remains above the latter is allreduce_'s own Python frame.
+static PyObject *fast_array_type, *fast_global_set, *fast_ops; /* set_fast_path's */
+static PyObject *code_allreduce, *code_average, *code_zero;
+
+/* set_fast_path(array type, the global process set object, a container of the op codes) */
+static PyObject* set_fast_path(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (n != 3) {
+    PyErr_SetString(PyExc_TypeError, "set_fast_path takes 3 arguments");
+    return NULL;
+  }
+  Py_INCREF(a[0]);
+  Py_XSETREF(fast_array_type, a[0]);
+  Py_INCREF(a[1]);
+  Py_XSETREF(fast_global_set, a[1]);
+  Py_INCREF(a[2]);
+  Py_XSETREF(fast_ops, a[2]);
+  Py_RETURN_NONE;
+}
+
+static PyObject* allreduce_now(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (n != 7) {
+    PyErr_SetString(PyExc_TypeError, "allreduce_now takes 7 arguments");
+    return NULL;
+  }
+  PyObject *tensor = a[0], *op = a[3];
+  if (fast_array_type == NULL || (PyObject*)Py_TYPE(tensor) != fast_array_type || a[1] != Py_None ||
+      a[6] != fast_global_set) {
+    Py_RETURN_NOTIMPLEMENTED;
+  }
+  if (op == Py_None) {
+    op = code_average;
+  } else {
+    int known = PyLong_CheckExact(op) ? PySequence_Contains(fast_ops, op) : 0;
+    if (known < 0) return NULL;
+    if (!known) Py_RETURN_NOTIMPLEMENTED;
+  }
+  /* submit's positional order (SUBMIT_ARGS), up to caller_waits */
+  PyObject* argv[ARG_priority] = {[ARG_collective] = code_allreduce,
+                                  [ARG_name] = a[2],
+                                  [ARG_data] = tensor,
+                                  [ARG_address] = Py_None,
+                                  [ARG_dtype] = Py_None,
+                                  [ARG_shape] = Py_None,
+                                  [ARG_output] = tensor,
+                                  [ARG_out_address] = Py_None,
+                                  [ARG_op] = op,
+                                  [ARG_root_rank] = code_zero,
+                                  [ARG_prescale_factor] = a[4],
+                                  [ARG_postscale_factor] = a[5],
+                                  [ARG_splits] = Py_None,
+                                  [ARG_finish] = Py_None,
+                                  [ARG_process_set] = code_zero,
+                                  [ARG_caller_waits] = Py_True};
+  PyObject* handle = submit(self, argv, ARG_priority, NULL);
+  if (handle == NULL) {
+    if (!PyErr_ExceptionMatches(PyExc_BufferError)) return NULL;
+    PyErr_Clear();
+    Py_RETURN_NOTIMPLEMENTED;
+  }
+  PyObject* result = synchronize_handle(handle);
+  Py_DECREF(handle);
+  return result;
+}
+
 int submit_init(void) {
+  if ((code_allreduce = PyLong_FromLong(SO_ALLREDUCE)) == NULL ||
+      (code_average = PyLong_FromLong(SO_AVERAGE)) == NULL ||
+      (code_zero = PyLong_FromLong(0)) == NULL) {
+    return -1;
+  }
 #define SO_ARG_NAME_(n) \
   if ((submit_keywords[ARG_##n] = PyUnicode_InternFromString(#n)) == NULL) return -1;
   SUBMIT_ARGS(SO_ARG_NAME_)
@@ -255,6 +337,11 @@ static PyMethodDef methods[] = {
      "output=None, out_address=None, op=Average, root_rank=0, prescale_factor=1.0, "
      "postscale_factor=1.0, splits=None, finish=None, process_set=0, caller_waits=False, "
      "priority=0) -> Handle"},
+    {"allreduce_now", (PyCFunction)(void (*)(void))allreduce_now, METH_FASTCALL,
+     "allreduce_now(tensor, average, name, op, prescale_factor, postscale_factor, process_set) "
+     "-> allreduce_'s result, or NotImplemented (Note [Synchronous allreduce_])"},
+    {"set_fast_path", (PyCFunction)(void (*)(void))set_fast_path, METH_FASTCALL,
+     "set_fast_path(array_type, global_process_set, op_codes)"},
     {NULL, NULL, 0, NULL},
 };
 PyMethodDef* const submit_methods = methods;
