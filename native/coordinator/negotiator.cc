@@ -155,7 +155,7 @@ void Negotiator::Join(int rank) {
   joined_[rank] = true;
   ++joined_count_;
   last_joined_ = rank;
-  if (std::find(gone_.begin(), gone_.end(), true) != gone_.end()) {
+  if (gone_count_ > 0) {
     FailJoin();
     return;
   }
@@ -190,6 +190,7 @@ const Request* Negotiator::FirstRequest(const Entry& e) {
 void Negotiator::RankGone(int rank, const std::string& why) {
   if (gone_[rank]) return;
   gone_[rank] = true;
+  ++gone_count_;
   gone_why_[rank] = why;
   CheckAllPending();
   if (joined_count_ > 0) FailJoin();
@@ -213,10 +214,12 @@ void Negotiator::FailJoin() {
 }
 
 // A collective can never complete once a rank has shut down, even one that rank submitted before
-// leaving (it will not execute it): it is ready at once, to fail.
+// leaving (it will not execute it): it is ready at once, to fail - whichever ranks have not
+// submitted it (a late request whose error was already sent to the others: rank 0 will not
+// submit that name again, so waiting for it would hang the late rank).
 bool Negotiator::IsReady(const Entry& e) const {
+  if (gone_count_ > 0) return true;
   for (int r = 0; r < size_; ++r) {
-    if (gone_[r]) return true;
     if (!e.by_rank[r] && !joined_[r]) return false;
   }
   return true;

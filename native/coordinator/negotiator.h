@@ -88,6 +88,7 @@ class Negotiator {
   int joined_count_ = 0;
   int last_joined_ = -1;
   std::vector<bool> gone_;
+  int gone_count_ = 0;  // ranks in gone_
   std::vector<std::string> gone_why_;
   uint64_t arrival_counter_ = 0;
   std::vector<bool> blocked_;
