@@ -3,7 +3,9 @@ collectives it runs as.
 
 Ranks match collectives by name, so these strings are a wire format between ranks: every rank
 (and every front end, numpy, torch or TensorFlow) must build the same name for the same
-collective. A grouped collective's members are "<base>.<i>"; a backward collective is named
+collective. A grouped collective's members are "<base>.<i>" (TensorFlow's are Horovod's
+"<base>_<i+1>of<n>", grouped_member: its graph names are Horovod's, Note [Graph names]); a
+backward collective is named
 after its forward one, "<name>.grad", so ranks match them whatever order autograd runs them in;
 a collective that travels as several is "<name>.<part>" (a sparse tensor's ".indices" and
 ".values", an object's ".size" and ".data", ...); torch's DistributedOptimizer reduces a
@@ -18,6 +20,8 @@ from typing import Any, List
 __all__ = [
     "member",
     "members",
+    "grouped_member",
+    "grouped_members",
     "gradient",
     "part",
     "parameter_gradient",
@@ -45,6 +49,17 @@ def member(base: str, index: int) -> str:
 def members(base: str, count: int) -> List[str]:
     """The names of the `count` members of the group named `base`."""
     return [member(base, i) for i in range(count)]
+
+
+def grouped_member(base: str, index: int, count: int) -> str:
+    """TensorFlow's name of member `index` of the `count` of a grouped op named `base`: Horovod's
+    TensorFlow op names them `<base>_<index+1>of<count>`."""
+    return f"{base}_{index + 1}of{count}"
+
+
+def grouped_members(base: str, count: int) -> List[str]:
+    """TensorFlow's names of the `count` members of the grouped op named `base`."""
+    return [grouped_member(base, i, count) for i in range(count)]
 
 
 def gradient(name: str) -> str:

@@ -45,7 +45,7 @@ from scaleout.tensorflow._differentiable import (
     differentiable_reducescatter,
 )
 from scaleout.tensorflow._errors import UnsupportedError, tf_errors
-from scaleout.tensorflow._horovod_names import grouped_member, reserve
+from scaleout.tensorflow._horovod_names import reserve
 from scaleout.tensorflow._op_runner import call, request, run_batch
 
 __all__ = [
@@ -133,7 +133,7 @@ def _allreduce_slices(
     if tf.executing_eagerly():
         base = op_name("allreduce", name, process_set=process_set)
         names = [
-            _naming.part(grouped_member(base, i, len(slices)) if grouped else base, label)
+            _naming.part(_naming.grouped_member(base, i, len(slices)) if grouped else base, label)
             for label in (_naming.VALUES, _naming.INDICES)
             for i in range(len(slices))
         ]
@@ -141,10 +141,7 @@ def _allreduce_slices(
         names = []
         for tensors in (values, indices):
             base = op_name("allgather", None, ignore_name_scope, process_set, tensors, grouped)
-            names += [
-                grouped_member(base, i, len(tensors)) if grouped else base
-                for i in range(len(tensors))
-            ]
+            names += _naming.grouped_members(base, len(tensors)) if grouped else [base]
     gathered = differentiable_allgather(values + indices, names, process_set)
     out = []
     for i, s in enumerate(slices):
@@ -192,7 +189,7 @@ def grouped_allreduce(
         base = op_name("allreduce", name, ignore_name_scope, ps, wires, grouped=True)
         reduced = differentiable_allreduce(
             wires,
-            [grouped_member(base, k, len(dense)) for k in range(len(dense))],
+            _naming.grouped_members(base, len(dense)),
             op,
             prescale_factor,
             postscale_factor,
@@ -234,9 +231,7 @@ def grouped_allgather(
         return tensors
     xs = [as_tensor(t, "grouped_allgather") for t in tensors]
     base = op_name("allgather", name, ignore_name_scope, ps, xs, grouped=True)
-    return differentiable_allgather(
-        xs, [grouped_member(base, k, len(xs)) for k in range(len(xs))], ps
-    )
+    return differentiable_allgather(xs, _naming.grouped_members(base, len(xs)), ps)
 
 
 @tf_errors
@@ -371,8 +366,9 @@ def grouped_reducescatter(
         return tensors
     wires, ctxs = compressed(tensors, compression, "grouped_reducescatter")
     base = op_name("reducescatter", name, ignore_name_scope, ps, wires, grouped=True)
-    names = [grouped_member(base, k, len(wires)) for k in range(len(wires))]
-    outs = differentiable_reducescatter(wires, names, op, prescale_factor, postscale_factor, ps)
+    outs = differentiable_reducescatter(
+        wires, _naming.grouped_members(base, len(wires)), op, prescale_factor, postscale_factor, ps
+    )
     return [compression.decompress(o, c) for o, c in zip(outs, ctxs)]
 
 

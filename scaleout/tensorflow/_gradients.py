@@ -79,21 +79,19 @@ def reduce_gradients(
     def compress(grad):
         return compression.compress(as_tensor(grad, "gradient"))
 
+    def densified(grads):
+        if not sparse_as_dense:
+            return grads
+        return [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+
     def plan_in_graph(grads):
         with tf.name_scope(f"{prefix}_Allreduce"):
-            if sparse_as_dense:
-                grads = [
-                    tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads
-                ]
-            return gradient_names(grads, sources, compress, generic_names, groups)
+            return gradient_names(densified(grads), sources, compress, generic_names, groups)
 
     if tf.executing_eagerly():
-        key = (prefix, compression, generic_names, sparse_as_dense, _groups_key(groups))
+        key = (prefix, compression, generic_names, sparse_as_dense, _groups_key(groups, sources))
         names = _eager_names(key, grads, plan_in_graph)  # (sparse ones made dense in there)
-        if sparse_as_dense:
-            grads = [
-                tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads
-            ]
+        grads = densified(grads)
         plan = [
             None if n is None else n if n[0] == "sparse" else ("dense", *compress(g), n[1])
             for g, n in zip(grads, names)
@@ -189,9 +187,14 @@ def _reduce_topk(grads, sources, prefix, compression, generic_names, op, prescal
     return [None if g is None else next(outs) for g in grads]
 
 
-def _groups_key(groups):
+def _groups_key(groups, sources):
+    """What of `groups` and `sources` the names depend on: lists of variables are matched to the
+    sources by identity, so both sets of identities."""
     if isinstance(groups, list):
-        return tuple(tuple(id(v) for v in group) for group in groups)
+        return (
+            tuple(tuple(id(v) for v in group) for group in groups),
+            tuple(id(s) for s in sources),
+        )
     return groups
 
 

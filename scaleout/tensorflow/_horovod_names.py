@@ -16,14 +16,9 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-__all__ = [
-    "default_name",
-    "node_name",
-    "grouped_member",
-    "reserve",
-    "gradient_names",
-    "GradientPlan",
-]
+from scaleout._naming import grouped_member, grouped_members
+
+__all__ = ["default_name", "node_name", "reserve", "gradient_names", "GradientPlan"]
 
 # Horovod's op type per collective; the others (barrier, join) have no Horovod TensorFlow op.
 _OPS = {
@@ -62,11 +57,6 @@ def reserve(name: str) -> None:
     """Takes `name` in the current name scope as an op of Horovod's would (so that the ops made
     after it are numbered as they are beside Horovod's)."""
     tf.compat.v1.get_default_graph().unique_name(name)
-
-
-def grouped_member(name: str, index: int, count: int) -> str:
-    """The name of member `index` of a grouped op named `name`: Horovod's `<name>_<i+1>of<n>`."""
-    return f"{name}_{index + 1}of{count}"
 
 
 def _split_list(items: list, n: int) -> List[list]:
@@ -125,22 +115,13 @@ def gradient_names(
             if sparse:
                 values = [grads[i].values for i in sparse]
                 indices = [grads[i].indices for i in sparse]
-                if grouped:
-                    v = node_name(default_name("allgather", values, True, 0), generic)
-                    x = node_name(default_name("allgather", indices, True, 0), generic)
-                    for k, i in enumerate(sparse):
-                        plan[i] = (
-                            "sparse",
-                            grouped_member(v, k, len(sparse)),
-                            grouped_member(x, k, len(sparse)),
-                        )
-                else:
-                    [i] = sparse
-                    plan[i] = (
-                        "sparse",
-                        node_name(default_name("allgather", values, False, 0), generic),
-                        node_name(default_name("allgather", indices, False, 0), generic),
-                    )
+                # (one gradient per batch unless grouped)
+                v = node_name(default_name("allgather", values, grouped, 0), generic)
+                x = node_name(default_name("allgather", indices, grouped, 0), generic)
+                vs = grouped_members(v, len(sparse)) if grouped else [v]
+                xs = grouped_members(x, len(sparse)) if grouped else [x]
+                for i, v_name, x_name in zip(sparse, vs, xs):
+                    plan[i] = ("sparse", v_name, x_name)
             if not dense:
                 continue
             if not grouped:
