@@ -69,7 +69,11 @@ RAY = ["ray[train]>=2.40"]
 DOCS = ["mkdocs-material==9.8.2"]
 # The style tools are pinned: another version lays code out differently (tests/test_style.py).
 STYLE = ["ruff==0.17.6", "clang-format==23.1.5"]
-TEST = ["pytest>=7", "pytest-timeout", "ml_dtypes", "scikit-learn", "hypothesis"] + DOCS + STYLE
+TEST = (
+    ["pytest>=7", "pytest-timeout", "pytest-xdist", "ml_dtypes", "scikit-learn", "hypothesis"]
+    + DOCS
+    + STYLE
+)
 
 setup(
     name="scaleout",

@@ -8,10 +8,13 @@ hostB, ...), and munge, all from Debian's packages, all started here and taken d
 
 Every daemon runs in the foreground inside hostA's or its own host's namespaces, so the hosts'
 close() ends whatever is left of them (slurmstepd, a job's tasks) with the namespaces. State,
-spool, logs, pid files, the munge key and munge's socket are in the work directory: nothing
-under /etc, /var or /run is read or written. One munged serves every node: a Unix socket is a
-file, reached from every host's network namespace alike (each host has a private /run, so the
-socket's path is given to munged with --socket and to Slurm with AuthInfo=socket=...).
+logs, pid files, the munge key and munge's socket are in the work directory, the nodes' spool
+in a directory of its own under /tmp (slurmstepd makes its sockets there, and a Unix socket's
+path has at most 108 bytes, which a test's work directory under pytest-xdist can exceed):
+nothing under /etc, /var or /run is read or written. One munged serves every node: a Unix
+socket is a file, reached from every host's network namespace alike (each host has a private
+/run, so the socket's path is given to munged with --socket and to Slurm with
+AuthInfo=socket=...).
 
 The configuration: root as SlurmUser; no cgroups (proctrack/linuxproc, task/none; slurmd still
 needs a cgroup hierarchy to load its cgroup plugin, see _NODE_MOUNTS, which also gives each node
@@ -30,6 +33,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -101,9 +105,10 @@ class Cluster:
     """Slurm on `hosts`: the first host runs slurmctld and munged, every host a slurmd. Use
     made_cluster() to have it made, started and taken down."""
 
-    def __init__(self, hosts: Hosts):
+    def __init__(self, hosts: Hosts, spool: Path):
         self.hosts = hosts
         self.dir = hosts.dir / "slurm"
+        self.spool = spool
         self.controller = hosts.names[0]
         self.conf = self.dir / "slurm.conf"
         self.munge_socket = self.dir / "munge" / "munge.socket"
@@ -120,7 +125,7 @@ class Cluster:
             (d / sub).mkdir(parents=True, mode=0o700)
         (d / "munge").chmod(0o711)
         for name in self.hosts.names:
-            (d / "spool" / name).mkdir(parents=True, mode=0o700)
+            (self.spool / name).mkdir(parents=True, mode=0o700)
             (d / "tmp" / name).mkdir(parents=True, mode=0o700)
         key = d / "munge" / "munge.key"
         key.write_bytes(os.urandom(1024))  # per test session: nothing else can sign for it
@@ -139,7 +144,7 @@ class Cluster:
             CredType=cred/munge
             AuthInfo=socket={self.munge_socket}
             StateSaveLocation={d / "state"}
-            SlurmdSpoolDir={d / "spool"}/%n
+            SlurmdSpoolDir={self.spool}/%n
             TmpFS={d / "tmp"}/%n
             SlurmctldPidFile={d / "run" / "slurmctld.pid"}
             SlurmdPidFile={d / "run"}/slurmd.%n.pid
@@ -324,11 +329,12 @@ def made_cluster(workdir: Path, count: int = 2) -> Iterator[Cluster]:
     if missing:
         raise SlurmUnavailable(missing)
     with contextlib.ExitStack() as stack:
+        spool = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="so-slurm-")))
         try:
             hosts = stack.enter_context(made_hosts(workdir, count))
         except HostsUnavailable as exc:
             raise SlurmUnavailable(str(exc)) from exc
-        cluster = Cluster(hosts)
+        cluster = Cluster(hosts, spool)
         stack.callback(cluster.stop)  # before the hosts' close()
         cluster.write_files()
         cluster.start()

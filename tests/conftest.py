@@ -7,8 +7,10 @@ run started."""
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -138,6 +140,28 @@ def run_python(
     """Runs `code` in a fresh Python (`python -c code args`), for what only a new process shows:
     what an import starts, a failure before init. The caller checks the exit code."""
     return run_job([sys.executable, "-c", code, *args], "python -c <code>", timeout, env)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 free now, for a server a test's processes start (torch's store):
+    below the kernel's ephemeral range, so that no connection another test opens meanwhile can
+    be given it (a port the kernel picks with bind(0) comes from that range), above Ray's
+    default worker ports (10002-19999), and chosen at random, so that two tests running at once
+    (pytest-xdist) do not pick the same one."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    low = max(low, 2048)
+    for _ in range(100):
+        port = random.randrange(max(1024, low - 8192), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port below {low} on 127.0.0.1")
 
 
 def rank_program(tmp_path: Path, body: str) -> str:

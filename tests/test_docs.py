@@ -116,12 +116,13 @@ def test_readme_is_short_and_keeps_its_commands():
         "python3 -m venv venv && . venv/bin/activate && pip install . && "
         "scaleoutrun -np 2 python examples/hello_allreduce.py"
     ) in readme
+    test_command = "pytest -q -n 2 --dist loadfile tests"
     assert (
-        "python3 -m venv venv && . venv/bin/activate && pip install -e '.[all]' && pytest -q tests"
+        "python3 -m venv venv && . venv/bin/activate && pip install -e '.[all]' && " + test_command
     ) in readme
     assert (ROOT / "examples/hello_allreduce.py").exists()
     ci = (ROOT / ".ci/run").read_text()
-    assert "pip install -q --no-compile -e '.[all]'" in ci and "pytest -q tests" in ci
+    assert "pip install -q --no-compile -e '.[all]'" in ci and test_command in ci
     for link in re.findall(r"\]\((docs/[^)#]+)", readme):
         assert (ROOT / link).exists(), link
 

@@ -8,7 +8,6 @@ through torch's entry point (scaleout/_torch_plugin.py) and join through torch's
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 pytest.importorskip("ray")
 pytest.importorskip("torch")
 
-from conftest import run_job  # noqa: E402
+from conftest import free_port, run_job  # noqa: E402
 
 MP = Path(__file__).resolve().parent / "mp"
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -27,9 +26,7 @@ RAY = str(Path(sys.executable).with_name("ray"))
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """A Ray head with 4 CPUs, its address; stopped (every process of it) afterwards."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     # A short folder: Ray's sockets live under it, and a Unix socket's path is short.
     temp = Path("/tmp") / f"so-ray-{os.getpid()}"
     env = dict(os.environ, RAY_AUTH_MODE="disabled")

@@ -6,7 +6,6 @@ started, with no MPI launcher, joined through torch's store (Note [PMI bootstrap
 that can (MPICH, Intel MPI) and refused by name on the one that cannot (Open MPI)."""
 
 import os
-import socket
 import sys
 from pathlib import Path
 
@@ -14,17 +13,14 @@ import pytest
 
 pytest.importorskip("torch")
 
-from conftest import run_job, run_mpi, scaleoutrun  # noqa: E402
+from conftest import free_port, run_job, run_mpi, scaleoutrun  # noqa: E402
 
 SCRIPT = Path(__file__).resolve().parent / "mp" / "torch_distributed.py"
 TORCHRUN_SCRIPT = Path(__file__).resolve().parent / "mp" / "torch_torchrun.py"
 
 
 def _store_env() -> dict:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
 
 
 def test_collectives_and_ddp_through_the_backend(nranks):
@@ -41,15 +37,9 @@ def test_a_size_or_rank_other_than_the_jobs_is_refused(mode):
     assert proc.stdout.count("all checks passed") == 2
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _torchrun(python: str, n: int, mode: str, env: dict | None = None, *flags: str):
     cmd = [python, "-m", "torch.distributed.run", "--nproc-per-node", str(n), *flags]
-    cmd += ["--master-addr", "127.0.0.1", "--master-port", str(_free_port())]
+    cmd += ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
     cmd += [str(TORCHRUN_SCRIPT), mode]
     return run_job(cmd, f"torchrun of {n} ranks ({mode})", 180, env)
 
@@ -77,7 +67,9 @@ def test_horovod_style_init_under_torchrun():
     assert proc.stdout.count("all checks passed") == 2, proc.stdout + proc.stderr[-3000:]
 
 
-# Starts argv[3] copies of `python script mode` with torch's variables, as a shell would.
+# Starts argv[3] copies of `python script mode` with torch's variables, as a shell would; the
+# first to fail ends the others (a rank left waiting for the store of one that failed would
+# otherwise wait out torch's timeout).
 LAUNCH = """
 import os, subprocess, sys
 python, script, mode, n, port = sys.argv[1:6]
@@ -89,7 +81,15 @@ procs = [
     )
     for r in range(int(n))
 ]
-sys.exit(max(p.wait() for p in procs))
+codes = {}
+while len(codes) < len(procs):
+    pid, status = os.wait()
+    codes[pid] = os.waitstatus_to_exitcode(status)
+    if codes[pid] != 0:
+        for p in procs:
+            if p.pid not in codes:
+                p.kill()
+sys.exit(max(abs(c) for c in codes.values()))
 """
 
 
@@ -99,7 +99,7 @@ def test_processes_given_torch_variables(mode):
     # store to join them through, and must not run them as jobs of one.
     n = 2
     cmd = [sys.executable, "-c", LAUNCH, sys.executable, str(TORCHRUN_SCRIPT), mode, str(n)]
-    cmd.append(str(_free_port()))
+    cmd.append(str(free_port()))
     proc = run_job(cmd, f"{n} processes ({mode})", 120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count("all checks passed") == n, proc.stdout + proc.stderr[-3000:]
