@@ -39,6 +39,18 @@ CXXFLAGS = [
     "-pthread",
 ]
 
+# Note [Static libstdc++]
+# Some compilers link the C++ runtime into a shared object statically (a `c++` wrapper that adds
+# -static-libstdc++, as one machine image here has: its /etc/alternatives/c++). Its symbols are
+# then exported by the core like any default-visibility symbol, and where the process already
+# holds the shared libstdc++ (numpy's and MPI's libraries load it before the core), the dynamic
+# linker binds some of the core's calls to that copy and some to its own: the two copies'
+# locale tables mixed made the first integer written to a std::ostringstream (the segment's
+# name) crash rank 0 in init() with SIGSEGV. --exclude-libs,ALL keeps every symbol that comes
+# from a static archive inside the object, so a static runtime is wholly the core's own; with
+# the usual shared libstdc++ it changes nothing.
+LINK_FLAGS = ["-Wl,--exclude-libs,ALL"]
+
 
 class BuildError(RuntimeError):
     pass
@@ -221,7 +233,7 @@ def build(
         late = [job for job in theirs if not job[3].wait_for(job[1], job[2])]
         for _ in pool.map(compile_one, late):
             pass
-    link = [cxx, "-pthread", *map(str, objects), "-o", str(output), "-ldl"]
+    link = [cxx, "-pthread", *map(str, objects), "-o", str(output), "-ldl", *LINK_FLAGS]
     if shared:
         link[1:1] = ["-shared"]
     _run(link)
@@ -349,6 +361,7 @@ def build_shim(output: Path, mpicxx: str, abi: str) -> Path:
             str(output),
             "-Wl,-rpath,$ORIGIN/../../..",
             "-Wl,--disable-new-dtags",
+            *LINK_FLAGS,
         ]
     )
     return output

@@ -142,3 +142,44 @@ def test_native_unit_tests_pass(native_tests_binary: Path, test_file: str):
         f"native unit tests of {test_file}: {passed} passed, {failed} failed, "
         f"exit {proc.returncode}\n{output}"
     )
+
+
+def test_a_core_linked_with_a_static_cpp_runtime_keeps_that_runtime_to_itself(
+    tmp_path, monkeypatch
+):
+    # Note [Static libstdc++]: a compiler that links libstdc++ into the core statically (a `c++`
+    # wrapper adding -static-libstdc++) must not leave the runtime's symbols exported, where the
+    # process's shared libstdc++ would take over some of the core's calls to it (rank 0 crashed
+    # in init() so on a machine whose shared libstdc++ is another version than the static one).
+    try:
+        cxx = build_native.find_cxx()
+    except build_native.BuildError as e:
+        pytest.skip(f"no C++ compiler: {e}")
+    archive = subprocess.run(
+        [cxx, "-print-file-name=libstdc++.a"], capture_output=True, text=True
+    ).stdout.strip()
+    if not os.path.isabs(archive):
+        pytest.skip(f"{cxx} has no static libstdc++ (libstdc++.a) to link")
+    # The same compiler under its own name (its objects come from the build cache, keyed by the
+    # compiler's name and version), -static-libstdc++ at the link.
+    (tmp_path / "bin").mkdir()
+    wrapper = tmp_path / "bin" / Path(cxx).name
+    wrapper.write_text(
+        f'#!/bin/sh\ncase " $* " in *" -c "*) exec {cxx} "$@";; esac\n'
+        f'exec {cxx} "$@" -static-libstdc++\n'
+    )
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CXX", str(wrapper))
+    core = build_native.build(tmp_path / "core.so", tmp_path / "obj", shared=True)
+    needed = subprocess.run(["readelf", "-d", str(core)], capture_output=True, text=True).stdout
+    assert "libstdc++" not in needed, "the wrapper did not link libstdc++ statically"
+    symbols = subprocess.run(
+        ["nm", "--defined-only", str(core)], capture_output=True, text=True
+    ).stdout
+    exported = subprocess.run(
+        ["nm", "-D", "--defined-only", str(core)], capture_output=True, text=True
+    ).stdout
+    classic = "_ZNSt6locale7classicEv"  # std::locale::classic(), defined by libstdc++ alone
+    assert classic in symbols, "libstdc++ is not inside the core"
+    assert classic not in exported, "the core exports the C++ runtime it holds"
+    assert "so_init" in exported  # the C ABI stays exported
