@@ -439,6 +439,19 @@ class Hosts:
             env={**os.environ, **(env or {})},
         )
 
+    def start_on(self, name: str, argv: list[str], env: Optional[dict] = None) -> subprocess.Popen:
+        """Starts argv on a host and returns at once (text pipes for stdout and stderr; a session
+        of its own, so that the caller can end it with everything it started)."""
+        return subprocess.Popen(
+            self._enter(name) + argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
+
     def interface_bytes(self, name: str) -> dict[str, int]:
         """{"rx": ..., "tx": ...}: the byte counters of `name`'s INTERFACE."""
         statistics = f"/sys/class/net/{INTERFACE}/statistics"

@@ -305,3 +305,33 @@ def test_a_rank_that_stops_answering_is_named(hosts, tmp_path):
         result.stdout,
         re.M,
     ), result.stdout + result.stderr
+
+
+def test_torchrun_on_each_host_makes_one_job(hosts):
+    # As on a cluster with no MPI launcher: torchrun on each machine (--nnodes 2), its workers
+    # joined through torch's store at hostA's address (Note [PMI bootstrap]: rank 0's PMI server
+    # is reached across the link). tests/mp/torch_torchrun.py checks torch's and scaleout's
+    # ranks, each host's local ranks, the collectives, a group that spans the hosts and DDP
+    # equal to one process.
+    pytest.importorskip("torch")
+    script = Path(__file__).resolve().parent / "mp" / "torch_torchrun.py"
+    store = f"{hosts.addresses['hostA']}"
+    started = []
+    for node, name in enumerate(hosts.names):
+        argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2"]
+        argv += ["--node-rank", str(node), "--nproc-per-node", "2"]
+        argv += ["--master-addr", store, "--master-port", "29500", str(script), "ddp"]
+        started.append((name, hosts.start_on(name, argv, env=dict(NETWORK_ENV))))
+    outputs = {}
+    try:
+        for name, proc in started:
+            out, err = proc.communicate(timeout=240)
+            outputs[name] = (proc.returncode, out, err)
+    finally:
+        for _, proc in started:
+            if proc.poll() is None:
+                os.killpg(proc.pid, 9)
+                proc.communicate()
+    for name, (code, out, err) in outputs.items():
+        assert code == 0, f"{name}: torchrun exited with {code}\n{out[-3000:]}\n{err[-4000:]}"
+        assert out.count("all checks passed") == 2, f"{name}:\n{out}\n{err[-3000:]}"

@@ -288,6 +288,17 @@ def _allreduce_(tensor: torch.Tensor, name: str, op: int, prescale: float, ps: i
     )
 
 
+def _copied_into(outputs, handles) -> Callable:
+    """A finish that copies each handle's result into its output tensor, in its shape."""
+
+    def finish(_):
+        for out, h in zip(outputs, handles):
+            out.copy_(synchronize(h).reshape(out.shape))
+        return outputs
+
+    return finish
+
+
 def _cpu(tensors: List[torch.Tensor], what: str) -> None:
     for t in tensors:
         if not t.is_cpu:
@@ -356,6 +367,43 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
         ps = self._set.process_set_id
         handles = [_allreduce_(t, self._name("allreduce"), op, pre, ps) for t in tensors]
         return self._work(None, _all_of(handles, tensors), opts)
+
+    # torch's functional collectives (torch.distributed._functional_collectives: what a
+    # DTensor's full_tensor() and redistribute() run) call the coalesced forms; torch's Python
+    # process groups take those under their older names too (allgather_into_tensor_coalesced,
+    # reduce_scatter_tensor_coalesced), so both are given. Without them torch looks for a C++
+    # backend of the group, which a Python process group has not.
+    def allreduce_coalesced(self, tensors, opts):
+        return self.allreduce(tensors, opts)
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts):
+        _cpu(inputs, "all_gather_into_tensor")
+        handles = [
+            so.allgather_async(
+                t.reshape(1, -1), name=self._name("allgather"), process_set=self._set
+            )
+            for t in inputs
+        ]
+        return self._work(None, _copied_into(outputs, handles), opts)
+
+    all_gather_single_coalesced = allgather_into_tensor_coalesced
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts):
+        _cpu(inputs, "reduce_scatter_tensor")
+        op, pre = _core_op(opts.reduceOp, "reduce_scatter_tensor")
+        handles = [
+            so.reducescatter_async(
+                t.reshape(self.size(), -1),
+                name=self._name("reducescatter"),
+                op=op,
+                prescale_factor=pre,
+                process_set=self._set,
+            )
+            for t in inputs
+        ]
+        return self._work(None, _copied_into(outputs, handles), opts)
+
+    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
 
     def reduce(self, tensors, opts):
         # The reduction lands in the root's tensors; the others' stay as they were (an

@@ -6,9 +6,11 @@ under scaleoutrun, init_process_group("scaleout") with no arguments: every colle
 step against values every rank computes, for each op and dtype, reduce, gather, scatter and
 PREMUL_SUM, blocking and async (wait() and get_future()), the object collectives, send/recv,
 groups of some ranks (new_group: the collectives, send/recv, two groups at once, DDP over
-one), what is not supported yet raising, DDP (SGD with momentum, then Adam; float64, three
-steps; its fp16 hook, no_sync, find_unused_parameters and join) and FSDP2 (fully_shard, SGD
-with momentum) equal to one process on the global batch. argv[1] "bad-size" / "bad-rank":
+one), what is not supported yet raising, torch's functional collectives and DTensor's
+full_tensor() and redistribute(), DDP (SGD with momentum, then Adam; float64, three steps; its
+fp16 hook, no_sync, find_unused_parameters and join), FSDP2 (fully_shard, SGD with momentum;
+its full state dict too) and FSDP1 (flat and original parameters) equal to one process on the
+global batch. argv[1] "bad-size" / "bad-rank":
 init_process_group with a size or rank other than the job's must raise ValueError naming it
 (under mpiexec, with the test's MASTER_ADDR and MASTER_PORT)."""
 
@@ -340,6 +342,46 @@ def ddp_hooks_no_sync_unused_and_join(r: int, n: int) -> None:
     check(all(torch.equal(e, flat) for e in everyone), "DDP join: every rank's parameters equal")
 
 
+def functional_collectives(r: int, n: int) -> None:
+    """torch's functional collectives (what DTensor runs) through the backend, and a sharded
+    DTensor made whole again (full_tensor) and replicated (redistribute)."""
+    import torch.distributed._functional_collectives as fc
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    world = dist.group.WORLD
+    whole = n * (n + 1) / 2
+    got = fc.all_reduce(torch.full((3,), float(r + 1)), "sum", world)
+    check_close(got.double(), torch.full((3,), whole), "functional all_reduce")
+    got = fc.all_gather_tensor(torch.full((2,), float(r)), 0, world)
+    check_close(
+        got.double(), torch.arange(n).double().repeat_interleave(2), "functional all_gather"
+    )
+    got = fc.reduce_scatter_tensor(torch.arange(2.0 * n) * (r + 1), "sum", 0, world)
+    check_close(
+        got.double(), torch.tensor([2.0 * r, 2.0 * r + 1]) * whole, "functional reduce_scatter"
+    )
+    a, b = fc.all_reduce_coalesced([torch.ones(2), torch.full((3,), float(r))], "sum", world)
+    check_close(a.double(), torch.full((2,), float(n)), "functional all_reduce_coalesced [0]")
+    check_close(
+        b.double(), torch.full((3,), n * (n - 1) / 2), "functional all_reduce_coalesced [1]"
+    )
+    (got,) = fc.all_gather_into_tensor_coalesced([torch.full((2,), float(r))], world)
+    want = torch.arange(n).double().repeat_interleave(2)
+    check_close(got.double(), want, "functional all_gather_into_tensor_coalesced")
+    got = fc.all_to_all_single(torch.arange(float(n)) + 10 * r, None, None, world)
+    check_close(got.double(), torch.arange(n).double() * 10 + r, "functional all_to_all_single")
+    got = fc.broadcast(torch.full((2,), float(r)), n - 1, world)
+    check_close(got.double(), torch.full((2,), float(n - 1)), "functional broadcast")
+    mesh = init_device_mesh("cpu", (n,))
+    full = torch.arange(6.0 * n).reshape(3 * n, 2)
+    sharded = distribute_tensor(full, mesh, [Shard(0)])
+    check(torch.equal(sharded.to_local(), full[3 * r : 3 * r + 3]), "DTensor shard")
+    check(torch.equal(sharded.full_tensor(), full), "DTensor full_tensor()")
+    replicated = sharded.redistribute(mesh, [Replicate()]).to_local()
+    check(torch.equal(replicated, full), "DTensor redistribute to Replicate")
+
+
 def fsdp2_equals_one_process(r: int, n: int) -> None:
     """fully_shard (FSDP2) over the backend: each rank's shard after three SGD steps is the
     one-process model's rows of it (FSDP2 shards dim 0 in ceil(rows / n) blocks)."""
@@ -359,6 +401,32 @@ def fsdp2_equals_one_process(r: int, n: int) -> None:
         want = whole[r * rows : (r + 1) * rows]
         got = shards[name].to_local()[: want.shape[0]]
         check_close(got.detach(), want.detach(), f"FSDP2 {name}", 1e-10, 1e-10)
+        # The full state dict of the sharded model (functional all-gathers).
+        check_close(shards[name].full_tensor().detach(), whole, f"FSDP2 full {name}", 1e-10, 1e-10)
+
+
+def fsdp1_equals_one_process(r: int, n: int) -> None:
+    """FullyShardedDataParallel (FSDP1) on CPU over the backend, with its flat parameters and with
+    the original ones: after three SGD steps the whole model (summon_full_params) is the
+    one-process model."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    for use_orig_params in (False, True):
+        ref = model()
+        ours = FSDP(model(), device_id=torch.device("cpu"), use_orig_params=use_orig_params)
+        opt = torch.optim.SGD(ours.parameters(), lr=0.1, momentum=0.9)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+        train_beside_one_process(r, n, ours, opt, ref, ref_opt, seed=3)
+        with FSDP.summon_full_params(ours):
+            whole = dict(ours.named_parameters())
+            check(sorted(whole) == sorted(dict(ref.named_parameters())), f"FSDP1 {sorted(whole)}")
+            for name, want in ref.named_parameters():
+                if name in whole:
+                    what = f"FSDP1 {name} (use_orig_params={use_orig_params})"
+                    # A copy: numpy's view of a tensor makes its storage one that FSDP cannot
+                    # free when the context ends.
+                    got = whole[name].detach().clone()
+                    check_close(got, want.detach(), what, 1e-10, 1e-10)
 
 
 def main() -> None:
@@ -377,9 +445,11 @@ def main() -> None:
         )
         collectives(r, n)
         groups(r, n)
+        functional_collectives(r, n)
         ddp_equals_one_process(r, n)
         ddp_hooks_no_sync_unused_and_join(r, n)
         fsdp2_equals_one_process(r, n)
+        fsdp1_equals_one_process(r, n)
         dist.destroy_process_group()
         finish()
         return
