@@ -146,15 +146,15 @@ def free_port() -> int:
     """A TCP port on 127.0.0.1 free now, for a server a test's processes start (torch's store):
     below the kernel's ephemeral range, so that no connection another test opens meanwhile can
     be given it (a port the kernel picks with bind(0) comes from that range), above Ray's
-    default worker ports (10002-19999), and chosen at random, so that two tests running at once
-    (pytest-xdist) do not pick the same one."""
+    default worker ports (10002-19999) where the range leaves room, and chosen at random, so
+    that two tests running at once (pytest-xdist) do not pick the same one."""
     try:
         low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         low = 32768
-    low = max(low, 2048)
+    first = max(20000, low - 8192) if low > 21000 else 1024
     for _ in range(100):
-        port = random.randrange(max(1024, low - 8192), low)
+        port = random.randrange(first, low)
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
