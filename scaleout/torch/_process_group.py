@@ -77,7 +77,10 @@ def _core_op(op: dist.ReduceOp, what: str) -> tuple:
     if core is not None:
         return core, 1.0
     if kind == dist.ReduceOp.RedOpType.PREMUL_SUM:
-        factor = op.factor
+        # Older torch (2.11 here) has no ReduceOp.factor; the op's pickled state holds it.
+        factor = getattr(op, "factor", None)
+        if factor is None:
+            factor = op.__getstate__()[1]
         if isinstance(factor, torch.Tensor):
             if factor.numel() != 1:
                 raise ValueError(f"{what}: PREMUL_SUM's factor must be a scalar, not {factor}")

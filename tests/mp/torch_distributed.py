@@ -385,13 +385,16 @@ def functional_collectives(r: int, n: int) -> None:
 def fsdp2_equals_one_process(r: int, n: int) -> None:
     """fully_shard (FSDP2) over the backend: each rank's shard after three SGD steps is the
     one-process model's rows of it (FSDP2 shards dim 0 in ceil(rows / n) blocks)."""
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
+    # A CPU mesh: fully_shard's default is the accelerator's, where the machine has one.
+    mesh = init_device_mesh("cpu", (n,))
     ours, ref = model(), model()
     for layer in ours:
         if isinstance(layer, nn.Linear):
-            fully_shard(layer)
-    fully_shard(ours)
+            fully_shard(layer, mesh=mesh)
+    fully_shard(ours, mesh=mesh)
     opt = torch.optim.SGD(ours.parameters(), lr=0.1, momentum=0.9)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
     train_beside_one_process(r, n, ours, opt, ref, ref_opt, seed=2)
