@@ -315,7 +315,7 @@ def test_torchrun_on_each_host_makes_one_job(hosts):
     # equal to one process.
     pytest.importorskip("torch")
     script = Path(__file__).resolve().parent / "mp" / "torch_torchrun.py"
-    store = f"{hosts.addresses['hostA']}"
+    store = hosts.addresses["hostA"]
     started = []
     for node, name in enumerate(hosts.names):
         argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2"]

@@ -381,12 +381,7 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts):
         _cpu(inputs, "all_gather_into_tensor")
-        handles = [
-            so.allgather_async(
-                t.reshape(1, -1), name=self._name("allgather"), process_set=self._set
-            )
-            for t in inputs
-        ]
+        handles = [self._gather_rows(t) for t in inputs]
         return self._work(None, _copied_into(outputs, handles), opts)
 
     all_gather_single_coalesced = allgather_into_tensor_coalesced
@@ -394,16 +389,7 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts):
         _cpu(inputs, "reduce_scatter_tensor")
         op, pre = _core_op(opts.reduceOp, "reduce_scatter_tensor")
-        handles = [
-            so.reducescatter_async(
-                t.reshape(self.size(), -1),
-                name=self._name("reducescatter"),
-                op=op,
-                prescale_factor=pre,
-                process_set=self._set,
-            )
-            for t in inputs
-        ]
+        handles = [self._reduce_scatter_rows(t, op, pre) for t in inputs]
         return self._work(None, _copied_into(outputs, handles), opts)
 
     reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
@@ -448,9 +434,7 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
 
     def _allgather_base(self, output, input, opts):
         _cpu([input], "all_gather_into_tensor")
-        handle = so.allgather_async(
-            input.reshape(1, -1), name=self._name("allgather"), process_set=self._set
-        )
+        handle = self._gather_rows(input)
 
         def finish(gathered):
             output.copy_(gathered.reshape(output.shape))
@@ -463,14 +447,7 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
     def _reduce_scatter_base(self, output, input, opts):
         _cpu([input], "reduce_scatter_tensor")
         op, pre = _core_op(opts.reduceOp, "reduce_scatter_tensor")
-        rows = input.reshape(self.size(), -1)
-        handle = so.reducescatter_async(
-            rows,
-            name=self._name("reducescatter"),
-            op=op,
-            prescale_factor=pre,
-            process_set=self._set,
-        )
+        handle = self._reduce_scatter_rows(input, op, pre)
 
         def finish(mine):
             output.copy_(mine.reshape(output.shape))
@@ -479,6 +456,22 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
         return self._work(handle, finish, opts)
 
     reduce_scatter_single = _reduce_scatter_base
+
+    def _gather_rows(self, tensor):
+        """The allgather of all_gather_into_tensor: each rank's tensor as one row."""
+        return so.allgather_async(
+            tensor.reshape(1, -1), name=self._name("allgather"), process_set=self._set
+        )
+
+    def _reduce_scatter_rows(self, tensor, op: int, prescale: float):
+        """The reducescatter of reduce_scatter_tensor: rank k gets the k-th of size() rows."""
+        return so.reducescatter_async(
+            tensor.reshape(self.size(), -1),
+            name=self._name("reducescatter"),
+            op=op,
+            prescale_factor=prescale,
+            process_set=self._set,
+        )
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts):
         _cpu([input], "all_to_all_single")
