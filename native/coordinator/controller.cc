@@ -289,9 +289,12 @@ Status Controller::SendReady(double now, std::vector<Response>* out, bool all) {
   if (round_left_) negotiator_->PutBack(std::move(later));
   std::vector<Response> plan = PlanFusion(std::move(round), config_.fusion_threshold_bytes);
   std::vector<uint8_t> bytes = EncodeResponses(plan);
+  const size_t length = bytes.size();
+  int last = 0;  // the last live worker gets the bytes themselves, the others copies
+  for (int r = 1; r < size_; ++r) last = live_[r] ? r : last;
   for (int r = 1; r < size_; ++r) {
     if (!live_[r]) continue;
-    Status s = channel_->Send(r, bytes);
+    Status s = channel_->Send(r, r == last ? std::move(bytes) : bytes);
     if (!s.ok()) return s;
     ++stats_.messages_sent;
   }
@@ -299,7 +302,7 @@ Status Controller::SendReady(double now, std::vector<Response>* out, bool all) {
     size_t tensors = 0;
     for (const Response& r : plan) tensors += r.tensors.size();
     SO_LOG(kDebug, "dispatch at " << now << ": " << plan.size() << " responses, " << tensors
-                                  << " tensors, " << bytes.size() << " bytes to each rank");
+                                  << " tensors, " << length << " bytes to each rank");
   }
   for (Response& r : plan) out->push_back(std::move(r));
   return Status::OK();

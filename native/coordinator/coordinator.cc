@@ -427,11 +427,10 @@ void Coordinator::Execute(const Response& r) {
     }
     // Note [Stalls inside a collective]: the global set's only, for now (one record per rank).
     if (set_.id == 0) {
-      std::string what = CollectiveName(r.collective);
-      if (!r.tensors.empty()) what += " '" + r.tensors[0].name + "'";
-      if (r.tensors.size() > 1)
-        what += " (and " + std::to_string(r.tensors.size() - 1) + " fused with it)";
-      liveness_->execution().Begin(what, agreed > 0 ? agreed : Now());
+      static const std::string kNone;
+      liveness_->execution().Begin(CollectiveName(r.collective),
+                                   r.tensors.empty() ? kNone : r.tensors[0].name, r.tensors.size(),
+                                   agreed > 0 ? agreed : Now());
     }
     if (timeline_.enabled()) {
       const std::string upper = TimelineName(r.collective);

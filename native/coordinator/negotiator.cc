@@ -108,18 +108,22 @@ std::vector<int> Negotiator::Named(std::vector<int> ranks) const {
 
 void Negotiator::Add(int rank, Request request, double now) {
   SO_CHECK(rank >= 0 && rank < size_, "request from an unknown rank");
-  const std::string name = request.name;
-  Entry& e = table_[name];
+  // One lookup of the name for the whole of this (a small collective's negotiation is mostly
+  // such bookkeeping).
+  auto it = table_.find(request.name);
+  if (it == table_.end()) it = table_.emplace(request.name, Entry()).first;
+  Entry& e = it->second;
   if (e.by_rank.empty()) {
     e.by_rank.resize(size_);
     e.first_seen = now;
     e.arrival = arrival_counter_++;
   }
-  SO_CHECK(!e.by_rank[rank], "rank " + std::to_string(rank) + " submitted '" + name + "' twice");
+  SO_CHECK(!e.by_rank[rank],
+           "rank " + std::to_string(rank) + " submitted '" + it->first + "' twice");
   e.by_rank[rank] = std::move(request);
   ++e.submitted;
   last_change_ = now;
-  CheckReady(name);
+  TakeIfReady(it);
 }
 
 // "rank 2 has shut down", or why a rank is gone when that is known (Note [Liveness]).
@@ -227,8 +231,12 @@ bool Negotiator::IsReady(const Entry& e) const {
 
 void Negotiator::CheckReady(const std::string& name) {
   auto it = table_.find(name);
-  if (it == table_.end() || !IsReady(it->second)) return;
-  ready_.push_back(Build(name, it->second));
+  if (it != table_.end()) TakeIfReady(it);
+}
+
+void Negotiator::TakeIfReady(std::unordered_map<std::string, Entry>::iterator it) {
+  if (!IsReady(it->second)) return;
+  ready_.push_back(Build(it->first, it->second));
   table_.erase(it);
 }
 

@@ -71,6 +71,7 @@ class Negotiator {
   void CheckAllPending();
   bool IsReady(const Entry& e) const;
   void CheckReady(const std::string& name);
+  void TakeIfReady(std::unordered_map<std::string, Entry>::iterator it);
   void FailJoin();
   std::string GoneList(const std::vector<int>& gone) const;
   std::vector<int32_t> Culprits() const;

@@ -40,6 +40,7 @@ size_t FusedBytes(const Response& response, const ResponseTensor& t) {
 }
 
 std::vector<Response> PlanFusion(std::vector<Response> ready, size_t threshold_bytes) {
+  if (ready.size() < 2) return ready;  // nothing to fuse (the common case of a lone tensor)
   std::vector<Response> out;
   out.reserve(ready.size());
   std::map<FusionKey, std::pair<size_t, size_t>> open;  // key -> (index in out, bytes so far)

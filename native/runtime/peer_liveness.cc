@@ -386,12 +386,22 @@ void PeerLiveness::Beat(double now) {
   }
 }
 
-void PeerLiveness::Execution::Begin(const std::string& what, double now) {
+void PeerLiveness::Execution::Begin(const char* collective, const std::string& first,
+                                    size_t tensors, double now) {
   std::lock_guard<std::mutex> lock(mu_);
-  what_ = what;
+  collective_ = collective;
+  first_ = first;  // the capacity of the last name is reused
+  tensors_ = tensors;
   since_ = now;
   started_.fetch_add(1, std::memory_order_release);
   inside_.store(true, std::memory_order_release);
+}
+
+std::string PeerLiveness::Execution::WhatLocked() const {
+  std::string what = collective_;
+  if (tensors_ > 0) what += " '" + first_ + "'";
+  if (tensors_ > 1) what += " (and " + std::to_string(tensors_ - 1) + " fused with it)";
+  return what;
 }
 
 std::string PeerLiveness::Suspects(double now, uint64_t started, int* first, int* kind) const {
@@ -429,7 +439,7 @@ void PeerLiveness::CheckStall(double now) {
   double since;
   {
     std::lock_guard<std::mutex> lock(execution_.mu_);
-    what = execution_.what_;
+    what = execution_.WhatLocked();
     since = execution_.since_;
   }
   const uint64_t started = execution_.started_.load(std::memory_order_acquire);

@@ -55,16 +55,24 @@ class PeerLiveness {
   // What the coordinator thread is executing (Note [Stalls inside a collective]).
   class Execution {
    public:
-    void Begin(const std::string& what, double now);
+    // `collective` (a name that outlives the call, as CollectiveName's) of `tensors` tensors,
+    // the first named `first`. Only copied here: the text is made when a stall is reported
+    // (formatting it took a 4 KiB allreduce 0.3 us).
+    void Begin(const char* collective, const std::string& first, size_t tensors, double now);
     void End() { inside_.store(false, std::memory_order_release); }
 
    private:
     friend class PeerLiveness;
+    // "allreduce 'x' (and 3 fused with it)"; under mu_.
+    std::string WhatLocked() const;
+
     std::atomic<uint64_t> started_{0};
     std::atomic<bool> inside_{false};
     std::mutex mu_;
-    std::string what_;  // guarded by mu_
-    double since_ = 0;  // guarded by mu_
+    const char* collective_ = "";  // guarded by mu_, as the rest
+    std::string first_;
+    size_t tensors_ = 0;
+    double since_ = 0;
   };
   Execution& execution() { return execution_; }
 
