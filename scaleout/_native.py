@@ -247,8 +247,10 @@ register_tensor_type: Callable[[type, dict, Any], None] = _binding.register_tens
 
 # allreduce_now(tensor, average, name, op, prescale_factor, postscale_factor, process_set) ->
 # allreduce_'s result, or NotImplemented where the general path must run (Note [Synchronous
-# allreduce_]); set_fast_path(array type, global process set, op codes) says what it takes.
+# allreduce_]); allreduce_async_now, the same arguments -> allreduce_async_'s Handle, or
+# NotImplemented; set_fast_path(array type, global process set, op codes) says what they take.
 allreduce_now: Callable[..., Any] = _binding.allreduce_now
+allreduce_async_now: Callable[..., Any] = _binding.allreduce_async_now
 set_fast_path: Callable[[type, Any, Any], None] = _binding.set_fast_path
 
 # synchronize(handle) -> result: waits (without the GIL; Ctrl-C interrupts and leaves the handle

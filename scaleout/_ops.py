@@ -26,6 +26,7 @@ from scaleout._native import (
     Min,
     Product,
     Sum,
+    allreduce_async_now,
     allreduce_now,
     auto_name,
     group,
@@ -156,6 +157,12 @@ def allreduce_async_(
     process_set=global_process_set,
 ) -> Handle:
     """In-place form of allreduce_async: the result is written into `tensor`."""
+    # The common case in one call of the binding, as allreduce_'s (Note [Synchronous allreduce_])
+    handle = allreduce_async_now(
+        tensor, average, name, op, prescale_factor, postscale_factor, process_set
+    )
+    if handle is not NotImplemented:
+        return handle
     return _allreduce(
         tensor, average, name, op, prescale_factor, postscale_factor, process_set, True, False
     )

@@ -300,6 +300,8 @@ done:
 // explains any error. Measured (2 ranks, interleaved, same run): 7.63 -> 7.27 us per 4 KiB
 // allreduce_ (mpi4py's in-place Allreduce 6.34 us, submit and synchronize called directly from
 // the loop 6.56 us): what remains above the latter is allreduce_'s own Python frame.
+// allreduce_async_now does the same for allreduce_async_, returning the Handle: 200 such
+// submissions of 16 KiB took 0.47 -> 0.43 ms (2026-11-27).
 static PyObject *code_allreduce, *code_average, *code_zero;
 
 /* set_fast_path(array type, the global process set object, a container of the op codes) */
@@ -317,11 +319,9 @@ static PyObject* set_fast_path(PyObject* self, PyObject* const* a, Py_ssize_t n)
   Py_RETURN_NONE;
 }
 
-static PyObject* allreduce_now(PyObject* self, PyObject* const* a, Py_ssize_t n) {
-  if (n != 7) {
-    PyErr_SetString(PyExc_TypeError, "allreduce_now takes 7 arguments");
-    return NULL;
-  }
+/* allreduce_now's submission; `waits`: the caller synchronizes at once. A handle, NULL with an
+ * exception set, or NotImplemented (the general path then explains). */
+static PyObject* allreduce_submit(PyObject* self, PyObject* const* a, int waits) {
   PyObject *tensor = a[0], *op = a[3];
   if (fast_array_type == NULL || (PyObject*)Py_TYPE(tensor) != fast_array_type || a[1] != Py_None ||
       a[6] != fast_global_set) {
@@ -350,16 +350,35 @@ static PyObject* allreduce_now(PyObject* self, PyObject* const* a, Py_ssize_t n)
                                   [ARG_splits] = Py_None,
                                   [ARG_finish] = Py_None,
                                   [ARG_process_set] = code_zero,
-                                  [ARG_caller_waits] = Py_True};
+                                  [ARG_caller_waits] = waits ? Py_True : Py_False};
   PyObject* handle = submit(self, argv, ARG_priority, NULL);
   if (handle == NULL) {
     if (!PyErr_ExceptionMatches(PyExc_BufferError)) return NULL;
     PyErr_Clear();
     Py_RETURN_NOTIMPLEMENTED;
   }
+  return handle;
+}
+
+static PyObject* allreduce_now(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (n != 7) {
+    PyErr_SetString(PyExc_TypeError, "allreduce_now takes 7 arguments");
+    return NULL;
+  }
+  PyObject* handle = allreduce_submit(self, a, 1);
+  if (handle == NULL || handle == Py_NotImplemented) return handle;
   PyObject* result = synchronize_handle(handle);
   Py_DECREF(handle);
   return result;
+}
+
+/* allreduce_async_'s common case, as allreduce_now's: its Handle, or NotImplemented. */
+static PyObject* allreduce_async_now(PyObject* self, PyObject* const* a, Py_ssize_t n) {
+  if (n != 7) {
+    PyErr_SetString(PyExc_TypeError, "allreduce_async_now takes 7 arguments");
+    return NULL;
+  }
+  return allreduce_submit(self, a, 0);
 }
 
 int submit_init(void) {
@@ -382,6 +401,9 @@ static PyMethodDef methods[] = {
      "output=None, out_address=None, op=Average, root_rank=0, prescale_factor=1.0, "
      "postscale_factor=1.0, splits=None, finish=None, process_set=0, caller_waits=False, "
      "priority=0) -> Handle"},
+    {"allreduce_async_now", (PyCFunction)(void (*)(void))allreduce_async_now, METH_FASTCALL,
+     "allreduce_async_now(tensor, average, name, op, prescale_factor, postscale_factor, "
+     "process_set) -> Handle, or NotImplemented (Note [Synchronous allreduce_])"},
     {"allreduce_now", (PyCFunction)(void (*)(void))allreduce_now, METH_FASTCALL,
      "allreduce_now(tensor, average, name, op, prescale_factor, postscale_factor, process_set) "
      "-> allreduce_'s result, or NotImplemented (Note [Synchronous allreduce_])"},
