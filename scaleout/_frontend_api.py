@@ -18,6 +18,7 @@ from scaleout._errors import (
     ShutDownError,
     TransportError,
 )
+from scaleout._local_sgd import counters as _local_sgd_counters  # noqa: F401 (in stats())
 from scaleout._native import Adasum, Average, Handle, Max, Min, Product, Sum
 from scaleout._objects import allgather_object, broadcast_object
 from scaleout._process_set_registry import add_process_set, init, remove_process_set

@@ -10,7 +10,7 @@ import atexit
 import os
 import sys
 import threading
-from typing import Any, Optional
+from typing import Any, Callable, Dict, Optional
 
 from scaleout import _binding, _mpi_library, _native, _pmi_bootstrap
 from scaleout._errors import InvalidArgumentError, MPIMismatchError, NotInitializedError
@@ -171,6 +171,15 @@ def stop_timeline() -> None:
     _binding.timeline(None, False)
 
 
+# Counters of the layers above (local SGD's rounds, ...): stats()[name] is source().
+_stats_sources: Dict[str, Callable[[], dict]] = {}
+
+
+def add_stats(name: str, source: Callable[[], dict]) -> None:
+    """Reports `source()` in stats() under `name` (for the modules above this one)."""
+    _stats_sources[name] = source
+
+
 def stats() -> dict:
     """This rank's bookkeeping: ``handles`` (issued by the core and not yet released: a handle
     is released when its result is taken) and ``names_in_flight`` (collectives submitted and
@@ -178,10 +187,16 @@ def stats() -> dict:
     (``"allreduce"``, ...), since init, ``calls``, ``bytes`` (of the tensors this rank
     submitted), ``shm_bytes`` (written into its shared-memory staging areas for the other
     ranks), ``mpi_bytes`` (handed to MPI to send), ``reduce_seconds`` (in scaleout's own
-    reduction kernels) and ``wait_seconds`` (waiting for other ranks)."""
+    reduction kernels) and ``wait_seconds`` (waiting for other ranks). And ``local_sgd``: the
+    model-averaging rounds of every LocalSGDOptimizer of this process since it started, by
+    scope (``"all"``: over the whole process set; ``"host"``: inside this machine), each with
+    ``rounds`` and ``bytes`` (of the parameters and buffers this rank averaged)."""
     _topo()
     handles, names = _binding.stats()
-    return {"handles": handles, "names_in_flight": names, "collectives": traffic()}
+    out = {"handles": handles, "names_in_flight": names, "collectives": traffic()}
+    for name, source in _stats_sources.items():
+        out[name] = source()
+    return out
 
 
 def traffic() -> dict:

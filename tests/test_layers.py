@@ -37,6 +37,7 @@ LAYERS: List[Set[str]] = [
         "_gradient_rules",
     },  # what each collective's gradient is, over a front end's primitives
     {"_objects"},  # collectives on Python objects
+    {"_host_sets"},  # the process sets of the job's machines (Note [Host sets])
     {
         "_process_set_registry",  # registering process sets (collectives), so the public init()
         "_topk",  # top-k sparsification
@@ -44,6 +45,7 @@ LAYERS: List[Set[str]] = [
     },  # writing and finding commits on every host (collectives)
     {
         "_compression",  # Compression.none/fp16/bf16/topk
+        "_local_sgd",  # local SGD's schedule (Note [Local SGD])
         "_elastic_state",
     },  # elastic State objects
     {"_elastic_run"},  # hvd.elastic.run

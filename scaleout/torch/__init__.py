@@ -57,6 +57,7 @@ from scaleout.torch._collectives import (
     synchronize,
 )
 from scaleout.torch._compression import Compression
+from scaleout.torch._local_sgd import LocalSGDOptimizer
 from scaleout.torch._optimizer import DistributedOptimizer
 from scaleout.torch._sync_batch_norm import SyncBatchNorm
 
@@ -91,6 +92,7 @@ __all__ = _frontend_api.__all__ + [
     "broadcast_parameters",
     "broadcast_optimizer_state",
     "DistributedOptimizer",
+    "LocalSGDOptimizer",
     "Compression",
     "SyncBatchNorm",
     "elastic",

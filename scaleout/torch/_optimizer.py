@@ -451,7 +451,40 @@ def _check_names(named_parameters) -> Dict[torch.Tensor, str]:
     return by_param
 
 
-_classes: Dict[type, type] = {}
+_classes: Dict[Tuple[type, type], type] = {}
+
+
+def wrap(optimizer: torch.optim.Optimizer, mixin: type, what: str) -> torch.optim.Optimizer:
+    """An instance of a subclass of `optimizer`'s class with `mixin` before it, sharing the
+    optimizer's parameter groups, state and hooks (not yet set up: the caller's _so_setup)."""
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise InvalidArgumentError(
+            f"{what} wraps a torch.optim.Optimizer, not {type(optimizer).__name__}"
+        )
+    if isinstance(optimizer, _DistributedMixin):
+        raise InvalidArgumentError(
+            f"{what} wraps a plain torch.optim optimizer; this one is already a "
+            f"{'LocalSGDOptimizer' if hasattr(optimizer, '_so_local') else 'DistributedOptimizer'}"
+        )
+    base = type(optimizer)
+    cls = _classes.get((mixin, base))
+    if cls is None:
+        cls = _classes[(mixin, base)] = type(
+            base.__name__, (mixin, base), {"__module__": base.__module__}
+        )
+    wrapped = cls.__new__(cls)
+    # Share groups, state and hooks. An LR scheduler made on the original optimizer left a
+    # `step` wrapper on the instance that would bypass the reduction: leave it behind.
+    state = dict(optimizer.__dict__)
+    if "step" in state:
+        warnings.warn(
+            f"an LR scheduler was created on the optimizer before wrapping it; create "
+            f"schedulers on the {what} instead",
+            stacklevel=3,
+        )
+        del state["step"]
+    wrapped.__dict__.update(state)
+    return wrapped
 
 
 def DistributedOptimizer(
@@ -514,30 +547,7 @@ def DistributedOptimizer(
     (one that got none on any rank is left with a zero gradient, as in Horovod). Create LR
     schedulers on the returned optimizer; the parameters' hooks go when it is deleted.
     """
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise InvalidArgumentError(
-            f"DistributedOptimizer wraps a torch.optim.Optimizer, not {type(optimizer).__name__}"
-        )
-    if isinstance(optimizer, _DistributedMixin):
-        raise InvalidArgumentError("this optimizer is already a DistributedOptimizer")
-    base = type(optimizer)
-    cls = _classes.get(base)
-    if cls is None:
-        cls = _classes[base] = type(
-            base.__name__, (_DistributedMixin, base), {"__module__": base.__module__}
-        )
-    wrapped = cls.__new__(cls)
-    # Share groups, state and hooks. An LR scheduler made on the original optimizer left a
-    # `step` wrapper on the instance that would bypass the reduction: leave it behind.
-    state = dict(optimizer.__dict__)
-    if "step" in state:
-        warnings.warn(
-            "an LR scheduler was created on the optimizer before wrapping it; create "
-            "schedulers on the DistributedOptimizer instead",
-            stacklevel=2,
-        )
-        del state["step"]
-    wrapped.__dict__.update(state)
+    wrapped = wrap(optimizer, _DistributedMixin, "DistributedOptimizer")
     wrapped._so_setup(
         named_parameters,
         compression,

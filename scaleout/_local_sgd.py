@@ -1,0 +1,124 @@
+"""Local SGD, hierarchical model averaging and DiLoCo's outer step: the schedule, written once for
+every front end (scaleout.torch.LocalSGDOptimizer).
+
+Note [Local SGD]
+Bulk-synchronous training (DistributedOptimizer) reduces every gradient at every step, so every
+step waits for the slowest rank and the slowest link. Local SGD lets each rank step on its own
+gradients and averages the model (parameters, and buffers such as BatchNorm's running
+statistics, whose ranks would otherwise drift apart) every `period` steps: a period of 16 sends
+a sixteenth of the bytes, at the price of ranks that differ between averaging rounds.
+
+- Warm-up: the first `warmup_steps` steps are bulk-synchronous (the gradients reduced as
+  DistributedOptimizer reduces them, overlapped with backward), where training moves fastest;
+  the local steps start from the identical model this leaves on every rank.
+- `period=1` without an outer optimizer is bulk-synchronous at every step, exactly
+  DistributedOptimizer (not an average of models after every step, which differs from it in
+  the last bits).
+- Hierarchical: where the job's allreduces are hierarchical (ranks on several machines, Note
+  [Host sets]), the ranks of a machine also average after every local step, through shared
+  memory, and the machines every `period` steps: only the rounds over the whole job cross the
+  slow link.
+- Outer optimizer (DiLoCo, Douillard et al.): every rank keeps the model of the last round over
+  the whole set (the anchor); at a round the averaged change (anchor - average) is handed to the
+  outer optimizer as the gradient of the anchor, and the model becomes the outer step from the
+  anchor instead of the average (SGD with lr 1 and no momentum is plain local SGD). Every rank
+  makes the same outer step from the same averaged numbers, so the models stay identical.
+
+The step count decides everything, so every rank makes the same choice at the same step; it is
+in the optimizer's state_dict (with the anchor and the outer optimizer's state), so a resumed
+run - an elastic commit included - continues the period where it stopped.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional
+
+from scaleout import _runtime
+from scaleout._errors import InvalidArgumentError
+from scaleout._host_sets import Hosts, host_sets
+
+__all__ = ["LocalSGD", "counters"]
+
+# Note [Local SGD]: a round over the whole process set, or among the ranks of one machine.
+ALL, HOST = "all", "host"
+
+_counters: Dict[str, Dict[str, int]] = {
+    ALL: {"rounds": 0, "bytes": 0},
+    HOST: {"rounds": 0, "bytes": 0},
+}
+
+
+def counters() -> dict:
+    """stats()["local_sgd"]: the averaging rounds this process made, by scope, and their bytes."""
+    return {scope: dict(c) for scope, c in _counters.items()}
+
+
+_runtime.add_stats("local_sgd", counters)
+
+
+def _whole(value, name: str, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise InvalidArgumentError(
+            f"LocalSGDOptimizer: {name} must be an integer >= {least}, not {value!r}"
+        )
+    return value
+
+
+class LocalSGD:
+    """The schedule of one local-SGD optimizer (Note [Local SGD]): which steps reduce gradients,
+    and after which steps the model is averaged, and over whom."""
+
+    def __init__(
+        self,
+        period,
+        warmup_steps,
+        has_outer: bool,
+        hierarchical: Optional[bool],
+        process_set_id: int,
+    ) -> None:
+        self.period = _whole(period, "period", 1)
+        self.warmup_steps = _whole(warmup_steps, "warmup_steps", 0)
+        if hierarchical is not None and not isinstance(hierarchical, bool):
+            raise InvalidArgumentError(
+                f"LocalSGDOptimizer: hierarchical must be None, True or False, not {hierarchical!r}"
+            )
+        self.has_outer = has_outer
+        self.process_set_id = process_set_id
+        self.hosts: Optional[Hosts] = None
+        if hierarchical is not False and process_set_id == 0 and not self.always_bulk:
+            self.hosts = host_sets()  # collective, the same answer on every rank
+        if hierarchical and self.hosts is None:
+            raise InvalidArgumentError(
+                "LocalSGDOptimizer: hierarchical=True needs a job whose allreduces are "
+                "hierarchical (ranks on several machines, the same number on each) and the "
+                "global process set; this job's are not (leave hierarchical=None to average "
+                "within machines only where they are)"
+            )
+        self.step = 0  # steps completed
+
+    @property
+    def always_bulk(self) -> bool:
+        return self.period == 1 and not self.has_outer
+
+    def bulk(self) -> bool:
+        """Whether the step under way reduces gradients (bulk-synchronous)."""
+        return self.always_bulk or self.step < self.warmup_steps
+
+    def finish_step(self) -> Optional[str]:
+        """Counts the step just made; what to average now: ALL, HOST or None."""
+        bulk = self.bulk()
+        self.step += 1
+        if bulk:
+            return None
+        if (self.step - self.warmup_steps) % self.period == 0:
+            return ALL
+        return HOST if self.hosts is not None else None
+
+    def process_set(self, scope: str) -> int:
+        """The id of the process set a round of `scope` averages over."""
+        return self.hosts.local if scope == HOST else self.process_set_id
+
+    @staticmethod
+    def record(scope: str, nbytes: int) -> None:
+        _counters[scope]["rounds"] += 1
+        _counters[scope]["bytes"] += nbytes

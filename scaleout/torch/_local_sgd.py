@@ -1,0 +1,233 @@
+"""LocalSGDOptimizer: local steps with the model averaged every `period` steps (Note [Local SGD]
+in scaleout/_local_sgd.py), over a DistributedOptimizer for the bulk-synchronous steps."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import torch
+
+from scaleout._errors import InvalidArgumentError
+from scaleout._local_sgd import ALL, LocalSGD
+from scaleout._native import ALLREDUCE, Average, synchronize
+from scaleout._process_sets import global_process_set, process_set_id
+from scaleout.torch import _tensors
+from scaleout.torch._compression import Compression
+from scaleout.torch._optimizer import _DistributedMixin, wrap
+
+__all__ = ["LocalSGDOptimizer"]
+
+STATE_KEY = "scaleout_local_sgd"
+
+
+class _LocalSGDMixin(_DistributedMixin):
+    """A DistributedOptimizer whose gradients are reduced only on the schedule's bulk steps; on
+    the others step() is the wrapped optimizer's, then the model is averaged when due."""
+
+    def _so_local_setup(
+        self,
+        schedule: LocalSGD,
+        outer: Optional[torch.optim.Optimizer],
+        buffers: List[Tuple[str, torch.Tensor]],
+    ) -> None:
+        self._so_local = schedule
+        self._so_outer = outer
+        self._so_buffers = buffers
+        self._so_anchor: Optional[Dict[torch.Tensor, torch.Tensor]] = None
+
+    def _so_params(self) -> List[torch.Tensor]:
+        return [p for group in self.param_groups for p in group["params"]]
+
+    def _so_on_grad(self, p: torch.Tensor) -> None:
+        if self._so_local.bulk():  # local steps reduce nothing while backward runs
+            super()._so_on_grad(p)
+
+    def step(self, closure=None):
+        if self._so_local.bulk():
+            loss = super().step(closure)
+            self._so_local.finish_step()
+            return loss
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if self._so_outer is not None and self._so_anchor is None:
+            # The model every rank has now (after warm-up, or as broadcast at the start).
+            self._so_anchor = {p: p.detach().clone() for p in self._so_params()}
+        self._so_wrapped_step()
+        scope = self._so_local.finish_step()
+        if scope is not None:
+            self._so_average(scope)
+        return loss
+
+    step.hooked = True  # as DistributedOptimizer's (the wrapped class's step runs the hooks)
+
+    def average(self) -> None:
+        """Averages the model over the whole process set now (as a round of the schedule does),
+        for example before evaluating or saving it; the schedule goes on as it was. With an
+        outer optimizer, the outer step is made too."""
+        self._so_average(ALL)
+
+    def _so_average(self, scope: str) -> None:
+        """Note [Local SGD]: one averaging round of the parameters (and buffers) over `scope`."""
+        schedule = self._so_local
+        ps = schedule.process_set(scope)
+        tensors = [(self._so_names[p], p) for p in self._so_params()]
+        tensors += [(name, b) for name, b in self._so_buffers if b.is_floating_point()]
+        nbytes = 0
+        with torch.no_grad():
+            handles = []
+            for name, t in tensors:
+                data = t.detach()
+                nbytes += data.numel() * data.element_size()
+                handles.append(
+                    _tensors.submit_into(
+                        ALLREDUCE,
+                        data,
+                        f"scaleout.local_sgd.{scope}.{name}",
+                        True,
+                        Average,
+                        0,
+                        1.0,
+                        1.0,
+                        "LocalSGDOptimizer",
+                        ps,
+                    )
+                )
+            for h in handles:
+                synchronize(h)
+            schedule.record(scope, nbytes)
+            if scope == ALL and self._so_outer is not None:
+                self._so_outer_step()
+
+    def _so_outer_step(self) -> None:
+        """DiLoCo's outer step (Note [Local SGD]): the anchor moves by the outer optimizer's
+        step on the averaged change, and every rank's model becomes the new anchor."""
+        params = self._so_params()
+        anchor = self._so_anchor
+        if anchor is None:  # average() before any local step: the model is the anchor
+            self._so_anchor = {p: p.detach().clone() for p in params}
+            return
+        saved = {p: p.grad for p in params}
+        try:
+            for p in params:
+                delta = anchor[p] - p.detach()
+                p.detach().copy_(anchor[p])
+                p.grad = delta
+            self._so_outer.step()
+        finally:
+            for p in params:
+                p.grad = saved[p]
+        for p in params:
+            anchor[p].copy_(p.detach())
+
+    def state_dict(self):
+        """The wrapped optimizer's state_dict, with the local-SGD state (the step count, the
+        anchor by parameter name, the outer optimizer's state) under 'scaleout_local_sgd'."""
+        out = super().state_dict()
+        anchor = None
+        if self._so_anchor is not None:
+            anchor = {self._so_names[p]: t.clone() for p, t in self._so_anchor.items()}
+        out[STATE_KEY] = {
+            "step": self._so_local.step,
+            "anchor": anchor,
+            "outer": None if self._so_outer is None else self._so_outer.state_dict(),
+        }
+        return out
+
+    def load_state_dict(self, state_dict) -> None:
+        state_dict = dict(state_dict)
+        saved = state_dict.pop(STATE_KEY, None)
+        super().load_state_dict(state_dict)
+        if saved is None:
+            return
+        self._so_local.step = int(saved["step"])
+        anchor = saved.get("anchor")
+        if anchor is None:
+            self._so_anchor = None
+        else:
+            by_name = {name: p for p, name in self._so_names.items()}
+            missing = sorted(set(by_name) - set(anchor))
+            if missing:
+                raise InvalidArgumentError(
+                    f"LocalSGDOptimizer.load_state_dict: the saved anchor lacks {missing[:5]}"
+                )
+            self._so_anchor = {p: anchor[name].detach().clone() for name, p in by_name.items()}
+        if saved.get("outer") is not None and self._so_outer is not None:
+            self._so_outer.load_state_dict(saved["outer"])
+
+
+def _model_and_names(named_parameters, average_buffers: bool):
+    """(the (name, parameter) pairs or None, the (name, buffer) pairs to average)."""
+    if isinstance(named_parameters, torch.nn.Module):
+        module = named_parameters
+        buffers = list(module.named_buffers()) if average_buffers else []
+        return list(module.named_parameters()), buffers
+    if average_buffers:
+        raise InvalidArgumentError(
+            "LocalSGDOptimizer: pass the model itself as named_parameters, so that its buffers "
+            "(BatchNorm's running statistics) are averaged with its parameters, or "
+            "average_buffers=False to leave the buffers to each rank"
+        )
+    return named_parameters, []
+
+
+def LocalSGDOptimizer(
+    optimizer: torch.optim.Optimizer,
+    named_parameters,
+    period: int,
+    warmup_steps: int = 0,
+    hierarchical: Optional[bool] = None,
+    outer_optimizer: Optional[torch.optim.Optimizer] = None,
+    average_buffers: bool = True,
+    process_set=global_process_set,
+) -> torch.optim.Optimizer:
+    """Wraps a torch.optim optimizer for local SGD (Note [Local SGD]): each rank steps on its own
+    gradients, and the model is averaged over the ranks every `period` steps.
+
+    - named_parameters: the model (an nn.Module: its parameters and, with average_buffers, its
+      buffers are averaged), or model.named_parameters() with average_buffers=False.
+    - period: steps between averaging rounds (1, without an outer optimizer: every step
+      reduces the gradients, exactly DistributedOptimizer).
+    - warmup_steps: the first steps are bulk-synchronous (gradients reduced, as
+      DistributedOptimizer does, overlapped with backward).
+    - hierarchical: None (default) also averages among a machine's ranks after every local
+      step where the job's allreduces are hierarchical (ranks on several machines); True
+      requires that; False never does.
+    - outer_optimizer: DiLoCo's outer optimizer over the same parameters (for example
+      torch.optim.SGD(model.parameters(), lr=0.7, momentum=0.9, nesterov=True)): at every round
+      over the set, the averaged change since the last round is its gradient, and the model
+      becomes its step from the last round's model.
+    - average_buffers: average the model's floating-point buffers at every round too (integer
+      buffers, such as BatchNorm's num_batches_tracked, advance alike on every rank).
+    - process_set: the ranks that average together.
+
+    Start from the same model on every rank (broadcast_parameters), as with
+    DistributedOptimizer. state_dict() carries the step count, the anchor and the outer
+    optimizer's state under 'scaleout_local_sgd', so a resumed run continues the period where
+    it stopped. average() averages now (before evaluating or saving). stats()["local_sgd"]
+    counts the rounds and their bytes.
+    """
+    named, buffers = _model_and_names(named_parameters, average_buffers)
+    if outer_optimizer is not None:
+        if not isinstance(outer_optimizer, torch.optim.Optimizer):
+            raise InvalidArgumentError(
+                "LocalSGDOptimizer: outer_optimizer must be a torch.optim.Optimizer, not "
+                f"{type(outer_optimizer).__name__}"
+            )
+        mine = {id(p) for g in optimizer.param_groups for p in g["params"]}
+        outer = {id(p) for g in outer_optimizer.param_groups for p in g["params"]}
+        if mine != outer:
+            raise InvalidArgumentError(
+                "LocalSGDOptimizer: outer_optimizer must optimize the same parameters as the "
+                f"optimizer ({len(outer - mine)} of its parameters are not the optimizer's, "
+                f"{len(mine - outer)} of the optimizer's are not its)"
+            )
+    ps = process_set_id(process_set, "LocalSGDOptimizer")
+    schedule = LocalSGD(period, warmup_steps, outer_optimizer is not None, hierarchical, ps)
+    wrapped = wrap(optimizer, _LocalSGDMixin, "LocalSGDOptimizer")
+    wrapped._so_setup(
+        named, Compression.none, 1, Average, 1.0, False, 0, None, process_set, False, None
+    )
+    wrapped._so_local_setup(schedule, outer_optimizer, buffers)
+    return wrapped

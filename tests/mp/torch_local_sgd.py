@@ -1,0 +1,282 @@
+"""Run by tests/test_local_sgd.py (with SCALEOUT_FUSION_THRESHOLD=0: every gradient reduced
+alone, so bulk-synchronous steps round alike whatever the timing, beyond 2 ranks too).
+
+LocalSGDOptimizer (Note [Local SGD]): period 1 and the warm-up are DistributedOptimizer bit for
+bit; between rounds the ranks' models differ (each rank trains on its own data), right after
+each round they are equal, parameters and BatchNorm buffers, and equal to the average of what
+the ranks had; DiLoCo's outer step against the same arithmetic made by hand; a run saved and
+resumed mid-period equals the one that was not; stats() counts the rounds; bad arguments."""
+
+import torch
+import torch.nn as nn
+from _harness import check, expect_error, main
+
+import scaleout.torch as hvd
+
+torch.set_num_threads(1)
+
+
+def model(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))
+
+
+def batch(step):
+    """This rank's own data: every rank trains on something else."""
+    g = torch.Generator().manual_seed(1000 * hvd.rank() + step)
+    return torch.randn(16, 6, generator=g), torch.randint(0, 3, (16,), generator=g)
+
+
+def train(net, opt, steps, first=0, after=None):
+    for step in range(first, first + steps):
+        x, y = batch(step)
+        opt.zero_grad()
+        nn.functional.cross_entropy(net(x), y).backward()
+        opt.step()
+        if after is not None:
+            after(step)
+
+
+def state(net):
+    """The model's parameters and floating-point buffers, flattened."""
+    return torch.cat(
+        [t.detach().reshape(-1) for t in net.state_dict().values() if t.is_floating_point()]
+    )
+
+
+def same_everywhere(t) -> bool:
+    copies = hvd.allgather_object(t.clone())
+    return all(torch.equal(copies[0], c) for c in copies)
+
+
+def check_bulk_steps():
+    """period=1 (no outer optimizer) is DistributedOptimizer; so are the warm-up steps."""
+    for period, warmup, steps in ((1, 0, 6), (4, 3, 3)):
+        a, b = model(), model()
+        plain = hvd.DistributedOptimizer(
+            torch.optim.SGD(a.parameters(), lr=0.1, momentum=0.9),
+            named_parameters=a.named_parameters(),
+        )
+        local = hvd.LocalSGDOptimizer(
+            torch.optim.SGD(b.parameters(), lr=0.1, momentum=0.9),
+            b,
+            period=period,
+            warmup_steps=warmup,
+            average_buffers=False,
+        )
+        train(a, plain, steps)
+        train(b, local, steps)
+        params = lambda n: torch.cat([p.detach().reshape(-1) for p in n.parameters()])  # noqa: E731
+        check(
+            torch.equal(params(a), params(b)),
+            f"period {period}, warm-up {warmup}: {steps} steps equal DistributedOptimizer's",
+        )
+        check(same_everywhere(params(b)), f"period {period}: the same model on every rank")
+
+
+def check_rounds():
+    """Between rounds the models differ; right after each the parameters and BatchNorm buffers
+    are equal everywhere and are the average of what the ranks had."""
+    net = model()
+    opt = hvd.LocalSGDOptimizer(
+        torch.optim.SGD(net.parameters(), lr=0.05), net, period=3, warmup_steps=2
+    )
+    before = hvd.stats()["local_sgd"]["all"]
+    seen = {"rounds": 0, "apart": 0}
+    inner_step = opt._so_wrapped_step
+
+    def spy():  # each rank's model just before the schedule's averaging, after the local step
+        result = inner_step()
+        spy.last = state(net)
+        return result
+
+    opt._so_wrapped_step = spy
+
+    def after(step):
+        local = step + 1 - 2  # local steps made (2 warm-up steps)
+        mine = state(net)
+        if local > 0 and local % 3 == 0:
+            seen["rounds"] += 1
+            check(same_everywhere(mine), f"step {step}: equal everywhere after the round")
+            copies = hvd.allgather_object(spy.last)
+            mean = torch.stack(copies).mean(0)
+            check(
+                torch.allclose(mine, mean, rtol=1e-5, atol=1e-6),
+                f"step {step}: the round's result is the ranks' average",
+            )
+        elif local > 0 and hvd.size() > 1:
+            seen["apart"] += not same_everywhere(mine)
+
+    train(net, opt, 2 + 9, after=after)
+    check(seen["rounds"] == 3, f"3 rounds in 9 local steps, saw {seen['rounds']}")
+    if hvd.size() > 1:
+        check(seen["apart"] == 6, f"the models differ between rounds: {seen['apart']} of 6")
+    after_stats = hvd.stats()["local_sgd"]["all"]
+    check(after_stats["rounds"] - before["rounds"] == 3, f"stats counts 3 rounds: {after_stats}")
+    nbytes = sum(t.numel() * 4 for t in net.state_dict().values() if t.is_floating_point())
+    check(
+        after_stats["bytes"] - before["bytes"] == 3 * nbytes,
+        f"stats counts the averaged bytes: {after_stats}, {nbytes} per round",
+    )
+    # average() now, between rounds
+    train(net, opt, 1, first=100)
+    opt.average()
+    check(same_everywhere(state(net)), "average() leaves the same model everywhere")
+    # Buffers left alone when asked: running statistics differ, parameters agree.
+    net = model()
+    opt = hvd.LocalSGDOptimizer(
+        torch.optim.SGD(net.parameters(), lr=0.05),
+        net.named_parameters(),
+        period=2,
+        average_buffers=False,
+    )
+    train(net, opt, 2)
+    params = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
+    check(same_everywhere(params), "average_buffers=False: parameters still averaged")
+    if hvd.size() > 1:
+        check(not same_everywhere(net[1].running_mean), "average_buffers=False: buffers differ")
+
+
+def check_outer():
+    """DiLoCo: at each round the anchor moves by SGD(momentum, nesterov) on anchor - average."""
+    lr, outer_lr, mu = 0.05, 0.7, 0.9
+    net = model()
+    outer = torch.optim.SGD(net.parameters(), lr=outer_lr, momentum=mu, nesterov=True)
+    opt = hvd.LocalSGDOptimizer(
+        torch.optim.SGD(net.parameters(), lr=lr),
+        net,
+        period=2,
+        outer_optimizer=outer,
+        average_buffers=False,
+    )
+    params = lambda: torch.cat([p.detach().reshape(-1) for p in net.parameters()])  # noqa: E731
+    anchor = params().double()
+    velocity = torch.zeros_like(anchor)
+    inner_step = opt._so_wrapped_step
+    last = {}
+
+    def spy():
+        result = inner_step()
+        last["local"] = params().double()
+        return result
+
+    opt._so_wrapped_step = spy
+    for step in range(6):
+        train(net, opt, 1, first=step)
+        if (step + 1) % 2 == 0:
+            mean = torch.stack(hvd.allgather_object(last["local"])).mean(0)
+            grad = anchor - mean
+            velocity = mu * velocity + grad
+            anchor = anchor - outer_lr * (grad + mu * velocity)
+            check(
+                torch.allclose(params().double(), anchor, rtol=1e-5, atol=1e-6),
+                f"step {step}: the outer step from the anchor",
+            )
+            check(same_everywhere(params()), f"step {step}: equal everywhere after the outer step")
+
+
+def check_resume():
+    """Saved after step 4 of period 3 (mid-period), loaded into a new model and optimizer: the
+    next steps give what the run that went on gave, with an outer optimizer's state too."""
+
+    def make():
+        net = model()
+        outer = torch.optim.SGD(net.parameters(), lr=0.5, momentum=0.5)
+        opt = hvd.LocalSGDOptimizer(
+            torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9),
+            net,
+            period=3,
+            warmup_steps=1,
+            outer_optimizer=outer,
+        )
+        return net, opt
+
+    net, opt = make()
+    train(net, opt, 10)
+    want = state(net)
+    net, opt = make()
+    train(net, opt, 5)
+    saved = (net.state_dict(), opt.state_dict())
+    net, opt = make()
+    net.load_state_dict(saved[0])
+    opt.load_state_dict(saved[1])
+    check(opt.state_dict()["scaleout_local_sgd"]["step"] == 5, "the step count is restored")
+    train(net, opt, 5, first=5)
+    check(
+        torch.equal(state(net), want), "resumed mid-period: the same model as the run that went on"
+    )
+
+
+def check_bad_arguments():
+    net = model()
+    sgd = lambda: torch.optim.SGD(net.parameters(), lr=0.1)  # noqa: E731
+    err = hvd.InvalidArgumentError
+    for bad in (0, -1, 1.5, True, None):
+        expect_error(
+            err,
+            lambda: hvd.LocalSGDOptimizer(sgd(), net, period=bad),
+            "period",
+            what=f"period={bad!r}",
+        )
+    expect_error(
+        err,
+        lambda: hvd.LocalSGDOptimizer(sgd(), net, period=2, warmup_steps=-1),
+        "warmup_steps",
+        what="warmup_steps=-1",
+    )
+    other = nn.Linear(2, 2)
+    expect_error(
+        err,
+        lambda: hvd.LocalSGDOptimizer(
+            sgd(), net, period=2, outer_optimizer=torch.optim.SGD(other.parameters(), lr=1.0)
+        ),
+        "same parameters",
+        what="an outer optimizer over other parameters",
+    )
+    expect_error(
+        err,
+        lambda: hvd.LocalSGDOptimizer(sgd(), net.named_parameters(), period=2),
+        "pass the model itself",
+        what="buffers to average but no model",
+    )
+    expect_error(
+        err,
+        lambda: hvd.LocalSGDOptimizer(
+            hvd.DistributedOptimizer(sgd(), named_parameters=net.named_parameters()), net, period=2
+        ),
+        "already a DistributedOptimizer",
+        what="wrapping a DistributedOptimizer",
+    )
+    expect_error(
+        err,
+        lambda: hvd.DistributedOptimizer(
+            hvd.LocalSGDOptimizer(sgd(), net, period=2), named_parameters=net.named_parameters()
+        ),
+        "already a LocalSGDOptimizer",
+        what="wrapping a LocalSGDOptimizer",
+    )
+    # One machine: no hierarchical allreduce, so hierarchical=True cannot be had.
+    expect_error(
+        err,
+        lambda: hvd.LocalSGDOptimizer(sgd(), net, period=2, hierarchical=True),
+        "hierarchical=True needs",
+        what="hierarchical=True on one machine",
+    )
+    expect_error(
+        err,
+        lambda: hvd.LocalSGDOptimizer(sgd(), net, period=2, hierarchical=1),
+        "hierarchical must be",
+        what="hierarchical=1",
+    )
+
+
+def run():
+    check_bulk_steps()
+    check_rounds()
+    check_outer()
+    check_resume()
+    check_bad_arguments()
+
+
+if __name__ == "__main__":
+    main(run)
