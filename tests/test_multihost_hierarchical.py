@@ -148,3 +148,15 @@ def test_a_commit_outlives_the_host_that_made_it(hosts, tmp_path):
     for rank, got in found.items():
         assert got["failures"] == [], (rank, got)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hostA", "hostB"]
+
+
+def test_local_sgd_averages_machines_every_step(hosts):
+    """Note [Local SGD]: with hierarchical allreduces, LocalSGDOptimizer averages a machine's
+    ranks after every local step and the machines every period (3) steps: equal within a
+    machine always, apart across machines between rounds, equal everywhere after one."""
+    found = run(hosts, {"hostA": 2, "hostB": 2}, program=MP / "local_sgd_hosts.py")
+    for rank, got in found.items():
+        assert got["hierarchical"] is True, (rank, got)
+        assert got["failures"] == [], (rank, got)
+        assert got["stats"]["all"]["rounds"] == 2, (rank, got)
+        assert got["stats"]["host"]["rounds"] == 4, (rank, got)
