@@ -24,9 +24,21 @@ a sixteenth of the bytes, at the price of ranks that differ between averaging ro
   anchor instead of the average (SGD with lr 1 and no momentum is plain local SGD). Every rank
   makes the same outer step from the same averaged numbers, so the models stay identical.
 
+- Bounded staleness (`staleness=S`, stale-synchronous parallel): a round over the set does not
+  stop the ranks. At the round's step each rank snapshots its model, starts averaging the
+  snapshots (nonblocking collectives, fused by the core) and steps on; when the average arrives
+  it takes it plus its own progress since the snapshot (model = average + (model - snapshot)).
+  The round must have arrived S steps after it started: a rank that gets there first waits (the
+  bound), so no rank runs more than S steps past a round that the slowest rank has not yet
+  joined, and a straggler costs the others a wait every period at most instead of every step.
+  S <= period (a round arrives before the next starts); not with an outer optimizer. A round
+  is taken at exactly S steps after it started on every rank, never earlier even if it arrived
+  (taking it as soon as it arrives would make the trajectory depend on timing), so runs repeat.
+
 The step count decides everything, so every rank makes the same choice at the same step; it is
 in the optimizer's state_dict (with the anchor and the outer optimizer's state), so a resumed
-run - an elastic commit included - continues the period where it stopped.
+run - an elastic commit included - continues the period where it stopped (a round in flight is
+taken first).
 """
 
 from __future__ import annotations
@@ -43,8 +55,8 @@ __all__ = ["LocalSGD", "counters"]
 ALL, HOST = "all", "host"
 
 _counters: Dict[str, Dict[str, int]] = {
-    ALL: {"rounds": 0, "bytes": 0},
-    HOST: {"rounds": 0, "bytes": 0},
+    ALL: {"rounds": 0, "bytes": 0, "waits": 0},
+    HOST: {"rounds": 0, "bytes": 0, "waits": 0},
 }
 
 
@@ -75,9 +87,21 @@ class LocalSGD:
         has_outer: bool,
         hierarchical: Optional[bool],
         process_set_id: int,
+        staleness=0,
     ) -> None:
         self.period = _whole(period, "period", 1)
         self.warmup_steps = _whole(warmup_steps, "warmup_steps", 0)
+        self.staleness = _whole(staleness, "staleness", 0)
+        if self.staleness > self.period:
+            raise InvalidArgumentError(
+                f"LocalSGDOptimizer: staleness={staleness} is more than period={period}: a round "
+                "must arrive before the next one starts"
+            )
+        if self.staleness and has_outer:
+            raise InvalidArgumentError(
+                "LocalSGDOptimizer: staleness with an outer optimizer is not supported: the "
+                "outer step needs every rank's change of the same round at once"
+            )
         if hierarchical is not None and not isinstance(hierarchical, bool):
             raise InvalidArgumentError(
                 f"LocalSGDOptimizer: hierarchical must be None, True or False, not {hierarchical!r}"
@@ -114,6 +138,11 @@ class LocalSGD:
             return ALL
         return HOST if self.hosts is not None else None
 
+    def due(self, started: int) -> bool:
+        """Whether a round over the set started after step `started` (Note [Local SGD]'s
+        bounded staleness) is taken now, after the step just counted."""
+        return self.step >= started + self.staleness
+
     def process_set(self, scope: str) -> int:
         """The id of the process set a round of `scope` averages over."""
         return self.hosts.local if scope == HOST else self.process_set_id
@@ -122,3 +151,8 @@ class LocalSGD:
     def record(scope: str, nbytes: int) -> None:
         _counters[scope]["rounds"] += 1
         _counters[scope]["bytes"] += nbytes
+
+    @staticmethod
+    def record_wait(scope: str) -> None:
+        """A rank waited for a round (bounded staleness: the round had not arrived in time)."""
+        _counters[scope]["waits"] += 1

@@ -3,13 +3,14 @@ in scaleout/_local_sgd.py), over a DistributedOptimizer for the bulk-synchronous
 
 from __future__ import annotations
 
+import itertools
 from typing import Dict, List, Optional, Tuple
 
 import torch
 
 from scaleout._errors import InvalidArgumentError
 from scaleout._local_sgd import ALL, LocalSGD
-from scaleout._native import ALLREDUCE, Average, synchronize
+from scaleout._native import ALLREDUCE, Average, poll, synchronize
 from scaleout._process_sets import global_process_set, process_set_id
 from scaleout.torch import _tensors
 from scaleout.torch._compression import Compression
@@ -18,6 +19,7 @@ from scaleout.torch._optimizer import _DistributedMixin, wrap
 __all__ = ["LocalSGDOptimizer"]
 
 STATE_KEY = "scaleout_local_sgd"
+_instances = itertools.count()
 
 
 class _LocalSGDMixin(_DistributedMixin):
@@ -34,6 +36,10 @@ class _LocalSGDMixin(_DistributedMixin):
         self._so_outer = outer
         self._so_buffers = buffers
         self._so_anchor: Optional[Dict[torch.Tensor, torch.Tensor]] = None
+        self._so_round: Optional[_Round] = None  # a round over the set in flight (staleness)
+        # Its collectives' names: a round of an earlier optimizer over the same model may still
+        # be in flight. Every rank makes its optimizers in the same order, so the numbers agree.
+        self._so_prefix = f"scaleout.local_sgd.{next(_instances)}"
 
     def _so_params(self) -> List[torch.Tensor]:
         return [p for group in self.param_groups for p in group["params"]]
@@ -56,7 +62,11 @@ class _LocalSGDMixin(_DistributedMixin):
             self._so_anchor = {p: p.detach().clone() for p in self._so_params()}
         self._so_wrapped_step()
         scope = self._so_local.finish_step()
-        if scope is not None:
+        if self._so_round is not None and self._so_local.due(self._so_round.started):
+            self._so_take_round()
+        if scope == ALL and self._so_local.staleness:
+            self._so_start_round()
+        elif scope is not None:
             self._so_average(scope)
         return loss
 
@@ -65,40 +75,80 @@ class _LocalSGDMixin(_DistributedMixin):
     def average(self) -> None:
         """Averages the model over the whole process set now (as a round of the schedule does),
         for example before evaluating or saving it; the schedule goes on as it was. With an
-        outer optimizer, the outer step is made too."""
+        outer optimizer, the outer step is made too; with staleness, a round in flight is
+        taken first."""
+        if self._so_round is not None:
+            self._so_take_round()
         self._so_average(ALL)
+
+    def _so_averaged(self) -> List[Tuple[str, torch.Tensor]]:
+        """What a round averages: the parameters, and the floating-point buffers asked for."""
+        tensors = [(self._so_names[p], p) for p in self._so_params()]
+        return tensors + [(name, b) for name, b in self._so_buffers if b.is_floating_point()]
+
+    def _so_submit(self, scope: str, tensors, waits: bool) -> list:
+        """Average-allreduces each (name, tensor) in place over `scope`'s set; the handles."""
+        ps = self._so_local.process_set(scope)
+        return [
+            _tensors.submit_into(
+                ALLREDUCE,
+                t,
+                f"{self._so_prefix}.{scope}.{name}",
+                True,
+                Average,
+                0,
+                1.0,
+                1.0,
+                "LocalSGDOptimizer",
+                ps,
+                waits=waits,
+            )
+            for name, t in tensors
+        ]
 
     def _so_average(self, scope: str) -> None:
         """Note [Local SGD]: one averaging round of the parameters (and buffers) over `scope`."""
-        schedule = self._so_local
-        ps = schedule.process_set(scope)
-        tensors = [(self._so_names[p], p) for p in self._so_params()]
-        tensors += [(name, b) for name, b in self._so_buffers if b.is_floating_point()]
-        nbytes = 0
+        tensors = [(name, t.detach()) for name, t in self._so_averaged()]
         with torch.no_grad():
-            handles = []
-            for name, t in tensors:
-                data = t.detach()
-                nbytes += data.numel() * data.element_size()
-                handles.append(
-                    _tensors.submit_into(
-                        ALLREDUCE,
-                        data,
-                        f"scaleout.local_sgd.{scope}.{name}",
-                        True,
-                        Average,
-                        0,
-                        1.0,
-                        1.0,
-                        "LocalSGDOptimizer",
-                        ps,
-                    )
-                )
-            for h in handles:
+            for h in self._so_submit(scope, tensors, waits=False):
                 synchronize(h)
-            schedule.record(scope, nbytes)
+            self._so_local.record(scope, sum(t.numel() * t.element_size() for _, t in tensors))
             if scope == ALL and self._so_outer is not None:
                 self._so_outer_step()
+
+    def _so_start_round(self) -> None:
+        """Note [Local SGD], bounded staleness: starts averaging snapshots of the model."""
+        tensors = self._so_averaged()
+        with torch.no_grad():
+            snapshots = [t.detach().clone() for _, t in tensors]
+            averages = [s.clone() for s in snapshots]
+            handles = self._so_submit(
+                ALL, [(name, a) for (name, _), a in zip(tensors, averages)], waits=False
+            )
+        self._so_round = _Round(
+            self._so_local.step, [t for _, t in tensors], snapshots, averages, handles
+        )
+
+    def _so_take_round(self) -> None:
+        """Waits for the round in flight (counted as a wait if it had not arrived) and takes
+        it: model = average + (model - snapshot)."""
+        r = self._so_round
+        self._so_wait_round()
+        with torch.no_grad():
+            for t, snapshot, average in zip(r.tensors, r.snapshots, r.averages):
+                t.detach().add_(average - snapshot)
+        self._so_round = None
+
+    def _so_wait_round(self) -> None:
+        r = self._so_round
+        if r.handles is None:
+            return
+        if not all(poll(h) for h in r.handles):
+            self._so_local.record_wait(ALL)
+        for h in r.handles:
+            synchronize(h)
+        r.handles = None
+        self._so_local.record(ALL, sum(a.numel() * a.element_size() for a in r.averages))
 
     def _so_outer_step(self) -> None:
         """DiLoCo's outer step (Note [Local SGD]): the anchor moves by the outer optimizer's
@@ -128,10 +178,20 @@ class _LocalSGDMixin(_DistributedMixin):
         anchor = None
         if self._so_anchor is not None:
             anchor = {self._so_names[p]: t.clone() for p, t in self._so_anchor.items()}
+        pending = None
+        if self._so_round is not None:  # arrived (waited for here), to be taken when due
+            self._so_wait_round()
+            names = [name for name, _ in self._so_averaged()]
+            pending = {
+                "started": self._so_round.started,
+                "snapshots": dict(zip(names, (s.clone() for s in self._so_round.snapshots))),
+                "averages": dict(zip(names, (a.clone() for a in self._so_round.averages))),
+            }
         out[STATE_KEY] = {
             "step": self._so_local.step,
             "anchor": anchor,
             "outer": None if self._so_outer is None else self._so_outer.state_dict(),
+            "round": pending,
         }
         return out
 
@@ -155,6 +215,30 @@ class _LocalSGDMixin(_DistributedMixin):
             self._so_anchor = {p: anchor[name].detach().clone() for name, p in by_name.items()}
         if saved.get("outer") is not None and self._so_outer is not None:
             self._so_outer.load_state_dict(saved["outer"])
+        pending = saved.get("round")
+        self._so_round = None
+        if pending is not None:
+            tensors = self._so_averaged()
+            self._so_round = _Round(
+                int(pending["started"]),
+                [t for _, t in tensors],
+                [pending["snapshots"][name].detach().clone() for name, _ in tensors],
+                [pending["averages"][name].detach().clone() for name, _ in tensors],
+                None,
+            )
+
+
+class _Round:
+    """A round over the set in flight (Note [Local SGD], bounded staleness): the step count it
+    started after, the tensors it averages, their snapshots, the averages (being made in place
+    while `handles` is not None)."""
+
+    def __init__(self, started: int, tensors, snapshots, averages, handles) -> None:
+        self.started = started
+        self.tensors = tensors
+        self.snapshots = snapshots
+        self.averages = averages
+        self.handles = handles
 
 
 def _model_and_names(named_parameters, average_buffers: bool):
@@ -181,6 +265,7 @@ def LocalSGDOptimizer(
     outer_optimizer: Optional[torch.optim.Optimizer] = None,
     average_buffers: bool = True,
     process_set=global_process_set,
+    staleness: int = 0,
 ) -> torch.optim.Optimizer:
     """Wraps a torch.optim optimizer for local SGD (Note [Local SGD]): each rank steps on its own
     gradients, and the model is averaged over the ranks every `period` steps.
@@ -201,6 +286,11 @@ def LocalSGDOptimizer(
     - average_buffers: average the model's floating-point buffers at every round too (integer
       buffers, such as BatchNorm's num_batches_tracked, advance alike on every rank).
     - process_set: the ranks that average together.
+    - staleness: 0 (default): a round over the set stops every rank until it is done. S >= 1
+      (at most period): bounded staleness: each round is made while the ranks step on, and
+      taken S steps after it started (model = average + own progress since); a rank that
+      gets there before the slowest has joined the round waits, so none runs more than S
+      steps past it. Not with an outer optimizer.
 
     Start from the same model on every rank (broadcast_parameters), as with
     DistributedOptimizer. state_dict() carries the step count, the anchor and the outer
@@ -224,7 +314,9 @@ def LocalSGDOptimizer(
                 f"{len(mine - outer)} of the optimizer's are not its)"
             )
     ps = process_set_id(process_set, "LocalSGDOptimizer")
-    schedule = LocalSGD(period, warmup_steps, outer_optimizer is not None, hierarchical, ps)
+    schedule = LocalSGD(
+        period, warmup_steps, outer_optimizer is not None, hierarchical, ps, staleness
+    )
     wrapped = wrap(optimizer, _LocalSGDMixin, "LocalSGDOptimizer")
     wrapped._so_setup(
         named, Compression.none, 1, Average, 1.0, False, 0, None, process_set, False, None

@@ -207,6 +207,117 @@ def check_resume():
     )
 
 
+def check_staleness():
+    """Bounded staleness: a round is taken S steps after it started, as average + own progress
+    since the snapshot; with one rank slowed, the others wait exactly at that step of every
+    round and the slowed one never; a run saved with a round in flight resumes bit for bit."""
+    net = model()
+    opt = hvd.LocalSGDOptimizer(
+        torch.optim.SGD(net.parameters(), lr=0.05), net, period=3, staleness=2
+    )
+    params = lambda: torch.cat([p.detach().reshape(-1) for p in net.parameters()])  # noqa: E731
+    seen = {}
+    start_round, take_round = opt._so_start_round, opt._so_take_round
+
+    def started():
+        start_round()
+        # every rank is at the same step here (nothing is slowed): the ranks' snapshots
+        seen["snapshots"] = hvd.allgather_object(params())
+        seen["mine"] = params()
+
+    def taken():
+        before = params()
+        take_round()
+        mean = torch.stack(seen["snapshots"]).mean(0)
+        check(
+            torch.allclose(params(), mean + (before - seen["mine"]), rtol=1e-5, atol=1e-6),
+            "a stale round is taken as average + own progress since the snapshot",
+        )
+        seen["taken"] = seen.get("taken", []) + [opt._so_local.step]
+
+    opt._so_start_round, opt._so_take_round = started, taken
+    train(net, opt, 12)
+    check(
+        seen.get("taken") == [5, 8, 11], f"rounds taken 2 steps after 3, 6, 9: {seen.get('taken')}"
+    )
+    opt.average()
+    check(same_everywhere(state(net)), "average() takes the round in flight, then averages")
+
+    # Resume with a round in flight (saved after step 7: the round of step 6 is taken at 8).
+    def make():
+        net = model()
+        return net, hvd.LocalSGDOptimizer(
+            torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9), net, period=3, staleness=2
+        )
+
+    net, opt = make()
+    train(net, opt, 12)
+    want = state(net)
+    net, opt = make()
+    train(net, opt, 7)
+    saved = (net.state_dict(), opt.state_dict())
+    check(saved[1]["scaleout_local_sgd"]["round"] is not None, "the round in flight is saved")
+    net, opt = make()
+    net.load_state_dict(saved[0])
+    opt.load_state_dict(saved[1])
+    train(net, opt, 5, first=7)
+    check(torch.equal(state(net), want), "resumed with a round in flight: the same model")
+
+    # One rank slowed (its steps do much more arithmetic): the others wait at the bound.
+    slow = hvd.size() - 1
+    net = model()
+    opt = hvd.LocalSGDOptimizer(
+        torch.optim.SGD(net.parameters(), lr=0.05), net, period=4, staleness=2
+    )
+    waits = []
+    heavy = torch.randn(400, 400)
+
+    def after(step):
+        if hvd.rank() == slow:
+            for _ in range(40):
+                heavy.mm(heavy)
+        count = hvd.stats()["local_sgd"]["all"]["waits"]
+        if count != after.count:
+            waits.append(step + 1)
+        after.count = count
+
+    after.count = hvd.stats()["local_sgd"]["all"]["waits"]
+    train(net, opt, 16, after=after)
+    if hvd.rank() == slow:
+        check(waits == [], f"the slowed rank never waits: waited after steps {waits}")
+    else:
+        check(waits == [6, 10, 14], f"waits exactly 2 steps after each round: {waits}")
+    opt.average()
+    check(same_everywhere(state(net)), "after the straggler run, average() agrees everywhere")
+
+    err = hvd.InvalidArgumentError
+    sgd = lambda: torch.optim.SGD(net.parameters(), lr=0.1)  # noqa: E731
+    expect_error(
+        err,
+        lambda: hvd.LocalSGDOptimizer(sgd(), net, period=2, staleness=3),
+        "more than period",
+        what="staleness > period",
+    )
+    expect_error(
+        err,
+        lambda: hvd.LocalSGDOptimizer(sgd(), net, period=2, staleness=-1),
+        "staleness",
+        what="staleness=-1",
+    )
+    expect_error(
+        err,
+        lambda: hvd.LocalSGDOptimizer(
+            sgd(),
+            net,
+            period=2,
+            staleness=1,
+            outer_optimizer=torch.optim.SGD(net.parameters(), lr=1),
+        ),
+        "outer optimizer is not supported",
+        what="staleness with an outer optimizer",
+    )
+
+
 def check_bad_arguments():
     net = model()
     sgd = lambda: torch.optim.SGD(net.parameters(), lr=0.1)  # noqa: E731
@@ -275,6 +386,7 @@ def run():
     check_rounds()
     check_outer()
     check_resume()
+    check_staleness()
     check_bad_arguments()
 
 
