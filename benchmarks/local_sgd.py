@@ -20,6 +20,7 @@ parameters; mlp: 64-512-512-10, 300k parameters):
   topk-1%      the same, Compression.topk(0.01) (error feedback)
   local-K      LocalSGDOptimizer(period=K, hierarchical=False): the model averaged every K steps
   hier-local-K LocalSGDOptimizer(period=K): also averaged inside each machine after every step
+  ssp-K-S      LocalSGDOptimizer(period=K, staleness=S, hierarchical=False): bounded staleness
   diloco-K     LocalSGDOptimizer(period=K, outer_optimizer=SGD(lr --outer-lr (0.7), Nesterov
                momentum --outer-momentum (0.9)))
 
@@ -31,6 +32,9 @@ time only (the maximum over ranks of each epoch's), summed over epochs. The targ
 bulk-synchronous run's final accuracy less one point; a method's time to it is its time at the
 end of the first epoch that reaches it.
 
+With --hog the last rank starts a CPU hog (a busy Python process) on its own cores for the whole
+job: a straggler. The steps/s column is the steps of all epochs over the training time.
+
 The script is its own launcher: run it as root with plain python (not under scaleoutrun). Where
 the hosts cannot be made it prints why in one line and exits 0.
 """
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -71,11 +76,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--outer-momentum", type=float, default=0.9, help="its Nesterov momentum")
     p.add_argument("--plot", default=None, help="write accuracy against time to this PNG")
     p.add_argument("--json", default=None, help="write every curve to this file")
+    p.add_argument(
+        "--hog", action="store_true", help="the last rank shares its cores with a CPU hog"
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     a.methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     for m in a.methods:
-        if not re.fullmatch(r"bsp|bsp-fp16|topk-1%|(local|hier-local|diloco)-\d+", m):
+        if not re.fullmatch(r"bsp|bsp-fp16|topk-1%|(local|hier-local|diloco)-\d+|ssp-\d+-\d+", m):
             p.error(f"--methods: unknown method {m!r} (known: {METHODS}, any period)")
     a.rates = [r.strip() for r in a.rates.split(",") if r.strip()]
     if a.epochs < 1 or a.warmup_epochs < 0 or a.warmup_epochs >= a.epochs:
@@ -165,6 +173,16 @@ def worker(args) -> int:
             return hvd.DistributedOptimizer(
                 inner, named_parameters=model.named_parameters(), compression=compression
             )
+        if method.startswith("ssp-"):
+            _, period, staleness = method.split("-")
+            return hvd.LocalSGDOptimizer(
+                inner,
+                model,
+                period=int(period),
+                warmup_steps=args.warmup_epochs * steps_per_epoch,
+                hierarchical=False,
+                staleness=int(staleness),
+            )
         kind, period = method.rsplit("-", 1)
         outer = None
         if kind == "diloco":
@@ -190,6 +208,10 @@ def worker(args) -> int:
         "parameters": sum(p.numel() for p in Net().parameters()),
         "curves": {},
     }
+    hog = None
+    if args.hog and rank == size - 1:  # a CPU hog on this rank's cores, for the whole job
+        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        os.sched_setaffinity(hog.pid, os.sched_getaffinity(0))
     for method in args.methods:
         torch.manual_seed(args.seed)
         model = Net()
@@ -216,9 +238,17 @@ def worker(args) -> int:
             ).item()
             curve.append([elapsed, score(model, f"score.{method}.{epoch}")])
         sent = hvd.stats()["collectives"].get("allreduce", {}).get("bytes", 0) - before
-        result["curves"][method] = {"curve": curve, "allreduce_bytes_rank0": sent}
+        result["curves"][method] = {
+            "curve": curve,
+            "allreduce_bytes_rank0": sent,
+            "steps": args.epochs * steps_per_epoch,
+        }
         if rank == 0:
             print(f"# {method}: {curve[-1][1]:.4f} after {elapsed:.1f} s", file=sys.stderr)
+    if hog is not None:
+        hog.kill()
+        hog.wait()
+    result["hog"] = bool(args.hog)
     if rank == 0:
         print("RESULT " + json.dumps(result), flush=True)
     hvd.shutdown()
@@ -261,7 +291,7 @@ def run_job(hosts, args) -> tuple:
         str(args.outer_lr),
         "--outer-momentum",
         str(args.outer_momentum),
-    ]
+    ] + (["--hog"] if args.hog else [])
     env = {**NETWORK_ENV, "SCALEOUT_HIERARCHICAL_ALLREDUCE": "1"}
     started = perf()
     try:
@@ -290,14 +320,15 @@ def report(rate, found, out) -> None:
     out(
         f"## {found['model']} ({found['parameters']} parameters), links at {rate}: "
         f"{found['ranks']} ranks, allreduce {found['algorithm']}"
+        + ("; the last rank shares its cores with a CPU hog" if found.get("hog") else "")
     )
     if target is not None:
         out(f"target: bsp's final accuracy less one point = {target:.4f}")
     out(
-        "| method | final accuracy | best | training time | time to target | vs bsp | "
+        "| method | final accuracy | best | training time | steps/s | time to target | vs bsp | "
         "allreduce MiB (rank 0) |"
     )
-    out("|---|---:|---:|---:|---:|---:|---:|")
+    out("|---|---:|---:|---:|---:|---:|---:|---:|")
     base_time = None if target is None else time_to(base["curve"], target)
     for method, c in curves.items():
         curve = c["curve"]
@@ -305,7 +336,8 @@ def report(rate, found, out) -> None:
         speed = f"{base_time / reached:.2f}x" if reached and base_time else "-"
         out(
             f"| {method} | {curve[-1][1]:.4f} | {max(a for _, a in curve):.4f} | "
-            f"{curve[-1][0]:.1f} s | {'-' if reached is None else f'{reached:.1f} s'} | "
+            f"{curve[-1][0]:.1f} s | {c['steps'] / curve[-1][0]:.0f} | "
+            f"{'-' if reached is None else f'{reached:.1f} s'} | "
             f"{speed} | {c['allreduce_bytes_rank0'] / 2**20:.1f} |"
         )
 
