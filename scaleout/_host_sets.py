@@ -62,7 +62,7 @@ def host_sets() -> Optional[Hosts]:
     if known is not None and _registered(known):
         return known
     places = allgather_object(
-        (_runtime.cross_rank(), _runtime.local_rank()), name="scaleout.topk.places"
+        (_runtime.cross_rank(), _runtime.local_rank()), name="scaleout.host_sets.places"
     )
     machines = [[r for r, (c, _) in enumerate(places) if c == h] for h in range(count)]
     columns = [[r for r, (_, local) in enumerate(places) if local == j] for j in range(local_size)]

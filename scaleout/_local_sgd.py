@@ -43,6 +43,7 @@ taken first).
 
 from __future__ import annotations
 
+import operator
 from typing import Dict, Optional
 
 from scaleout import _runtime
@@ -69,11 +70,15 @@ _runtime.add_stats("local_sgd", counters)
 
 
 def _whole(value, name: str, least: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+    try:
+        number = None if isinstance(value, bool) else operator.index(value)  # numpy's too
+    except TypeError:
+        number = None
+    if number is None or number < least:
         raise InvalidArgumentError(
             f"LocalSGDOptimizer: {name} must be an integer >= {least}, not {value!r}"
         )
-    return value
+    return number
 
 
 class LocalSGD:
@@ -97,6 +102,11 @@ class LocalSGD:
                 f"LocalSGDOptimizer: staleness={staleness} is more than period={period}: a round "
                 "must arrive before the next one starts"
             )
+        if self.staleness and self.period == 1 and not has_outer:
+            raise InvalidArgumentError(
+                "LocalSGDOptimizer: staleness with period=1 (and no outer optimizer): every "
+                "step is bulk-synchronous, there is no round to overlap"
+            )
         if self.staleness and has_outer:
             raise InvalidArgumentError(
                 "LocalSGDOptimizer: staleness with an outer optimizer is not supported: the "
@@ -113,10 +123,11 @@ class LocalSGD:
             self.hosts = host_sets()  # collective, the same answer on every rank
         if hierarchical and self.hosts is None:
             raise InvalidArgumentError(
-                "LocalSGDOptimizer: hierarchical=True needs a job whose allreduces are "
-                "hierarchical (ranks on several machines, the same number on each) and the "
-                "global process set; this job's are not (leave hierarchical=None to average "
-                "within machines only where they are)"
+                "LocalSGDOptimizer: hierarchical=True needs the global process set, rounds "
+                "(a period > 1 or an outer optimizer) and a job whose allreduces are "
+                "hierarchical over machines with the same number of ranks each; this one "
+                "lacks one of them (leave hierarchical=None to average within machines only "
+                "where it can be done)"
             )
         self.step = 0  # steps completed
 

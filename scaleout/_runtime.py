@@ -190,7 +190,8 @@ def stats() -> dict:
     reduction kernels) and ``wait_seconds`` (waiting for other ranks). And ``local_sgd``: the
     model-averaging rounds of every LocalSGDOptimizer of this process since it started, by
     scope (``"all"``: over the whole process set; ``"host"``: inside this machine), each with
-    ``rounds`` and ``bytes`` (of the parameters and buffers this rank averaged)."""
+    ``rounds``, ``bytes`` (of the parameters and buffers this rank averaged) and ``waits``
+    (rounds a rank waited for, with bounded staleness)."""
     _topo()
     handles, names = _binding.stats()
     out = {"handles": handles, "names_in_flight": names, "collectives": traffic()}

@@ -1,13 +1,15 @@
-"""scaleout.torch.LocalSGDOptimizer (Note [Local SGD]) at 2 and 3 ranks, and its schedule."""
+"""LocalSGDOptimizer (torch, at 2 and 3 ranks), LocalSGDCallback (Keras), and the schedule:
+Note [Local SGD]."""
 
 import pytest
-from conftest import run_mpi
+from conftest import one_size, run_mpi
 
 torch = pytest.importorskip("torch")
 
 
 def test_local_sgd_rounds_outer_step_resume_and_bad_arguments(nranks):
-    env = {"SCALEOUT_FUSION_THRESHOLD": "0"}  # bulk steps round alike whatever the timing
+    # bulk steps round alike whatever the timing; a process set made in the script
+    env = {"SCALEOUT_FUSION_THRESHOLD": "0", "SCALEOUT_DYNAMIC_PROCESS_SETS": "1"}
     proc = run_mpi("torch_local_sgd.py", nranks, env=env)
     assert proc.stdout.count("all checks passed") == nranks
 
@@ -28,3 +30,11 @@ def test_schedule_bulk_then_local_rounds():
     assert all(one.bulk() and one.finish_step() is None for _ in range(5))
     outer = LocalSGD(1, 0, has_outer=True, hierarchical=False, process_set_id=0)
     assert [(outer.bulk(), outer.finish_step()) for _ in range(3)] == [(False, ALL)] * 3
+
+
+@one_size(2)
+def test_keras_local_sgd_callback(nranks):
+    pytest.importorskip("tensorflow")
+    env = {"SCALEOUT_FUSION_THRESHOLD": "0"}
+    proc = run_mpi("tf_local_sgd.py", nranks, env=env, timeout=300)
+    assert proc.stdout.count("all checks passed") == nranks

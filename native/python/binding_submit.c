@@ -95,7 +95,7 @@ static PyObject *fast_array_type, *fast_global_set, *fast_ops; /* set_fast_path'
 // up among those seen before, and its buffer is then taken without the format; a dtype not
 // seen yet takes the format path once, and is remembered if scaleout has a code for it (a
 // format it cannot take - a byte order not the machine's, a structured dtype - is explained
-// there every time). Strong references, never released: a handful of descriptors at most.
+// there every time). Strong references to at most KNOWN_DESCRS descriptors, the oldest replaced.
 #define KNOWN_DESCRS 16
 static PyObject* known_descr[KNOWN_DESCRS];
 static int known_code[KNOWN_DESCRS];
@@ -116,11 +116,16 @@ static int known_array_dtype(PyObject* array, PyObject** descr) {
   return -1;
 }
 
+static int known_next; /* the slot a new dtype takes once all are used */
+
 static void remember_array_dtype(PyObject* descr, int code) {
-  if (descr == NULL || known_count == KNOWN_DESCRS) return;
+  if (descr == NULL) return;
+  /* Unpickled arrays bring dtype objects of their own (equal, not the same): when the slots
+   * are full, the oldest goes, so that the common ones come back. */
+  const int slot = known_count < KNOWN_DESCRS ? known_count++ : known_next++ % KNOWN_DESCRS;
   Py_INCREF(descr);
-  known_descr[known_count] = descr;
-  known_code[known_count++] = code;
+  Py_XSETREF(known_descr[slot], descr);
+  known_code[slot] = code;
 }
 
 static PyObject* submit(PyObject* self, PyObject* const* argv, Py_ssize_t nargs,

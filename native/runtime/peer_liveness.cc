@@ -437,13 +437,14 @@ void PeerLiveness::CheckStall(double now) {
   if (options_.stall_seconds <= 0 || !execution_.inside_.load(std::memory_order_acquire)) return;
   std::string what;
   double since;
+  uint64_t started;
   {
-    std::lock_guard<std::mutex> lock(execution_.mu_);
-    what = execution_.WhatLocked();
+    std::lock_guard<std::mutex> lock(execution_.mu_);  // Begin's too: as short as can be
     since = execution_.since_;
+    started = execution_.started_.load(std::memory_order_acquire);
+    if (now - since < options_.stall_seconds || stall_reported_ == started) return;
+    what = execution_.WhatLocked();  // formatted only for a report
   }
-  const uint64_t started = execution_.started_.load(std::memory_order_acquire);
-  if (now - since < options_.stall_seconds || stall_reported_ == started) return;
   stall_reported_ = started;
   std::string who;
   int first = -1, kind = 0;

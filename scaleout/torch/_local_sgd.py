@@ -4,6 +4,7 @@ in scaleout/_local_sgd.py), over a DistributedOptimizer for the bulk-synchronous
 from __future__ import annotations
 
 import itertools
+import weakref
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -30,11 +31,13 @@ class _LocalSGDMixin(_DistributedMixin):
         self,
         schedule: LocalSGD,
         outer: Optional[torch.optim.Optimizer],
-        buffers: List[Tuple[str, torch.Tensor]],
+        module: Optional[torch.nn.Module],
     ) -> None:
         self._so_local = schedule
         self._so_outer = outer
-        self._so_buffers = buffers
+        # The buffers are read at each round: model.to(), .double() and
+        # load_state_dict(assign=True) replace buffer tensors.
+        self._so_module = None if module is None else weakref.ref(module)
         self._so_anchor: Optional[Dict[torch.Tensor, torch.Tensor]] = None
         self._so_round: Optional[_Round] = None  # a round over the set in flight (staleness)
         # Its collectives' names: a round of an earlier optimizer over the same model may still
@@ -48,19 +51,40 @@ class _LocalSGDMixin(_DistributedMixin):
         if self._so_local.bulk():  # local steps reduce nothing while backward runs
             super()._so_on_grad(p)
 
+    def add_param_group(self, param_group: dict) -> None:
+        outer = getattr(self, "_so_outer", None)  # None too in the wrapped class's __init__
+        if outer is not None:
+            params = param_group.get("params", [])
+            params = [params] if isinstance(params, torch.Tensor) else list(params)
+            theirs = {id(p) for g in outer.param_groups for p in g["params"]}
+            if any(id(p) not in theirs for p in params):
+                raise InvalidArgumentError(
+                    "LocalSGDOptimizer.add_param_group: the outer optimizer does not have these "
+                    "parameters; add them to it first (outer_optimizer.add_param_group)"
+                )
+        super().add_param_group(param_group)
+        if outer is not None and self._so_anchor is not None:
+            for p in self.param_groups[-1]["params"]:
+                self._so_anchor[p] = p.detach().clone()
+
+    def synchronize(self) -> None:
+        """As DistributedOptimizer's on bulk-synchronous steps; on local steps the gradients
+        stay this rank's, so there is nothing to wait for (clipping between synchronize() and
+        step() works as with DistributedOptimizer)."""
+        if self._so_local.bulk():
+            super().synchronize()
+
     def step(self, closure=None):
+        if not self._so_included:  # outside the process set: the wrapped step alone
+            return self._so_wrapped_step(closure)
         if self._so_local.bulk():
             loss = super().step(closure)
             self._so_local.finish_step()
             return loss
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
         if self._so_outer is not None and self._so_anchor is None:
             # The model every rank has now (after warm-up, or as broadcast at the start).
             self._so_anchor = {p: p.detach().clone() for p in self._so_params()}
-        self._so_wrapped_step()
+        loss = self._so_wrapped_step(closure)
         scope = self._so_local.finish_step()
         if self._so_round is not None and self._so_local.due(self._so_round.started):
             self._so_take_round()
@@ -76,7 +100,9 @@ class _LocalSGDMixin(_DistributedMixin):
         """Averages the model over the whole process set now (as a round of the schedule does),
         for example before evaluating or saving it; the schedule goes on as it was. With an
         outer optimizer, the outer step is made too; with staleness, a round in flight is
-        taken first."""
+        taken first. Outside the process set it does nothing."""
+        if not self._so_included:
+            return
         if self._so_round is not None:
             self._so_take_round()
         self._so_average(ALL)
@@ -84,7 +110,10 @@ class _LocalSGDMixin(_DistributedMixin):
     def _so_averaged(self) -> List[Tuple[str, torch.Tensor]]:
         """What a round averages: the parameters, and the floating-point buffers asked for."""
         tensors = [(self._so_names[p], p) for p in self._so_params()]
-        return tensors + [(name, b) for name, b in self._so_buffers if b.is_floating_point()]
+        module = None if self._so_module is None else self._so_module()
+        if module is not None:
+            tensors += [(n, b) for n, b in module.named_buffers() if b.is_floating_point()]
+        return tensors
 
     def _so_submit(self, scope: str, tensors, waits: bool) -> list:
         """Average-allreduces each (name, tensor) in place over `scope`'s set; the handles."""
@@ -126,7 +155,12 @@ class _LocalSGDMixin(_DistributedMixin):
                 ALL, [(name, a) for (name, _), a in zip(tensors, averages)], waits=False
             )
         self._so_round = _Round(
-            self._so_local.step, [t for _, t in tensors], snapshots, averages, handles
+            self._so_local.step,
+            [name for name, _ in tensors],
+            [t for _, t in tensors],
+            snapshots,
+            averages,
+            handles,
         )
 
     def _so_take_round(self) -> None:
@@ -139,11 +173,13 @@ class _LocalSGDMixin(_DistributedMixin):
                 t.detach().add_(average - snapshot)
         self._so_round = None
 
-    def _so_wait_round(self) -> None:
+    def _so_wait_round(self, counted: bool = True) -> None:
+        """Waits for the round in flight to arrive; `counted`: a wait of the schedule's (not a
+        checkpoint's), counted in stats() if the round had not arrived."""
         r = self._so_round
         if r.handles is None:
             return
-        if not all(poll(h) for h in r.handles):
+        if counted and not all(poll(h) for h in r.handles):
             self._so_local.record_wait(ALL)
         for h in r.handles:
             synchronize(h)
@@ -180,12 +216,12 @@ class _LocalSGDMixin(_DistributedMixin):
             anchor = {self._so_names[p]: t.clone() for p, t in self._so_anchor.items()}
         pending = None
         if self._so_round is not None:  # arrived (waited for here), to be taken when due
-            self._so_wait_round()
-            names = [name for name, _ in self._so_averaged()]
+            r = self._so_round
+            self._so_wait_round(counted=False)
             pending = {
-                "started": self._so_round.started,
-                "snapshots": dict(zip(names, (s.clone() for s in self._so_round.snapshots))),
-                "averages": dict(zip(names, (a.clone() for a in self._so_round.averages))),
+                "started": r.started,
+                "snapshots": dict(zip(r.names, (s.clone() for s in r.snapshots))),
+                "averages": dict(zip(r.names, (a.clone() for a in r.averages))),
             }
         out[STATE_KEY] = {
             "step": self._so_local.step,
@@ -199,42 +235,58 @@ class _LocalSGDMixin(_DistributedMixin):
         state_dict = dict(state_dict)
         saved = state_dict.pop(STATE_KEY, None)
         super().load_state_dict(state_dict)
+        if self._so_round is not None:  # a round of this optimizer's own in flight
+            self._so_wait_round(counted=False)
+            self._so_round = None
         if saved is None:
             return
         self._so_local.step = int(saved["step"])
         anchor = saved.get("anchor")
-        if anchor is None:
-            self._so_anchor = None
-        else:
+        self._so_anchor = None
+        if anchor is not None:
             by_name = {name: p for p, name in self._so_names.items()}
-            missing = sorted(set(by_name) - set(anchor))
-            if missing:
-                raise InvalidArgumentError(
-                    f"LocalSGDOptimizer.load_state_dict: the saved anchor lacks {missing[:5]}"
-                )
-            self._so_anchor = {p: anchor[name].detach().clone() for name, p in by_name.items()}
+            self._so_anchor = {
+                p: _restored(anchor, name, p, "anchor") for name, p in by_name.items()
+            }
         if saved.get("outer") is not None and self._so_outer is not None:
             self._so_outer.load_state_dict(saved["outer"])
         pending = saved.get("round")
-        self._so_round = None
         if pending is not None:
             tensors = self._so_averaged()
             self._so_round = _Round(
                 int(pending["started"]),
+                [name for name, _ in tensors],
                 [t for _, t in tensors],
-                [pending["snapshots"][name].detach().clone() for name, _ in tensors],
-                [pending["averages"][name].detach().clone() for name, _ in tensors],
+                [_restored(pending["snapshots"], n, t, "round's snapshot") for n, t in tensors],
+                [_restored(pending["averages"], n, t, "round's average") for n, t in tensors],
                 None,
             )
 
 
+def _restored(saved: dict, name: str, like: torch.Tensor, what: str) -> torch.Tensor:
+    """A saved tensor of LocalSGDOptimizer's state, as `like` (device, dtype), checked."""
+    if name not in saved:
+        raise InvalidArgumentError(
+            f"LocalSGDOptimizer.load_state_dict: the saved {what} has no '{name}' (it has "
+            f"{sorted(saved)[:5]}...): saved from another model?"
+        )
+    t = saved[name]
+    if tuple(t.shape) != tuple(like.shape):
+        raise InvalidArgumentError(
+            f"LocalSGDOptimizer.load_state_dict: the saved {what} of '{name}' has shape "
+            f"{tuple(t.shape)}, the model's {tuple(like.shape)}"
+        )
+    return t.detach().to(device=like.device, dtype=like.dtype).clone()
+
+
 class _Round:
     """A round over the set in flight (Note [Local SGD], bounded staleness): the step count it
-    started after, the tensors it averages, their snapshots, the averages (being made in place
-    while `handles` is not None)."""
+    started after, the names and tensors it averages, their snapshots, the averages (being made
+    in place while `handles` is not None)."""
 
-    def __init__(self, started: int, tensors, snapshots, averages, handles) -> None:
+    def __init__(self, started: int, names, tensors, snapshots, averages, handles) -> None:
         self.started = started
+        self.names = names
         self.tensors = tensors
         self.snapshots = snapshots
         self.averages = averages
@@ -242,18 +294,17 @@ class _Round:
 
 
 def _model_and_names(named_parameters, average_buffers: bool):
-    """(the (name, parameter) pairs or None, the (name, buffer) pairs to average)."""
+    """(the (name, parameter) pairs or None, the module whose buffers are averaged or None)."""
     if isinstance(named_parameters, torch.nn.Module):
         module = named_parameters
-        buffers = list(module.named_buffers()) if average_buffers else []
-        return list(module.named_parameters()), buffers
+        return list(module.named_parameters()), module if average_buffers else None
     if average_buffers:
         raise InvalidArgumentError(
             "LocalSGDOptimizer: pass the model itself as named_parameters, so that its buffers "
             "(BatchNorm's running statistics) are averaged with its parameters, or "
             "average_buffers=False to leave the buffers to each rank"
         )
-    return named_parameters, []
+    return named_parameters, None
 
 
 def LocalSGDOptimizer(
@@ -298,7 +349,7 @@ def LocalSGDOptimizer(
     it stopped. average() averages now (before evaluating or saving). stats()["local_sgd"]
     counts the rounds and their bytes.
     """
-    named, buffers = _model_and_names(named_parameters, average_buffers)
+    named, module = _model_and_names(named_parameters, average_buffers)
     if outer_optimizer is not None:
         if not isinstance(outer_optimizer, torch.optim.Optimizer):
             raise InvalidArgumentError(
@@ -321,5 +372,5 @@ def LocalSGDOptimizer(
     wrapped._so_setup(
         named, Compression.none, 1, Average, 1.0, False, 0, None, process_set, False, None
     )
-    wrapped._so_local_setup(schedule, outer_optimizer, buffers)
+    wrapped._so_local_setup(schedule, outer_optimizer, module)
     return wrapped

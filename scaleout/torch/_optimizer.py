@@ -302,9 +302,9 @@ class _DistributedMixin:
         if self._so_overlap is not None:
             self._so_overlap.apply_all(self)
 
-    def _so_wrapped_step(self):
+    def _so_wrapped_step(self, closure=None):
         """The wrapped optimizer's own step (Note [Adasum optimizer] runs it per parameter)."""
-        return super().step()
+        return super().step() if closure is None else super().step(closure)
 
     def state_dict(self):
         """The wrapped optimizer's state_dict; with Compression.topk also the residuals (and

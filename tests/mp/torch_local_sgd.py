@@ -1,5 +1,6 @@
-"""Run by tests/test_local_sgd.py (with SCALEOUT_FUSION_THRESHOLD=0: every gradient reduced
-alone, so bulk-synchronous steps round alike whatever the timing, beyond 2 ranks too).
+"""Run by tests/test_local_sgd.py::test_local_sgd_rounds_outer_step_resume_and_bad_arguments
+(with SCALEOUT_FUSION_THRESHOLD=0: every gradient reduced alone, so bulk-synchronous steps round
+alike whatever the timing, beyond 2 ranks too).
 
 LocalSGDOptimizer (Note [Local SGD]): period 1 and the warm-up are DistributedOptimizer bit for
 bit; between rounds the ranks' models differ (each rank trains on its own data), right after
@@ -85,8 +86,9 @@ def check_rounds():
     seen = {"rounds": 0, "apart": 0}
     inner_step = opt._so_wrapped_step
 
-    def spy():  # each rank's model just before the schedule's averaging, after the local step
-        result = inner_step()
+    def spy(closure=None):
+        """Each rank's model just before the schedule's averaging, after the local step."""
+        result = inner_step(closure)
         spy.last = state(net)
         return result
 
@@ -155,8 +157,8 @@ def check_outer():
     inner_step = opt._so_wrapped_step
     last = {}
 
-    def spy():
-        result = inner_step()
+    def spy(closure=None):
+        result = inner_step(closure)
         last["local"] = params().double()
         return result
 
@@ -318,6 +320,78 @@ def check_staleness():
     )
 
 
+def check_edges():
+    """A rank outside the process set steps alone; a parameter group added later (with the outer
+    optimizer's first); synchronize() on local steps reduces nothing; numpy integers."""
+    import numpy as np
+
+    n = hvd.size()
+    inside = list(range(n - 1))  # the last rank is outside
+    ps = hvd.add_process_set(inside)
+    net = model()
+    opt = hvd.LocalSGDOptimizer(
+        torch.optim.SGD(net.parameters(), lr=0.05), net, period=np.int64(2), process_set=ps
+    )
+    train(net, opt, 4)
+    opt.average()
+    copies = hvd.allgather_object(state(net))
+    check(
+        all(torch.equal(copies[0], copies[r]) for r in inside),
+        "the set's ranks agree after its rounds",
+    )
+    if n > 1:
+        check(not torch.equal(copies[0], copies[-1]), "the rank outside the set trained alone")
+    hvd.remove_process_set(ps)
+
+    # add_param_group: the outer optimizer's first, else an error
+    net, extra = model(), nn.Linear(2, 2)
+    both = nn.ModuleDict({"net": net, "extra": extra})  # named: the group added later too
+    outer = torch.optim.SGD(net.parameters(), lr=1.0)
+    opt = hvd.LocalSGDOptimizer(
+        torch.optim.SGD(net.parameters(), lr=0.05), both, period=2, outer_optimizer=outer
+    )
+    train(net, opt, 2)
+    expect_error(
+        hvd.InvalidArgumentError,
+        lambda: opt.add_param_group({"params": list(extra.parameters())}),
+        "add them to it first",
+        what="a group the outer optimizer lacks",
+    )
+    outer.add_param_group({"params": list(extra.parameters())})
+    opt.add_param_group({"params": list(extra.parameters())})
+    for step in range(2, 4):
+        x, y = batch(step)
+        opt.zero_grad()
+        (nn.functional.cross_entropy(net(x), y) + extra(x[:, :2]).sum()).backward()
+        opt.step()
+    check(
+        same_everywhere(torch.cat([p.detach().reshape(-1) for p in extra.parameters()])),
+        "an added group is averaged with the rest",
+    )
+
+    # synchronize() on a local step: nothing reduced
+    net = model()
+    opt = hvd.LocalSGDOptimizer(torch.optim.SGD(net.parameters(), lr=0.05), net, period=4)
+    x, y = batch(0)
+    opt.zero_grad()
+    nn.functional.cross_entropy(net(x), y).backward()
+    sent = hvd.stats()["collectives"].get("allreduce", {}).get("calls", 0)
+    opt.synchronize()
+    torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+    with opt.skip_synchronize():
+        opt.step()
+    calls = hvd.stats()["collectives"].get("allreduce", {}).get("calls", 0) - sent
+    check(calls == 0, f"synchronize() on a local step reduced nothing ({calls} allreduces)")
+    expect_error(
+        hvd.InvalidArgumentError,
+        lambda: hvd.LocalSGDOptimizer(
+            torch.optim.SGD(net.parameters(), lr=0.1), net, period=1, staleness=1
+        ),
+        "period=1",
+        what="staleness with period 1",
+    )
+
+
 def check_bad_arguments():
     net = model()
     sgd = lambda: torch.optim.SGD(net.parameters(), lr=0.1)  # noqa: E731
@@ -387,6 +461,7 @@ def run():
     check_outer()
     check_resume()
     check_staleness()
+    check_edges()
     check_bad_arguments()
 
 

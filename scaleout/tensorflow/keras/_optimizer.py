@@ -227,6 +227,18 @@ def _register_local_var(self, var) -> None:
     _scaleout_state(self).local.add(var)
 
 
+def local_steps(optimizer) -> bool:
+    """Makes a DistributedOptimizer apply gradients as they are, without reducing them (local
+    SGD's local steps, Note [Local SGD]); whether it was distributed (the train function must then
+    be traced again)."""
+    if not is_distributed(optimizer):
+        return False
+    for name in ("apply", "register_local_var", "_scaleout_state"):
+        if name in optimizer.__dict__:
+            object.__delattr__(optimizer, name)
+    return True
+
+
 def is_distributed(optimizer) -> bool:
     """True for an optimizer returned by DistributedOptimizer (or made so by load_model)."""
     return getattr(optimizer, "_scaleout_state", None) is not None

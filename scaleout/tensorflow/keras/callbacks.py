@@ -1,6 +1,7 @@
 """Keras callbacks for data-parallel training, as Horovod 0.28.1's
 horovod.tensorflow.keras.callbacks: BroadcastGlobalVariablesCallback, MetricAverageCallback,
-LearningRateScheduleCallback, LearningRateWarmupCallback, BestModelCheckpoint.
+LearningRateScheduleCallback, LearningRateWarmupCallback, BestModelCheckpoint; and scaleout's own
+LocalSGDCallback (Note [Local SGD]).
 
 They run between steps, in Python, so they use scaleout's numpy-level collectives directly.
 Horovod's hooks are kept: the broadcast happens at the end of the first batch, learning rates are
@@ -17,8 +18,14 @@ import numpy as np
 import tensorflow as tf
 
 import scaleout as _so
+from scaleout._arrays import submit_into
+from scaleout._errors import InvalidArgumentError
+from scaleout._local_sgd import ALL, LocalSGD
+from scaleout._native import ALLREDUCE, Average, synchronize
+from scaleout._process_sets import global_process_set, process_set_id
 from scaleout.tensorflow._arguments import check_device
 from scaleout.tensorflow._collectives import broadcast_variables
+from scaleout.tensorflow.keras._optimizer import is_distributed, local_steps
 
 __all__ = [
     "BroadcastGlobalVariablesCallback",
@@ -26,6 +33,7 @@ __all__ = [
     "LearningRateScheduleCallback",
     "LearningRateWarmupCallback",
     "BestModelCheckpoint",
+    "LocalSGDCallback",
 ]
 
 
@@ -388,3 +396,102 @@ class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
                 "'best.keras') before fit()"
             )
         super().on_train_begin(logs)
+
+
+class LocalSGDCallback(keras.callbacks.Callback):
+    """Local SGD for model.fit (Note [Local SGD]): each rank steps on its own gradients and the
+    model's weights are averaged over the ranks every `period` batches.
+
+    - period: batches between averaging rounds.
+    - warmup_steps: the first batches are bulk-synchronous; the model's optimizer must then be a
+      scaleout DistributedOptimizer, whose gradient reduction stops after them (the train
+      function is traced again). Without warm-up the optimizer may be a plain one (a
+      DistributedOptimizer's reduction stops at the start).
+    - average_buffers: average the non-trainable floating-point weights too (BatchNormalization's
+      moving mean and variance).
+    - hierarchical: None (default) also averages among a machine's ranks after every batch where
+      the job's allreduces are hierarchical; True requires that; False never.
+    - process_set: the ranks that average together.
+
+    Start from the same weights everywhere (BroadcastGlobalVariablesCallback(0) before this
+    one). The step count goes on across fit() calls; `average()` averages now. The outer
+    optimizer and bounded staleness of scaleout.torch.LocalSGDOptimizer are not offered here.
+    """
+
+    _instances = 0
+
+    def __init__(
+        self,
+        period: int,
+        warmup_steps: int = 0,
+        average_buffers: bool = True,
+        hierarchical: Optional[bool] = None,
+        process_set=global_process_set,
+    ):
+        super().__init__()
+        self._ps = process_set_id(process_set, "LocalSGDCallback")
+        self._schedule = LocalSGD(period, warmup_steps, False, hierarchical, self._ps)
+        self._average_buffers = bool(average_buffers)
+        # Every rank makes its callbacks in the same order: the names agree.
+        self._prefix = f"scaleout.local_sgd.keras.{LocalSGDCallback._instances}"
+        LocalSGDCallback._instances += 1
+
+    def on_train_begin(self, logs=None):
+        optimizer = self.model.optimizer
+        if self._schedule.bulk() and not is_distributed(optimizer):
+            raise InvalidArgumentError(
+                "LocalSGDCallback: bulk-synchronous steps (warmup_steps, or period=1) need the "
+                "model's optimizer to be a scaleout DistributedOptimizer"
+            )
+        if not self._schedule.bulk():
+            self._stop_reducing()
+
+    def on_train_batch_end(self, batch, logs=None):
+        bulk = self._schedule.bulk()
+        scope = self._schedule.finish_step()
+        if bulk and not self._schedule.bulk():
+            self._stop_reducing()
+        if scope is not None:
+            self._average(scope)
+
+    def average(self) -> None:
+        """Averages the model over the whole process set now."""
+        self._average(ALL)
+
+    def _stop_reducing(self) -> None:
+        """The optimizer reduces no more gradients from the next batch on."""
+        if local_steps(self.model.optimizer):
+            self.model.make_train_function(force=True)
+
+    def _weights(self):
+        trainable = list(self.model.trainable_weights)
+        if not self._average_buffers:
+            return trainable
+        ids = {id(w) for w in trainable}
+        others = [
+            w
+            for w in self.model.weights
+            if id(w) not in ids and np.issubdtype(np.dtype(w.dtype), np.floating)
+        ]
+        return trainable + others
+
+    def _average(self, scope: str) -> None:
+        weights = self._weights()
+        values = [np.ascontiguousarray(w.numpy()) for w in weights]
+        ps = self._schedule.process_set(scope)
+        handles = [
+            submit_into(
+                ALLREDUCE,
+                f"{self._prefix}.{scope}.{i}",
+                v,
+                inplace=True,
+                op=Average,
+                process_set=ps,
+            )
+            for i, v in enumerate(values)
+        ]
+        for h in handles:
+            synchronize(h)
+        for w, v in zip(weights, values):
+            w.assign(v)
+        self._schedule.record(scope, sum(v.nbytes for v in values))
