@@ -259,21 +259,13 @@ def worker(args) -> int:
 
 
 def run_job(hosts, args) -> tuple:
-    from _hosts import INTERFACE, NETWORK_ENV, SSH_PORT
+    from _hosts import NETWORK_ENV, job_options
 
-    spec = ",".join(f"{h}:{args.ranks_per_host}" for h in hosts.names)
     command = [
         sys.executable,
         "-m",
         "scaleout.launcher.main",
-        "-H",
-        spec,
-        "--ssh-port",
-        str(SSH_PORT),
-        "--network-interface",
-        INTERFACE,
-        "--mpi-yield",
-        "on",
+        *job_options({h: args.ranks_per_host for h in hosts.names}),
         sys.executable,
         str(Path(__file__).resolve()),
         "--worker",

@@ -586,9 +586,8 @@ def header(args, hosts_count: int) -> list:
 def run_job(hosts, args, mode: str) -> tuple[Optional[dict], str]:
     """One scaleoutrun job across the hosts with SCALEOUT_HIERARCHICAL_ALLREDUCE=mode: rank 0's
     RESULT, and a line about the job."""
-    from _hosts import INTERFACE, NETWORK_ENV, SSH_PORT
+    from _hosts import INTERFACE, NETWORK_ENV, job_options
 
-    spec = ",".join(f"{h}:{args.ranks_per_host}" for h in hosts.names)
     worker_args = (
         [
             "--worker",
@@ -614,14 +613,7 @@ def run_job(hosts, args, mode: str) -> tuple[Optional[dict], str]:
         sys.executable,
         "-m",
         "scaleout.launcher.main",
-        "-H",
-        spec,
-        "--ssh-port",
-        str(SSH_PORT),
-        "--network-interface",
-        INTERFACE,
-        "--mpi-yield",
-        "on",
+        *job_options({h: args.ranks_per_host for h in hosts.names}),
         sys.executable,
         str(Path(__file__).resolve()),
         *worker_args,

@@ -72,6 +72,23 @@ def host_names(count: int) -> list[str]:
     return [f"host{chr(ord('A') + i)}" for i in range(count)]
 
 
+def job_options(slots: dict) -> list[str]:
+    """scaleoutrun's options for a job on these hosts: `-H` with each host's slots ({name: n}),
+    ssh on the hosts' port, the links' interface, and MPI's waits yielding (the ranks of every
+    host share this machine's cores)."""
+    spec = ",".join(f"{host}:{n}" for host, n in slots.items())
+    return [
+        "-H",
+        spec,
+        "--ssh-port",
+        str(SSH_PORT),
+        "--network-interface",
+        INTERFACE,
+        "--mpi-yield",
+        "on",
+    ]
+
+
 def missing_prerequisite(rate_limited: bool = False) -> Optional[str]:
     """Why hosts cannot be made here (one line), or None."""
     if not sys.platform.startswith("linux"):

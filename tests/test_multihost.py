@@ -23,7 +23,15 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
-from _hosts import INTERFACE, NETWORK_ENV, SSH_PORT, Hosts, HostsUnavailable, made_hosts
+from _hosts import (
+    INTERFACE,
+    NETWORK_ENV,
+    SSH_PORT,
+    Hosts,
+    HostsUnavailable,
+    job_options,
+    made_hosts,
+)
 from conftest import SCALEOUTRUN
 
 from scaleout.launcher.mpi_launcher import find_mpiexec
@@ -128,17 +136,7 @@ def received_bytes(hosts: Hosts, name: str) -> int:
 def test_two_by_two_ranks_over_ssh(hosts, program):
     before = received_bytes(hosts, "hostB")
     result = scaleoutrun_on_a(
-        hosts,
-        "-H",
-        "hostA:2,hostB:2",
-        "--ssh-port",
-        str(SSH_PORT),
-        "--network-interface",
-        INTERFACE,
-        "--mpi-yield",
-        "on",
-        program=program,
-        env=JOB_ENV,
+        hosts, *job_options({"hostA": 2, "hostB": 2}), program=program, env=JOB_ENV
     )
     assert result.returncode == 0, result.stdout + result.stderr
     check_job(results(result.stdout), {"hostA": 2, "hostB": 2})

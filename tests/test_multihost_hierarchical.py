@@ -8,7 +8,7 @@ import re
 import sys
 
 import pytest
-from _hosts import INTERFACE, SSH_PORT
+from _hosts import job_options
 from conftest import SCALEOUTRUN
 from test_multihost import JOB_ENV, MP, hosts, received_bytes  # noqa: F401 (hosts: a fixture)
 
@@ -18,21 +18,7 @@ PROGRAM = MP / "hierarchical.py"
 def run(hosts, slots: dict, *args: str, env: dict = None, program=PROGRAM) -> dict:
     """Runs tests/mp/hierarchical.py (or `program`) with scaleoutrun from hostA; every rank's
     RESULT."""
-    spec = ",".join(f"{h}:{k}" for h, k in slots.items())
-    command = [
-        *SCALEOUTRUN,
-        "-H",
-        spec,
-        "--ssh-port",
-        str(SSH_PORT),
-        "--network-interface",
-        INTERFACE,
-        "--mpi-yield",
-        "on",
-        sys.executable,
-        str(program),
-        *args,
-    ]
+    command = [*SCALEOUTRUN, *job_options(slots), sys.executable, str(program), *args]
     result = hosts.run_on("hostA", command, env={**JOB_ENV, **(env or {})})
     assert result.returncode == 0, result.stdout + result.stderr
     found = {}
