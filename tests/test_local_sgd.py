@@ -1,4 +1,4 @@
-"""LocalSGDOptimizer (torch, at 2 and 3 ranks), LocalSGDCallback (Keras), and the schedule:
+"""LocalSGDOptimizer (torch, at 3 ranks), LocalSGDCallback (Keras, at 2), and the schedule:
 Note [Local SGD]."""
 
 import pytest
@@ -7,6 +7,7 @@ from conftest import one_size, run_mpi
 torch = pytest.importorskip("torch")
 
 
+@one_size(3)  # conftest.one_size: a front end's training test at one size; Keras's at 2
 def test_local_sgd_rounds_outer_step_resume_and_bad_arguments(nranks):
     # bulk steps round alike whatever the timing; a process set made in the script
     env = {"SCALEOUT_FUSION_THRESHOLD": "0", "SCALEOUT_DYNAMIC_PROCESS_SETS": "1"}
