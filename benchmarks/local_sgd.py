@@ -259,15 +259,11 @@ def worker(args) -> int:
 
 
 def run_job(hosts, args) -> tuple:
-    from _hosts import NETWORK_ENV, job_options
+    from _hosts import NETWORK_ENV, job_command
 
-    command = [
-        sys.executable,
-        "-m",
-        "scaleout.launcher.main",
-        *job_options({h: args.ranks_per_host for h in hosts.names}),
-        sys.executable,
-        str(Path(__file__).resolve()),
+    command = job_command(
+        {h: args.ranks_per_host for h in hosts.names},
+        Path(__file__).resolve(),
         "--worker",
         "--epochs",
         str(args.epochs),
@@ -283,7 +279,8 @@ def run_job(hosts, args) -> tuple:
         str(args.outer_lr),
         "--outer-momentum",
         str(args.outer_momentum),
-    ] + (["--hog"] if args.hog else [])
+        *(["--hog"] if args.hog else []),
+    )
     env = {**NETWORK_ENV, "SCALEOUT_HIERARCHICAL_ALLREDUCE": "1"}
     started = perf()
     try:

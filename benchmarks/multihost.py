@@ -586,7 +586,7 @@ def header(args, hosts_count: int) -> list:
 def run_job(hosts, args, mode: str) -> tuple[Optional[dict], str]:
     """One scaleoutrun job across the hosts with SCALEOUT_HIERARCHICAL_ALLREDUCE=mode: rank 0's
     RESULT, and a line about the job."""
-    from _hosts import INTERFACE, NETWORK_ENV, job_options
+    from _hosts import INTERFACE, NETWORK_ENV, job_command
 
     worker_args = (
         [
@@ -609,15 +609,9 @@ def run_job(hosts, args, mode: str) -> tuple[Optional[dict], str]:
         + (["--no-torch"] if args.no_torch else [])
         + (["--torch-only"] if args.torch_only else [])
     )
-    command = [
-        sys.executable,
-        "-m",
-        "scaleout.launcher.main",
-        *job_options({h: args.ranks_per_host for h in hosts.names}),
-        sys.executable,
-        str(Path(__file__).resolve()),
-        *worker_args,
-    ]
+    command = job_command(
+        {h: args.ranks_per_host for h in hosts.names}, Path(__file__).resolve(), *worker_args
+    )
     env = {
         **NETWORK_ENV,
         "SCALEOUT_HIERARCHICAL_ALLREDUCE": mode,

@@ -43,6 +43,7 @@ taken first).
 
 from __future__ import annotations
 
+import itertools
 import operator
 from typing import Dict, Optional
 
@@ -67,6 +68,11 @@ def counters() -> dict:
 
 
 _runtime.add_stats("local_sgd", counters)
+
+# Every schedule's collectives are named with its own number: a round of an earlier optimizer
+# over the same model may still be in flight. Every rank makes its optimizers (and callbacks) in
+# the same order, so the numbers agree.
+_made = itertools.count()
 
 
 def _whole(value, name: str, least: int) -> int:
@@ -130,6 +136,7 @@ class LocalSGD:
                 "where it can be done)"
             )
         self.step = 0  # steps completed
+        self._prefix = f"scaleout.local_sgd.{next(_made)}"
 
     @property
     def always_bulk(self) -> bool:
@@ -153,6 +160,10 @@ class LocalSGD:
         """Whether a round over the set started after step `started` (Note [Local SGD]'s
         bounded staleness) is taken now, after the step just counted."""
         return self.step >= started + self.staleness
+
+    def name(self, scope: str, tensor: str) -> str:
+        """The name of the collective that averages `tensor` in a round of `scope`."""
+        return f"{self._prefix}.{scope}.{tensor}"
 
     def process_set(self, scope: str) -> int:
         """The id of the process set a round of `scope` averages over."""

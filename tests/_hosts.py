@@ -89,6 +89,20 @@ def job_options(slots: dict) -> list[str]:
     ]
 
 
+def job_command(slots: dict, script, *args: str) -> list[str]:
+    """The command that runs `script` with `args` on every rank of a scaleoutrun job on these
+    hosts (job_options), to be run on the first host."""
+    return [
+        sys.executable,
+        "-m",
+        "scaleout.launcher.main",
+        *job_options(slots),
+        sys.executable,
+        str(script),
+        *args,
+    ]
+
+
 def missing_prerequisite(rate_limited: bool = False) -> Optional[str]:
     """Why hosts cannot be made here (one line), or None."""
     if not sys.platform.startswith("linux"):

@@ -5,11 +5,9 @@ The hosts are tests/_hosts.py's, made once per module by test_multihost.py's fix
 
 import json
 import re
-import sys
 
 import pytest
-from _hosts import job_options
-from conftest import SCALEOUTRUN
+from _hosts import job_command
 from test_multihost import JOB_ENV, MP, hosts, received_bytes  # noqa: F401 (hosts: a fixture)
 
 PROGRAM = MP / "hierarchical.py"
@@ -18,7 +16,7 @@ PROGRAM = MP / "hierarchical.py"
 def run(hosts, slots: dict, *args: str, env: dict = None, program=PROGRAM) -> dict:
     """Runs tests/mp/hierarchical.py (or `program`) with scaleoutrun from hostA; every rank's
     RESULT."""
-    command = [*SCALEOUTRUN, *job_options(slots), sys.executable, str(program), *args]
+    command = job_command(slots, program, *args)
     result = hosts.run_on("hostA", command, env={**JOB_ENV, **(env or {})})
     assert result.returncode == 0, result.stdout + result.stderr
     found = {}

@@ -109,9 +109,8 @@ std::vector<int> Negotiator::Named(std::vector<int> ranks) const {
 void Negotiator::Add(int rank, Request request, double now) {
   SO_CHECK(rank >= 0 && rank < size_, "request from an unknown rank");
   // One lookup of the name for the whole of this (a small collective's negotiation is mostly
-  // such bookkeeping).
-  auto it = table_.find(request.name);
-  if (it == table_.end()) it = table_.emplace(request.name, Entry()).first;
+  // such bookkeeping); the name is copied only into a new entry.
+  auto it = table_.try_emplace(request.name).first;
   Entry& e = it->second;
   if (e.by_rank.empty()) {
     e.by_rank.resize(size_);

@@ -3,8 +3,8 @@ in scaleout/_local_sgd.py), over a DistributedOptimizer for the bulk-synchronous
 
 from __future__ import annotations
 
-import itertools
 import weakref
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -20,7 +20,6 @@ from scaleout.torch._optimizer import _DistributedMixin, wrap
 __all__ = ["LocalSGDOptimizer"]
 
 STATE_KEY = "scaleout_local_sgd"
-_instances = itertools.count()
 
 
 class _LocalSGDMixin(_DistributedMixin):
@@ -40,12 +39,13 @@ class _LocalSGDMixin(_DistributedMixin):
         self._so_module = None if module is None else weakref.ref(module)
         self._so_anchor: Optional[Dict[torch.Tensor, torch.Tensor]] = None
         self._so_round: Optional[_Round] = None  # a round over the set in flight (staleness)
-        # Its collectives' names: a round of an earlier optimizer over the same model may still
-        # be in flight. Every rank makes its optimizers in the same order, so the numbers agree.
-        self._so_prefix = f"scaleout.local_sgd.{next(_instances)}"
 
     def _so_params(self) -> List[torch.Tensor]:
         return [p for group in self.param_groups for p in group["params"]]
+
+    def _so_capture_anchor(self) -> None:
+        """The outer optimizer's anchor (Note [Local SGD]): the model as it is now."""
+        self._so_anchor = {p: p.detach().clone() for p in self._so_params()}
 
     def _so_on_grad(self, p: torch.Tensor) -> None:
         if self._so_local.bulk():  # local steps reduce nothing while backward runs
@@ -82,8 +82,7 @@ class _LocalSGDMixin(_DistributedMixin):
             self._so_local.finish_step()
             return loss
         if self._so_outer is not None and self._so_anchor is None:
-            # The model every rank has now (after warm-up, or as broadcast at the start).
-            self._so_anchor = {p: p.detach().clone() for p in self._so_params()}
+            self._so_capture_anchor()  # after warm-up, or as broadcast at the start: everywhere
         loss = self._so_wrapped_step(closure)
         scope = self._so_local.finish_step()
         if self._so_round is not None and self._so_local.due(self._so_round.started):
@@ -115,14 +114,15 @@ class _LocalSGDMixin(_DistributedMixin):
             tensors += [(n, b) for n, b in module.named_buffers() if b.is_floating_point()]
         return tensors
 
-    def _so_submit(self, scope: str, tensors, waits: bool) -> list:
+    def _so_submit(self, scope: str, tensors) -> list:
         """Average-allreduces each (name, tensor) in place over `scope`'s set; the handles."""
-        ps = self._so_local.process_set(scope)
+        schedule = self._so_local
+        ps = schedule.process_set(scope)
         return [
             _tensors.submit_into(
                 ALLREDUCE,
                 t,
-                f"{self._so_prefix}.{scope}.{name}",
+                schedule.name(scope, name),
                 True,
                 Average,
                 0,
@@ -130,7 +130,6 @@ class _LocalSGDMixin(_DistributedMixin):
                 1.0,
                 "LocalSGDOptimizer",
                 ps,
-                waits=waits,
             )
             for name, t in tensors
         ]
@@ -139,7 +138,7 @@ class _LocalSGDMixin(_DistributedMixin):
         """Note [Local SGD]: one averaging round of the parameters (and buffers) over `scope`."""
         tensors = [(name, t.detach()) for name, t in self._so_averaged()]
         with torch.no_grad():
-            for h in self._so_submit(scope, tensors, waits=False):
+            for h in self._so_submit(scope, tensors):
                 synchronize(h)
             self._so_local.record(scope, sum(t.numel() * t.element_size() for _, t in tensors))
             if scope == ALL and self._so_outer is not None:
@@ -151,9 +150,7 @@ class _LocalSGDMixin(_DistributedMixin):
         with torch.no_grad():
             snapshots = [t.detach().clone() for _, t in tensors]
             averages = [s.clone() for s in snapshots]
-            handles = self._so_submit(
-                ALL, [(name, a) for (name, _), a in zip(tensors, averages)], waits=False
-            )
+            handles = self._so_submit(ALL, [(name, a) for (name, _), a in zip(tensors, averages)])
         self._so_round = _Round(
             self._so_local.step,
             [name for name, _ in tensors],
@@ -192,7 +189,7 @@ class _LocalSGDMixin(_DistributedMixin):
         params = self._so_params()
         anchor = self._so_anchor
         if anchor is None:  # average() before any local step: the model is the anchor
-            self._so_anchor = {p: p.detach().clone() for p in params}
+            self._so_capture_anchor()
             return
         saved = {p: p.grad for p in params}
         try:
@@ -279,18 +276,18 @@ def _restored(saved: dict, name: str, like: torch.Tensor, what: str) -> torch.Te
     return t.detach().to(device=like.device, dtype=like.dtype).clone()
 
 
+@dataclass
 class _Round:
     """A round over the set in flight (Note [Local SGD], bounded staleness): the step count it
     started after, the names and tensors it averages, their snapshots, the averages (being made
     in place while `handles` is not None)."""
 
-    def __init__(self, started: int, names, tensors, snapshots, averages, handles) -> None:
-        self.started = started
-        self.names = names
-        self.tensors = tensors
-        self.snapshots = snapshots
-        self.averages = averages
-        self.handles = handles
+    started: int
+    names: List[str]
+    tensors: List[torch.Tensor]
+    snapshots: List[torch.Tensor]
+    averages: List[torch.Tensor]
+    handles: Optional[list]
 
 
 def _model_and_names(named_parameters, average_buffers: bool):

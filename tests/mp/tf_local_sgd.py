@@ -65,12 +65,21 @@ class Before(keras.callbacks.Callback):
         self.last = hvd.allgather_object(flat(self.model.weights))
 
 
-def check_fit():
+def compiled(optimizer):
     model = make_model()
     model.compile(
-        optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.05, momentum=0.9)),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     )
+    return model
+
+
+def fit(model, x, y, callbacks):
+    """One epoch in batches of BATCH, in order."""
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=callbacks)
+
+
+def check_fit():
+    model = compiled(hvd.DistributedOptimizer(keras.optimizers.SGD(0.05, momentum=0.9)))
     x, y = data(WARMUP + LOCAL)
     local = hvd.callbacks.LocalSGDCallback(PERIOD, warmup_steps=WARMUP)
     probe, before = Probe(), Before()
@@ -83,20 +92,11 @@ def check_fit():
                 mean = np.mean(before.last, axis=0)
                 averaged.append(np.allclose(flat(self.model.weights), mean, rtol=1e-5, atol=1e-6))
 
-    model.fit(
+    fit(
+        model,
         x,
         y,
-        batch_size=BATCH,
-        epochs=1,
-        shuffle=False,
-        verbose=0,
-        callbacks=[
-            hvd.callbacks.BroadcastGlobalVariablesCallback(0),
-            before,
-            local,
-            Averaged(),
-            probe,
-        ],
+        [hvd.callbacks.BroadcastGlobalVariablesCallback(0), before, local, Averaged(), probe],
     )
     want = [True] * WARMUP + [False, False, True] * (LOCAL // PERIOD)
     if hvd.size() > 1:
@@ -110,20 +110,13 @@ def check_fit():
     check(got == LOCAL // PERIOD, f"stats count {LOCAL // PERIOD} rounds: {got}")
 
     # A plain optimizer, no warm-up: rounds only.
-    model = make_model()
-    model.compile(
-        optimizer=keras.optimizers.SGD(0.05),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-    )
+    model = compiled(keras.optimizers.SGD(0.05))
     probe = Probe()
-    model.fit(
+    fit(
+        model,
         x,
         y,
-        batch_size=BATCH,
-        epochs=1,
-        shuffle=False,
-        verbose=0,
-        callbacks=[
+        [
             hvd.callbacks.BroadcastGlobalVariablesCallback(0),
             hvd.callbacks.LocalSGDCallback(4),
             probe,
@@ -137,14 +130,7 @@ def check_fit():
     # Warm-up needs a DistributedOptimizer; bad periods.
     expect_error(
         hvd.InvalidArgumentError,
-        lambda: model.fit(
-            x,
-            y,
-            batch_size=BATCH,
-            epochs=1,
-            verbose=0,
-            callbacks=[hvd.callbacks.LocalSGDCallback(2, warmup_steps=1)],
-        ),
+        lambda: fit(model, x, y, [hvd.callbacks.LocalSGDCallback(2, warmup_steps=1)]),
         "need the model's optimizer to be a scaleout DistributedOptimizer",
         what="warm-up with a plain optimizer",
     )

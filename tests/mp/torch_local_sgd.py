@@ -177,6 +177,24 @@ def check_outer():
             check(same_everywhere(params()), f"step {step}: equal everywhere after the outer step")
 
 
+def resumed(make, steps, at):
+    """A run of `steps` steps from make()'s (model, optimizer), and the same run saved after
+    `at` steps and resumed in a new pair: (the first's model, the second's, the optimizer's
+    saved state_dict, the step count the resumed optimizer had right after loading it)."""
+    net, opt = make()
+    train(net, opt, steps)
+    want = state(net)
+    net, opt = make()
+    train(net, opt, at)
+    saved = (net.state_dict(), opt.state_dict())
+    net, opt = make()
+    net.load_state_dict(saved[0])
+    opt.load_state_dict(saved[1])
+    restored = opt.state_dict()["scaleout_local_sgd"]["step"]
+    train(net, opt, steps - at, first=at)
+    return want, state(net), saved[1], restored
+
+
 def check_resume():
     """Saved after step 4 of period 3 (mid-period), loaded into a new model and optimizer: the
     next steps give what the run that went on gave, with an outer optimizer's state too."""
@@ -193,20 +211,9 @@ def check_resume():
         )
         return net, opt
 
-    net, opt = make()
-    train(net, opt, 10)
-    want = state(net)
-    net, opt = make()
-    train(net, opt, 5)
-    saved = (net.state_dict(), opt.state_dict())
-    net, opt = make()
-    net.load_state_dict(saved[0])
-    opt.load_state_dict(saved[1])
-    check(opt.state_dict()["scaleout_local_sgd"]["step"] == 5, "the step count is restored")
-    train(net, opt, 5, first=5)
-    check(
-        torch.equal(state(net), want), "resumed mid-period: the same model as the run that went on"
-    )
+    want, got, _, restored = resumed(make, 10, 5)
+    check(restored == 5, "the step count is restored")
+    check(torch.equal(got, want), "resumed mid-period: the same model as the run that went on")
 
 
 def check_staleness():
@@ -252,18 +259,9 @@ def check_staleness():
             torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9), net, period=3, staleness=2
         )
 
-    net, opt = make()
-    train(net, opt, 12)
-    want = state(net)
-    net, opt = make()
-    train(net, opt, 7)
-    saved = (net.state_dict(), opt.state_dict())
-    check(saved[1]["scaleout_local_sgd"]["round"] is not None, "the round in flight is saved")
-    net, opt = make()
-    net.load_state_dict(saved[0])
-    opt.load_state_dict(saved[1])
-    train(net, opt, 5, first=7)
-    check(torch.equal(state(net), want), "resumed with a round in flight: the same model")
+    want, got, saved, _ = resumed(make, 12, 7)
+    check(saved["scaleout_local_sgd"]["round"] is not None, "the round in flight is saved")
+    check(torch.equal(got, want), "resumed with a round in flight: the same model")
 
     # One rank slowed (its steps do much more arithmetic): the others wait at the bound.
     slow = hvd.size() - 1

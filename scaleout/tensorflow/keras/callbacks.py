@@ -418,8 +418,6 @@ class LocalSGDCallback(keras.callbacks.Callback):
     optimizer and bounded staleness of scaleout.torch.LocalSGDOptimizer are not offered here.
     """
 
-    _instances = 0
-
     def __init__(
         self,
         period: int,
@@ -432,9 +430,6 @@ class LocalSGDCallback(keras.callbacks.Callback):
         self._ps = process_set_id(process_set, "LocalSGDCallback")
         self._schedule = LocalSGD(period, warmup_steps, False, hierarchical, self._ps)
         self._average_buffers = bool(average_buffers)
-        # Every rank makes its callbacks in the same order: the names agree.
-        self._prefix = f"scaleout.local_sgd.keras.{LocalSGDCallback._instances}"
-        LocalSGDCallback._instances += 1
 
     def on_train_begin(self, logs=None):
         optimizer = self.model.optimizer
@@ -482,7 +477,7 @@ class LocalSGDCallback(keras.callbacks.Callback):
         handles = [
             submit_into(
                 ALLREDUCE,
-                f"{self._prefix}.{scope}.{i}",
+                self._schedule.name(scope, str(i)),
                 v,
                 inplace=True,
                 op=Average,
