@@ -1,5 +1,6 @@
 """Local SGD, hierarchical model averaging and DiLoCo's outer step: the schedule, written once for
-every front end (scaleout.torch.LocalSGDOptimizer).
+every front end (scaleout.torch.LocalSGDOptimizer; scaleout.tensorflow.LocalSGD, under Keras's
+LocalSGDCallback too).
 
 Note [Local SGD]
 Bulk-synchronous training (DistributedOptimizer) reduces every gradient at every step, so every
@@ -51,7 +52,7 @@ from scaleout import _runtime
 from scaleout._errors import InvalidArgumentError
 from scaleout._host_sets import Hosts, host_sets
 
-__all__ = ["LocalSGD", "counters"]
+__all__ = ["Schedule", "counters"]
 
 # Note [Local SGD]: a round over the whole process set, or among the ranks of one machine.
 ALL, HOST = "all", "host"
@@ -75,21 +76,20 @@ _runtime.add_stats("local_sgd", counters)
 _made = itertools.count()
 
 
-def _whole(value, name: str, least: int) -> int:
+def _whole(value, name: str, least: int, what: str) -> int:
     try:
         number = None if isinstance(value, bool) else operator.index(value)  # numpy's too
     except TypeError:
         number = None
     if number is None or number < least:
-        raise InvalidArgumentError(
-            f"LocalSGDOptimizer: {name} must be an integer >= {least}, not {value!r}"
-        )
+        raise InvalidArgumentError(f"{what}: {name} must be an integer >= {least}, not {value!r}")
     return number
 
 
-class LocalSGD:
+class Schedule:
     """The schedule of one local-SGD optimizer (Note [Local SGD]): which steps reduce gradients,
-    and after which steps the model is averaged, and over whom."""
+    and after which steps the model is averaged, and over whom. `what` names the caller in
+    errors."""
 
     def __init__(
         self,
@@ -99,28 +99,29 @@ class LocalSGD:
         hierarchical: Optional[bool],
         process_set_id: int,
         staleness=0,
+        what: str = "LocalSGDOptimizer",
     ) -> None:
-        self.period = _whole(period, "period", 1)
-        self.warmup_steps = _whole(warmup_steps, "warmup_steps", 0)
-        self.staleness = _whole(staleness, "staleness", 0)
+        self.period = _whole(period, "period", 1, what)
+        self.warmup_steps = _whole(warmup_steps, "warmup_steps", 0, what)
+        self.staleness = _whole(staleness, "staleness", 0, what)
         if self.staleness > self.period:
             raise InvalidArgumentError(
-                f"LocalSGDOptimizer: staleness={staleness} is more than period={period}: a round "
+                f"{what}: staleness={staleness} is more than period={period}: a round "
                 "must arrive before the next one starts"
             )
         if self.staleness and self.period == 1 and not has_outer:
             raise InvalidArgumentError(
-                "LocalSGDOptimizer: staleness with period=1 (and no outer optimizer): every "
+                f"{what}: staleness with period=1 (and no outer optimizer): every "
                 "step is bulk-synchronous, there is no round to overlap"
             )
         if self.staleness and has_outer:
             raise InvalidArgumentError(
-                "LocalSGDOptimizer: staleness with an outer optimizer is not supported: the "
+                f"{what}: staleness with an outer optimizer is not supported: the "
                 "outer step needs every rank's change of the same round at once"
             )
         if hierarchical is not None and not isinstance(hierarchical, bool):
             raise InvalidArgumentError(
-                f"LocalSGDOptimizer: hierarchical must be None, True or False, not {hierarchical!r}"
+                f"{what}: hierarchical must be None, True or False, not {hierarchical!r}"
             )
         self.has_outer = has_outer
         self.process_set_id = process_set_id
@@ -129,7 +130,7 @@ class LocalSGD:
             self.hosts = host_sets()  # collective, the same answer on every rank
         if hierarchical and self.hosts is None:
             raise InvalidArgumentError(
-                "LocalSGDOptimizer: hierarchical=True needs the global process set, rounds "
+                f"{what}: hierarchical=True needs the global process set, rounds "
                 "(a period > 1 or an outer optimizer) and a job whose allreduces are "
                 "hierarchical over machines with the same number of ranks each; this one "
                 "lacks one of them (leave hierarchical=None to average within machines only "

@@ -19,17 +19,17 @@ def test_local_sgd_rounds_outer_step_resume_and_bad_arguments(nranks):
 
 
 def test_schedule_bulk_then_local_rounds():
-    from scaleout._local_sgd import ALL, LocalSGD
+    from scaleout._local_sgd import ALL, Schedule
 
-    s = LocalSGD(3, 2, has_outer=False, hierarchical=False, process_set_id=0)
+    s = Schedule(3, 2, has_outer=False, hierarchical=False, process_set_id=0)
     got = []
     for _ in range(11):
         got.append((s.bulk(), s.finish_step()))
     want = [(True, None)] * 2 + [(False, None), (False, None), (False, ALL)] * 3
     assert got == want
-    one = LocalSGD(1, 0, has_outer=False, hierarchical=False, process_set_id=0)
+    one = Schedule(1, 0, has_outer=False, hierarchical=False, process_set_id=0)
     assert all(one.bulk() and one.finish_step() is None for _ in range(5))
-    outer = LocalSGD(1, 0, has_outer=True, hierarchical=False, process_set_id=0)
+    outer = Schedule(1, 0, has_outer=True, hierarchical=False, process_set_id=0)
     assert [(outer.bulk(), outer.finish_step()) for _ in range(3)] == [(False, ALL)] * 3
 
 

@@ -42,6 +42,7 @@ from scaleout.tensorflow._collectives import (
 )
 from scaleout.tensorflow._compression import Compression
 from scaleout.tensorflow._gradients import DistributedGradientTape, PartialDistributedGradientTape
+from scaleout.tensorflow._local_sgd import LocalSGD
 from scaleout.tensorflow._optimizer import DistributedOptimizer
 from scaleout.tensorflow._queries import (
     local_rank_op,
@@ -87,6 +88,7 @@ __all__ = _frontend_api.__all__ + [
     "DistributedGradientTape",
     "PartialDistributedGradientTape",
     "DistributedOptimizer",
+    "LocalSGD",
     "SyncBatchNormalization",
     "Compression",
 ]

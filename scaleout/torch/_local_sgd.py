@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from scaleout._errors import InvalidArgumentError
-from scaleout._local_sgd import ALL, LocalSGD
+from scaleout._local_sgd import ALL, Schedule
 from scaleout._native import ALLREDUCE, Average, poll, synchronize
 from scaleout._process_sets import global_process_set, process_set_id
 from scaleout.torch import _tensors
@@ -28,7 +28,7 @@ class _LocalSGDMixin(_DistributedMixin):
 
     def _so_local_setup(
         self,
-        schedule: LocalSGD,
+        schedule: Schedule,
         outer: Optional[torch.optim.Optimizer],
         module: Optional[torch.nn.Module],
     ) -> None:
@@ -362,7 +362,7 @@ def LocalSGDOptimizer(
                 f"{len(mine - outer)} of the optimizer's are not its)"
             )
     ps = process_set_id(process_set, "LocalSGDOptimizer")
-    schedule = LocalSGD(
+    schedule = Schedule(
         period, warmup_steps, outer_optimizer is not None, hierarchical, ps, staleness
     )
     wrapped = wrap(optimizer, _LocalSGDMixin, "LocalSGDOptimizer")

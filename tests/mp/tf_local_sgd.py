@@ -3,13 +3,19 @@
 LocalSGDCallback (Note [Local SGD]) in model.fit: warm-up batches bulk-synchronous through the
 DistributedOptimizer (the same weights on every rank), then local batches (the ranks apart) and
 every third one a round (the same weights, BatchNormalization's moving statistics included,
-equal to the ranks' average); a plain optimizer without warm-up; the errors."""
+equal to the ranks' average); a plain optimizer without warm-up; with an outer optimizer and
+with staleness; the errors. scaleout.tensorflow.LocalSGD in a GradientTape loop: DiLoCo's outer
+step against the same arithmetic in numpy, bounded staleness (rounds taken 2 steps after they
+start; with one rank slowed the others wait exactly there), runs saved and resumed mid-period
+(an outer optimizer's state, a round in flight) equal to the runs that went on."""
 
 import keras
 import numpy as np
+import tensorflow as tf
 from _harness import check, expect_error, main
 from tf_common import so  # noqa: F401  (TensorFlow set up as the TF tests do)
 
+import scaleout.tensorflow as hvd_tf
 import scaleout.tensorflow.keras as hvd
 
 BATCH, WARMUP, PERIOD, LOCAL = 16, 2, 3, 6
@@ -142,5 +148,224 @@ def check_fit():
     )
 
 
+def check_fit_outer_and_staleness():
+    """The callback with an outer optimizer (no warm-up: the first round is a plain average and
+    the anchor) and with staleness (rounds taken 2 batches after they start)."""
+    x, y = data(9)
+    model = compiled(keras.optimizers.SGD(0.05))
+    probe = Probe()
+    local = hvd.callbacks.LocalSGDCallback(
+        3, outer_optimizer=keras.optimizers.SGD(0.7, momentum=0.9, nesterov=True)
+    )
+    fit(model, x, y, [hvd.callbacks.BroadcastGlobalVariablesCallback(0), local, probe])
+    if hvd.size() > 1:
+        # batch 0 ends with the broadcast; rounds after batches 3, 6, 9
+        want = [True, False, True] + [False, False, True] * 2
+        check(probe.same == want, f"outer optimizer: equal at rounds only: {probe.same}")
+    check(local.state_dict()["anchor"] is not None, "the first round gives the anchor")
+
+    model = compiled(keras.optimizers.SGD(0.05))
+    local = hvd.callbacks.LocalSGDCallback(3, staleness=2)
+    waits = hvd.stats()["local_sgd"]["all"]["rounds"]
+    fit(model, x, y, [hvd.callbacks.BroadcastGlobalVariablesCallback(0), local])
+    got = hvd.stats()["local_sgd"]["all"]["rounds"] - waits
+    check(got == 2, f"rounds started at batches 3 and 6 arrived (9's in flight): {got}")
+    check(local.state_dict()["round"] is not None, "the round of batch 9 is in flight")
+    local.average()
+    same = hvd.allgather_object(flat(model.weights))
+    check(all(np.array_equal(same[0], w) for w in same), "average() agrees everywhere")
+
+
+# ---- scaleout.tensorflow.LocalSGD in a GradientTape loop ----
+
+loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def batch(step):
+    rng = np.random.default_rng(1000 * hvd.rank() + step)
+    return (
+        rng.normal(size=(BATCH, 5)).astype(np.float32),
+        rng.integers(0, 3, BATCH).astype(np.int32),
+    )
+
+
+def tape_step(model, opt, local, step):
+    """One step of the loop a user writes: gradients reduced while local.bulk()."""
+    x, y = batch(step)
+    with tf.GradientTape() as tape:
+        loss = loss_fn(y, model(x, training=True))
+    if local.bulk():
+        tape = hvd_tf.DistributedGradientTape(tape)
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+
+
+def tape_train(model, opt, local, steps, first=0, after=None):
+    for step in range(first, first + steps):
+        tape_step(model, opt, local, step)
+        local.after_step()
+        if after is not None:
+            after(step)
+
+
+def trainable(model):
+    return np.concatenate([np.ravel(v.numpy()) for v in model.trainable_variables])
+
+
+def check_tape_outer():
+    """DiLoCo after one warm-up step: at each round the anchor moves by SGD(momentum, nesterov)
+    on anchor - average of the ranks' models."""
+    lr, mu = 0.7, 0.9
+    model = make_model()
+    opt = keras.optimizers.SGD(0.05)
+    outer = keras.optimizers.SGD(lr, momentum=mu, nesterov=True)
+    local = hvd_tf.LocalSGD(
+        model, period=2, warmup_steps=1, outer_optimizer=outer, average_buffers=False
+    )
+    tape_train(model, opt, local, 1)
+    anchor = trainable(model).astype(np.float64)
+    velocity = np.zeros_like(anchor)
+    for step in range(1, 7):
+        tape_step(model, opt, local, step)
+        mine = trainable(model).astype(np.float64)
+        local.after_step()
+        if step % 2 == 0:
+            grad = anchor - np.mean(hvd.allgather_object(mine), axis=0)
+            velocity = mu * velocity + grad
+            anchor = anchor - lr * (grad + mu * velocity)
+            check(
+                np.allclose(trainable(model), anchor, rtol=1e-5, atol=1e-6),
+                f"step {step}: the outer step from the anchor",
+            )
+
+
+def resumed(make, steps, at):
+    """A run of `steps` steps, and the same run saved after `at` steps (the model, the
+    optimizer's variables, LocalSGD's state_dict) and resumed in new ones: (the first's
+    weights, the second's, the saved LocalSGD state)."""
+    model, opt, local = make()
+    tape_train(model, opt, local, steps)
+    want = flat(model.weights)
+    model, opt, local = make()
+    tape_train(model, opt, local, at)
+    weights = [w.numpy() for w in model.weights]
+    slots = [v.numpy() for v in opt.variables]
+    saved = local.state_dict()
+    model, opt, local = make()
+    for v, w in zip(model.weights, weights):
+        v.assign(w)
+    opt.build(model.trainable_variables)
+    for v, w in zip(opt.variables, slots):
+        v.assign(w)
+    local.load_state_dict(saved)
+    check(local.step_count == at, f"the step count is restored: {local.step_count}")
+    tape_train(model, opt, local, steps - at, first=at)
+    return want, flat(model.weights), saved
+
+
+def check_tape_resume():
+    def make():
+        model = make_model()
+        local = hvd_tf.LocalSGD(
+            model, period=3, warmup_steps=1, outer_optimizer=keras.optimizers.SGD(0.5, momentum=0.5)
+        )
+        return model, keras.optimizers.SGD(0.05, momentum=0.9), local
+
+    want, got, _ = resumed(make, 10, 5)
+    check(np.array_equal(got, want), "resumed mid-period: the same model as the run that went on")
+
+
+def check_tape_staleness():
+    """A round is taken 2 steps after it started, as average + own progress since the
+    snapshot; resumed with a round in flight; one rank slowed: the others wait at the bound."""
+    model = make_model()
+    local = hvd_tf.LocalSGD(model, period=3, staleness=2)
+    opt = keras.optimizers.SGD(0.05)
+    seen = {"taken": []}
+    start_round, take_round = local._start_round, local._take_round
+
+    def started():
+        start_round()
+        seen["snapshots"] = hvd.allgather_object(flat(model.weights))
+        seen["mine"] = flat(model.weights)
+
+    def taken():
+        before = flat(model.weights)
+        take_round()
+        want = np.mean(seen["snapshots"], axis=0) + (before - seen["mine"])
+        check(
+            np.allclose(flat(model.weights), want, rtol=1e-5, atol=1e-6),
+            "a stale round is taken as average + own progress since the snapshot",
+        )
+        seen["taken"].append(local.step_count)
+
+    local._start_round, local._take_round = started, taken
+    tape_train(model, opt, local, 12)
+    check(seen["taken"] == [5, 8, 11], f"rounds taken 2 steps after 3, 6, 9: {seen['taken']}")
+
+    def make():
+        model = make_model()
+        local = hvd_tf.LocalSGD(model, period=3, staleness=2)
+        return model, keras.optimizers.SGD(0.05, momentum=0.9), local
+
+    want, got, saved = resumed(make, 12, 7)
+    check(saved["round"] is not None, "the round in flight is saved")
+    check(np.array_equal(got, want), "resumed with a round in flight: the same model")
+
+    slow = hvd.size() - 1
+    model = make_model()
+    local = hvd_tf.LocalSGD(model, period=4, staleness=2)
+    heavy = np.random.default_rng(0).normal(size=(300, 300))
+    waits = []
+
+    def after(step):
+        if hvd.rank() == slow:
+            for _ in range(40):
+                np.dot(heavy, heavy)
+        count = hvd.stats()["local_sgd"]["all"]["waits"]
+        if count != after.count:
+            waits.append(step + 1)
+        after.count = count
+
+    after.count = hvd.stats()["local_sgd"]["all"]["waits"]
+    tape_train(model, keras.optimizers.SGD(0.05), local, 16, after=after)
+    if hvd.rank() == slow:
+        check(waits == [], f"the slowed rank never waits: waited after steps {waits}")
+    else:
+        check(waits == [6, 10, 14], f"waits exactly 2 steps after each round: {waits}")
+    local.average()
+    same = hvd.allgather_object(flat(model.weights))
+    check(all(np.array_equal(same[0], w) for w in same), "average() agrees everywhere")
+
+    expect_error(
+        hvd.InvalidArgumentError,
+        lambda: hvd_tf.LocalSGD(
+            model, period=2, staleness=1, outer_optimizer=keras.optimizers.SGD(1.0)
+        ),
+        "LocalSGD: staleness with an outer optimizer is not supported",
+        what="staleness with an outer optimizer",
+    )
+    expect_error(
+        hvd.InvalidArgumentError,
+        lambda: hvd_tf.LocalSGD(model, period=2, outer_optimizer=object()),
+        "outer_optimizer must be a Keras optimizer",
+        what="an outer optimizer that is not Keras's",
+    )
+    expect_error(
+        hvd.InvalidArgumentError,
+        lambda: hvd_tf.LocalSGD("model", period=2),
+        "must be a Keras model",
+        what="a model that is not one",
+    )
+
+
+def run():
+    check_fit()
+    check_fit_outer_and_staleness()
+    check_tape_outer()
+    check_tape_resume()
+    check_tape_staleness()
+
+
 if __name__ == "__main__":
-    main(check_fit)
+    main(run)

@@ -18,13 +18,11 @@ import numpy as np
 import tensorflow as tf
 
 import scaleout as _so
-from scaleout._arrays import submit_into
 from scaleout._errors import InvalidArgumentError
-from scaleout._local_sgd import ALL, LocalSGD
-from scaleout._native import ALLREDUCE, Average, synchronize
-from scaleout._process_sets import global_process_set, process_set_id
+from scaleout._process_sets import global_process_set
 from scaleout.tensorflow._arguments import check_device
 from scaleout.tensorflow._collectives import broadcast_variables
+from scaleout.tensorflow._local_sgd import LocalSGD
 from scaleout.tensorflow.keras._optimizer import is_distributed, local_steps
 
 __all__ = [
@@ -400,7 +398,8 @@ class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
 
 class LocalSGDCallback(keras.callbacks.Callback):
     """Local SGD for model.fit (Note [Local SGD]): each rank steps on its own gradients and the
-    model's weights are averaged over the ranks every `period` batches.
+    model's weights are averaged over the ranks every `period` batches, by a
+    scaleout.tensorflow.LocalSGD (`self.local_sgd`).
 
     - period: batches between averaging rounds.
     - warmup_steps: the first batches are bulk-synchronous; the model's optimizer must then be a
@@ -412,10 +411,16 @@ class LocalSGDCallback(keras.callbacks.Callback):
     - hierarchical: None (default) also averages among a machine's ranks after every batch where
       the job's allreduces are hierarchical; True requires that; False never.
     - process_set: the ranks that average together.
+    - outer_optimizer: DiLoCo's outer optimizer, a Keras optimizer of its own (for example
+      keras.optimizers.SGD(0.7, momentum=0.9, nesterov=True)); its anchor is the model at the
+      warm-up's end, or without warm-up the first round's average.
+    - staleness: bounded staleness, as scaleout.torch.LocalSGDOptimizer's (rounds made while the
+      next batches run, taken `staleness` batches after they started).
 
     Start from the same weights everywhere (BroadcastGlobalVariablesCallback(0) before this
-    one). The step count goes on across fit() calls; `average()` averages now. The outer
-    optimizer and bounded staleness of scaleout.torch.LocalSGDOptimizer are not offered here.
+    one). The step count goes on across fit() calls; `average()` averages now (a round in
+    flight taken first: before evaluating or saving); `state_dict()` / `load_state_dict()` carry
+    what a resumed run needs.
     """
 
     def __init__(
@@ -425,68 +430,51 @@ class LocalSGDCallback(keras.callbacks.Callback):
         average_buffers: bool = True,
         hierarchical: Optional[bool] = None,
         process_set=global_process_set,
+        outer_optimizer=None,
+        staleness: int = 0,
     ):
         super().__init__()
-        self._ps = process_set_id(process_set, "LocalSGDCallback")
-        self._schedule = LocalSGD(period, warmup_steps, False, hierarchical, self._ps)
-        self._average_buffers = bool(average_buffers)
+        self.local_sgd = LocalSGD(
+            None,
+            period,
+            warmup_steps,
+            hierarchical,
+            outer_optimizer,
+            average_buffers,
+            process_set,
+            staleness,
+            what="LocalSGDCallback",
+        )
 
     def on_train_begin(self, logs=None):
-        optimizer = self.model.optimizer
-        if self._schedule.bulk() and not is_distributed(optimizer):
+        self.local_sgd.set_model(self.model)
+        if self.local_sgd.bulk() and not is_distributed(self.model.optimizer):
             raise InvalidArgumentError(
                 "LocalSGDCallback: bulk-synchronous steps (warmup_steps, or period=1) need the "
                 "model's optimizer to be a scaleout DistributedOptimizer"
             )
-        if not self._schedule.bulk():
+        if not self.local_sgd.bulk():
             self._stop_reducing()
 
     def on_train_batch_end(self, batch, logs=None):
-        bulk = self._schedule.bulk()
-        scope = self._schedule.finish_step()
-        if bulk and not self._schedule.bulk():
+        bulk = self.local_sgd.bulk()
+        self.local_sgd.after_step()
+        if bulk and not self.local_sgd.bulk():
             self._stop_reducing()
-        if scope is not None:
-            self._average(scope)
 
     def average(self) -> None:
         """Averages the model over the whole process set now."""
-        self._average(ALL)
+        self.local_sgd.average()
+
+    def state_dict(self) -> dict:
+        return self.local_sgd.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.local_sgd.model is None:
+            self.local_sgd.set_model(self.model)
+        self.local_sgd.load_state_dict(state)
 
     def _stop_reducing(self) -> None:
         """The optimizer reduces no more gradients from the next batch on."""
         if local_steps(self.model.optimizer):
             self.model.make_train_function(force=True)
-
-    def _weights(self):
-        trainable = list(self.model.trainable_weights)
-        if not self._average_buffers:
-            return trainable
-        ids = {id(w) for w in trainable}
-        others = [
-            w
-            for w in self.model.weights
-            if id(w) not in ids and np.issubdtype(np.dtype(w.dtype), np.floating)
-        ]
-        return trainable + others
-
-    def _average(self, scope: str) -> None:
-        weights = self._weights()
-        values = [np.ascontiguousarray(w.numpy()) for w in weights]
-        ps = self._schedule.process_set(scope)
-        handles = [
-            submit_into(
-                ALLREDUCE,
-                self._schedule.name(scope, str(i)),
-                v,
-                inplace=True,
-                op=Average,
-                process_set=ps,
-            )
-            for i, v in enumerate(values)
-        ]
-        for h in handles:
-            synchronize(h)
-        for w, v in zip(weights, values):
-            w.assign(v)
-        self._schedule.record(scope, sum(v.nbytes for v in values))
