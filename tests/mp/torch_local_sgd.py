@@ -6,7 +6,8 @@ LocalSGDOptimizer (Note [Local SGD]): period 1 and the warm-up are DistributedOp
 bit; between rounds the ranks' models differ (each rank trains on its own data), right after
 each round they are equal, parameters and BatchNorm buffers, and equal to the average of what
 the ranks had; DiLoCo's outer step against the same arithmetic made by hand; a run saved and
-resumed mid-period equals the one that was not; stats() counts the rounds; bad arguments."""
+resumed mid-period equals the one that was not, through TorchState's commits too; stats()
+counts the rounds; bad arguments."""
 
 import torch
 import torch.nn as nn
@@ -453,12 +454,51 @@ def check_bad_arguments():
     )
 
 
+def check_elastic_state():
+    """TorchState commits LocalSGDOptimizer's state with the model's: restore() goes back to
+    the commit (the step count, a round in flight) and the run goes on as the one that was not
+    interrupted; a commit's bytes resume a new model and optimizer the same way; sync() gives
+    every rank rank 0's model and schedule."""
+    from scaleout.torch.elastic import TorchState
+
+    def make():
+        net = model()
+        return net, hvd.LocalSGDOptimizer(
+            torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9), net, period=3, staleness=2
+        )
+
+    net, opt = make()
+    elastic = TorchState(net, opt)
+    train(net, opt, 7)  # the round started after step 6 is in flight
+    elastic.commit()
+    payload = bytearray(b"".join(bytes(piece) for piece in elastic.serialized()))
+    train(net, opt, 5, first=7)
+    want = state(net)
+    elastic.restore()
+    check(opt._so_local.step == 7, f"restore(): the step count of the commit: {opt._so_local.step}")
+    train(net, opt, 5, first=7)
+    check(torch.equal(state(net), want), "restore(): the run goes on as the one that went on")
+
+    net, opt = make()
+    TorchState(net, opt).load_serialized(payload)
+    train(net, opt, 5, first=7)
+    check(torch.equal(state(net), want), "a commit's bytes: the same model in a new optimizer")
+
+    train(net, opt, 1, first=12)  # the ranks apart (a local step)
+    elastic = TorchState(net, opt)
+    elastic.sync()
+    check(same_everywhere(state(net)), "sync(): rank 0's model everywhere")
+    steps = hvd.allgather_object(opt._so_local.step)
+    check(steps == [13] * hvd.size(), f"sync(): rank 0's step count everywhere: {steps}")
+
+
 def run():
     check_bulk_steps()
     check_rounds()
     check_outer()
     check_resume()
     check_staleness()
+    check_elastic_state()
     check_edges()
     check_bad_arguments()
 
