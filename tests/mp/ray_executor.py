@@ -1,4 +1,6 @@
-"""Run by tests/test_ray.py::test_ray_executor_runs_horovod_style_functions.
+"""Run by tests/test_ray.py::test_ray_executor_runs_horovod_style_functions (and by
+tests/test_ray.py::test_ray_executor_across_two_ray_nodes, with argv[3] "spread": a cluster of
+one-CPU nodes on hosts apart, so each worker has a host of its own).
 
 scaleout.ray.RayExecutor (Horovod's) on the Ray cluster at argv[2] with argv[1] workers:
 start() with an executable class, then run() of a Horovod-style function (hvd.init(), rank,
@@ -72,6 +74,7 @@ def horovod_style(scale: float) -> dict:
 
 def main() -> None:
     n = int(sys.argv[1])
+    spread = sys.argv[3:] == ["spread"]  # one worker per Ray node, each node a host of its own
     ray.init(address=sys.argv[2], log_to_driver=True)
     settings = RayExecutor.create_settings(timeout_s=60)
     executor = RayExecutor(settings, num_workers=n, cpus_per_worker=1)
@@ -81,10 +84,8 @@ def main() -> None:
     executor.start(executable_cls=Counter, executable_args=[10])
     results = executor.run(horovod_style, kwargs={"scale": 2.0})
     for r, got in enumerate(results):
-        check(
-            got["ranks"] == (r, n, r, n),
-            f"rank {r}: rank, size, local rank and size {got['ranks']}",
-        )
+        want = (r, n, 0, 1) if spread else (r, n, r, n)
+        check(got["ranks"] == want, f"rank {r}: rank, size, local rank and size {got['ranks']}")
         check(got["sum"] == 2.0 * n * (n + 1) / 2, f"rank {r}: numpy allreduce {got['sum']}")
         check(got["mean"] == [(n - 1) / 2] * 3, f"rank {r}: torch allreduce {got['mean']}")
         check(got["step_equals_one_process"], f"rank {r}: a DistributedOptimizer step")

@@ -1,7 +1,9 @@
-"""Run by tests/test_ray.py::test_torch_trainer_trains_over_the_backend.
+"""Run by tests/test_ray.py::test_torch_trainer_trains_over_the_backend (and
+tests/test_ray.py::test_torch_trainer_across_two_ray_nodes, with argv[4] "spread").
 
 Ray Train's TorchTrainer with `TorchConfig(backend="scaleout")` on the Ray cluster at argv[2]
-(argv[1]: the number of workers; argv[3]: Ray Train's storage folder).
+(argv[1]: the number of workers; argv[3]: Ray Train's storage folder; argv[4] "spread": each
+worker on a Ray node of its own, STRICT_SPREAD, and checked to be on hosts apart).
 Ray's workers call init_process_group("scaleout") themselves, with nothing of scaleout imported:
 the backend's name comes from torch's entry point (scaleout/_torch_plugin.py), and the ranks join
 through torch's store (Note [PMI bootstrap]). Each worker trains DDP (float64, SGD with momentum,
@@ -11,6 +13,7 @@ whole batch, and that the workers ran on scaleout's core with Ray's rank and siz
 checks passed"."""
 
 import os
+import socket
 import sys
 import tempfile
 
@@ -65,11 +68,15 @@ def train(config: dict) -> None:
         return mean.item()
 
     losses = three_steps(ddp, x[4 * r : 4 * r + 4], y[4 * r : 4 * r + 4], global_loss)
+    hosts = [None] * n
+    dist.all_gather_object(hosts, socket.gethostname())
     metrics = {
         "losses": losses,
         "backend": dist.get_backend(),
         "ranks": [dist.get_rank(), dist.get_world_size(), hvd.rank(), hvd.size()],
         "expected_ranks": [r, n, r, n],
+        "hosts": hosts,
+        "local_size": hvd.local_size(),
     }
     # Ray keeps the metrics reported with a checkpoint (rank 0's, here: the model).
     with tempfile.TemporaryDirectory() as folder:
@@ -82,11 +89,15 @@ def train(config: dict) -> None:
 
 def main() -> None:
     n, address, storage = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    spread = sys.argv[4:] == ["spread"]
     ray.init(address=address, log_to_driver=True)
+    scaling = ScalingConfig(num_workers=n, use_gpu=False)
+    if spread:
+        scaling = ScalingConfig(num_workers=n, use_gpu=False, placement_strategy="STRICT_SPREAD")
     trainer = TorchTrainer(
         train,
         torch_config=TorchConfig(backend="scaleout"),
-        scaling_config=ScalingConfig(num_workers=n, use_gpu=False),
+        scaling_config=scaling,
         run_config=RunConfig(storage_path=storage, name="scaleout"),
     )
     metrics = trainer.fit().metrics
@@ -96,6 +107,11 @@ def main() -> None:
         failures.append(f"backend {metrics['backend']}")
     if metrics["ranks"] != metrics["expected_ranks"]:
         failures.append(f"torch's and scaleout's rank and size: {metrics['ranks']}")
+    if spread and (len(set(metrics["hosts"])) != n or metrics["local_size"] != 1):
+        failures.append(
+            f"workers on hosts {metrics['hosts']}, local_size {metrics['local_size']}: not "
+            "one worker per host"
+        )
     want = one_process(n)
     if not all(abs(a - b) <= 1e-10 * max(1.0, abs(b)) for a, b in zip(metrics["losses"], want)):
         failures.append(f"losses {metrics['losses']}, one process {want}")
