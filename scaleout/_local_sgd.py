@@ -51,6 +51,7 @@ from typing import Dict, Optional
 from scaleout import _runtime
 from scaleout._errors import InvalidArgumentError
 from scaleout._host_sets import Hosts, host_sets
+from scaleout._native import poll, synchronize
 
 __all__ = ["Schedule", "counters"]
 
@@ -175,7 +176,12 @@ class Schedule:
         _counters[scope]["rounds"] += 1
         _counters[scope]["bytes"] += nbytes
 
-    @staticmethod
-    def record_wait(scope: str) -> None:
-        """A rank waited for a round (bounded staleness: the round had not arrived in time)."""
-        _counters[scope]["waits"] += 1
+    def wait(self, handles: list, nbytes: int, counted: bool) -> None:
+        """Waits for the collectives of a round over the set in flight (bounded staleness) and
+        records its `nbytes`; `counted`: the schedule's own wait (not a checkpoint's), counted
+        in stats() if the round had not arrived."""
+        if counted and not all(poll(h) for h in handles):
+            _counters[ALL]["waits"] += 1
+        for h in handles:
+            synchronize(h)
+        self.record(ALL, nbytes)

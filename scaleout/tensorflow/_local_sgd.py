@@ -14,7 +14,7 @@ import tensorflow as tf
 from scaleout._arrays import submit_into
 from scaleout._errors import InvalidArgumentError
 from scaleout._local_sgd import ALL, Schedule
-from scaleout._native import ALLREDUCE, Average, poll, synchronize
+from scaleout._native import ALLREDUCE, Average, synchronize
 from scaleout._process_sets import global_process_set, process_set_id, set_rank
 
 __all__ = ["LocalSGD"]
@@ -232,14 +232,9 @@ class LocalSGD:
         """Waits for the round in flight to arrive; `counted`: a wait of the schedule's (not a
         checkpoint's), counted in stats() if the round had not arrived."""
         r = self._round
-        if r.handles is None:
-            return
-        if counted and not all(poll(h) for h in r.handles):
-            self._schedule.record_wait(ALL)
-        for h in r.handles:
-            synchronize(h)
-        r.handles = None
-        self._schedule.record(ALL, sum(a.nbytes for a in r.averages))
+        if r.handles is not None:
+            self._schedule.wait(r.handles, sum(a.nbytes for a in r.averages), counted)
+            r.handles = None
 
     # ---- resuming ----
 

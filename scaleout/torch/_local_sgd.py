@@ -11,7 +11,7 @@ import torch
 
 from scaleout._errors import InvalidArgumentError
 from scaleout._local_sgd import ALL, Schedule
-from scaleout._native import ALLREDUCE, Average, poll, synchronize
+from scaleout._native import ALLREDUCE, Average, synchronize
 from scaleout._process_sets import global_process_set, process_set_id
 from scaleout.torch import _tensors
 from scaleout.torch._compression import Compression
@@ -174,14 +174,10 @@ class _LocalSGDMixin(_DistributedMixin):
         """Waits for the round in flight to arrive; `counted`: a wait of the schedule's (not a
         checkpoint's), counted in stats() if the round had not arrived."""
         r = self._so_round
-        if r.handles is None:
-            return
-        if counted and not all(poll(h) for h in r.handles):
-            self._so_local.record_wait(ALL)
-        for h in r.handles:
-            synchronize(h)
-        r.handles = None
-        self._so_local.record(ALL, sum(a.numel() * a.element_size() for a in r.averages))
+        if r.handles is not None:
+            nbytes = sum(a.numel() * a.element_size() for a in r.averages)
+            self._so_local.wait(r.handles, nbytes, counted)
+            r.handles = None
 
     def _so_outer_step(self) -> None:
         """DiLoCo's outer step (Note [Local SGD]): the anchor moves by the outer optimizer's
