@@ -74,16 +74,42 @@ class _LocalSGDMixin(_DistributedMixin):
         if self._so_local.bulk():
             super().synchronize()
 
+    # Note [Local SGD and GradScaler]
+    # torch.amp.GradScaler.step skips the optimizer's step when this rank's gradients hold an
+    # inf or a NaN; a local step's gradients are this rank's alone, so a skipped call would put
+    # its schedule a step behind the others' for good. Saying that the step handles scaling
+    # itself makes GradScaler call it every time, with `found_inf` and `grad_scale` set on the
+    # optimizer: the step is then counted whether or not it updates (unscaled here, unless the
+    # wrapped optimizer does that itself, as the fused ones do). Bulk-synchronous steps take
+    # Horovod's pattern, as DistributedOptimizer's do: synchronize(), scaler.unscale_(opt),
+    # then scaler.step(opt) inside skip_synchronize(), so that every rank's found_inf comes
+    # from the same reduced gradients.
+    _step_supports_amp_scaling = True
+
     def step(self, closure=None):
+        amp = _amp_request(self)
+        if amp is None:
+            return self._so_step(closure, None)
+        # GradScaler's attributes stay for it to delete; the wrapped step must not see them
+        saved = {k: self.__dict__.pop(k) for k in ("grad_scale", "found_inf")}
+        try:
+            return self._so_step(closure, amp)
+        finally:
+            self.__dict__.update(saved)
+
+    def _so_step(self, closure, amp: Optional[Tuple[bool, Optional[torch.Tensor]]]):
         if not self._so_included:  # outside the process set: the wrapped step alone
-            return self._so_wrapped_step(closure)
+            return self._so_own_step(closure, amp)
         if self._so_local.bulk():
-            loss = super().step(closure)
+            if amp is None:
+                loss = super().step(closure)
+            else:
+                loss = self._so_amp_bulk_step(*amp)
             self._so_local.finish_step()
             return loss
         if self._so_outer is not None and self._so_anchor is None:
             self._so_capture_anchor()  # after warm-up, or as broadcast at the start: everywhere
-        loss = self._so_wrapped_step(closure)
+        loss = self._so_own_step(closure, amp)
         scope = self._so_local.finish_step()
         if self._so_round is not None and self._so_local.due(self._so_round.started):
             self._so_take_round()
@@ -94,6 +120,37 @@ class _LocalSGDMixin(_DistributedMixin):
         return loss
 
     step.hooked = True  # as DistributedOptimizer's (the wrapped class's step runs the hooks)
+
+    def _so_own_step(self, closure, amp):
+        """The wrapped optimizer's step on this rank's gradients; under GradScaler, skipped if
+        they overflowed, on unscaled gradients otherwise."""
+        if amp is None:
+            return self._so_wrapped_step(closure)
+        found_inf, grad_scale = amp
+        if not found_inf:
+            self._so_unscale(grad_scale)
+            self._so_wrapped_step()
+        return None
+
+    def _so_amp_bulk_step(self, found_inf: bool, grad_scale) -> None:
+        """A bulk-synchronous step under GradScaler (Note [Local SGD and GradScaler])."""
+        if not self._so_skip:
+            self.synchronize()
+        if found_inf:
+            self._so_synchronized = False
+            return
+        self._so_unscale(grad_scale)
+        with self.skip_synchronize():
+            super().step()
+
+    def _so_unscale(self, grad_scale) -> None:
+        """Divides the gradients by GradScaler's scale (None: unscale_() already did)."""
+        if grad_scale is None:
+            return
+        inverse = grad_scale.double().reciprocal().float()
+        for p in self._so_params():
+            if p.grad is not None:
+                p.grad.mul_(inverse)
 
     def average(self) -> None:
         """Averages the model over the whole process set now (as a round of the schedule does),
@@ -254,6 +311,17 @@ class _LocalSGDMixin(_DistributedMixin):
                 [_restored(pending["averages"], n, t, "round's average") for n, t in tensors],
                 None,
             )
+
+
+def _amp_request(optimizer) -> Optional[Tuple[bool, Optional[torch.Tensor]]]:
+    """(found_inf, grad_scale) where GradScaler.step is calling and the wrapped optimizer does
+    not apply them itself (Note [Local SGD and GradScaler]); None otherwise."""
+    found_inf = optimizer.__dict__.get("found_inf")
+    if found_inf is None:
+        return None
+    if optimizer.__dict__.get("_step_supports_amp_scaling", False):
+        return None  # the fused optimizers (their instance says so) read both themselves
+    return bool(found_inf.item()), optimizer.__dict__["grad_scale"]
 
 
 def _restored(saved: dict, name: str, like: torch.Tensor, what: str) -> torch.Tensor:

@@ -492,6 +492,68 @@ def check_elastic_state():
     check(steps == [13] * hvd.size(), f"sync(): rank 0's step count everywhere: {steps}")
 
 
+def scaled_run(net, opt, steps, scaler=None, overflow=None, plain_local_steps=False):
+    """`steps` steps as a GradScaler user writes them (Horovod's pattern: synchronize(),
+    unscale_(), step() inside skip_synchronize(); a plain scaler.step() on local steps with
+    `plain_local_steps`); at step `overflow`, the last rank's loss is made inf: (whether its
+    step changed its model, the step counts after each step, whether the parameters were equal
+    after each step)."""
+    changed, counts, same = None, [], []
+    for step in range(steps):
+        x, y = batch(step)
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(net(x), y)
+        if step == overflow and hvd.rank() == hvd.size() - 1:
+            loss = loss * float("inf")
+        before = state(net)
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            if not (plain_local_steps and not opt._so_local.bulk()):
+                opt.synchronize()
+                scaler.unscale_(opt)
+                with opt.skip_synchronize():
+                    scaler.step(opt)
+            else:
+                scaler.step(opt)
+            scaler.update()
+        if step == overflow:
+            changed = not torch.equal(before, state(net))
+        counts.append(opt._so_local.step)
+        # the parameters (warm-up steps leave BatchNorm's statistics each rank's own)
+        same.append(same_everywhere(torch.cat([p.detach().reshape(-1) for p in net.parameters()])))
+    return changed, counts, same
+
+
+def check_grad_scaler():
+    """Note [Local SGD and GradScaler]: a local step GradScaler skips on one rank alone (its
+    loss inf) is still counted, so every rank averages at the same steps; without an overflow
+    the scaled run equals the unscaled one bit for bit (warm-up steps in Horovod's pattern)."""
+
+    def make():
+        net = model()
+        sgd = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+        return net, hvd.LocalSGDOptimizer(sgd, net, period=3, warmup_steps=2)
+
+    net, opt = make()
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    changed, counts, same = scaled_run(net, opt, 8, scaler, overflow=3)
+    check(counts == list(range(1, 9)), f"every step counted, the skipped one too: {counts}")
+    skipped_here = hvd.rank() == hvd.size() - 1
+    check(changed == (not skipped_here), f"the overflowing rank alone skipped: changed={changed}")
+    want = [True, True, False, False, True, False, False, True]
+    if hvd.size() > 1:
+        check(same == want, f"equal at the warm-up and the rounds only: {same}")
+
+    a, opt_a = make()
+    b, opt_b = make()
+    scaled_run(a, opt_a, 8, torch.amp.GradScaler("cpu", init_scale=2.0**10), None, True)
+    scaled_run(b, opt_b, 8)
+    check(torch.equal(state(a), state(b)), "GradScaler without an overflow: the unscaled run")
+
+
 def run():
     check_bulk_steps()
     check_rounds()
@@ -499,6 +561,7 @@ def run():
     check_resume()
     check_staleness()
     check_elastic_state()
+    check_grad_scaler()
     check_edges()
     check_bad_arguments()
 
