@@ -18,11 +18,13 @@ import pytest
 pytest.importorskip("ray")
 pytest.importorskip("torch")
 
-from _hosts import HostsUnavailable, made_hosts, missing_prerequisite  # noqa: E402
+from _hosts import HostsUnavailable, made_hosts  # noqa: E402
 from conftest import free_port, run_job  # noqa: E402
 
 MP = Path(__file__).resolve().parent / "mp"
 RAY = str(Path(sys.executable).with_name("ray"))
+# Set once the two-node cluster started (the tests that use it come first in this file).
+TWO_NODES_CAME_UP: list = []
 
 
 @pytest.fixture(scope="module")
@@ -41,30 +43,6 @@ def cluster(tmp_path_factory):
     finally:
         subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=60)
         shutil.rmtree(temp, ignore_errors=True)
-
-
-def _on_one_node(request):
-    """The one-node cluster's address and environment, or a skip where the two-node tests run
-    the same scripts and checks, and more (a host per worker)."""
-    if missing_prerequisite() is None:
-        pytest.skip("the two-node test runs the same script and checks, a worker per host")
-    return request.getfixturevalue("cluster")
-
-
-def test_torch_trainer_trains_over_the_backend(request, tmp_path):
-    address, env = _on_one_node(request)
-    cmd = [sys.executable, str(MP / "ray_train.py"), "2", address, str(tmp_path)]
-    proc = run_job(cmd, "TorchTrainer over the scaleout backend", 240, env, cwd=MP)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    assert "all checks passed" in proc.stdout
-
-
-def test_ray_executor_runs_horovod_style_functions(request):
-    address, env = _on_one_node(request)
-    cmd = [sys.executable, str(MP / "ray_executor.py"), "2", address]
-    proc = run_job(cmd, "RayExecutor", 240, env, cwd=MP)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    assert "all checks passed" in proc.stdout
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +66,7 @@ def two_nodes(tmp_path_factory):
                 argv = [RAY, "start", *role, "--node-ip-address", ip, *common]
                 proc = hosts.run_on(name, argv, env=env, timeout=120)
                 assert proc.returncode == 0, f"ray start on {name}:\n{proc.stdout}{proc.stderr}"
+            TWO_NODES_CAME_UP.append(True)
             yield hosts, head, env
     except HostsUnavailable as exc:
         pytest.skip(f"two Ray nodes: {exc}")
@@ -114,3 +93,27 @@ def test_ray_executor_across_two_ray_nodes(two_nodes):
     proc = hosts.run_on("hostA", cmd, env=env, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     assert "all checks passed" in proc.stdout, proc.stdout[-3000:]
+
+
+def _on_one_node(request):
+    """The one-node cluster's address and environment, or a skip where the two-node tests (the
+    file's first) ran the same scripts and checks, and more (a host per worker)."""
+    if TWO_NODES_CAME_UP:
+        pytest.skip("the two-node tests ran the same scripts and checks, a worker per host")
+    return request.getfixturevalue("cluster")
+
+
+def test_torch_trainer_trains_over_the_backend(request, tmp_path):
+    address, env = _on_one_node(request)
+    cmd = [sys.executable, str(MP / "ray_train.py"), "2", address, str(tmp_path)]
+    proc = run_job(cmd, "TorchTrainer over the scaleout backend", 240, env, cwd=MP)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert "all checks passed" in proc.stdout
+
+
+def test_ray_executor_runs_horovod_style_functions(request):
+    address, env = _on_one_node(request)
+    cmd = [sys.executable, str(MP / "ray_executor.py"), "2", address]
+    proc = run_job(cmd, "RayExecutor", 240, env, cwd=MP)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert "all checks passed" in proc.stdout

@@ -161,6 +161,18 @@ class LocalSGD:
             if id(v) not in mine and tf.as_dtype(v.dtype).is_floating
         ]
 
+    def _variables(self) -> list:
+        """_averaged(), refused when empty (a tf.Module's variables leave out the Keras 3
+        layers' it holds, which are not tf.Variables)."""
+        variables = self._averaged()
+        if not variables:
+            raise InvalidArgumentError(
+                f"{self._what}: the model has no variables to average (a tf.Module does not "
+                "list the variables of Keras 3 layers it holds: pass the Keras model or layer, "
+                "or the list of variables)"
+            )
+        return variables
+
     def _submit(self, scope: str, values: List[np.ndarray]) -> list:
         """Average-allreduces each array in place over `scope`'s set; the handles."""
         ps = self._schedule.process_set(scope)
@@ -178,12 +190,13 @@ class LocalSGD:
 
     def _average(self, scope: str) -> None:
         """One averaging round over `scope` (Note [Local SGD]), with the outer step if any."""
-        variables = self._averaged()
+        variables = self._variables()
         values = _values(variables)
         for h in self._submit(scope, values):
             synchronize(h)
         self._schedule.record(scope, sum(v.nbytes for v in values))
-        if scope == ALL and self._outer is not None:
+        # (average() during the warm-up averages alone: the anchor is taken at its end)
+        if scope == ALL and self._outer is not None and not self._schedule.bulk():
             self._outer_step(variables, values)
         else:
             for v, value in zip(variables, values):
@@ -212,7 +225,7 @@ class LocalSGD:
 
     def _start_round(self) -> None:
         """Note [Local SGD], bounded staleness: starts averaging snapshots of the model."""
-        variables = self._averaged()
+        variables = self._variables()
         snapshots = _values(variables)
         averages = [s.copy() for s in snapshots]
         self._round = _Round(
@@ -253,7 +266,8 @@ class LocalSGD:
         return {
             "step": self._schedule.step,
             "anchor": None if self._anchor is None else [a.copy() for a in self._anchor],
-            "outer": None if self._outer is None else _values(self._outer.variables),
+            # an outer optimizer not yet built (no outer step made) has no state to carry
+            "outer": _values(self._outer.variables) if self._outer_built() else None,
             "round": pending,
         }
 
@@ -284,6 +298,9 @@ class LocalSGD:
                 self._restored(pending["averages"], variables, "round's averages"),
                 None,
             )
+
+    def _outer_built(self) -> bool:
+        return self._outer is not None and self._outer.built
 
     def _restored(self, saved, like: list, what: str) -> List[np.ndarray]:
         """Saved arrays of this LocalSGD's state, checked against the variables `like`."""

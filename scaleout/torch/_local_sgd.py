@@ -9,7 +9,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from scaleout._errors import InvalidArgumentError
+from scaleout._errors import InvalidArgumentError, ScaleoutError
 from scaleout._local_sgd import ALL, Schedule
 from scaleout._native import ALLREDUCE, Average, synchronize
 from scaleout._process_sets import global_process_set, process_set_id
@@ -106,6 +106,8 @@ class _LocalSGDMixin(_DistributedMixin):
             else:
                 loss = self._so_amp_bulk_step(*amp)
             self._so_local.finish_step()
+            if self._so_outer is not None and not self._so_local.bulk():
+                self._so_capture_anchor()  # the warm-up's end: the same model everywhere
             return loss
         if self._so_outer is not None and self._so_anchor is None:
             self._so_capture_anchor()  # after warm-up, or as broadcast at the start: everywhere
@@ -134,8 +136,15 @@ class _LocalSGDMixin(_DistributedMixin):
 
     def _so_amp_bulk_step(self, found_inf: bool, grad_scale) -> None:
         """A bulk-synchronous step under GradScaler (Note [Local SGD and GradScaler])."""
-        if not self._so_skip:
-            self.synchronize()
+        if not (self._so_skip or self._so_synchronized):
+            # GradScaler judged this rank's gradients while the core was still reducing into
+            # them: the ranks could disagree on skipping the step
+            raise ScaleoutError(
+                "LocalSGDOptimizer: on a bulk-synchronous (warm-up) step under GradScaler, call "
+                "optimizer.synchronize() and scaler.unscale_(optimizer) before "
+                "scaler.step(optimizer), inside `with optimizer.skip_synchronize():`, so that "
+                "every rank judges the same reduced gradients"
+            )
         if found_inf:
             self._so_synchronized = False
             return
@@ -150,7 +159,7 @@ class _LocalSGDMixin(_DistributedMixin):
         inverse = grad_scale.double().reciprocal().float()
         for p in self._so_params():
             if p.grad is not None:
-                p.grad.mul_(inverse)
+                p.grad.mul_(inverse.to(p.grad.device))
 
     def average(self) -> None:
         """Averages the model over the whole process set now (as a round of the schedule does),
@@ -198,7 +207,8 @@ class _LocalSGDMixin(_DistributedMixin):
             for h in self._so_submit(scope, tensors):
                 synchronize(h)
             self._so_local.record(scope, sum(t.numel() * t.element_size() for _, t in tensors))
-            if scope == ALL and self._so_outer is not None:
+            # (average() during the warm-up averages alone: the anchor is taken at its end)
+            if scope == ALL and self._so_outer is not None and not self._so_local.bulk():
                 self._so_outer_step()
 
     def _so_start_round(self) -> None:

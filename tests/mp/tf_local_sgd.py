@@ -171,9 +171,33 @@ def check_fit_outer_and_staleness():
     got = hvd.stats()["local_sgd"]["all"]["rounds"] - waits
     check(got == 2, f"rounds started at batches 3 and 6 arrived (9's in flight): {got}")
     check(local.state_dict()["round"] is not None, "the round of batch 9 is in flight")
+    saved = local.state_dict()
     local.average()
     same = hvd.allgather_object(flat(model.weights))
     check(all(np.array_equal(same[0], w) for w in same), "average() agrees everywhere")
+
+    # load_state_dict() before fit(): taken at fit()'s start
+    again = hvd.callbacks.LocalSGDCallback(3, staleness=2)
+    again.load_state_dict(saved)
+    fit(model, x[: 2 * BATCH], y[: 2 * BATCH], [again])
+    check(again.local_sgd.step_count == 11, f"the count went on: {again.local_sgd.step_count}")
+
+
+def check_fit_mixed_float16():
+    """Under a mixed_float16 policy compile() wraps the optimizer in a LossScaleOptimizer: the
+    warm-up reduces through the DistributedOptimizer inside it, whose reduction then stops."""
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model = compiled(hvd.DistributedOptimizer(keras.optimizers.SGD(0.05)))
+        x, y = data(4)
+        rounds = hvd.stats()["local_sgd"]["all"]["rounds"]
+        fit(model, x, y, [hvd.callbacks.LocalSGDCallback(3, warmup_steps=1)])
+        inner = model.optimizer.inner_optimizer
+        check(not hvd.is_distributed(inner), "the inner optimizer reduces no more after warm-up")
+        got = hvd.stats()["local_sgd"]["all"]["rounds"] - rounds
+        check(got == 1, f"one round after the warm-up batch and three local ones: {got}")
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
 
 
 # ---- scaleout.tensorflow.LocalSGD in a GradientTape loop ----
@@ -273,6 +297,10 @@ def check_tape_resume():
 
     want, got, _ = resumed(make, 10, 5)
     check(np.array_equal(got, want), "resumed mid-period: the same model as the run that went on")
+    # saved before the first outer step: the outer optimizer not yet built
+    want, got, saved = resumed(make, 6, 1)
+    check(saved["outer"] is None, "an outer optimizer not yet built: no state saved")
+    check(np.array_equal(got, want), "resumed before the first outer step: the same model")
 
 
 def check_tape_staleness():
@@ -358,10 +386,22 @@ def check_tape_staleness():
         what="a model that is not one",
     )
 
+    def empty_round():
+        empty = hvd_tf.LocalSGD(tf.Module(), period=1, outer_optimizer=keras.optimizers.SGD(1.0))
+        empty.after_step()
+
+    expect_error(
+        hvd.InvalidArgumentError,
+        empty_round,
+        "no variables to average",
+        what="a tf.Module without tf.Variables",
+    )
+
 
 def run():
     check_fit()
     check_fit_outer_and_staleness()
+    check_fit_mixed_float16()
     check_tape_outer()
     check_tape_resume()
     check_tape_staleness()

@@ -178,6 +178,25 @@ def check_outer():
             check(same_everywhere(params()), f"step {step}: equal everywhere after the outer step")
 
 
+def check_anchor_after_average_in_warm_up():
+    """average() during the warm-up averages alone: the outer optimizer's anchor is still the
+    model at the warm-up's end."""
+    net = model()
+    opt = hvd.LocalSGDOptimizer(
+        torch.optim.SGD(net.parameters(), lr=0.05),
+        net,
+        period=2,
+        warmup_steps=3,
+        outer_optimizer=torch.optim.SGD(net.parameters(), lr=0.7, momentum=0.9),
+    )
+    train(net, opt, 1)
+    opt.average()
+    train(net, opt, 2, first=1)
+    end = [p.detach().clone() for p in net.parameters()]
+    anchor = [opt._so_anchor[p] for p in net.parameters()]
+    check(all(torch.equal(a, e) for a, e in zip(anchor, end)), "the anchor: the warm-up's end")
+
+
 def resumed(make, steps, at):
     """A run of `steps` steps from make()'s (model, optimizer), and the same run saved after
     `at` steps and resumed in a new pair: (the first's model, the second's, the optimizer's
@@ -547,6 +566,18 @@ def check_grad_scaler():
     if hvd.size() > 1:
         check(same == want, f"equal at the warm-up and the rounds only: {same}")
 
+    net, opt = make()
+    scaler = torch.amp.GradScaler("cpu")
+    x, y = batch(0)
+    scaler.scale(nn.functional.cross_entropy(net(x), y)).backward()
+    expect_error(
+        hvd.ScaleoutError,
+        lambda: scaler.step(opt),
+        "call optimizer.synchronize() and scaler.unscale_(optimizer)",
+        what="a warm-up step under GradScaler without Horovod's pattern",
+    )
+    opt.synchronize()
+
     a, opt_a = make()
     b, opt_b = make()
     scaled_run(a, opt_a, 8, torch.amp.GradScaler("cpu", init_scale=2.0**10), None, True)
@@ -558,6 +589,7 @@ def run():
     check_bulk_steps()
     check_rounds()
     check_outer()
+    check_anchor_after_average_in_warm_up()
     check_resume()
     check_staleness()
     check_elastic_state()

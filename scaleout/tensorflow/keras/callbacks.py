@@ -445,10 +445,14 @@ class LocalSGDCallback(keras.callbacks.Callback):
             staleness,
             what="LocalSGDCallback",
         )
+        self._saved = None
 
     def on_train_begin(self, logs=None):
         self.local_sgd.set_model(self.model)
-        if self.local_sgd.bulk() and not is_distributed(self.model.optimizer):
+        if self._saved is not None:  # load_state_dict() before fit()
+            self.local_sgd.load_state_dict(self._saved)
+            self._saved = None
+        if self.local_sgd.bulk() and not is_distributed(_inner(self.model.optimizer)):
             raise InvalidArgumentError(
                 "LocalSGDCallback: bulk-synchronous steps (warmup_steps, or period=1) need the "
                 "model's optimizer to be a scaleout DistributedOptimizer"
@@ -470,11 +474,20 @@ class LocalSGDCallback(keras.callbacks.Callback):
         return self.local_sgd.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        if self.local_sgd.model is None:
-            self.local_sgd.set_model(self.model)
+        """Continues from a state_dict(); before fit() (no model yet), at fit()'s start."""
+        if self.model is None:
+            self._saved = state
+            return
+        self.local_sgd.set_model(self.model)
         self.local_sgd.load_state_dict(state)
 
     def _stop_reducing(self) -> None:
         """The optimizer reduces no more gradients from the next batch on."""
-        if local_steps(self.model.optimizer):
+        if local_steps(_inner(self.model.optimizer)):
             self.model.make_train_function(force=True)
+
+
+def _inner(optimizer):
+    """The optimizer that applies the gradients: a LossScaleOptimizer's inner one (Keras's
+    compile() wraps the optimizer in one under a mixed_float16 policy)."""
+    return getattr(optimizer, "inner_optimizer", optimizer)
