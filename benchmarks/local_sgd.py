@@ -331,7 +331,7 @@ def report(rate, found, out) -> None:
         )
 
 
-def plot(panels: list, path: str) -> None:
+def plot(panels: list, path: str, hosts: int) -> None:
     """One panel per (rate, RESULT) pair: accuracy against training time, per method."""
     import matplotlib
 
@@ -343,7 +343,7 @@ def plot(panels: list, path: str) -> None:
         for method, c in found["curves"].items():
             xs, ys = zip(*c["curve"])
             ax.plot(xs, ys, marker=".", label=method)
-        ax.set_title(f"digits {found['model']}, {found['ranks']} ranks on 2 hosts, {rate}")
+        ax.set_title(f"digits {found['model']}, {found['ranks']} ranks on {hosts} hosts, {rate}")
         ax.set_xlabel("training time (s)")
         ax.set_ylabel("test accuracy")
         ax.set_ylim(0.8, 1.0)
@@ -385,7 +385,7 @@ def main(args) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     if args.plot and results:
-        plot(list(results.items()), args.plot)
+        plot(list(results.items()), args.plot, args.hosts)
     return 0
 
 
