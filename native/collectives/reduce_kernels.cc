@@ -537,6 +537,46 @@ void ReduceInto(void* inout, const void* in, size_t count, DataType dtype, Reduc
 
 // ---- ReduceFrom ----
 
+namespace {
+thread_local bool t_streaming = false;  // Note [Streaming stores]
+}  // namespace
+
+StreamingStores::StreamingStores(bool on) : saved_(t_streaming) { t_streaming = on; }
+StreamingStores::~StreamingStores() { t_streaming = saved_; }
+
+namespace {
+#if defined(__SSE2__)
+bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+void StreamSum(float* out, const float* a, const float* b, size_t count) {
+  size_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    for (size_t k = 0; k < 16; k += 4) {
+      _mm_stream_ps(out + i + k, _mm_add_ps(_mm_loadu_ps(a + i + k), _mm_loadu_ps(b + i + k)));
+    }
+  }
+  _mm_sfence();
+  for (; i < count; ++i) out[i] = a[i] + b[i];
+}
+
+void StreamCopy(uint8_t* d, const uint8_t* s, size_t bytes) {
+  size_t i = 0;
+  for (; i + 64 <= bytes; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
+    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+  }
+  _mm_sfence();
+  if (i < bytes) std::memcpy(d + i, s + i, bytes - i);
+}
+#endif
+}  // namespace
+
 template <typename T, typename Op>
 void ReduceFromLoop(T* __restrict__ out, const T* __restrict__ a, const T* __restrict__ b,
                     size_t count, Op op) {
@@ -553,6 +593,13 @@ void ReduceFromTyped(void* out_v, const void* a_v, const void* b_v, size_t count
 
 void ReduceFrom(void* out, const void* a, const void* b, size_t count, DataType dtype,
                 ReduceOp op) {
+#if defined(__SSE2__)
+  if (t_streaming && dtype == DataType::kFloat32 &&
+      (op == ReduceOp::kSum || op == ReduceOp::kAverage) && Aligned16(out)) {
+    return StreamSum(static_cast<float*>(out), static_cast<const float*>(a),
+                     static_cast<const float*>(b), count);
+  }
+#endif
   if (WithPlainType(dtype, [&](auto t) { ReduceFromTyped<decltype(t)>(out, a, b, count, op); })) {
     return;
   }
@@ -623,6 +670,11 @@ const bool kRepMovsb = RepMovsbIsFast();
 }  // namespace
 
 void CopyBytes(void* dst, const void* src, size_t bytes) {
+#if defined(__SSE2__)
+  if (t_streaming && bytes >= kLoopCopyBytes && Aligned16(dst)) {
+    return StreamCopy(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), bytes);
+  }
+#endif
 #if defined(__x86_64__) && defined(__GNUC__)
   if (kRepMovsb && bytes >= kLoopCopyBytes) {
     asm volatile("rep movsb" : "+D"(dst), "+S"(src), "+c"(bytes) : : "memory");

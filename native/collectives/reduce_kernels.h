@@ -2,7 +2,8 @@
 // another, scaling, and the widening of half-precision types to float32 for reduction.
 //
 // Contract: buffers do not overlap unless stated; counts are elements, not bytes. Kernels are
-// pure functions of their arguments and safe to call from any thread.
+// pure functions of their arguments and safe to call from any thread (how CopyBytes and
+// ReduceFrom store, not what, follows a StreamingStores scope open on the calling thread).
 #ifndef SCALEOUT_COLLECTIVES_REDUCE_KERNELS_H_
 #define SCALEOUT_COLLECTIVES_REDUCE_KERNELS_H_
 
@@ -34,6 +35,20 @@ void ScaleBuffer(void* buf, size_t count, DataType dtype, double factor);
 // bytes past a multiple of 4096, which is just how a page-aligned staging buffer and a numpy
 // array allocated by mmap (16 bytes of malloc header) line up. See Note [Copies].
 void CopyBytes(void* dst, const void* src, size_t bytes);
+
+// While one is open on a thread, that thread's large CopyBytes and its float32 ReduceFrom sums
+// into 16-byte-aligned destinations use non-temporal stores, fenced before they return: see
+// Note [Streaming stores] (staged_allreduce.cc).
+class StreamingStores {
+ public:
+  explicit StreamingStores(bool on);
+  ~StreamingStores();
+  StreamingStores(const StreamingStores&) = delete;
+  StreamingStores& operator=(const StreamingStores&) = delete;
+
+ private:
+  bool saved_;
+};
 
 // dst[i] = float(src[i]) * factor for a float16 or bfloat16 source (dtype says which).
 void WidenToFloat(float* dst, const void* src, size_t count, DataType dtype, double factor);

@@ -115,6 +115,42 @@ void StagedAllreduce::Slice(size_t count, size_t esize, int rank, int size, size
   *hi = std::min(count, (first_line + my_lines) * per_line);
 }
 
+// Note [Streaming stores]
+// On this VM a 64 MiB allreduce at two ranks took 9-13 ms in most jobs and 33-50 ms in others,
+// the state lasting minutes (benchmarks/cross_core.py, 2026-12-07): in the slow jobs 4 MiB
+// that the other core had just written was read at half the rate or less (a median 17.5
+// against 39.3 GB/s), private copies no slower. The host (an AMD EPYC, an L3 per core complex)
+// runs the two vCPUs in one complex or in two. A staged round hands each block from core to
+// core while its lines still sit in the writer's caches, which across complexes costs 4x.
+// Non-temporal stores (the lines go to memory, not into the writer's caches) into the area, by
+// pack and by the owner's ReduceFrom, took the slow jobs to 12-13 ms, and the fast ones from
+// 7-9 to 15-18 ms. So each rank times its large allreduces (kStreamingBytes and up) with either
+// kind: after one of each (the very first, which pays for first touches, not counted), it takes
+// the faster, and every kProbeEvery-th one the other, so that a change of state shows within a
+// few probes. A rank's choice is its own: the areas are published by
+// the Sync that follows, after the kernels' sfence, so the result is the same bits either way.
+// Unpacking into the caller's output keeps ordinary stores (the caller reads it next).
+constexpr size_t kStreamingBytes = size_t{8} << 20;
+
+bool StoreChooser::Next() {
+  const uint64_t n = runs_++;
+  if (per_byte_[0] == 0.0) return false;
+  if (per_byte_[1] == 0.0) return true;
+  const bool faster = per_byte_[1] < per_byte_[0];
+  return n % kProbeEvery == kProbeEvery - 1 ? !faster : faster;
+}
+
+void StoreChooser::Record(bool streamed, size_t bytes, double seconds) {
+  if (bytes == 0) return;
+  if (!warm_) {
+    warm_ = true;
+    return;
+  }
+  const double now = seconds / static_cast<double>(bytes);
+  double& kept = per_byte_[streamed ? 1 : 0];
+  kept = kept == 0.0 ? now : 0.5 * kept + 0.5 * now;
+}
+
 Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const PackFn& pack,
                             const UnpackFn& unpack, const HalfFactors& half, const InputFn& input,
                             const OutputFn& output) {
@@ -130,6 +166,9 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
       total * esize * static_cast<size_t>(size - 1) <= kOneSyncBytes) {
     return RunOneSync(total, dtype, op, pack, unpack, output);
   }
+  const bool chosen = !halves && total * esize >= kStreamingBytes;
+  const bool streamed = chosen && stores_.Next();
+  const auto started = std::chrono::steady_clock::now();
   for (size_t first = 0; first < total; first += per_round) {
     const size_t count = std::min(per_round, total - first);
     const int parity = memory_->NextParity();
@@ -139,8 +178,11 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
     uint8_t* mine = memory_->Area(self, parity);
     size_t lo, hi;
     Slice(count, esize, self, size, &lo, &hi);
-    pack(first, lo, mine);
-    pack(first + hi, count - hi, mine + hi * esize);
+    {
+      const StreamingStores stores(streamed);
+      pack(first, lo, mine);
+      pack(first + hi, count - hi, mine + hi * esize);
+    }
     traffic::Add(traffic::kSHM_BYTES, static_cast<int64_t>(count * esize));  // this round's
     const auto t1 = timed ? Clock::now() : t0;
     Status s = memory_->Sync();
@@ -149,6 +191,7 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
     for (size_t begin = lo; begin < hi; begin += block) {
       const size_t n = std::min(block, hi - begin);
       uint8_t* at = mine + begin * esize;
+      const StreamingStores stores(streamed);
       if (halves || !input || size < 2) {
         pack(first + begin, n, at);
         const traffic::Timed reducing(traffic::kREDUCE_NS);
@@ -179,7 +222,10 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
           if (k != self) ReduceInto(at, memory_->Area(k, parity) + begin * esize, n, dtype, op);
         }
       }
-      if (machines_ == nullptr && !leader_based_) unpack(first + begin, n, at);
+      if (machines_ == nullptr && !leader_based_) {
+        const StreamingStores cached(false);
+        unpack(first + begin, n, at);
+      }
     }
     if (machines_ != nullptr && !leader_based_) {
       s = machines_->Run(mine + lo * esize, hi - lo, dtype, op, half.post);
@@ -225,6 +271,10 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
                          << us(t2 - t1) << " us, reduce own slice " << us(t3 - t2) << " us, wait "
                          << us(t4 - t3) << " us, unpack " << us(t5 - t4) << " us");
     }
+  }
+  if (chosen) {
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - started;
+    stores_.Record(streamed, total * esize, took.count());
   }
   return Status::OK();
 }

@@ -25,6 +25,24 @@ struct HalfFactors {
   double pre = 1.0, post = 1.0;
 };
 
+// Note [Streaming stores] (staged_allreduce.cc): which stores a rank's large allreduces write
+// their areas with, chosen by timing them.
+class StoreChooser {
+ public:
+  // Whether the next large allreduce streams its stores.
+  bool Next();
+  // That allreduce moved `bytes` in `seconds`.
+  void Record(bool streamed, size_t bytes, double seconds);
+
+  // Every this many large allreduces, one takes the kind of store that is not the faster.
+  static constexpr uint64_t kProbeEvery = 32;
+
+ private:
+  double per_byte_[2] = {0.0, 0.0};  // seconds per byte, smoothed; 0: not timed yet
+  uint64_t runs_ = 0;
+  bool warm_ = false;  // the first large allreduce (page faults, first touches) is not timed
+};
+
 class StagedAllreduce {
  public:
   // `machines`, when not null, reduces this rank's slice with the same local rank on the other
@@ -74,6 +92,7 @@ class StagedAllreduce {
   std::vector<float> acc_;               // ReduceHalves' float32 block
   std::vector<const uint8_t*> sources_;  // and the blocks it reduces
   std::vector<uint8_t> result_;          // RunOneSync's reduced block
+  StoreChooser stores_;                  // Note [Streaming stores]
 };
 
 }  // namespace scaleout

@@ -416,5 +416,37 @@ SO_TEST(AFailedSyncEndsTheRunWithItsStatus) {
   }
 }
 
+// Note [Streaming stores]: the first large allreduce (not counted) and the second take ordinary
+// stores, the third streaming ones; then the faster kind, and every kProbeEvery-th the other; a
+// change of state shows at the next probe.
+SO_TEST(StoreChooserTimesBothKindsThenTakesTheFasterAndProbes) {
+  StoreChooser c;
+  EXPECT_EQ(c.Next(), false);
+  c.Record(false, 1000, 1.0);  // the first: not counted (first touches)
+  EXPECT_EQ(c.Next(), false);
+  c.Record(false, 1000, 4e-3);  // ordinary: 4 ns a byte (the slow state)
+  EXPECT_EQ(c.Next(), true);
+  c.Record(true, 1000, 1e-3);
+  int streamed = 0, probes = 0;
+  for (uint64_t n = 3; n < 3 + 4 * StoreChooser::kProbeEvery; ++n) {
+    const bool s = c.Next();
+    streamed += s;
+    probes += !s;
+    c.Record(s, 1000, s ? 1e-3 : 4e-3);
+  }
+  EXPECT_EQ(probes, 4);
+  EXPECT_EQ(streamed, static_cast<int>(4 * StoreChooser::kProbeEvery) - 4);
+  // The state changes: ordinary stores become the faster; its probes see it, and after a few
+  // every run but the probes takes ordinary stores.
+  int late_streamed = 0;
+  for (uint64_t n = 0; n < 4 * StoreChooser::kProbeEvery; ++n) {
+    const bool s = c.Next();
+    c.Record(s, 1000, s ? 2e-3 : 0.5e-3);
+    if (n >= 3 * StoreChooser::kProbeEvery) late_streamed += s;
+  }
+  EXPECT_EQ(late_streamed, 1);
+  c.Record(false, 0, 1.0);  // nothing moved: nothing learned
+}
+
 }  // namespace
 }  // namespace scaleout
