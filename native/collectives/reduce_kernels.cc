@@ -559,19 +559,29 @@ void StreamSum(float* out, const float* a, const float* b, size_t count) {
   for (; i < count; ++i) out[i] = a[i] + b[i];
 }
 
-void StreamCopy(uint8_t* d, const uint8_t* s, size_t bytes) {
+// 64 bytes a step through 16-byte vectors, stored as they are or streamed (non-temporal, then
+// fenced); the tail by memcpy.
+template <bool kStream>
+void VectorCopy(uint8_t* d, const uint8_t* s, size_t bytes) {
+  auto store = [](uint8_t* at, __m128i v) {
+    if constexpr (kStream) {
+      _mm_stream_si128(reinterpret_cast<__m128i*>(at), v);
+    } else {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(at), v);
+    }
+  };
   size_t i = 0;
   for (; i + 64 <= bytes; i += 64) {
     const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
     const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
     const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+    store(d + i, a);
+    store(d + i + 16, b);
+    store(d + i + 32, c);
+    store(d + i + 48, e);
   }
-  _mm_sfence();
+  if constexpr (kStream) _mm_sfence();
   if (i < bytes) std::memcpy(d + i, s + i, bytes - i);
 }
 #endif
@@ -672,7 +682,7 @@ const bool kRepMovsb = RepMovsbIsFast();
 void CopyBytes(void* dst, const void* src, size_t bytes) {
 #if defined(__SSE2__)
   if (t_streaming && bytes >= kLoopCopyBytes && Aligned16(dst)) {
-    return StreamCopy(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), bytes);
+    return VectorCopy<true>(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), bytes);
   }
 #endif
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -683,21 +693,7 @@ void CopyBytes(void* dst, const void* src, size_t bytes) {
 #endif
 #if defined(__SSE2__)
   if (bytes >= kLoopCopyBytes) {
-    auto* d = static_cast<uint8_t*>(dst);
-    const auto* s = static_cast<const uint8_t*>(src);
-    size_t i = 0;
-    for (; i + 64 <= bytes; i += 64) {
-      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
-      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
-      const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), a);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
-    }
-    if (i < bytes) std::memcpy(d + i, s + i, bytes - i);
-    return;
+    return VectorCopy<false>(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), bytes);
   }
 #endif
   if (bytes > 0) std::memcpy(dst, src, bytes);

@@ -168,7 +168,8 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
   }
   const bool chosen = !halves && total * esize >= kStreamingBytes;
   const bool streamed = chosen && stores_.Next();
-  const auto started = std::chrono::steady_clock::now();
+  const auto started =
+      chosen ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
   for (size_t first = 0; first < total; first += per_round) {
     const size_t count = std::min(per_round, total - first);
     const int parity = memory_->NextParity();
