@@ -124,31 +124,54 @@ void StagedAllreduce::Slice(size_t count, size_t esize, int rank, int size, size
 // core while its lines still sit in the writer's caches, which across complexes costs 4x.
 // Non-temporal stores (the lines go to memory, not into the writer's caches) into the area, by
 // pack and by the owner's ReduceFrom, took the slow jobs to 12-13 ms, and the fast ones from
-// 7-9 to 15-18 ms. So each rank times its large allreduces (kStreamingBytes and up) with either
-// kind: after one of each (the very first, which pays for first touches, not counted), it takes
-// the faster, and every kProbeEvery-th one the other, so that a change of state shows within a
-// few probes. A rank's choice is its own: the areas are published by
-// the Sync that follows, after the kernels' sfence, so the result is the same bits either way.
-// Unpacking into the caller's output keeps ordinary stores (the caller reads it next).
-constexpr size_t kStreamingBytes = size_t{8} << 20;
+// 7-9 to 15-18 ms. Smaller allreduces lose as much in that state (64 KiB 37 us against 13, 1 MiB
+// 490 against 70), and streaming stores win it back there too (12-17 us, 70-140 us) while
+// costing 2x at 1 MiB in the fast state. So each rank times every staged allreduce (the
+// one-Sync ones move too little to matter) with either kind, per size class (a power of two:
+// one allreduce of 64 KiB and one of 64 MiB say nothing about each other). A class's first
+// kWarmRuns, which pay for first touches of the area's two halves, are not counted; then one of
+// each kind, then the faster, and every kProbeEvery-th the other. A kind's estimate is the least
+// time per byte of its last kKept runs: preemption and a late peer only ever add time, and a
+// change of state shows within kKept runs of the kind in use or at the next probe of the other.
+// A rank's choice is its own: the areas are published by the Sync that follows, after the
+// kernels' sfence, so the result is the same bits either way. Unpacking into the caller's output
+// keeps ordinary stores (the caller reads it next).
+constexpr size_t kStreamingBytes = size_t{16} << 10;
+
+// The size class of an allreduce of `bytes` (at least kStreamingBytes): log2 of bytes over
+// kStreamingBytes, the last of `classes` holding everything larger.
+size_t StoreClass(size_t bytes, size_t classes) {
+  size_t c = 0;
+  for (size_t b = bytes / kStreamingBytes; b > 1 && c + 1 < classes; b >>= 1) ++c;
+  return c;
+}
+
+double StoreChooser::Estimate(bool streamed) const {
+  double least = 0.0;
+  for (double t : kept_[streamed]) {
+    if (t > 0.0 && (least == 0.0 || t < least)) least = t;
+  }
+  return least;
+}
 
 bool StoreChooser::Next() {
   const uint64_t n = runs_++;
-  if (per_byte_[0] == 0.0) return false;
-  if (per_byte_[1] == 0.0) return true;
-  const bool faster = per_byte_[1] < per_byte_[0];
+  const double ordinary = Estimate(false), streamed = Estimate(true);
+  if (ordinary == 0.0) return false;
+  if (streamed == 0.0) return true;
+  const bool faster = streamed < ordinary;
   return n % kProbeEvery == kProbeEvery - 1 ? !faster : faster;
 }
 
 void StoreChooser::Record(bool streamed, size_t bytes, double seconds) {
   if (bytes == 0) return;
-  if (!warm_) {
-    warm_ = true;
+  if (warm_left_ > 0) {
+    --warm_left_;
     return;
   }
-  const double now = seconds / static_cast<double>(bytes);
-  double& kept = per_byte_[streamed ? 1 : 0];
-  kept = kept == 0.0 ? now : 0.5 * kept + 0.5 * now;
+  int& at = next_[streamed];
+  kept_[streamed][at] = seconds / static_cast<double>(bytes);
+  at = (at + 1) % kKept;
 }
 
 Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const PackFn& pack,
@@ -167,7 +190,8 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
     return RunOneSync(total, dtype, op, pack, unpack, output);
   }
   const bool chosen = !halves && total * esize >= kStreamingBytes;
-  const bool streamed = chosen && stores_.Next();
+  StoreChooser& stores = stores_[chosen ? StoreClass(total * esize, stores_.size()) : 0];
+  const bool streamed = chosen && stores.Next();
   const auto started =
       chosen ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
   for (size_t first = 0; first < total; first += per_round) {
@@ -275,7 +299,7 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
   }
   if (chosen) {
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - started;
-    stores_.Record(streamed, total * esize, took.count());
+    stores.Record(streamed, total * esize, took.count());
   }
   return Status::OK();
 }

@@ -6,6 +6,7 @@
 #ifndef SCALEOUT_COLLECTIVES_STAGED_ALLREDUCE_H_
 #define SCALEOUT_COLLECTIVES_STAGED_ALLREDUCE_H_
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -25,22 +26,29 @@ struct HalfFactors {
   double pre = 1.0, post = 1.0;
 };
 
-// Note [Streaming stores] (staged_allreduce.cc): which stores a rank's large allreduces write
-// their areas with, chosen by timing them.
+// Note [Streaming stores] (staged_allreduce.cc): which stores a rank's staged allreduces of one
+// size class write their areas with, chosen by timing them.
 class StoreChooser {
  public:
-  // Whether the next large allreduce streams its stores.
+  // Whether the next allreduce of this size class streams its stores.
   bool Next();
   // That allreduce moved `bytes` in `seconds`.
   void Record(bool streamed, size_t bytes, double seconds);
 
-  // Every this many large allreduces, one takes the kind of store that is not the faster.
+  // Every this many allreduces, one takes the kind of store that is not the faster.
   static constexpr uint64_t kProbeEvery = 32;
+  // The first allreduces pay for first touches (one per parity of the area): not counted.
+  static constexpr int kWarmRuns = 2;
+  // A kind's estimate: the least time per byte of its last kKept allreduces.
+  static constexpr int kKept = 4;
 
  private:
-  double per_byte_[2] = {0.0, 0.0};  // seconds per byte, smoothed; 0: not timed yet
+  double Estimate(bool streamed) const;
+
+  double kept_[2][kKept] = {};  // seconds per byte; 0: not timed yet
+  int next_[2] = {0, 0};        // where each kind's next time goes
   uint64_t runs_ = 0;
-  bool warm_ = false;  // the first large allreduce (page faults, first touches) is not timed
+  int warm_left_ = kWarmRuns;
 };
 
 class StagedAllreduce {
@@ -92,7 +100,9 @@ class StagedAllreduce {
   std::vector<float> acc_;               // ReduceHalves' float32 block
   std::vector<const uint8_t*> sources_;  // and the blocks it reduces
   std::vector<uint8_t> result_;          // RunOneSync's reduced block
-  StoreChooser stores_;                  // Note [Streaming stores]
+  // Note [Streaming stores]: one per size class (powers of two from kStreamingBytes up, the
+  // last holding everything larger).
+  std::array<StoreChooser, 13> stores_;
 };
 
 }  // namespace scaleout

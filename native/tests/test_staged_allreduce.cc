@@ -416,19 +416,20 @@ SO_TEST(AFailedSyncEndsTheRunWithItsStatus) {
   }
 }
 
-// Note [Streaming stores]: the first large allreduce (not counted) and the second take ordinary
-// stores, the third streaming ones; then the faster kind, and every kProbeEvery-th the other; a
-// change of state shows at the next probe.
+// Note [Streaming stores]: a class's first kWarmRuns (not counted) and the next take ordinary
+// stores, the one after streaming ones; then the faster kind, and every kProbeEvery-th the other.
 SO_TEST(StoreChooserTimesBothKindsThenTakesTheFasterAndProbes) {
   StoreChooser c;
-  EXPECT_EQ(c.Next(), false);
-  c.Record(false, 1000, 1.0);  // the first: not counted (first touches)
+  for (int i = 0; i < StoreChooser::kWarmRuns; ++i) {
+    EXPECT_EQ(c.Next(), false);
+    c.Record(false, 1000, 1.0);  // first touches: not counted, or ordinary would never be taken
+  }
   EXPECT_EQ(c.Next(), false);
   c.Record(false, 1000, 4e-3);  // ordinary: 4 ns a byte (the slow state)
   EXPECT_EQ(c.Next(), true);
   c.Record(true, 1000, 1e-3);
   int streamed = 0, probes = 0;
-  for (uint64_t n = 3; n < 3 + 4 * StoreChooser::kProbeEvery; ++n) {
+  for (uint64_t n = 0; n < 4 * StoreChooser::kProbeEvery; ++n) {
     const bool s = c.Next();
     streamed += s;
     probes += !s;
@@ -436,16 +437,38 @@ SO_TEST(StoreChooserTimesBothKindsThenTakesTheFasterAndProbes) {
   }
   EXPECT_EQ(probes, 4);
   EXPECT_EQ(streamed, static_cast<int>(4 * StoreChooser::kProbeEvery) - 4);
-  // The state changes: ordinary stores become the faster; its probes see it, and after a few
-  // every run but the probes takes ordinary stores.
-  int late_streamed = 0;
-  for (uint64_t n = 0; n < 4 * StoreChooser::kProbeEvery; ++n) {
-    const bool s = c.Next();
-    c.Record(s, 1000, s ? 2e-3 : 0.5e-3);
-    if (n >= 3 * StoreChooser::kProbeEvery) late_streamed += s;
-  }
-  EXPECT_EQ(late_streamed, 1);
   c.Record(false, 0, 1.0);  // nothing moved: nothing learned
+}
+
+// A kind's estimate is the least of its last kKept times: one run slowed by something else does
+// not switch kinds, a change of state does, within kKept runs of the kind in use.
+SO_TEST(StoreChooserIgnoresOneSlowRunAndFollowsAChangeOfState) {
+  StoreChooser c;
+  for (int i = 0; i < StoreChooser::kWarmRuns; ++i) c.Record(c.Next(), 1000, 1.0);
+  c.Record(c.Next(), 1000, 1e-3);  // ordinary: 1 ns a byte (the fast state)
+  c.Record(c.Next(), 1000, 2e-3);  // streamed: 2 ns
+  EXPECT_EQ(c.Next(), false);
+  c.Record(false, 1000, 9e-3);  // preempted once
+  EXPECT_EQ(c.Next(), false);
+  c.Record(false, 1000, 1e-3);
+  // The state changes: ordinary stores take 4 ns a byte from now on, streaming ones 1.5.
+  int ordinary_after = 0;
+  for (int n = 0; n < 2 * static_cast<int>(StoreChooser::kProbeEvery); ++n) {
+    const bool s = c.Next();
+    if (!s) ++ordinary_after;
+    c.Record(s, 1000, s ? 1.5e-3 : 4e-3);
+  }
+  // Ordinary until its last kKept runs are all slow, then streaming but for a probe or two.
+  EXPECT_TRUE(ordinary_after >= StoreChooser::kKept - 1);
+  EXPECT_TRUE(ordinary_after <= StoreChooser::kKept + 2);
+  // And back: ordinary stores fast again, seen at the next probe.
+  int streamed_late = 0;
+  for (int n = 0; n < 2 * static_cast<int>(StoreChooser::kProbeEvery); ++n) {
+    const bool s = c.Next();
+    if (s && n >= static_cast<int>(StoreChooser::kProbeEvery)) ++streamed_late;
+    c.Record(s, 1000, s ? 1.5e-3 : 1e-3);
+  }
+  EXPECT_EQ(streamed_late, 1);
 }
 
 }  // namespace
