@@ -78,7 +78,8 @@ extern "C" {
   X(SHM_BYTES, shm_bytes, 2) /* bytes this rank wrote into its staging areas for the others */    \
   X(MPI_BYTES, mpi_bytes, 3) /* bytes this rank handed MPI to send */                             \
   X(REDUCE_NS, reduce_ns, 4) /* nanoseconds in scaleout's own reduction kernels */               \
-  X(WAIT_NS, wait_ns, 5)     /* nanoseconds waiting for other ranks (MPI requests, shm syncs) */
+  X(WAIT_NS, wait_ns, 5)     /* nanoseconds waiting for other ranks (MPI requests, shm syncs) */ \
+  X(LANE_CALLS, lane_calls, 6) /* of the calls, those agreed with no negotiation (fast lane) */
 /* clang-format on */
 
 /* clang-format off */

@@ -30,6 +30,9 @@ CollectiveExecutor::CollectiveExecutor(const DataPlane& plane, EndpointPool* end
   if (plan.allreduce() != SO_ALGORITHM_MPI) {
     staged_ = std::make_unique<StagedAllreduce>(
         plane.peers, machines_.get(), plan.allreduce() == SO_ALGORITHM_HIERARCHICAL_LEADER_BASED);
+    if (plan.allreduce() == SO_ALGORITHM_SHARED_MEMORY && plane.peers->LaneRound() != nullptr &&
+        plane.peers->size() > 1)
+      lane_ = std::make_unique<FastLane>(plane.peers);
   }
   alltoall_ = plan.alltoall() == SO_ALGORITHM_SHARED_MEMORY
                   ? std::make_unique<StagedAlltoall>(plane.peers)
@@ -76,6 +79,32 @@ Status CollectiveExecutor::Execute(const Response& r, const std::vector<TensorEn
   }
   traffic::Add(traffic::kBYTES, submitted);
   const Status s = Run(r, entries);
+  traffic::SetKind(-1);
+  return s;
+}
+
+Status CollectiveExecutor::RunOnLane(const Response& r, TensorEntry* entry, const LanePost& post,
+                                     bool* agreed) {
+  *agreed = false;
+  const std::vector<TensorEntry*> entries = {entry};
+  if (lane_ == nullptr || r.collective != SO_ALLREDUCE || r.reduce_op == ReduceOp::kAdasum ||
+      r.prescale != 1.0 || r.tensors.size() != 1 ||
+      !staged_->LaneFits(static_cast<size_t>(entry->request.NumElements()), r.dtype))
+    return Status::OK();
+  const double post_factor = PostFactor(r, transports_[0]->size());
+  const FusedTensors fused(r, entries, post_factor, true);
+  traffic::SetKind(r.collective);  // Note [Traffic]: counted as Execute counts, if it runs
+  Status s = staged_->RunAgreed(
+      fused.total(), r.dtype, WireOp(r.reduce_op),
+      [&](size_t first, size_t count, uint8_t* dst) { fused.Pack(first, count, dst); },
+      [&](size_t first, size_t count, const uint8_t* src) { fused.Unpack(first, count, src); },
+      [&](size_t first, size_t count, double* post) { return fused.Output(first, count, post); },
+      [&] { return lane_->Agree(post); }, agreed);
+  if (*agreed) {
+    traffic::Add(traffic::kCALLS, 1);
+    traffic::Add(traffic::kLANE_CALLS, 1);
+    traffic::Add(traffic::kBYTES, static_cast<int64_t>(fused.total() * DataTypeSize(r.dtype)));
+  }
   traffic::SetKind(-1);
   return s;
 }

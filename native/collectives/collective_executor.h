@@ -13,6 +13,7 @@
 #include "collectives/adasum.h"
 #include "collectives/data_plane.h"
 #include "collectives/endpoint_pool.h"
+#include "collectives/fast_lane.h"
 #include "collectives/hierarchical_allgather.h"
 #include "collectives/machine_reduce.h"
 #include "collectives/staged_allgather.h"
@@ -37,6 +38,13 @@ class CollectiveExecutor {
   // instead of submitting (it then contributes zeros or no rows). Results go into the entries.
   Status Execute(const Response& response, const std::vector<TensorEntry*>& entries);
 
+  // Note [Fast lane]: this communicator's lane (null where its allreduce is not staged through
+  // shared memory on one machine), and `response`, one allreduce that `entry` alone submitted,
+  // run on it if it fits and every rank agrees (*agreed); else nothing is done.
+  FastLane* lane() const { return lane_.get(); }
+  Status RunOnLane(const Response& response, TensorEntry* entry, const LanePost& post,
+                   bool* agreed);
+
  private:
   Status Run(const Response& r, const std::vector<TensorEntry*>& entries);  // by collective
   Status Allreduce(const Response& r, const std::vector<TensorEntry*>& entries);
@@ -55,6 +63,7 @@ class CollectiveExecutor {
   Adasum adasum_;
   std::unique_ptr<MachineReduce> machines_;  // before staged_, which uses it
   std::unique_ptr<StagedAllreduce> staged_;
+  std::unique_ptr<FastLane> lane_;  // Note [Fast lane]
   std::unique_ptr<StagedAlltoall> alltoall_;
   std::unique_ptr<StagedBroadcast> staged_broadcast_;
   std::unique_ptr<StagedAllgather> staged_allgather_;

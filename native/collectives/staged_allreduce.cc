@@ -307,12 +307,39 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
 // A small allreduce in one Sync: Note [One-Sync allreduce].
 Status StagedAllreduce::RunOneSync(size_t total, DataType dtype, ReduceOp op, const PackFn& pack,
                                    const UnpackFn& unpack, const OutputFn& output) {
+  bool exchanged = false;
+  return OneExchange(total, dtype, op, pack, unpack, output, nullptr, &exchanged);
+}
+
+bool StagedAllreduce::LaneFits(size_t total, DataType dtype) const {
+  return machines_ == nullptr && !leader_based_ && !IsHalf(dtype) && total > 0 &&
+         total * DataTypeSize(dtype) <= memory_->area_bytes() &&
+         total * DataTypeSize(dtype) * static_cast<size_t>(memory_->size() - 1) <= kOneSyncBytes;
+}
+
+Status StagedAllreduce::RunAgreed(size_t total, DataType dtype, ReduceOp op, const PackFn& pack,
+                                  const UnpackFn& unpack, const OutputFn& output,
+                                  const std::function<bool()>& agree, bool* agreed) {
+  return OneExchange(total, dtype, op, pack, unpack, output, &agree, agreed);
+}
+
+Status StagedAllreduce::OneExchange(size_t total, DataType dtype, ReduceOp op, const PackFn& pack,
+                                    const UnpackFn& unpack, const OutputFn& output,
+                                    const std::function<bool()>* agree, bool* exchanged) {
   const size_t bytes = total * DataTypeSize(dtype);
-  const int parity = memory_->NextParity();
+  const int parity = memory_->PeekParity();
   pack(0, total, memory_->Area(memory_->rank(), parity));
+  if (agree != nullptr) {
+    // Note [Fast lane]: the round is this rank's only if every rank agreed to it.
+    *exchanged = (*agree)();
+    if (!*exchanged) return Status::OK();
+  } else {
+    Status s = memory_->Sync();
+    if (!s.ok()) return s;
+    *exchanged = true;
+  }
+  memory_->NextParity();
   traffic::Add(traffic::kSHM_BYTES, static_cast<int64_t>(bytes));
-  Status s = memory_->Sync();
-  if (!s.ok()) return s;
   double post = 1.0;
   uint8_t* out = output && memory_->size() > 1 ? output(0, total, &post) : nullptr;
   if (out != nullptr) {

@@ -80,6 +80,16 @@ class StagedAllreduce {
              const HalfFactors& half = HalfFactors(), const InputFn& input = nullptr,
              const OutputFn& output = nullptr);
 
+  // Note [Fast lane]: whether an allreduce of `total` elements of `dtype` is one the lane can
+  // run (a one-Sync allreduce on one machine).
+  bool LaneFits(size_t total, DataType dtype) const;
+  // A one-Sync allreduce whose exchange is `agree` (Note [Fast lane]) instead of a Sync: this
+  // rank's data is written into its area, then agree() says whether every rank's is there.
+  // *agreed false: nothing was done (the area is not taken), and nothing is written to the output.
+  Status RunAgreed(size_t total, DataType dtype, ReduceOp op, const PackFn& pack,
+                   const UnpackFn& unpack, const OutputFn& output,
+                   const std::function<bool()>& agree, bool* agreed);
+
   // The elements [*lo, *hi) of a count-element round that `rank` of `size` reduces: whole
   // 64-byte lines, as evenly spread as they go (exposed for tests).
   static void Slice(size_t count, size_t esize, int rank, int size, size_t* lo, size_t* hi);
@@ -93,6 +103,10 @@ class StagedAllreduce {
   // Note [One-Sync allreduce] (staged_allreduce.cc): a small allreduce on one machine.
   Status RunOneSync(size_t total, DataType dtype, ReduceOp op, const PackFn& pack,
                     const UnpackFn& unpack, const OutputFn& output);
+  // Both: the data written into the area, exchanged by `agree` (or a Sync where null), reduced.
+  Status OneExchange(size_t total, DataType dtype, ReduceOp op, const PackFn& pack,
+                     const UnpackFn& unpack, const OutputFn& output,
+                     const std::function<bool()>* agree, bool* exchanged);
 
   PeerMemory* memory_;
   MachineReduce* machines_;

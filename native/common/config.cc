@@ -328,6 +328,7 @@ Status Config::Parse(const std::function<const char*(const char*)>& getenv,
                    &c.autotune_max_samples),
         read.Number("AUTOTUNE_GAUSSIAN_PROCESS_NOISE", 0, &c.autotune_noise, 1e6),
         read.Number("CACHE_CAPACITY", 0, &cache),
+        read.Flag("FAST_LANE", &c.fast_lane),
         read.Number("STALL_CHECK_TIME_SECONDS", 0, &c.stall_check_seconds),
         read.Flag("STALL_CHECK_DISABLE", &c.stall_check_disable),
         read.Number("STALL_SHUTDOWN_TIME_SECONDS", 0, &c.stall_shutdown_seconds),
@@ -429,6 +430,7 @@ std::string Config::ToString() const {
   line("SCALEOUT_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", autotune_max_samples);
   line("SCALEOUT_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", autotune_noise);
   line("SCALEOUT_CACHE_CAPACITY", cache_capacity);
+  line("SCALEOUT_FAST_LANE", fast_lane ? 1 : 0);
   line("SCALEOUT_STALL_CHECK_TIME_SECONDS", stall_check_seconds);
   line("SCALEOUT_STALL_CHECK_DISABLE", stall_check_disable ? 1 : 0);
   line("SCALEOUT_STALL_SHUTDOWN_TIME_SECONDS", stall_shutdown_seconds);

@@ -47,6 +47,8 @@ struct Config {
   double autotune_noise = 0.8;
   // SCALEOUT_CACHE_CAPACITY: response-cache entries; 0 disables the cache.
   int cache_capacity = 1024;
+  // SCALEOUT_FAST_LANE: 0 turns the fast lane off (Note [Fast lane]).
+  bool fast_lane = true;
   // SCALEOUT_STALL_CHECK_TIME_SECONDS: warn about collectives waiting this long; 0 disables.
   double stall_check_seconds = 60.0;
   // SCALEOUT_STALL_CHECK_DISABLE: 1 turns the stall check (warnings and shutdown) off.

@@ -35,6 +35,9 @@
   X(AUTOTUNE_GAUSSIAN_PROCESS_NOISE, 1, "0.8",                                                   \
     "the noise autotune's search assumes in a score, relative to the scores' spread")           \
   X(CACHE_CAPACITY, 1, "1024", "response-cache entries; 0 disables the cache")                  \
+  X(FAST_LANE, 0, "1",                                                                           \
+    "0: small allreduces every rank has negotiated before are negotiated every time (no fast "   \
+    "lane)")                                                                                     \
   X(STALL_CHECK_TIME_SECONDS, 1, "60", "warn about collectives waiting this long; 0 disables")  \
   X(STALL_CHECK_DISABLE, 1, "0", "1 turns the stall check (warnings and shutdown) off")         \
   X(STALL_SHUTDOWN_TIME_SECONDS, 1, "0",                                                         \

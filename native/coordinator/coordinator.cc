@@ -89,6 +89,7 @@ Coordinator::Coordinator(const Config& config, ControlChannel* channel, const Da
       known_dead_(liveness->size(), false) {
   // One timeline per job: the global set's coordinator writes it.
   if (set_.id != 0) config_.timeline_path.clear();
+  if (executor_.lane() != nullptr) executor_.lane()->SpinFirst(!config.oversubscribed);
 }
 
 Coordinator::~Coordinator() { Stop(); }
@@ -251,7 +252,7 @@ bool Coordinator::Drive(const TensorEntry& entry) {
     queue_->Wake();  // the thread is mid-step: it must not sleep past this caller's entry
     return false;
   }
-  bool done = false;
+  bool done = !loop_done_ && !stop_requested_ && caller_fatal_.ok() && TryLane(entry);
   int idle = 0;
   while (!done && !loop_done_ && !stop_requested_ && caller_fatal_.ok()) {
     bool progress = false;
@@ -282,6 +283,64 @@ bool Coordinator::Drive(const TensorEntry& entry) {
   return done;
 }
 
+namespace {
+
+// What every rank must post to agree on an allreduce on the lane (Note [Fast lane]).
+LanePost PostFor(const Request& q, int slot) {
+  LanePost post;
+  post.key = static_cast<uint64_t>(static_cast<uint32_t>(slot)) << 32 |
+             static_cast<uint64_t>(static_cast<uint8_t>(q.dtype)) << 24 |
+             static_cast<uint64_t>(static_cast<uint8_t>(q.reduce_op)) << 16 |
+             static_cast<uint64_t>(q.shape.size() & 0xffff);
+  post.count = static_cast<uint64_t>(q.NumElements());
+  uint64_t hash = 1469598103934665603ULL;  // FNV-1a over the dimensions
+  for (int64_t d : q.shape) {
+    hash ^= static_cast<uint64_t>(d);
+    hash *= 1099511628211ULL;
+  }
+  post.shape = hash;
+  return post;
+}
+
+}  // namespace
+
+// Note [Fast lane]: only where nothing else is under way on this rank, so that the collective
+// is the next one in every rank's order whichever way it goes.
+bool Coordinator::TryLane(const TensorEntry& entry) {
+  const Request& q = entry.request;
+  if (executor_.lane() == nullptr || !config_.fast_lane || q.collective != SO_ALLREDUCE ||
+      q.prescale != 1.0 || q.postscale != 1.0 || timeline_.enabled() ||
+      (autotuner_ != nullptr && !autotuner_->done()) || !pending_.empty() || !joins_.empty() ||
+      shutdown_begun_ || controller_.busy() || controller_.halted() || liveness_->AnyDead())
+    return false;
+  const int slot = controller_.cache().Lookup(q.name);
+  if (slot < 0) return false;  // not negotiated before: its slot comes with its first response
+  std::vector<std::shared_ptr<TensorEntry>> taken = queue_->TakeAll();
+  const double now = Now();
+  if (taken.size() != 1 || taken[0].get() != &entry) {
+    for (auto& e : taken) Accept(e, now);
+    return false;
+  }
+  Response r;
+  r.collective = q.collective;
+  r.dtype = q.dtype;
+  r.reduce_op = q.reduce_op;
+  ResponseTensor t;
+  t.name = q.name;
+  t.shape = q.shape;
+  t.cache_slot = slot;
+  r.tensors.push_back(std::move(t));
+  bool agreed = false;
+  Status s = executor_.RunOnLane(r, taken[0].get(), PostFor(q, slot), &agreed);
+  if (!agreed) {
+    Accept(taken[0], now);
+    return false;
+  }
+  ++accepted_;
+  handles_->Complete(taken[0].get(), BlameDeath(s));
+  return true;
+}
+
 Status Coordinator::Step(double now, bool on_caller, bool* made_progress) {
   ApplyTimelineRequest(now);
   if (stop_requested_ && !shutdown_begun_) {
@@ -292,6 +351,9 @@ Status Coordinator::Step(double now, bool on_caller, bool* made_progress) {
     *made_progress = true;
     Accept(entry, now);
   }
+  // Note [Fast lane]: no rank waits on the lane for this one while it has work in negotiation.
+  if (executor_.lane() != nullptr && (!pending_.empty() || !joins_.empty() || shutdown_begun_))
+    executor_.lane()->CallOff();
   std::vector<Response>& responses = responses_;
   responses.clear();
   Status s = controller_.Poll(now, &responses);

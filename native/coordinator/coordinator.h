@@ -85,6 +85,8 @@ class Coordinator {
   // A transport failure that a peer's death explains, as the death (Note [Liveness]).
   Status BlameDeath(Status status) const;
   void Accept(const std::shared_ptr<TensorEntry>& entry, double now);
+  // Note [Fast lane]: runs the driving caller's entry on the lane if it can; true if it did.
+  bool TryLane(const TensorEntry& entry);
   void Execute(const Response& response);
   void FailPending(const Status& status);
   void ReportStalls(double now);

@@ -3,7 +3,9 @@
 #ifndef SCALEOUT_TESTS_SHARED_AREAS_H_
 #define SCALEOUT_TESTS_SHARED_AREAS_H_
 
+#include <atomic>
 #include <condition_variable>
+#include <memory>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -25,7 +27,8 @@ class SharedAreas {
       : size_(size),
         area_bytes_(area_bytes),
         fail_at_(fail_at),
-        memory_(static_cast<size_t>(size) * 2 * area_bytes + 64) {}
+        memory_(static_cast<size_t>(size) * 2 * area_bytes + 64),
+        lane_(new std::atomic<uint64_t>[1 + static_cast<size_t>(size) * kLaneWords]()) {}
 
   class View : public PeerMemory {
    public:
@@ -34,6 +37,10 @@ class SharedAreas {
     int size() const override { return shared_->size_; }
     size_t area_bytes() const override { return shared_->area_bytes_; }
     uint8_t* Area(int rank, int parity) const override { return shared_->Area(rank, parity); }
+    std::atomic<uint64_t>* LaneRound() const override { return &shared_->lane_[0]; }
+    std::atomic<uint64_t>* LaneWords(int rank) const override {
+      return &shared_->lane_[1 + static_cast<size_t>(rank) * kLaneWords];
+    }
     Status Sync() override {
       const uint64_t count = ++syncs_;
       shared_->Barrier();
@@ -69,6 +76,8 @@ class SharedAreas {
   const size_t area_bytes_;
   const uint64_t fail_at_;
   std::vector<uint8_t> memory_;
+  static constexpr int kLaneWords = PeerMemory::kLaneWords;
+  std::unique_ptr<std::atomic<uint64_t>[]> lane_;  // Note [Fast lane]: the round, then each rank's
   std::mutex mu_;
   std::condition_variable cv_;
   int arrived_ = 0;

@@ -10,6 +10,7 @@
 #ifndef SCALEOUT_TRANSPORT_PEER_MEMORY_H_
 #define SCALEOUT_TRANSPORT_PEER_MEMORY_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -34,6 +35,15 @@ class PeerMemory {
   // algorithm runs them, so an algorithm may rely on the one before having left the other
   // parity's areas free once every rank has passed its next Sync.
   int NextParity() { return static_cast<int>(rounds_++ & 1); }
+  // The parity NextParity() would return, not taken (Note [Fast lane]).
+  int PeekParity() const { return static_cast<int>(rounds_ & 1); }
+
+  // Note [Fast lane] (collectives/fast_lane.h): the lane's round word and rank `rank`'s
+  // kLaneWords words, zero at first and the same memory on every rank; nullptr where this
+  // memory has no lane.
+  static constexpr int kLaneWords = 5;
+  virtual std::atomic<uint64_t>* LaneRound() const { return nullptr; }
+  virtual std::atomic<uint64_t>* LaneWords(int rank) const { return nullptr; }
 
  private:
   uint64_t rounds_ = 0;

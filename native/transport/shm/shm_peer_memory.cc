@@ -38,7 +38,10 @@ struct ShmPeerMemory::RankLine {
   std::atomic<uint32_t> waiters;  // ranks asleep (or about to be) on `futex`
   int64_t pid;
   uint64_t pid_namespace;  // PidNamespace() of the rank
-  uint8_t pad[128 - 4 * sizeof(uint64_t)];
+  uint8_t pad[64 - 4 * sizeof(uint64_t)];
+  // Note [Fast lane]: on a line of their own (the waits above poll `syncs`).
+  std::atomic<uint64_t> lane[PeerMemory::kLaneWords];
+  uint8_t lane_pad[64 - PeerMemory::kLaneWords * sizeof(uint64_t)];
 };
 
 namespace {
@@ -71,6 +74,8 @@ struct Header {
   uint64_t magic;
   uint64_t size;
   uint64_t area_bytes;
+  uint8_t pad[64 - 3 * sizeof(uint64_t)];
+  std::atomic<uint64_t> lane_round;  // Note [Fast lane]: on a line of its own
 };
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
@@ -247,8 +252,15 @@ ShmPeerMemory::~ShmPeerMemory() {
 }
 
 ShmPeerMemory::RankLine* ShmPeerMemory::Line(int rank) const {
+  static_assert(sizeof(RankLine) == 128, "a rank's line is two cache lines (LinesBytes)");
   return reinterpret_cast<RankLine*>(base_ + kPage) + rank;
 }
+
+std::atomic<uint64_t>* ShmPeerMemory::LaneRound() const {
+  return &reinterpret_cast<Header*>(base_)->lane_round;
+}
+
+std::atomic<uint64_t>* ShmPeerMemory::LaneWords(int rank) const { return Line(rank)->lane; }
 
 uint8_t* ShmPeerMemory::Area(int rank, int parity) const {
   return base_ + kPage + LinesBytes(size_) + (static_cast<size_t>(rank) * 2 + parity) * area_bytes_;

@@ -35,9 +35,12 @@ class ShmPeerMemory : public PeerMemory {
   size_t area_bytes() const override { return area_bytes_; }
   uint8_t* Area(int rank, int parity) const override;
   Status Sync() override;
+  std::atomic<uint64_t>* LaneRound() const override;
+  std::atomic<uint64_t>* LaneWords(int rank) const override;
   // Whether a wait spins before it yields (true, the default); not when ranks outnumber cores,
   // where a spinning rank holds the core the awaited rank needs (Note [Shared-memory sync]).
   void SpinFirst(bool spin) { spin_seconds_ = spin ? kSpinSeconds : 0; }
+  bool spins_first() const { return spin_seconds_ > 0; }
   // The ring from rank `peer` (1 .. size - 1) toward rank 0, or from rank 0 to it; nullptr when
   // the segment was made without rings.
   uint8_t* ControlRing(int peer, bool toward_zero) const;
