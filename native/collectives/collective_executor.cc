@@ -99,7 +99,11 @@ Status CollectiveExecutor::RunOnLane(const Response& r, TensorEntry* entry, cons
       [&](size_t first, size_t count, uint8_t* dst) { fused.Pack(first, count, dst); },
       [&](size_t first, size_t count, const uint8_t* src) { fused.Unpack(first, count, src); },
       [&](size_t first, size_t count, double* post) { return fused.Output(first, count, post); },
-      [&] { return lane_->Agree(post); }, agreed);
+      [&] {
+        const traffic::Timed waiting(traffic::kWAIT_NS);
+        return lane_->Agree(post);
+      },
+      agreed);
   if (*agreed) {
     traffic::Add(traffic::kCALLS, 1);
     traffic::Add(traffic::kLANE_CALLS, 1);

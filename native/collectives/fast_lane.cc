@@ -14,14 +14,17 @@
 namespace scaleout {
 namespace {
 
-// A lane wait: spins, then yields, and says when it is over (Note [Fast lane]).
+// A lane attempt's waits: spin, then yield, until kGiveUpSeconds after the attempt began
+// (Note [Fast lane]).
 class Wait {
  public:
-  explicit Wait(double spin_seconds) : spin_seconds_(spin_seconds) {}
+  explicit Wait(double spin_seconds)
+      : spin_seconds_(spin_seconds), start_(std::chrono::steady_clock::now()) {}
   // One more turn of the wait; false once it has lasted kGiveUpSeconds.
   bool Next() {
-    if (++turns_ % 64 == 0) {
-      const double waited = Seconds();
+    if (++turns_ % 16 == 0) {
+      const double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
       if (waited >= FastLane::kGiveUpSeconds) return false;
       if (waited >= spin_seconds_) ::sched_yield();
     }
@@ -30,11 +33,6 @@ class Wait {
   }
 
  private:
-  double Seconds() {
-    const auto now = std::chrono::steady_clock::now();
-    if (turns_ == 64) start_ = now;  // the clock is read only by waits that last
-    return std::chrono::duration<double>(now - start_).count();
-  }
   double spin_seconds_;
   int turns_ = 0;
   std::chrono::steady_clock::time_point start_;
@@ -73,10 +71,27 @@ void FastLane::Read(uint64_t round, const LanePost& post, bool* all, bool* same)
   }
 }
 
+bool FastLane::AnyAway() const {
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_ && W(r, kAway).load(std::memory_order_acquire) != 0) return true;
+  }
+  return false;
+}
+
+void FastLane::SetAway(bool away) {
+  if (away != away_) {
+    away_ = away;
+    W(rank_, kAway).store(away ? 1 : 0, std::memory_order_release);
+  }
+  if (away) CallOff();
+}
+
 bool FastLane::Agree(const LanePost& post) {
+  if (AnyAway()) return false;
+  Wait wait(spin_seconds_);
   // Join the open round, or open the next once every rank in the last has seen its decision.
   uint64_t round = 0;
-  for (Wait wait(spin_seconds_);;) {
+  for (;;) {
     uint64_t word = round_->load(std::memory_order_acquire);
     if (State(word) == kOpen) {
       round = Round(word);
@@ -87,14 +102,14 @@ bool FastLane::Agree(const LanePost& post) {
       round = Round(word) + 1;
       break;
     }
-    if (!wait.Next()) return false;
+    if (AnyAway() || !wait.Next()) return false;
   }
   W(rank_, kKey).store(post.key, std::memory_order_relaxed);
   W(rank_, kCount).store(post.count, std::memory_order_relaxed);
   W(rank_, kShape).store(post.shape, std::memory_order_relaxed);
   W(rank_, kPosted).store(round + 1, std::memory_order_release);  // with the area written before
   bool agreed = false;
-  for (Wait wait(spin_seconds_);;) {
+  for (;;) {
     uint64_t word = round_->load(std::memory_order_acquire);
     if (Round(word) != round || State(word) != kOpen) {
       // Decided (or, for a rank that joined after the decision, decided and the next opened:
@@ -109,7 +124,7 @@ bool FastLane::Agree(const LanePost& post) {
       decided = kCalledOff;
     } else if (all) {
       decided = kAgreed;
-    } else if (!wait.Next()) {
+    } else if (AnyAway() || !wait.Next()) {
       decided = kCalledOff;
     }
     if (decided != kOpen)

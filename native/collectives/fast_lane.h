@@ -13,10 +13,12 @@
 //   that posted in it has seen the decision (its acknowledgement), so no rank misses one.
 // - It posts (its words, then the round number with release), then reads the others' posts: all
 //   posted the same -> "agreed"; someone posted something else -> "called off".
-// - A rank with work in negotiation calls off an open round it is not in (CallOff, every step of
-//   its coordinator), and a waiting rank calls its round off after kGiveUpSeconds: so nobody
-//   waits on the lane for a rank that went the other way, and a lane wait stays short (the
-//   deadlock, stall and liveness machinery watch negotiation, not the lane).
+// - A rank with work in negotiation (or one that cannot take the lane now: a timeline or
+//   autotuning under way, the lane turned off) says so in a word of its own (SetAway), which a
+//   waiting rank reads, and calls off an open round it is not in; a waiting rank calls its round
+//   off after kGiveUpSeconds too: so nobody waits on the lane for a rank that went the other
+//   way, even one whose coordinator sleeps, and a lane wait stays short (the deadlock, stall and
+//   liveness machinery watch negotiation, not the lane).
 // On "agreed" the areas are published to every rank as a Sync would publish them, and the
 // allreduce finishes as a one-Sync allreduce does, with the same bits; the round takes the
 // parity it wrote (PeerMemory::NextParity), so every rank's rounds stay in step. On "called off"
@@ -54,8 +56,9 @@ class FastLane {
   // visible to this rank; false: nothing was agreed (called off, not the same, or not every
   // rank in time), and the collective must be negotiated.
   bool Agree(const LanePost& post);
-  // An open round that this rank is not in is called off (this rank has work in negotiation).
-  void CallOff();
+  // Whether this rank stays off the lane for now (work in negotiation, ...): while it does, no
+  // round can be agreed, and an open one that it is not in is called off.
+  void SetAway(bool away);
   // Whether waits spin before they yield (not where ranks outnumber cores).
   void SpinFirst(bool spin) { spin_seconds_ = spin ? kSpinSeconds : 0; }
 
@@ -64,13 +67,16 @@ class FastLane {
 
  private:
   enum : uint64_t { kOpen = 0, kAgreed = 1, kCalledOff = 2 };
-  enum Word { kPosted = 0, kKey = 1, kCount = 2, kShape = 3, kSeen = 4 };  // per rank
+  enum Word { kPosted = 0, kKey = 1, kCount = 2, kShape = 3, kSeen = 4, kAway = 5 };  // per rank
   static uint64_t Round(uint64_t word) { return word >> 2; }
   static uint64_t State(uint64_t word) { return word & 3; }
   static uint64_t Make(uint64_t round, uint64_t state) { return round << 2 | state; }
 
   // Every rank that posted in `round` has seen its decision.
   bool AllSaw(uint64_t round) const;
+  // Another rank is off the lane (SetAway).
+  bool AnyAway() const;
+  void CallOff();
   // The posts of `round` so far: *all* every rank's, *same* all equal to `post`.
   void Read(uint64_t round, const LanePost& post, bool* all, bool* same) const;
   std::atomic<uint64_t>& W(int rank, Word w) const { return words_[rank][w]; }
@@ -81,6 +87,7 @@ class FastLane {
   std::atomic<uint64_t>* round_;
   std::vector<std::atomic<uint64_t>*> words_;
   double spin_seconds_ = kSpinSeconds;
+  bool away_ = false;  // what this rank's kAway word says
 };
 
 }  // namespace scaleout

@@ -89,7 +89,10 @@ Coordinator::Coordinator(const Config& config, ControlChannel* channel, const Da
       known_dead_(liveness->size(), false) {
   // One timeline per job: the global set's coordinator writes it.
   if (set_.id != 0) config_.timeline_path.clear();
-  if (executor_.lane() != nullptr) executor_.lane()->SpinFirst(!config.oversubscribed);
+  if (executor_.lane() != nullptr) {
+    executor_.lane()->SpinFirst(!config.oversubscribed);
+    executor_.lane()->SetAway(!config_.fast_lane);
+  }
 }
 
 Coordinator::~Coordinator() { Stop(); }
@@ -252,7 +255,14 @@ bool Coordinator::Drive(const TensorEntry& entry) {
     queue_->Wake();  // the thread is mid-step: it must not sleep past this caller's entry
     return false;
   }
-  bool done = !loop_done_ && !stop_requested_ && caller_fatal_.ok() && TryLane(entry);
+  bool done = false;
+  if (!loop_done_ && !stop_requested_ && caller_fatal_.ok()) {
+    try {
+      done = TryLane(entry);
+    } catch (...) {
+      caller_fatal_ = CaughtStatus("coordinator step failed: ");  // the thread ends with it
+    }
+  }
   int idle = 0;
   while (!done && !loop_done_ && !stop_requested_ && caller_fatal_.ok()) {
     bool progress = false;
@@ -304,15 +314,23 @@ LanePost PostFor(const Request& q, int slot) {
 
 }  // namespace
 
+bool Coordinator::OffLane() const {
+  return !config_.fast_lane || timeline_.enabled() || timeline_request_pending_ ||
+         (autotuner_ != nullptr && !autotuner_->done()) || !pending_.empty() || !joins_.empty() ||
+         shutdown_begun_ || controller_.busy() || controller_.halted();
+}
+
 // Note [Fast lane]: only where nothing else is under way on this rank, so that the collective
 // is the next one in every rank's order whichever way it goes.
 bool Coordinator::TryLane(const TensorEntry& entry) {
   const Request& q = entry.request;
-  if (executor_.lane() == nullptr || !config_.fast_lane || q.collective != SO_ALLREDUCE ||
-      q.prescale != 1.0 || q.postscale != 1.0 || timeline_.enabled() ||
-      (autotuner_ != nullptr && !autotuner_->done()) || !pending_.empty() || !joins_.empty() ||
-      shutdown_begun_ || controller_.busy() || controller_.halted() || liveness_->AnyDead())
+  FastLane* lane = executor_.lane();
+  if (lane == nullptr || q.collective != SO_ALLREDUCE || q.prescale != 1.0 || q.postscale != 1.0 ||
+      liveness_->AnyDead())
     return false;
+  const bool off = OffLane();
+  lane->SetAway(off);
+  if (off) return false;
   const int slot = controller_.cache().Lookup(q.name);
   if (slot < 0) return false;  // not negotiated before: its slot comes with its first response
   std::vector<std::shared_ptr<TensorEntry>> taken = queue_->TakeAll();
@@ -352,8 +370,7 @@ Status Coordinator::Step(double now, bool on_caller, bool* made_progress) {
     Accept(entry, now);
   }
   // Note [Fast lane]: no rank waits on the lane for this one while it has work in negotiation.
-  if (executor_.lane() != nullptr && (!pending_.empty() || !joins_.empty() || shutdown_begun_))
-    executor_.lane()->CallOff();
+  if (executor_.lane() != nullptr && OffLane()) executor_.lane()->SetAway(true);
   std::vector<Response>& responses = responses_;
   responses.clear();
   Status s = controller_.Poll(now, &responses);
@@ -385,6 +402,7 @@ Status Coordinator::Step(double now, bool on_caller, bool* made_progress) {
   }
   CheckPeersAlive();
   if (controller_.halted()) FailPending(controller_.halt_status());
+  if (executor_.lane() != nullptr) executor_.lane()->SetAway(OffLane());  // what is left now
   return Status::OK();
 }
 
@@ -469,6 +487,10 @@ void Coordinator::Execute(const Response& r) {
     }
     pending_.erase(it);
   }
+  // Note [Fast lane]: back on the lane as soon as nothing else is pending, before the data moves
+  // (the others, done with it first, may post the next collective meanwhile: into the other
+  // parity's areas).
+  if (executor_.lane() != nullptr && !OffLane()) executor_.lane()->SetAway(false);
   const bool timed = timeline_.enabled() || LogEnabled(LogLevel::kDebug);
   const bool tuning = autotuner_ != nullptr && !autotuner_->done();
   const double agreed = timed || tuning ? Now() : 0;

@@ -87,6 +87,9 @@ class Coordinator {
   void Accept(const std::shared_ptr<TensorEntry>& entry, double now);
   // Note [Fast lane]: runs the driving caller's entry on the lane if it can; true if it did.
   bool TryLane(const TensorEntry& entry);
+  // Whether this rank stays off the lane now: something is under way besides a lone caller's
+  // collective, or the lane is off here (turned off, a timeline or autotuning under way).
+  bool OffLane() const;
   void Execute(const Response& response);
   void FailPending(const Status& status);
   void ReportStalls(double now);

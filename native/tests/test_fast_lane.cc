@@ -100,16 +100,25 @@ SO_TEST(CallOffAndGiveUpEndAWaitAndTheLaneGoesOn) {
   const double waited =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_TRUE(waited >= FastLane::kGiveUpSeconds);
-  // Rank 1, with work in negotiation, calls off the round rank 0 waits in.
+  // Rank 1 goes off the lane (work in negotiation) while rank 0 waits in a round: called off.
   std::atomic<bool> done{false};
   bool a_agreed = true;
   std::thread waiter([&] {
     a_agreed = a.Agree(Post(1));
     done = true;
   });
-  while (!done) b.CallOff();
+  while (!done) b.SetAway(true);
   waiter.join();
   EXPECT_FALSE(a_agreed);
+  // While it stays off, nothing is agreed (even with its post the same); once back, it is.
+  {
+    bool first = true;
+    std::thread t1([&] { first = a.Agree(Post(6)); });
+    EXPECT_FALSE(b.Agree(Post(6)));
+    t1.join();
+    EXPECT_FALSE(first);
+  }
+  b.SetAway(false);
   bool first = false, second = false;
   std::thread t1([&] { first = a.Agree(Post(5)); });
   second = b.Agree(Post(5));

@@ -41,7 +41,7 @@ class PeerMemory {
   // Note [Fast lane] (collectives/fast_lane.h): the lane's round word and rank `rank`'s
   // kLaneWords words, zero at first and the same memory on every rank; nullptr where this
   // memory has no lane.
-  static constexpr int kLaneWords = 5;
+  static constexpr int kLaneWords = 6;
   virtual std::atomic<uint64_t>* LaneRound() const { return nullptr; }
   virtual std::atomic<uint64_t>* LaneWords(int rank) const { return nullptr; }
 

@@ -66,7 +66,7 @@ void FutexWakeAll(std::atomic<uint32_t>* word) {
             0);
 }
 
-constexpr uint64_t kMagic = 0x73636c6f7574534dULL;  // "scloutSM"
+constexpr uint64_t kMagic = 0x73636c6f7574534eULL;  // "scloutSN": the layout with lane words
 constexpr size_t kPage = 4096;
 constexpr size_t kNameBytes = 64;
 
