@@ -583,6 +583,11 @@ def sizes_table(args, comm, bench, n, out) -> None:
     for line in table(rows, hdr, ["l"] + ["r"] * (len(hdr) - 1)):
         out(line)
     out("(busbw in GB/s; the Average row times scaleout's Average against MPI's Sum)")
+    counts = so.stats()["collectives"]["allreduce"]
+    out(
+        f"(fast lane: {counts['lane_calls']} of this rank's {counts['calls']} scaleout allreduces "
+        "so far, warm-up included; Note [Fast lane])"
+    )
     if args.spread:
         out()
         shdr = ["size", "scaleout p10", "scaleout p90", "mpi4py p10", "mpi4py p90"]

@@ -70,6 +70,9 @@ def run_once(venv: Path, nranks: int, work: str) -> dict[str, tuple[float, float
         raise RuntimeError(f"{cmd} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
     got = {}
     small = {}
+    lane = re.search(r"fast lane: (\d+) of this rank's (\d+)", out.stdout)
+    if lane:  # Note [Fast lane]: how many of rank 0's allreduces it took
+        print(f"# {venv.name}: fast lane {lane.group(1)} of {lane.group(2)}", flush=True)
     for line in out.stdout.splitlines():
         cells = [c.strip() for c in re.sub(r"^\[\d+\]\s*", "", line).strip("|").split("|")]
         if len(cells) >= 6 and cells[0] in ROWS:
