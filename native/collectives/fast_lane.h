@@ -24,7 +24,12 @@
 // parity it wrote (PeerMemory::NextParity), so every rank's rounds stay in step. On "called off"
 // nothing was taken (the area's contents are dead) and the collective goes to negotiation as it
 // would have without the lane. A rank that joined a round only after it was decided sees it
-// called off (an agreed round had every rank's post in it before its decision). The lane is
+// called off (an agreed round had every rank's post in it before its decision). Writing the
+// area before anything is agreed is safe: an idle rank has finished its last round, which every
+// other rank entered, so none still reads the areas of the parity before it (PeerMemory's
+// contract); for the same reason a rank goes back on the lane (SetAway(false)) as soon as its
+// last pending collective starts, before its data moves: the others, done with it, may post
+// the next one meanwhile, into the other parity's areas. The lane is
 // only for what a one-Sync allreduce runs (one machine, small, not halves, no scaling but
 // Average's) and only when the coordinator is idle: nothing pending, joined or held, no
 // timeline or autotuning under way. SCALEOUT_FAST_LANE=0 turns it off.
