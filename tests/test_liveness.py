@@ -43,6 +43,15 @@ def test_a_death_inside_a_collective_ends_it(nranks, shm):
     assert out.count("all checks passed") == nranks - 1, out + err
 
 
+@pytest.mark.parametrize("victim", ["last", "zero"])
+@pytest.mark.parametrize("nranks", [2, 3], ids=["np2", "np3"])
+def test_a_death_beside_the_fast_lane_is_named(nranks, victim):
+    # Note [Fast lane]: a lane wait gives up after 100 us, so the survivors' next collective is
+    # negotiated, and the death is named there as anywhere.
+    out, err = run_with_a_death(nranks, victim, "lane")
+    assert out.count("all checks passed") == nranks - 1, out + err
+
+
 @pytest.mark.parametrize("collective", ["allgather"], ids=["mpi"])
 @pytest.mark.parametrize("nranks", [2, 3], ids=["np2", "np3"])
 def test_a_rank_stopped_inside_a_collective_is_named(nranks, collective):

@@ -1,5 +1,6 @@
 """Run by tests/test_liveness.py::test_survivors_name_the_dead_rank,
 tests/test_liveness.py::test_a_death_inside_a_collective_ends_it,
+tests/test_liveness.py::test_a_death_beside_the_fast_lane_is_named,
 tests/test_multihost.py::test_a_rank_dying_on_another_host_is_named,
 tests/test_slurm.py::test_srun_a_killed_rank_is_named,
 tests/test_slurm.py::test_salloc_scaleoutrun_names_a_dead_rank.
@@ -13,7 +14,9 @@ MPI_Finalize.
 argv[1]: which rank dies: "last" or "zero".
 argv[2]: "idle": the victim dies between collectives, the survivors then wait in negotiation;
          "busy": it dies while every rank runs large allgathers back to back, so survivors are
-         inside the data plane (MPI) when it goes.
+         inside the data plane (MPI) when it goes;
+         "lane": it dies while every rank runs small synchronous allreduces back to back, most
+         of them on the fast lane (Note [Fast lane]), so survivors wait on the lane when it goes.
 """
 
 import os
@@ -46,6 +49,21 @@ if mode == "idle":
         check(fragment in str(exc), f"the collective waiting for the dead rank: {exc}")
         # Note [Error details]: the culprit as data, for the launcher
         check(exc.culprit_ranks == (victim,), f"culprits of {exc!r}: {exc.culprit_ranks}")
+elif mode == "lane":
+    x = np.ones(16, np.float32)
+    if r == victim:
+        threading.Timer(0.5, lambda: os._exit(9)).start()
+    try:
+        calls = 0
+        while time.monotonic() - start < 60:
+            so.allreduce_(x, name="lane", op=so.Max)
+            calls += 1
+        check(False, f"no error within 60 s of small allreduces ({calls} calls)")
+    except so.HorovodInternalError as exc:
+        check(fragment in str(exc), f"the small allreduce's error names the dead rank: {exc}")
+        check(exc.culprit_ranks == (victim,), f"culprits of {exc!r}: {exc.culprit_ranks}")
+    lane = so.stats()["collectives"]["allreduce"]["lane_calls"]
+    check(lane > 0, f"the loop ran on the lane before the death ({lane} calls there)")
 else:
     big = np.ones(1 << 21)  # 16 MiB from every rank
     if r == victim:
