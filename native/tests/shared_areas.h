@@ -19,6 +19,30 @@
 namespace scaleout {
 namespace test {
 
+// A barrier for `n` threads, reusable.
+class ThreadBarrier {
+ public:
+  explicit ThreadBarrier(int n) : n_(n) {}
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t generation = generation_;
+    if (++arrived_ == n_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+    } else {
+      cv_.wait(lock, [&] { return generation_ != generation; });
+    }
+  }
+
+ private:
+  const int n_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+};
+
 // The areas of `size` ranks in one process; Sync is a barrier across the threads that play the
 // ranks, and fails on the call numbered `fail_at` (1-based, 0: never) on every rank.
 class SharedAreas {
@@ -60,17 +84,7 @@ class SharedAreas {
     uint8_t* base = memory_.data() + (64 - reinterpret_cast<uintptr_t>(memory_.data()) % 64) % 64;
     return base + (static_cast<size_t>(rank) * 2 + parity) * area_bytes_;
   }
-  void Barrier() {
-    std::unique_lock<std::mutex> lock(mu_);
-    const uint64_t generation = generation_;
-    if (++arrived_ == size_) {
-      arrived_ = 0;
-      ++generation_;
-      cv_.notify_all();
-    } else {
-      cv_.wait(lock, [&] { return generation_ != generation; });
-    }
-  }
+  void Barrier() { barrier_.Wait(); }
 
   const int size_;
   const size_t area_bytes_;
@@ -78,10 +92,7 @@ class SharedAreas {
   std::vector<uint8_t> memory_;
   static constexpr int kLaneWords = PeerMemory::kLaneWords;
   std::unique_ptr<std::atomic<uint64_t>[]> lane_;  // Note [Fast lane]: the round, then each rank's
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int arrived_ = 0;
-  uint64_t generation_ = 0;
+  ThreadBarrier barrier_{size_};
 };
 
 // The cross transports of one local rank on `machines` fake machines (threads): a barrier, and
@@ -191,25 +202,13 @@ class CrossGroup {
     posted_[machine] = buffer;
     Barrier();
   }
-  void Barrier() {
-    std::unique_lock<std::mutex> lock(mu_);
-    const uint64_t generation = generation_;
-    if (++arrived_ == machines_) {
-      arrived_ = 0;
-      ++generation_;
-      cv_.notify_all();
-    } else {
-      cv_.wait(lock, [&] { return generation_ != generation; });
-    }
-  }
+  void Barrier() { barrier_.Wait(); }
 
   const int machines_;
   std::vector<const void*> posted_;
   std::vector<size_t> moved_ = std::vector<size_t>(static_cast<size_t>(machines_) * machines_, 0);
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int arrived_ = 0;
-  uint64_t generation_ = 0;
+  std::mutex mu_;  // moved_
+  ThreadBarrier barrier_{machines_};
 };
 
 }  // namespace test

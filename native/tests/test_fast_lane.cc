@@ -2,10 +2,8 @@
 // one-Sync allreduce agreed on the lane instead of synced.
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,30 +17,7 @@ namespace scaleout {
 namespace {
 
 using test::SharedAreas;
-
-// A barrier for `n` threads, reusable.
-class Barrier {
- public:
-  explicit Barrier(int n) : n_(n) {}
-  void Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    const uint64_t generation = generation_;
-    if (++arrived_ == n_) {
-      arrived_ = 0;
-      ++generation_;
-      cv_.notify_all();
-    } else {
-      cv_.wait(lock, [&] { return generation_ != generation; });
-    }
-  }
-
- private:
-  const int n_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int arrived_ = 0;
-  uint64_t generation_ = 0;
-};
+using Barrier = test::ThreadBarrier;
 
 LanePost Post(uint64_t key) {
   LanePost p;
