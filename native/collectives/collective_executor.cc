@@ -87,8 +87,7 @@ Status CollectiveExecutor::RunOnLane(const Response& r, TensorEntry* entry, cons
                                      bool* agreed) {
   *agreed = false;
   const std::vector<TensorEntry*> entries = {entry};
-  if (lane_ == nullptr || r.collective != SO_ALLREDUCE || r.reduce_op == ReduceOp::kAdasum ||
-      r.prescale != 1.0 || r.tensors.size() != 1 ||
+  if (lane_ == nullptr || r.reduce_op == ReduceOp::kAdasum ||
       !staged_->LaneFits(static_cast<size_t>(entry->request.NumElements()), r.dtype))
     return Status::OK();
   const double post_factor = PostFactor(r, transports_[0]->size());

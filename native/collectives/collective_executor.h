@@ -39,8 +39,9 @@ class CollectiveExecutor {
   Status Execute(const Response& response, const std::vector<TensorEntry*>& entries);
 
   // Note [Fast lane]: this communicator's lane (null where its allreduce is not staged through
-  // shared memory on one machine), and `response`, one allreduce that `entry` alone submitted,
-  // run on it if it fits and every rank agrees (*agreed); else nothing is done.
+  // shared memory on one machine), and `response`, one allreduce of `entry` alone with no
+  // prescale (the caller's to check: it knows what `post` compares), run on it if its op and
+  // size fit and every rank agrees (*agreed); else nothing is done.
   FastLane* lane() const { return lane_.get(); }
   Status RunOnLane(const Response& response, TensorEntry* entry, const LanePost& post,
                    bool* agreed);

@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <time.h>
 
+#include "common/hash.h"
 #include "common/logging.h"
 
 namespace scaleout {
@@ -303,12 +304,7 @@ LanePost PostFor(const Request& q, int slot) {
              static_cast<uint64_t>(static_cast<uint8_t>(q.reduce_op)) << 16 |
              static_cast<uint64_t>(q.shape.size() & 0xffff);
   post.count = static_cast<uint64_t>(q.NumElements());
-  uint64_t hash = 1469598103934665603ULL;  // FNV-1a over the dimensions
-  for (int64_t d : q.shape) {
-    hash ^= static_cast<uint64_t>(d);
-    hash *= 1099511628211ULL;
-  }
-  post.shape = hash;
+  post.shape = Fnv1a(q.shape);
   return post;
 }
 

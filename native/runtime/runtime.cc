@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include "common/hash.h"
 #include "common/logging.h"
 #include "common/traffic.h"
 #include "runtime/result_memory.h"
@@ -425,13 +426,6 @@ int PlaceIn(const std::vector<int>& ranks, int rank) {
   return it == ranks.end() ? -1 : static_cast<int>(it - ranks.begin());
 }
 
-// FNV-1a of the ranks, for checking that ranks agree.
-uint64_t RanksHash(const std::vector<int>& ranks) {
-  uint64_t hash = 1469598103934665603ull;
-  for (int r : ranks) hash = (hash ^ static_cast<uint64_t>(r)) * 1099511628211ull;
-  return hash;
-}
-
 }  // namespace
 
 Status Runtime::AddProcessSet(const std::vector<int>& ranks, int32_t* id) {
@@ -440,7 +434,7 @@ Status Runtime::AddProcessSet(const std::vector<int>& ranks, int32_t* id) {
   const std::string what = "add_process_set([" + RankText(ranks) + "])";
   const bool valid = ValidSetRanks(ranks, topo.size);
   // The same call on every rank: the ranks' count and a hash of them.
-  const uint64_t hash = RanksHash(ranks);
+  const uint64_t hash = Fnv1a(ranks);
   bool same = false;
   // Any set with these ranks, the global set included (Horovod 0.28.1 finds the global set's
   // id for a set of every rank and refuses it as existing). A set that its members made exists
@@ -528,7 +522,7 @@ Status Runtime::AddMemberProcessSet(const std::vector<int>& ranks, int32_t* id) 
                                    kMemberSetTag, &comm);
   if (rc != 0) return MpiError("MPI_Comm_create_group", rc);
   // The members agree on the ranks and take an id none of them has given out.
-  const uint64_t hash = RanksHash(ranks);
+  const uint64_t hash = Fnv1a(ranks);
   bool same = false;
   std::vector<int64_t> first_free;
   Status made =
