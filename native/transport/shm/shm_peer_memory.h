@@ -40,7 +40,6 @@ class ShmPeerMemory : public PeerMemory {
   // Whether a wait spins before it yields (true, the default); not when ranks outnumber cores,
   // where a spinning rank holds the core the awaited rank needs (Note [Shared-memory sync]).
   void SpinFirst(bool spin) { spin_seconds_ = spin ? kSpinSeconds : 0; }
-  bool spins_first() const { return spin_seconds_ > 0; }
   // The ring from rank `peer` (1 .. size - 1) toward rank 0, or from rank 0 to it; nullptr when
   // the segment was made without rings.
   uint8_t* ControlRing(int peer, bool toward_zero) const;
