@@ -7,17 +7,26 @@ A Python `ProcessGroup` subclass (torch's Python process-group trampoline: no C+
 torch), one per torch group: the default group and world-sized groups run on the job's global
 process set; a group of some ranks (new_group(ranks=[...]), which torch creates on those ranks
 alone) on the process set its members make with MPI_Comm_create_group (Note [Process sets]).
-Each collective is submitted to the core at once under a name of its own
-("torch.<group>.<n>.<collective>": torch requires every rank to call a group's collectives in
-one order, so the n-th call has the same name everywhere) and returns a torch `Work` made from a
-`Future`. A synchronous call (torch's asyncOp=False: dist.all_reduce(t) and the like) is
-completed on the caller's thread before the Work returns. One daemon thread per process
-completes the others' futures in submission order: it waits for each core handle (without the
-GIL) and sets the future's result, or its exception (a scaleout error, so a dead peer or a
-mismatch reaches `wait()` and DDP's backward as an exception, never a hang). A future's
-callbacks run on that thread; one that starts and waits for another collective gets it completed
-on the spot (see _Completer). The names never repeat, so each takes a slot of the response cache
-until it is full (Note [Response cache]): a known cost of this first step.
+Each collective is submitted to the core at once and returns a torch `Work` made from a
+`Future`. Names come round (_Names): torch requires every rank to call a group's collectives in
+one order, so the k-th call of a signature (the collective, dtype, shape, op or root) is the
+same call everywhere, and it runs as "torch.<group>.<collective>.<signature>.<k mod 8>". A name
+that comes round finds its response-cache slot (Note [Response cache]), so the core skips most
+of a negotiation, and a small synchronous allreduce takes its fast lane (Note [Fast lane]);
+before a name is reused, the collective that used it last on this rank is completed (the core
+refuses a name in flight twice), which waits only when 8 calls of one signature are in flight.
+Alltoall and scatter, which the core does not cache, get names of their own. A shape or dtype
+that differs between ranks makes different names: the core reports the deadlock (every rank
+waits for a name no other rank submitted) within about a second, naming each rank's, rather
+than a MismatchError (and async calls of matching signatures submitted meanwhile may pair up
+wrongly before it does). A synchronous call (torch's asyncOp=False: dist.all_reduce(t) and the
+like) is completed on the caller's thread before the Work returns; a synchronous all_reduce of
+one tensor has a path of its own with no future or closure (_allreduce_now), the cost at 4 KiB
+being this Python. One daemon thread per process completes the others' futures in submission
+order: it waits for each core handle (without the GIL) and sets the future's result, or its
+exception (a scaleout error, so a dead peer or a mismatch reaches `wait()` and DDP's backward
+as an exception, never a hang). A future's callbacks run on that thread; one that starts and
+waits for another collective gets it completed on the spot (see _Completer).
 
 Under scaleoutrun every rank gets torch's env:// variables (RANK, WORLD_SIZE, LOCAL_RANK,
 LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) under SCALEOUT_TORCH_* names, and importing this
@@ -39,6 +48,7 @@ import itertools
 import os
 import queue
 import threading
+import weakref
 from typing import Callable, List, Optional
 
 import torch
@@ -46,7 +56,18 @@ import torch.distributed as dist
 
 import scaleout
 from scaleout import _pmi_bootstrap
-from scaleout._native import ALLREDUCE, Average, Max, Min, Product, Sum, synchronize
+from scaleout._naming import torch_name
+from scaleout._native import (
+    ALLREDUCE,
+    OP_NAMES,
+    Average,
+    Max,
+    Min,
+    Product,
+    Sum,
+    submit,
+    synchronize,
+)
 from scaleout._process_set_registry import member_process_set
 from scaleout._process_sets import global_process_set
 from scaleout.torch import _backend_errors as _errors
@@ -67,6 +88,7 @@ _OPS = {
 
 # The same by the enum's value: hashing torch's enum itself costs a few microseconds a call.
 _OPS_BY_VALUE = {kind.value: core for kind, core in _OPS.items()}
+_SUM = dist.ReduceOp.SUM
 
 
 def _core_op(op: dist.ReduceOp, what: str) -> tuple:
@@ -155,6 +177,13 @@ class _Completer:
             future.set_result(result)
         return future
 
+    def settle(self, pending: "_Pending") -> None:
+        """Returns once `pending` is complete: completed here unless another thread has taken
+        it, else waited for."""
+        self.complete(pending)
+        if pending.result is _UNSET:
+            self.future_of(pending).wait()
+
     def _run(self) -> None:
         while True:
             self.complete(self._queue.get())
@@ -177,13 +206,19 @@ class _Pending:
     """A collective's core handle (or None: `finish` waits for its own), what makes torch's
     result of it, the result once made (or the exception), and the futures asked of it."""
 
-    __slots__ = ("handle", "finish", "taken", "result", "future", "child")
+    __slots__ = ("handle", "finish", "taken", "result", "future", "child", "__weakref__")
 
     def __init__(self, handle, finish: Callable):
         self.handle, self.finish = handle, finish
         self.taken = False
         self.result = _UNSET
         self.future = self.child = None
+
+    @classmethod
+    def done(cls, result) -> "_Pending":
+        pending = cls(None, None)
+        pending.taken, pending.result = True, result
+        return pending
 
 
 _COMPLETER = _Completer()
@@ -210,9 +245,6 @@ def _backend_error(exc: Exception) -> Exception:
     wrapped.__dict__.update(exc.__dict__)
     wrapped.__cause__ = exc.__cause__
     return wrapped.with_traceback(exc.__traceback__)
-
-
-_COMPLETER = _Completer()
 
 
 class _Work(dist.Work):
@@ -264,6 +296,79 @@ class _Work(dist.Work):
         return result if isinstance(result, BaseException) else None
 
 
+# A signature's names (Note [torch.distributed backend]): this many, taken in turn.
+_WINDOW = 8
+# Signatures a group remembers; past that it forgets them all, at the same call on every rank.
+_MOST_SIGNATURES = 1024
+
+
+class _Names:
+    """The names of a process group's collectives: the k-th call of a signature (the
+    collective and what the core compares: dtype, shape, op, root) runs as
+    "torch.<group>.<collective>.<signature>.<k mod _WINDOW>", so a name comes round again and
+    the core's response cache (and its fast lane) serve it; collectives the core does not cache
+    get a name of their own. Before a name is used again, the collective that used it last on
+    this rank must be complete (the core refuses a name in flight twice): waited for here,
+    which needs _WINDOW calls of one signature in flight at once."""
+
+    def __init__(self, prefix: str):
+        self._prefix = prefix
+        self._count = itertools.count()
+        self._turns: dict = {}  # signature -> [its names, the next turn]
+        self._last: dict = {}  # name -> weak reference to the async _Pending that used it last
+
+    def one_off(self, collective: str) -> str:
+        return f"{self._prefix}.{next(self._count)}.{collective}"
+
+    def take(self, signature: tuple) -> str:
+        """signature: (the collective, what the core compares...)."""
+        turn = self._turns.get(signature)
+        if turn is None:
+            if len(self._turns) >= _MOST_SIGNATURES:  # the same call on every rank
+                self._turns.clear()
+                self._last = {k: r for k, r in self._last.items() if r() is not None}
+            base = f"{self._prefix}.{signature[0]}.{_label(signature[1:])}"
+            turn = self._turns[signature] = [[f"{base}.{k}" for k in range(_WINDOW)], 0]
+        names, k = turn
+        turn[1] = (k + 1) % _WINDOW
+        name = names[k]
+        ref = self._last.get(name)
+        if ref is not None:
+            before = ref()
+            if before is not None and before.result is _UNSET:
+                _COMPLETER.settle(before)
+        return name
+
+    def used(self, names, pending: "_Pending") -> None:
+        """Names that `pending`, an async collective, runs under."""
+        ref = weakref.ref(pending)
+        for name in names:
+            self._last[name] = ref
+
+
+def _label(signature: tuple) -> str:
+    """A signature as a readable part of a name: float32.64x16.Sum (a factor other than 1 as
+    times0.5)."""
+    parts = []
+    for v in signature:
+        if isinstance(v, torch.dtype):
+            parts.append(str(v).removeprefix("torch."))
+        elif isinstance(v, torch.Size):
+            parts.append("x".join(map(str, v)) or "scalar")
+        elif isinstance(v, float):  # a prescale factor (PREMUL_SUM's)
+            if v != 1.0:
+                parts.append(f"times{v:g}")
+        else:
+            parts.append(str(v))
+    return ".".join(parts)
+
+
+# What a synchronous all_reduce of one tensor that succeeded returns (_allreduce_now): torch
+# only waits for it (dist.all_reduce gives the user None), and making a Work costs more than a
+# third of a 4 KiB allreduce; its future's value, if anyone asks, is an empty list.
+_DONE = _Work(_Pending.done([]))
+
+
 def _value_or_raise(done: torch.futures.Future):
     value = done.value()
     if isinstance(value, BaseException):
@@ -285,10 +390,18 @@ def _all_of(handles, tensors) -> Callable:
 def _allreduce_(tensor: torch.Tensor, name: str, op: int, prescale: float, ps: int):
     """An in-place allreduce whose handle someone waits for soon: the caller of a synchronous
     dist.all_reduce (_Work.wait), else the completer's thread. So the core may run a small one
-    on that thread instead of waking its own (Note [Caller drives])."""
-    return _tensors.submit_into(
-        ALLREDUCE, tensor, name, True, op, 0, prescale, 1.0, "allreduce", ps, waits=True
-    )
+    on that thread instead of waking its own (Note [Caller drives]). The tensor's autograd
+    version stays as it was, as torch's own backends leave it (scaleout.torch's allreduce_
+    bumps it): a contiguous tensor goes straight to the binding, in submit's argument order."""
+    try:
+        return submit(
+            ALLREDUCE, torch_name("allreduce", name), tensor, None, None, None, tensor, None, op,
+            0, prescale, 1.0, None, None, ps, True, 0,
+        )  # fmt: skip
+    except BufferError:  # not contiguous, or not a dtype the core has: explained or copied
+        return _tensors.submit_into(
+            ALLREDUCE, tensor, name, True, op, 0, prescale, 1.0, "allreduce", ps, waits=True
+        )
 
 
 def _copied_into(outputs, handles) -> Callable:
@@ -333,8 +446,7 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
     ):
         super().__init__(rank, size)
         self._timeout = timeout  # send/recv's bound (the group's timeout)
-        self._prefix = f"torch.{group_name or 'world'}"
-        self._count = itertools.count()
+        self._names = _Names(f"torch.{group_name or 'world'}")
         self._set = process_set
         self._ranks = process_set.ranks or list(range(size))
 
@@ -354,22 +466,54 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
     def getGroupDesc(self) -> str:
         return getattr(self, "_group_desc", "")
 
-    def _name(self, collective: str) -> str:
-        return f"{self._prefix}.{next(self._count)}.{collective}"
+    def _name(self, *signature) -> str:
+        return self._names.take(signature)
 
-    def _work(self, handle, finish: Callable, opts=None):
+    def _names_of(self, collective: str, tensors, *signature) -> list:
+        """One name per tensor (each's dtype and shape in its signature), or names of their own
+        when a call has more than _WINDOW tensors of one signature."""
+        names = [self._names.take((collective, t.dtype, t.shape) + signature) for t in tensors]
+        if len(names) > _WINDOW and len(set(names)) < len(names):
+            names = [self._names.one_off(collective) for _ in tensors]
+        return names
+
+    def _work(self, handle, finish: Callable, opts=None, names=()):
         """opts: the collective's torch options; asyncOp=False (a synchronous dist.all_reduce
         and the like, which wait() at once) completes it on this thread before returning (options
-        without asyncOp, in older torch: every call goes to the completer)."""
+        without asyncOp, in older torch: every call goes to the completer). names: what the
+        collective runs under, remembered while it may be in flight (_Names)."""
         now = opts is not None and not getattr(opts, "asyncOp", True)
-        return _Work(_COMPLETER.submit(handle, finish, now))
+        pending = _COMPLETER.submit(handle, finish, now)
+        if names and not now:
+            self._names.used(names, pending)
+        return _Work(pending)
 
     def allreduce(self, tensors, opts):
+        if len(tensors) == 1 and not getattr(opts, "asyncOp", True):
+            return self._allreduce_now(tensors[0], opts)
         _cpu(tensors, "all_reduce")
         op, pre = _core_op(opts.reduceOp, "all_reduce")
         ps = self._set.process_set_id
-        handles = [_allreduce_(t, self._name("allreduce"), op, pre, ps) for t in tensors]
-        return self._work(None, _all_of(handles, tensors), opts)
+        names = self._names_of("allreduce", tensors, OP_NAMES[op], pre)
+        handles = [_allreduce_(t, name, op, pre, ps) for t, name in zip(tensors, names)]
+        return self._work(None, _all_of(handles, tensors), opts, names)
+
+    def _allreduce_now(self, tensor, opts):
+        """A synchronous all_reduce of one tensor (`dist.all_reduce(t)`), whose cost at small
+        sizes is mostly this Python: done here and now, with no future, list or closure."""
+        if not tensor.is_cpu:
+            _cpu([tensor], "all_reduce")
+        kind = opts.reduceOp
+        if kind == _SUM:  # the common case, tested the cheapest way
+            op, pre = Sum, 1.0
+        else:
+            op, pre = _core_op(kind, "all_reduce")
+        name = self._names.take(("allreduce", tensor.dtype, tensor.shape, OP_NAMES[op], pre))
+        try:
+            synchronize(_allreduce_(tensor, name, op, pre, self._set.process_set_id))
+        except Exception as exc:  # noqa: BLE001  (raised by wait(), as _outcome's)
+            return _Work(_Pending.done(_backend_error(exc)))
+        return _DONE
 
     # torch's functional collectives (torch.distributed._functional_collectives: what a
     # DTensor's full_tensor() and redistribute() run) call the coalesced forms; torch's Python
@@ -381,16 +525,18 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts):
         _cpu(inputs, "all_gather_into_tensor")
-        handles = [self._gather_rows(t) for t in inputs]
-        return self._work(None, _copied_into(outputs, handles), opts)
+        names = self._names_of("allgather", inputs)
+        handles = [self._gather_rows(t, name) for t, name in zip(inputs, names)]
+        return self._work(None, _copied_into(outputs, handles), opts, names)
 
     all_gather_single_coalesced = allgather_into_tensor_coalesced
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts):
         _cpu(inputs, "reduce_scatter_tensor")
         op, pre = _core_op(opts.reduceOp, "reduce_scatter_tensor")
-        handles = [self._reduce_scatter_rows(t, op, pre) for t in inputs]
-        return self._work(None, _copied_into(outputs, handles), opts)
+        names = self._names_of("reducescatter", inputs, OP_NAMES[op], pre)
+        handles = [self._reduce_scatter_rows(t, name, op, pre) for t, name in zip(inputs, names)]
+        return self._work(None, _copied_into(outputs, handles), opts, names)
 
     reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
 
@@ -400,26 +546,32 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
         _cpu(tensors, "reduce")
         op, pre = _core_op(opts.reduceOp, "reduce")
         root, ps = self.rank() == opts.rootRank, self._set.process_set_id
+        names = self._names_of("reduce", tensors, OP_NAMES[op], pre)
         handles = [
-            _allreduce_(t if root else t.clone(), self._name("reduce"), op, pre, ps)
-            for t in tensors
+            _allreduce_(t if root else t.clone(), name, op, pre, ps)
+            for t, name in zip(tensors, names)
         ]
-        return self._work(None, _all_of(handles, tensors), opts)
+        return self._work(None, _all_of(handles, tensors), opts, names)
 
     def broadcast(self, tensors, opts):
         _cpu(tensors, "broadcast")
         root = self._ranks[opts.rootRank]  # the job's rank, as the core takes it
+        names = self._names_of("broadcast", tensors, f"from{root}")
         handles = [
-            so.broadcast_async_(t, root, name=self._name("broadcast"), process_set=self._set)
-            for t in tensors
+            so.broadcast_async_(t, root, name=name, process_set=self._set)
+            for t, name in zip(tensors, names)
         ]
-        return self._work(None, _all_of(handles, tensors), opts)
+        return self._work(None, _all_of(handles, tensors), opts, names)
 
     def allgather(self, output_tensors, input_tensors, opts):
         _cpu(input_tensors, "all_gather")
+        # Each rank's part may have a size of its own: only the dtype is in the signature.
+        names = [self._name("allgather", t.dtype) for t in input_tensors]
+        if len(set(names)) < len(names):
+            names = [self._names.one_off("allgather") for _ in input_tensors]
         handles = [
-            so.allgather_async(t.reshape(-1), name=self._name("allgather"), process_set=self._set)
-            for t in input_tensors
+            so.allgather_async(t.reshape(-1), name=name, process_set=self._set)
+            for t, name in zip(input_tensors, names)
         ]
 
         def finish(_):
@@ -430,44 +582,44 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
                     out.copy_(part.reshape(out.shape))
             return output_tensors
 
-        return self._work(None, finish, opts)
+        return self._work(None, finish, opts, names)
 
     def _allgather_base(self, output, input, opts):
         _cpu([input], "all_gather_into_tensor")
-        handle = self._gather_rows(input)
+        (name,) = self._names_of("allgather", [input])
+        handle = self._gather_rows(input, name)
 
         def finish(gathered):
             output.copy_(gathered.reshape(output.shape))
             return [output]
 
-        return self._work(handle, finish, opts)
+        return self._work(handle, finish, opts, (name,))
 
     all_gather_single = _allgather_base
 
     def _reduce_scatter_base(self, output, input, opts):
         _cpu([input], "reduce_scatter_tensor")
         op, pre = _core_op(opts.reduceOp, "reduce_scatter_tensor")
-        handle = self._reduce_scatter_rows(input, op, pre)
+        (name,) = self._names_of("reducescatter", [input], OP_NAMES[op], pre)
+        handle = self._reduce_scatter_rows(input, name, op, pre)
 
         def finish(mine):
             output.copy_(mine.reshape(output.shape))
             return [output]
 
-        return self._work(handle, finish, opts)
+        return self._work(handle, finish, opts, (name,))
 
     reduce_scatter_single = _reduce_scatter_base
 
-    def _gather_rows(self, tensor):
+    def _gather_rows(self, tensor, name: str):
         """The allgather of all_gather_into_tensor: each rank's tensor as one row."""
-        return so.allgather_async(
-            tensor.reshape(1, -1), name=self._name("allgather"), process_set=self._set
-        )
+        return so.allgather_async(tensor.reshape(1, -1), name=name, process_set=self._set)
 
-    def _reduce_scatter_rows(self, tensor, op: int, prescale: float):
+    def _reduce_scatter_rows(self, tensor, name: str, op: int, prescale: float):
         """The reducescatter of reduce_scatter_tensor: rank k gets the k-th of size() rows."""
         return so.reducescatter_async(
             tensor.reshape(self.size(), -1),
-            name=self._name("reducescatter"),
+            name=name,
             op=op,
             prescale_factor=prescale,
             process_set=self._set,
@@ -479,7 +631,7 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
         rows = input.shape[0] if input.dim() > 0 else 0
         splits = list(input_split_sizes) or [rows // size] * size
         handle = so.alltoall_async(
-            input, splits=splits, name=self._name("alltoall"), process_set=self._set
+            input, splits=splits, name=self._names.one_off("alltoall"), process_set=self._set
         )
 
         expected = list(output_split_sizes)
@@ -515,9 +667,10 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
         # An allgather whose result only the root keeps (torch gives the others no outputs).
         _cpu(input_tensors, "gather")
         root = self.rank() == opts.rootRank
+        names = self._names_of("gather", input_tensors)
         handles = [
-            so.allgather_async(t.reshape(1, -1), name=self._name("gather"), process_set=self._set)
-            for t in input_tensors
+            so.allgather_async(t.reshape(1, -1), name=name, process_set=self._set)
+            for t, name in zip(input_tensors, names)
         ]
 
         def finish(_):
@@ -528,7 +681,7 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
                         out.copy_(row.reshape(out.shape))
             return output_tensors
 
-        return self._work(None, finish, opts)
+        return self._work(None, finish, opts, names)
 
     def scatter(self, output_tensors, input_tensors, opts):
         # An alltoall in which only the root sends: part i of its list to rank i.
@@ -544,7 +697,7 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
                 send, splits = out.new_empty(0), [0] * size
             handles.append(
                 so.alltoall_async(
-                    send, splits=splits, name=self._name("scatter"), process_set=self._set
+                    send, splits=splits, name=self._names.one_off("scatter"), process_set=self._set
                 )
             )
 

@@ -150,22 +150,16 @@ def submit_into(
     first among work ready together (Note [Priority] in the core)."""
     name = _naming.torch_name(_COLLECTIVE_NAMES[collective], name)
     if inplace:
-        # The hot path of every DistributedOptimizer hook: the binding reads the tensor itself.
+        # The hot path of every DistributedOptimizer hook and synchronous dist.all_reduce: the
+        # binding reads the tensor itself; submit's arguments in its order (collective, name,
+        # data, address, dtype, shape, output, out_address, op, root_rank, prescale_factor,
+        # postscale_factor, splits, finish, process_set, caller_waits, priority), which skips
+        # matching 11 keywords.
         try:
             return submit(
-                collective,
-                name=name,
-                data=tensor,
-                output=tensor,
-                op=op,
-                root_rank=root,
-                prescale_factor=prescale,
-                postscale_factor=postscale,
-                finish=_bumped,
-                process_set=ps,
-                caller_waits=waits,
-                priority=priority,
-            )
+                collective, name, tensor, None, None, None, tensor, None, op, root,
+                prescale, postscale, None, _bumped, ps, waits, priority,
+            )  # fmt: skip
         except BufferError:
             pass  # not a contiguous CPU tensor of a core dtype: explained or copied below
     code = _dtype_code(tensor, what)

@@ -10,7 +10,8 @@ one), what is not supported yet raising, torch's functional collectives and DTen
 full_tensor() and redistribute(), DDP (SGD with momentum, then Adam; float64, three steps; its
 fp16 hook, no_sync, find_unused_parameters and join), FSDP2 (fully_shard, SGD with momentum;
 its full state dict too) and FSDP1 (flat and original parameters) equal to one process on the
-global batch. argv[1] "bad-size" / "bad-rank":
+global batch; names that come round (async work beyond them, the fast lane, a shape that
+differs between ranks). argv[1] "bad-size" / "bad-rank":
 init_process_group with a size or rank other than the job's must raise ValueError naming it
 (under mpiexec, with the test's MASTER_ADDR and MASTER_PORT)."""
 
@@ -141,6 +142,42 @@ def collectives(r: int, n: int) -> None:
         lambda: dist.all_reduce(torch.ones(1, dtype=torch.int32), op=dist.ReduceOp.BAND),
         "all_reduce with ReduceOp.BAND",
         "not supported",
+    )
+
+
+def names_that_come_round(r: int, n: int) -> None:
+    """Names by signature (Note [torch.distributed backend]): more async all_reduces of one shape
+    in flight than the names a signature takes in turn, each its own; back-to-back synchronous
+    4 KiB all_reduces reach the core's fast lane (their names come round, so the response cache
+    has them); a shape that differs between ranks raises on every rank, naming both."""
+    from scaleout.torch._process_group import _WINDOW
+
+    tensors = [torch.full((5,), float(r + i)) for i in range(3 * _WINDOW + 1)]
+    works = [dist.all_reduce(t, async_op=True) for t in tensors]
+    for i, work in reversed(list(enumerate(works))):
+        if i % 2:
+            work.wait()
+        else:
+            work.get_future().wait()
+    for i, t in enumerate(tensors):
+        want = float(sum(k + i for k in range(n)))
+        check_close(t, torch.full((5,), want), f"async all_reduce {i} of one shape")
+    lane = hvd.stats()["collectives"]["allreduce"]["lane_calls"]
+    t = torch.empty(1024)
+    for i in range(200):
+        t.fill_(r + i)
+        dist.all_reduce(t)
+        if t[0] != sum(k + i for k in range(n)):
+            check(False, f"back-to-back all_reduce {i}: {t[:3]}")
+            break
+    lane = hvd.stats()["collectives"]["allreduce"]["lane_calls"] - lane
+    check(lane > 0, "back-to-back synchronous 4 KiB all_reduces took the fast lane")
+    expect_error(
+        dist.DistBackendError,
+        lambda: dist.all_reduce(torch.ones(4 + r)),
+        "deadlock",
+        f"float32.{4 + r}.Sum",
+        what="a shape that differs between ranks",
     )
 
 
@@ -447,6 +484,7 @@ def main() -> None:
             "LOCAL_RANK and LOCAL_WORLD_SIZE are the job's",
         )
         collectives(r, n)
+        names_that_come_round(r, n)
         groups(r, n)
         functional_collectives(r, n)
         ddp_equals_one_process(r, n)
