@@ -289,6 +289,18 @@ SO_EXPORT int so_enqueue(const so_request* request, int64_t* handle_out) {
   });
 }
 
+SO_EXPORT int so_allreduce_now(const so_request* request, int* done_out) {
+  *done_out = 0;
+  return WithRuntime([&](Runtime& rt) -> int {
+    scaleout::EnqueueArgs a;
+    if (!ToEnqueueArgs(request, &a).ok()) return SO_OK;  // so_enqueue explains it
+    bool done = false;
+    Status s = rt.AllreduceNow(a, &done);
+    *done_out = done ? 1 : 0;
+    return Report(s);
+  });
+}
+
 SO_EXPORT int so_poll(int64_t handle, int* done_out) {
   return WithHandle(handle, [&](Runtime& rt) -> int {
     bool done = false;

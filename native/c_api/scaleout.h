@@ -254,6 +254,15 @@ typedef struct so_request {
  */
 int so_enqueue(const so_request* request, int64_t* handle_out);
 
+/*
+ * A synchronous allreduce (caller_waits set, the global process set) run at once on the calling
+ * thread, with no handle, where the fast lane can take it (Note [Fast lane]): *done_out = 1 when
+ * it ran, the return value its outcome (the result is in output); *done_out = 0 when nothing
+ * was done: pass the same record to so_enqueue and wait on the handle, which also reports
+ * whatever is wrong with the request.
+ */
+int so_allreduce_now(const so_request* request, int* done_out);
+
 /* *done_out = 1 when the handle has completed (successfully or not). */
 int so_poll(int64_t handle, int* done_out);
 /* Blocks until the handle completes, then returns its status (so_last_error() has its message).

@@ -32,7 +32,12 @@
 // the next one meanwhile, into the other parity's areas. The lane is
 // only for what a one-Sync allreduce runs (one machine, small, not halves, no scaling but
 // Average's) and only when the coordinator is idle: nothing pending, joined or held, no
-// timeline or autotuning under way. SCALEOUT_FAST_LANE=0 turns it off.
+// timeline or autotuning under way. SCALEOUT_FAST_LANE=0 turns it off. A synchronous allreduce
+// of the global set is offered to the lane before it is even enqueued (so_allreduce_now,
+// Runtime::AllreduceNow, Coordinator::LaneNow): with nothing queued, the caller's thread runs
+// it at once under the coordinator's step lock, with no entry in the handle table (only its
+// name, reserved for the call) or the queue and no handle to wait on; if the lane does not
+// take it, it is enqueued as usual (and its wait may try the lane again).
 #ifndef SCALEOUT_COLLECTIVES_FAST_LANE_H_
 #define SCALEOUT_COLLECTIVES_FAST_LANE_H_
 

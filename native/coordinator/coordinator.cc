@@ -318,41 +318,69 @@ bool Coordinator::OffLane() const {
 
 // Note [Fast lane]: only where nothing else is under way on this rank, so that the collective
 // is the next one in every rank's order whichever way it goes.
-bool Coordinator::TryLane(const TensorEntry& entry) {
-  const Request& q = entry.request;
+int Coordinator::LaneSlot(const Request& q) {
   FastLane* lane = executor_.lane();
   if (lane == nullptr || q.collective != SO_ALLREDUCE || q.prescale != 1.0 || q.postscale != 1.0 ||
       liveness_->AnyDead())
-    return false;
+    return -1;
   const bool off = OffLane();
   lane->SetAway(off);
-  if (off) return false;
-  const int slot = controller_.cache().Lookup(q.name);
-  if (slot < 0) return false;  // not negotiated before: its slot comes with its first response
+  if (off) return -1;
+  return controller_.cache().Lookup(q.name);  // -1: its slot comes with its first response
+}
+
+bool Coordinator::RunLane(TensorEntry* entry, int slot, Status* status) {
+  const Request& q = entry->request;
+  Response& r = lane_response_;  // kept for its capacity: a lane call allocates nothing here
+  r.collective = q.collective;
+  r.dtype = q.dtype;
+  r.reduce_op = q.reduce_op;
+  r.tensors.resize(1);
+  ResponseTensor& t = r.tensors[0];
+  t.name = q.name;
+  t.shape = q.shape;
+  t.cache_slot = slot;
+  bool agreed = false;
+  *status = executor_.RunOnLane(r, entry, PostFor(q, slot), &agreed);
+  if (agreed) ++accepted_;
+  return agreed;
+}
+
+bool Coordinator::TryLane(const TensorEntry& entry) {
+  const int slot = LaneSlot(entry.request);
+  if (slot < 0) return false;
   std::vector<std::shared_ptr<TensorEntry>> taken = queue_->TakeAll();
   const double now = Now();
   if (taken.size() != 1 || taken[0].get() != &entry) {
     for (auto& e : taken) Accept(e, now);
     return false;
   }
-  Response r;
-  r.collective = q.collective;
-  r.dtype = q.dtype;
-  r.reduce_op = q.reduce_op;
-  ResponseTensor t;
-  t.name = q.name;
-  t.shape = q.shape;
-  t.cache_slot = slot;
-  r.tensors.push_back(std::move(t));
-  bool agreed = false;
-  Status s = executor_.RunOnLane(r, taken[0].get(), PostFor(q, slot), &agreed);
-  if (!agreed) {
+  Status s;
+  if (!RunLane(taken[0].get(), slot, &s)) {
     Accept(taken[0], now);
     return false;
   }
-  ++accepted_;
   handles_->Complete(taken[0].get(), BlameDeath(s));
   return true;
+}
+
+bool Coordinator::LaneNow(TensorEntry* entry, Status* status) {
+  std::unique_lock<std::mutex> lock(step_mu_, std::try_to_lock);
+  if (!lock.owns_lock() || loop_done_ || stop_requested_ || !caller_fatal_.ok()) return false;
+  bool done = false;
+  try {
+    // Work queued before it goes first (through negotiation): this one is not the next.
+    const int slot = queue_->HasWork() ? -1 : LaneSlot(entry->request);
+    Status s;
+    done = slot >= 0 && RunLane(entry, slot, &s);
+    if (done) *status = BlameDeath(s);
+  } catch (...) {
+    caller_fatal_ = CaughtStatus("coordinator step failed: ");  // the thread ends with it
+  }
+  const bool left = queue_->HasWork() || !caller_fatal_.ok();
+  lock.unlock();
+  if (left) queue_->Wake();  // submitted meanwhile by another thread: the thread's to run
+  return done;
 }
 
 Status Coordinator::Step(double now, bool on_caller, bool* made_progress) {

@@ -71,6 +71,11 @@ class Coordinator {
   // false if it did not complete (the thread ran it, or it stopped, or the wait would sleep).
   // Any thread; the entry must have been enqueued on this coordinator's queue.
   bool Drive(const TensorEntry& entry);
+  // Note [Fast lane]: runs `entry` (a synchronous allreduce that is in neither the queue nor the
+  // handle table: Runtime::AllreduceNow) on the lane at once, on the calling thread, if it can:
+  // true when it ran (its outcome in *status), false when nothing was done (no other thread's
+  // step may be under way, no work queued, the lane's own conditions; then enqueue it).
+  bool LaneNow(TensorEntry* entry, Status* status);
   // Starts writing the timeline to `path` (closing one being written), or stops it when `path`
   // is empty (Note [Timeline]). Called from any thread; returns once the coordinator thread has
   // done it, so that the file is complete when stop returns. Only rank 0 writes a file.
@@ -87,6 +92,12 @@ class Coordinator {
   void Accept(const std::shared_ptr<TensorEntry>& entry, double now);
   // Note [Fast lane]: runs the driving caller's entry on the lane if it can; true if it did.
   bool TryLane(const TensorEntry& entry);
+  // The request's response-cache slot where it may take the lane now, else -1; says whether
+  // this rank is away (FastLane::SetAway).
+  int LaneSlot(const Request& q);
+  // Runs `entry` on the lane under `slot`: true if every rank agreed (then *status is how it
+  // went); false if nothing was done.
+  bool RunLane(TensorEntry* entry, int slot, Status* status);
   // Whether this rank stays off the lane now: something is under way besides a lone caller's
   // collective, or the lane is off here (turned off, a timeline or autotuning under way).
   bool OffLane() const;
@@ -121,6 +132,7 @@ class Coordinator {
   bool shutdown_begun_ = false;
   std::unordered_map<std::string, std::shared_ptr<TensorEntry>> pending_;  // submitted, by name
   std::vector<Response> responses_;  // a step's, kept for its capacity
+  Response lane_response_;           // RunLane's, kept for its capacity
   std::vector<std::shared_ptr<TensorEntry>> joins_;
   double last_stall_check_ = 0;
   int idle_rounds_ = 0;

@@ -128,8 +128,10 @@ static void remember_array_dtype(PyObject* descr, int code) {
   known_code[slot] = code;
 }
 
-static PyObject* submit(PyObject* self, PyObject* const* argv, Py_ssize_t nargs,
-                        PyObject* kwnames) {
+/* submit; `now`: a synchronous allreduce is first offered to so_allreduce_now, and when that ran
+ * it, the result (output, finished) comes back instead of a Handle. */
+static PyObject* submit_with(PyObject* self, PyObject* const* argv, Py_ssize_t nargs,
+                             PyObject* kwnames, int now) {
   PyObject* args[SUBMIT_NARGS];
   if (submit_parse(argv, nargs, kwnames, args) != 0) return NULL;
   if (!require_loaded()) return NULL;
@@ -256,6 +258,7 @@ static PyObject* submit(PyObject* self, PyObject* const* argv, Py_ssize_t nargs,
   const char* name_utf8 = PyUnicode_AsUTF8(name);
   if (name_utf8 == NULL) goto done;
   int64_t id = 0;
+  int rc;
   const so_request request = {.struct_size = sizeof(so_request),
                               .collective = collective,
                               .name = name_utf8,
@@ -273,7 +276,20 @@ static PyObject* submit(PyObject* self, PyObject* const* argv, Py_ssize_t nargs,
                               .process_set = process_set,
                               .caller_waits = caller_waits,
                               .priority = priority};
-  int rc = api.so_enqueue(&request, &id);
+  if (now) {
+    int ran = 0;
+    if ((rc = api.so_allreduce_now(&request, &ran)) != 0) {
+      raise_status(rc);
+      goto done;
+    }
+    if (ran) {
+      Py_INCREF(output);
+      result = finish == Py_None ? output : PyObject_CallOneArg(finish, output);
+      if (finish != Py_None) Py_DECREF(output);
+      goto done;
+    }
+  }
+  rc = api.so_enqueue(&request, &id);
   if (rc != 0) {
     raise_status(rc);
     goto done;
@@ -298,15 +314,17 @@ done:
 // allreduce_'s 8.5 (benchmarks/small_collectives.py). allreduce_now makes them in C:
 // allreduce_now(tensor, average, name, op, prescale_factor, postscale_factor, process_set) is
 // allreduce_'s result when tensor is an array of the type set_fast_path named (numpy's
-// ndarray, exactly), average None, process_set the global set's object and op None or one of
-// the codes set_fast_path named; then submit (in place, the caller waiting) and synchronize, as
-// the Python path would call them. Anything else, and an array the buffer protocol cannot give
-// as it is (BufferError), returns NotImplemented: the caller takes the general path, which
-// explains any error. Measured (2 ranks, interleaved, same run): 7.63 -> 7.27 us per 4 KiB
-// allreduce_ (mpi4py's in-place Allreduce 6.34 us, submit and synchronize called directly from
-// the loop 6.56 us): what remains above the latter is allreduce_'s own Python frame.
-// allreduce_async_now does the same for allreduce_async_, returning the Handle: 200 such
-// submissions of 16 KiB took 0.47 -> 0.43 ms (2026-11-27).
+// ndarray, exactly) or a registered tensor (torch's: the torch.distributed backend's
+// synchronous all_reduce), average None, process_set the global set's object and op None or
+// one of the codes set_fast_path named; the request is offered to so_allreduce_now first (the
+// fast lane on this thread with no handle at all, Note [Fast lane]), else submitted (in place,
+// the caller waiting) and synchronized, as the Python path would call them. Anything else, and
+// an array the buffer protocol cannot give as it is (BufferError), returns NotImplemented: the
+// caller takes the general path, which explains any error. Measured (2 ranks, interleaved, same
+// run): 7.63 -> 7.27 us per 4 KiB allreduce_ (mpi4py's in-place Allreduce 6.34 us, submit and
+// synchronize called directly from the loop 6.56 us): what remains above the latter is allreduce_'s
+// own Python frame. allreduce_async_now does the same for allreduce_async_, returning the Handle:
+// 200 such submissions of 16 KiB took 0.47 -> 0.43 ms (2026-11-27).
 static PyObject *code_allreduce, *code_average, *code_zero;
 
 /* set_fast_path(array type, the global process set object, a container of the op codes) */
@@ -324,11 +342,18 @@ static PyObject* set_fast_path(PyObject* self, PyObject* const* a, Py_ssize_t n)
   Py_RETURN_NONE;
 }
 
-/* allreduce_now's submission; `waits`: the caller synchronizes at once. A handle, NULL with an
- * exception set, or NotImplemented (the general path then explains). */
+static PyObject* submit(PyObject* self, PyObject* const* argv, Py_ssize_t nargs,
+                        PyObject* kwnames) {
+  return submit_with(self, argv, nargs, kwnames, 0);
+}
+
+/* allreduce_now's submission; `waits`: the caller synchronizes at once, and the collective is
+ * first offered to the fast lane (so_allreduce_now). A handle, the result where the lane ran it,
+ * NULL with an exception set, or NotImplemented (the general path then explains). */
 static PyObject* allreduce_submit(PyObject* self, PyObject* const* a, int waits) {
   PyObject *tensor = a[0], *op = a[3];
-  if (fast_array_type == NULL || (PyObject*)Py_TYPE(tensor) != fast_array_type || a[1] != Py_None ||
+  if (fast_array_type == NULL ||
+      ((PyObject*)Py_TYPE(tensor) != fast_array_type && !is_tensor(tensor)) || a[1] != Py_None ||
       a[6] != fast_global_set) {
     Py_RETURN_NOTIMPLEMENTED;
   }
@@ -356,7 +381,7 @@ static PyObject* allreduce_submit(PyObject* self, PyObject* const* a, int waits)
                                   [ARG_finish] = Py_None,
                                   [ARG_process_set] = code_zero,
                                   [ARG_caller_waits] = waits ? Py_True : Py_False};
-  PyObject* handle = submit(self, argv, ARG_priority, NULL);
+  PyObject* handle = submit_with(self, argv, ARG_priority, NULL, waits);
   if (handle == NULL) {
     if (!PyErr_ExceptionMatches(PyExc_BufferError)) return NULL;
     PyErr_Clear();
@@ -372,6 +397,7 @@ static PyObject* allreduce_now(PyObject* self, PyObject* const* a, Py_ssize_t n)
   }
   PyObject* handle = allreduce_submit(self, a, 1);
   if (handle == NULL || handle == Py_NotImplemented) return handle;
+  if (!PyObject_TypeCheck(handle, &HandleType)) return handle; /* the lane ran it: the result */
   PyObject* result = synchronize_handle(handle);
   Py_DECREF(handle);
   return result;

@@ -35,6 +35,17 @@ Status HandleTable::Add(const std::shared_ptr<TensorEntry>& entry) {
   return Status::OK();
 }
 
+bool HandleTable::Reserve(int32_t process_set, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_ || closed_sets_.count(process_set) != 0) return false;
+  return names_in_flight_.insert({process_set, name}).second;
+}
+
+void HandleTable::Unreserve(int32_t process_set, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  names_in_flight_.erase({process_set, name});
+}
+
 void HandleTable::Complete(TensorEntry* entry, const Status& status) {
   CompleteAll({entry}, status);
 }

@@ -27,6 +27,10 @@ class HandleTable {
   int64_t epoch() const { return epoch_; }
   // Registers the entry and reserves its name; DuplicateName if the name is in flight.
   Status Add(const std::shared_ptr<TensorEntry>& entry);
+  // The name alone, for a collective that runs without a handle (Runtime::AllreduceNow): false
+  // if it is in flight or the table is closed to the set (Add then says which).
+  bool Reserve(int32_t process_set, const std::string& name);
+  void Unreserve(int32_t process_set, const std::string& name);
   // Marks the entry done with `status` and wakes its waiters; frees its name.
   void Complete(TensorEntry* entry, const Status& status);
   // The same for several entries, waking waiters once (a fused response completes many).

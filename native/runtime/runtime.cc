@@ -380,6 +380,33 @@ Status Runtime::Wait(int64_t handle, double timeout_seconds) {
   return handles_.Wait(handle, timeout_seconds);
 }
 
+Status Runtime::AllreduceNow(const EnqueueArgs& args, bool* done) {
+  *done = false;
+  ProcessSet* set = global_.get();
+  if (args.collective != SO_ALLREDUCE || !args.caller_waits || args.process_set != 0 ||
+      set->rank < 0)
+    return Status::OK();
+  // Reused by this thread's calls (what Validate fills keeps its capacity): no allocation.
+  thread_local TensorEntry entry;
+  const int size = static_cast<int>(set->info.ranks.size());
+  if (!Validate(args, size, &entry).ok() ||
+      entry.request.NumElements() * static_cast<int64_t>(DataTypeSize(entry.request.dtype)) >
+          kCallerDrivesBytes)
+    return Status::OK();
+  std::shared_ptr<Coordinator> coordinator;
+  {
+    std::lock_guard<std::mutex> lock(coordinators_mu_);
+    coordinator = set->coordinator;
+  }
+  // The name is reserved as an enqueued collective's is: one of the same name in flight, or a
+  // runtime shutting down, is Enqueue's to report.
+  if (!coordinator || !handles_.Reserve(0, entry.request.name)) return Status::OK();
+  Status s;
+  *done = coordinator->LaneNow(&entry, &s);
+  handles_.Unreserve(0, entry.request.name);
+  return s;
+}
+
 namespace {
 
 // MPI_Comm_create_group's tag for a set made by its members (any value: one change at a time

@@ -95,6 +95,11 @@ class Runtime {
   // Waits for the handle (timeout < 0: forever), first running its collective on this thread
   // when its caller said it waits at once (Note [Caller drives]).
   Status Wait(int64_t handle, double timeout_seconds);
+  // Note [Fast lane]: runs a synchronous allreduce of the global set on this thread at once,
+  // with no handle, when the lane can take it: *done true when it ran (the returned status is
+  // its outcome), false when nothing was done (then Enqueue and Wait it as usual, which also
+  // explain whatever is wrong with it).
+  Status AllreduceNow(const EnqueueArgs& args, bool* done);
   void Shutdown();
   // Starts (path not empty) or stops the timeline at run time (Note [Timeline]).
   Status SetTimeline(const std::string& path, bool mark_cycles);

@@ -122,5 +122,11 @@ if lane_on:
     check(ran - before > 0, "back-to-back small synchronous allreduces ran on the lane")
 else:
     check(ran == 0, f"SCALEOUT_FAST_LANE=0: nothing ran on the lane, got {ran}")
+# Calls run on the lane at once hold only their name while they run: nothing is left behind.
+left = so.stats()
+check(
+    (left["handles"], left["names_in_flight"]) == (0, 0),
+    f"handles and names in flight after the loop: {left['handles']}, {left['names_in_flight']}",
+)
 so.shutdown()
 finish()
