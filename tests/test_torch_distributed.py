@@ -125,3 +125,28 @@ def test_torchrun_on_other_mpis(variable, family):
         refusal = "its MPI is Open MPI"
         assert proc.stderr.count(refusal) >= 2, proc.stderr[-4000:]
         assert "Start the job with scaleoutrun" in proc.stderr, proc.stderr[-4000:]
+
+
+def test_a_failed_collective_gives_its_turn_back():
+    # Pure logic of the backend's names (Note [torch.distributed backend]): a collective that
+    # failed everywhere gives its turn back, so the next call of its signature has the name it
+    # would have had; one whose signature was called again meanwhile leaves the group's names
+    # out of step, and every later call raises rather than pair up with another rank's wrong one.
+    import torch.distributed as dist
+
+    import scaleout
+    from scaleout.torch._process_group import _WINDOW, _Names
+
+    names = _Names("torch.g")
+    sig = ("allreduce", "float32", 4)
+    first, first_turn = names.take(sig)
+    second, second_turn = names.take(sig)
+    assert first != second and first.startswith("torch.g.allreduce.")
+    names.failed([second_turn], scaleout.DeadlockError("deadlock"))
+    assert names.take(sig)[0] == second
+    assert len({names.take(sig)[0] for _ in range(3 * _WINDOW)}) == _WINDOW  # names come round
+    names.failed([first_turn], scaleout.DeadlockError("deadlock"))
+    with pytest.raises(dist.DistBackendError, match="can no longer be matched"):
+        names.take(sig)
+    with pytest.raises(scaleout.MismatchError):
+        names.one_off("alltoall")

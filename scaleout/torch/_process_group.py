@@ -12,14 +12,18 @@ Each collective is submitted to the core at once and returns a torch `Work` made
 one order, so the k-th call of a signature (the collective, dtype, shape, op or root) is the
 same call everywhere, and it runs as "torch.<group>.<collective>.<signature>.<k mod 8>". A name
 that comes round finds its response-cache slot (Note [Response cache]), so the core skips most
-of a negotiation, and a small synchronous allreduce takes its fast lane (Note [Fast lane]);
-before a name is reused, the collective that used it last on this rank is completed (the core
-refuses a name in flight twice), which waits only when 8 calls of one signature are in flight.
-Alltoall and scatter, which the core does not cache, get names of their own. A shape or dtype
-that differs between ranks makes different names: the core reports the deadlock (every rank
-waits for a name no other rank submitted) within about a second, naming each rank's, rather
-than a MismatchError (and async calls of matching signatures submitted meanwhile may pair up
-wrongly before it does). A synchronous call (torch's asyncOp=False: dist.all_reduce(t) and the
+of a negotiation, and a small synchronous allreduce takes its fast lane (Note [Fast lane]).
+The core refuses a name in flight twice on one rank: a call whose name's last user on this rank
+may still be in flight is submitted later (_Later: by whoever first waits for it, once that one
+is complete), so issuing a collective never blocks (8 calls of one signature in flight at once
+make that happen). Alltoall and scatter, which the core does not cache, get names of their own.
+A shape or dtype that differs between ranks makes different names: the core reports the
+deadlock (every rank waits for a name no other rank submitted) within about a second, naming
+each rank's, rather than a MismatchError; async calls of the same signatures issued before it
+is waited for may pair with the other ranks' wrong ones first. A call that fails with a core
+error gives its turn back (the same on every rank), so the ranks' names stay in step; an async
+one whose signature was called again meanwhile cannot, and the group then raises on every later
+call. A synchronous call (torch's asyncOp=False: dist.all_reduce(t) and the
 like) is completed on the caller's thread before the Work returns; a synchronous all_reduce of
 one tensor has a path of its own with no future or closure (_allreduce_now), the cost at 4 KiB
 being this Python. One daemon thread per process completes the others' futures in submission
@@ -65,8 +69,10 @@ from scaleout._native import (
     Min,
     Product,
     Sum,
+    allreduce_now,
     submit,
     synchronize,
+    wait_all,
 )
 from scaleout._process_set_registry import member_process_set
 from scaleout._process_sets import global_process_set
@@ -127,13 +133,18 @@ class _Completer:
         self._lock = threading.Lock()
         self._thread = None
 
-    def submit(self, handle, finish: Callable, now: bool = False) -> "_Pending":
+    def submit(
+        self, handle, finish: Callable, now: bool = False, names=None, turns=()
+    ) -> "_Pending":
         """now: the caller waits at once (torch's asyncOp=False), so the collective is completed
         here, right after its submission (the core's caller then runs a small one itself, Note
         [Caller drives]): handing it to the thread too would wake that thread for nothing, and a
         wake-up between threads costs more than a 4 KiB collective on this VM. No other thread
-        has seen such a pending, so it needs no lock."""
+        has seen such a pending, so it needs no lock. names, turns: the _Names the collective's
+        names came from and its turns there, given back if it fails (_Names.failed)."""
         pending = _Pending(handle, finish)
+        if turns:
+            pending.turns = (names, turns)
         if now:
             pending.taken = True
             pending.result = _outcome(pending)
@@ -178,9 +189,11 @@ class _Completer:
         return future
 
     def settle(self, pending: "_Pending") -> None:
-        """Returns once `pending` is complete: completed here unless another thread has taken
-        it, else waited for."""
-        self.complete(pending)
+        """Returns once `pending` is complete. The completing thread completes it here (it is
+        later in the queue than the work this thread is on); another thread waits for it, so
+        that its callbacks do not run inside that thread's collective call."""
+        if threading.current_thread() is self._thread:
+            self.complete(pending)
         if pending.result is _UNSET:
             self.future_of(pending).wait()
 
@@ -196,23 +209,55 @@ def _outcome(pending: "_Pending"):
     """What `pending` gives torch: its finish's result once its handle is done, or the error."""
     try:
         h = pending.handle
-        return pending.finish(synchronize(h) if h is not None else None)
+        return pending.finish(_wait(h) if h is not None else None)
     except Exception as exc:  # noqa: BLE001  (handed to whoever waits on the future)
+        if pending.turns is not None and isinstance(exc, scaleout.ScaleoutError):
+            names, turns = pending.turns
+            names.failed(turns, exc)
         # The exception as the value: see _Work for how it reaches Python and C++ waiters.
         return _backend_error(exc)
+
+
+class _Later:
+    """A collective whose name is busy (its last user on this rank may be in flight): submitted
+    by whoever first waits for it, once that one is complete (_Names). `start(name)` submits it
+    and returns its handle."""
+
+    __slots__ = ("start", "name", "before", "handle")
+
+    def __init__(self, start: Callable, name: str, before: "_Pending"):
+        self.start, self.name, self.before, self.handle = start, name, before, None
+
+    def submitted(self):
+        if self.handle is None:
+            _COMPLETER.settle(self.before)
+            self.before = None
+            self.handle = self.start(self.name)
+        return self.handle
+
+
+def _wait(h):
+    """synchronize(h) for a core handle or a _Later."""
+    return synchronize(h.submitted() if type(h) is _Later else h)
+
+
+def _wait_all(handles) -> list:
+    """Every handle's result, once all are done (so that none is left in flight when one
+    failed); raises the first error."""
+    return wait_all([h.submitted() if type(h) is _Later else h for h in handles])
 
 
 class _Pending:
     """A collective's core handle (or None: `finish` waits for its own), what makes torch's
     result of it, the result once made (or the exception), and the futures asked of it."""
 
-    __slots__ = ("handle", "finish", "taken", "result", "future", "child", "__weakref__")
+    __slots__ = ("handle", "finish", "taken", "result", "future", "child", "turns", "__weakref__")
 
     def __init__(self, handle, finish: Callable):
         self.handle, self.finish = handle, finish
         self.taken = False
         self.result = _UNSET
-        self.future = self.child = None
+        self.future = self.child = self.turns = None
 
     @classmethod
     def done(cls, result) -> "_Pending":
@@ -307,21 +352,31 @@ class _Names:
     collective and what the core compares: dtype, shape, op, root) runs as
     "torch.<group>.<collective>.<signature>.<k mod _WINDOW>", so a name comes round again and
     the core's response cache (and its fast lane) serve it; collectives the core does not cache
-    get a name of their own. Before a name is used again, the collective that used it last on
-    this rank must be complete (the core refuses a name in flight twice): waited for here,
-    which needs _WINDOW calls of one signature in flight at once."""
+    get a name of their own. A name whose last user on this rank may still be in flight (the
+    core refuses a name in flight twice) is busy: the process group then submits the new
+    collective later (_Later), never blocking the call that issues it.
+
+    The ranks' turns stay in step as long as every call of a signature either runs everywhere
+    or fails everywhere (an error of the core: a mismatch, a deadlock, a dead peer): a failed
+    call gives its turn back, so the next call of its signature has the name it would have had.
+    A failed async call whose signature was called again meanwhile cannot: then the group is
+    out of step, and every later call raises."""
 
     def __init__(self, prefix: str):
         self._prefix = prefix
         self._count = itertools.count()
-        self._turns: dict = {}  # signature -> [its names, the next turn]
+        self._turns: dict = {}  # signature -> [its names, calls of it so far]
         self._last: dict = {}  # name -> weak reference to the async _Pending that used it last
+        self._out_of_step: Optional[str] = None  # why the ranks' names may no longer match
 
     def one_off(self, collective: str) -> str:
+        self._check()
         return f"{self._prefix}.{next(self._count)}.{collective}"
 
-    def take(self, signature: tuple) -> str:
-        """signature: (the collective, what the core compares...)."""
+    def take(self, signature: tuple) -> tuple:
+        """signature: (the collective, what the core compares...). The name and the turn."""
+        if self._out_of_step is not None:
+            self._check()
         turn = self._turns.get(signature)
         if turn is None:
             if len(self._turns) >= _MOST_SIGNATURES:  # the same call on every rank
@@ -330,20 +385,45 @@ class _Names:
             base = f"{self._prefix}.{signature[0]}.{_label(signature[1:])}"
             turn = self._turns[signature] = [[f"{base}.{k}" for k in range(_WINDOW)], 0]
         names, k = turn
-        turn[1] = (k + 1) % _WINDOW
-        name = names[k]
+        turn[1] = k + 1
+        return names[k % _WINDOW], (signature, k)
+
+    def busy(self, name: str) -> Optional["_Pending"]:
+        """The async collective that used `name` last on this rank, while it may be in flight."""
         ref = self._last.get(name)
-        if ref is not None:
-            before = ref()
-            if before is not None and before.result is _UNSET:
-                _COMPLETER.settle(before)
-        return name
+        if ref is None:
+            return None
+        before = ref()
+        return before if before is not None and before.result is _UNSET else None
 
     def used(self, names, pending: "_Pending") -> None:
         """Names that `pending`, an async collective, runs under."""
         ref = weakref.ref(pending)
         for name in names:
             self._last[name] = ref
+
+    def failed(self, turns, error: Exception) -> None:
+        """The collectives of `turns` failed with a core error: each gives its turn back, or,
+        where a later call of its signature has been made, leaves the group out of step."""
+        for signature, k in reversed(turns):
+            turn = self._turns.get(signature)
+            if turn is not None and turn[1] == k + 1:
+                turn[1] = k
+            elif self._out_of_step is None:
+                self._out_of_step = (
+                    f"an async collective failed ({type(error).__name__}: {error}) after later "
+                    "collectives of its kind were issued"
+                )
+
+    def _check(self) -> None:
+        if self._out_of_step is not None:
+            raise _backend_error(
+                scaleout.MismatchError(
+                    f"process group '{self._prefix}': {self._out_of_step}, so this rank's "
+                    "collectives can no longer be matched with the other ranks'; destroy the "
+                    "group (or restart the job) and make a new one"
+                )
+            )
 
 
 def _label(signature: tuple) -> str:
@@ -380,14 +460,13 @@ def _all_of(handles, tensors) -> Callable:
     """A finish that waits for every in-place handle and gives torch its tensors."""
 
     def finish(_):
-        for h in handles:
-            synchronize(h)
+        _wait_all(handles)
         return tensors
 
     return finish
 
 
-def _allreduce_(tensor: torch.Tensor, name: str, op: int, prescale: float, ps: int):
+def _allreduce_(name: str, tensor: torch.Tensor, op: int, prescale: float, ps: int):
     """An in-place allreduce whose handle someone waits for soon: the caller of a synchronous
     dist.all_reduce (_Work.wait), else the completer's thread. So the core may run a small one
     on that thread instead of waking its own (Note [Caller drives]). The tensor's autograd
@@ -408,8 +487,8 @@ def _copied_into(outputs, handles) -> Callable:
     """A finish that copies each handle's result into its output tensor, in its shape."""
 
     def finish(_):
-        for out, h in zip(outputs, handles):
-            out.copy_(synchronize(h).reshape(out.shape))
+        for out, result in zip(outputs, _wait_all(handles)):
+            out.copy_(result.reshape(out.shape))
         return outputs
 
     return finish
@@ -466,24 +545,32 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
     def getGroupDesc(self) -> str:
         return getattr(self, "_group_desc", "")
 
-    def _name(self, *signature) -> str:
-        return self._names.take(signature)
-
-    def _names_of(self, collective: str, tensors, *signature) -> list:
-        """One name per tensor (each's dtype and shape in its signature), or names of their own
-        when a call has more than _WINDOW tensors of one signature."""
-        names = [self._names.take((collective, t.dtype, t.shape) + signature) for t in tensors]
+    def _names_of(self, collective: str, tensors, *signature) -> tuple:
+        """One name per tensor (each's dtype and shape in its signature) and the turns taken
+        (_Names), or names of their own when a call has more than _WINDOW tensors of one
+        signature."""
+        taken = [self._names.take((collective, t.dtype, t.shape) + signature) for t in tensors]
+        names = [name for name, _ in taken]
         if len(names) > _WINDOW and len(set(names)) < len(names):
-            names = [self._names.one_off(collective) for _ in tensors]
-        return names
+            return [self._names.one_off(collective) for _ in tensors], ()
+        return names, [turn for _, turn in taken]
 
-    def _work(self, handle, finish: Callable, opts=None, names=()):
+    def _start(self, name: str, submit_as: Callable, *args):
+        """submit_as(name, *args): the collective's core handle, or a _Later while the name is
+        busy (_Names.busy)."""
+        before = self._names.busy(name)
+        if before is None:
+            return submit_as(name, *args)
+        return _Later(lambda later: submit_as(later, *args), name, before)
+
+    def _work(self, handle, finish: Callable, opts=None, names=(), turns=()):
         """opts: the collective's torch options; asyncOp=False (a synchronous dist.all_reduce
         and the like, which wait() at once) completes it on this thread before returning (options
-        without asyncOp, in older torch: every call goes to the completer). names: what the
-        collective runs under, remembered while it may be in flight (_Names)."""
+        without asyncOp, in older torch: every call goes to the completer). names, turns: what
+        the collective runs under, remembered while it may be in flight, and its turns, given
+        back if it fails (_Names)."""
         now = opts is not None and not getattr(opts, "asyncOp", True)
-        pending = _COMPLETER.submit(handle, finish, now)
+        pending = _COMPLETER.submit(handle, finish, now, self._names, turns)
         if names and not now:
             self._names.used(names, pending)
         return _Work(pending)
@@ -494,9 +581,11 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
         _cpu(tensors, "all_reduce")
         op, pre = _core_op(opts.reduceOp, "all_reduce")
         ps = self._set.process_set_id
-        names = self._names_of("allreduce", tensors, OP_NAMES[op], pre)
-        handles = [_allreduce_(t, name, op, pre, ps) for t, name in zip(tensors, names)]
-        return self._work(None, _all_of(handles, tensors), opts, names)
+        names, turns = self._names_of("allreduce", tensors, OP_NAMES[op], pre)
+        handles = [
+            self._start(name, _allreduce_, t, op, pre, ps) for t, name in zip(tensors, names)
+        ]
+        return self._work(None, _all_of(handles, tensors), opts, names, turns)
 
     def _allreduce_now(self, tensor, opts):
         """A synchronous all_reduce of one tensor (`dist.all_reduce(t)`), whose cost at small
@@ -508,10 +597,23 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
             op, pre = Sum, 1.0
         else:
             op, pre = _core_op(kind, "all_reduce")
-        name = self._names.take(("allreduce", tensor.dtype, tensor.shape, OP_NAMES[op], pre))
+        names = self._names
+        name, turn = names.take(("allreduce", tensor.dtype, tensor.shape, OP_NAMES[op], pre))
         try:
-            synchronize(_allreduce_(tensor, name, op, pre, self._set.process_set_id))
+            before = names.busy(name)
+            if before is not None:
+                _COMPLETER.settle(before)
+            # The binding's synchronous allreduce (Note [Synchronous allreduce_]), which offers
+            # it to the core's fast lane first; NotImplemented where it does not apply (a group
+            # of some ranks, a tensor the binding cannot take as it is).
+            done = allreduce_now(
+                tensor, None, torch_name("allreduce", name), op, pre, 1.0, self._set
+            )
+            if done is NotImplemented:
+                synchronize(_allreduce_(name, tensor, op, pre, self._set.process_set_id))
         except Exception as exc:  # noqa: BLE001  (raised by wait(), as _outcome's)
+            if isinstance(exc, scaleout.ScaleoutError):
+                names.failed((turn,), exc)
             return _Work(_Pending.done(_backend_error(exc)))
         return _DONE
 
@@ -525,18 +627,21 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts):
         _cpu(inputs, "all_gather_into_tensor")
-        names = self._names_of("allgather", inputs)
-        handles = [self._gather_rows(t, name) for t, name in zip(inputs, names)]
-        return self._work(None, _copied_into(outputs, handles), opts, names)
+        names, turns = self._names_of("allgather", inputs)
+        handles = [self._start(name, self._gather_rows, t) for t, name in zip(inputs, names)]
+        return self._work(None, _copied_into(outputs, handles), opts, names, turns)
 
     all_gather_single_coalesced = allgather_into_tensor_coalesced
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts):
         _cpu(inputs, "reduce_scatter_tensor")
         op, pre = _core_op(opts.reduceOp, "reduce_scatter_tensor")
-        names = self._names_of("reducescatter", inputs, OP_NAMES[op], pre)
-        handles = [self._reduce_scatter_rows(t, name, op, pre) for t, name in zip(inputs, names)]
-        return self._work(None, _copied_into(outputs, handles), opts, names)
+        names, turns = self._names_of("reducescatter", inputs, OP_NAMES[op], pre)
+        handles = [
+            self._start(name, self._reduce_scatter_rows, t, op, pre)
+            for t, name in zip(inputs, names)
+        ]
+        return self._work(None, _copied_into(outputs, handles), opts, names, turns)
 
     reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
 
@@ -546,76 +651,79 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
         _cpu(tensors, "reduce")
         op, pre = _core_op(opts.reduceOp, "reduce")
         root, ps = self.rank() == opts.rootRank, self._set.process_set_id
-        names = self._names_of("reduce", tensors, OP_NAMES[op], pre)
+        names, turns = self._names_of("reduce", tensors, OP_NAMES[op], pre)
         handles = [
-            _allreduce_(t if root else t.clone(), name, op, pre, ps)
+            self._start(name, _allreduce_, t if root else t.clone(), op, pre, ps)
             for t, name in zip(tensors, names)
         ]
-        return self._work(None, _all_of(handles, tensors), opts, names)
+        return self._work(None, _all_of(handles, tensors), opts, names, turns)
 
     def broadcast(self, tensors, opts):
         _cpu(tensors, "broadcast")
         root = self._ranks[opts.rootRank]  # the job's rank, as the core takes it
-        names = self._names_of("broadcast", tensors, f"from{root}")
-        handles = [
-            so.broadcast_async_(t, root, name=name, process_set=self._set)
-            for t, name in zip(tensors, names)
-        ]
-        return self._work(None, _all_of(handles, tensors), opts, names)
+        names, turns = self._names_of("broadcast", tensors, f"from{root}")
+        handles = [self._start(name, self._broadcast, t, root) for t, name in zip(tensors, names)]
+        return self._work(None, _all_of(handles, tensors), opts, names, turns)
 
     def allgather(self, output_tensors, input_tensors, opts):
         _cpu(input_tensors, "all_gather")
         # Each rank's part may have a size of its own: only the dtype is in the signature.
-        names = [self._name("allgather", t.dtype) for t in input_tensors]
+        taken = [self._names.take(("allgather", t.dtype)) for t in input_tensors]
+        names, turns = [name for name, _ in taken], [turn for _, turn in taken]
         if len(set(names)) < len(names):
-            names = [self._names.one_off("allgather") for _ in input_tensors]
-        handles = [
-            so.allgather_async(t.reshape(-1), name=name, process_set=self._set)
-            for t, name in zip(input_tensors, names)
-        ]
+            names, turns = [self._names.one_off("allgather") for _ in input_tensors], ()
+        handles = [self._start(name, self._gather_flat, t) for t, name in zip(input_tensors, names)]
 
         def finish(_):
-            for outs, h in zip(output_tensors, handles):
+            for outs, gathered in zip(output_tensors, _wait_all(handles)):
                 # Each rank's part is as large as its output tensor (they may differ).
-                parts = synchronize(h).split([out.numel() for out in outs])
+                parts = gathered.split([out.numel() for out in outs])
                 for out, part in zip(outs, parts):
                     out.copy_(part.reshape(out.shape))
             return output_tensors
 
-        return self._work(None, finish, opts, names)
+        return self._work(None, finish, opts, names, turns)
 
     def _allgather_base(self, output, input, opts):
         _cpu([input], "all_gather_into_tensor")
-        (name,) = self._names_of("allgather", [input])
-        handle = self._gather_rows(input, name)
+        names, turns = self._names_of("allgather", [input])
+        handle = self._start(names[0], self._gather_rows, input)
 
         def finish(gathered):
             output.copy_(gathered.reshape(output.shape))
             return [output]
 
-        return self._work(handle, finish, opts, (name,))
+        return self._work(handle, finish, opts, names, turns)
 
     all_gather_single = _allgather_base
 
     def _reduce_scatter_base(self, output, input, opts):
         _cpu([input], "reduce_scatter_tensor")
         op, pre = _core_op(opts.reduceOp, "reduce_scatter_tensor")
-        (name,) = self._names_of("reducescatter", [input], OP_NAMES[op], pre)
-        handle = self._reduce_scatter_rows(input, name, op, pre)
+        names, turns = self._names_of("reducescatter", [input], OP_NAMES[op], pre)
+        handle = self._start(names[0], self._reduce_scatter_rows, input, op, pre)
 
         def finish(mine):
             output.copy_(mine.reshape(output.shape))
             return [output]
 
-        return self._work(handle, finish, opts, (name,))
+        return self._work(handle, finish, opts, names, turns)
 
     reduce_scatter_single = _reduce_scatter_base
 
-    def _gather_rows(self, tensor, name: str):
-        """The allgather of all_gather_into_tensor: each rank's tensor as one row."""
+    # What _start submits, each given the collective's name first.
+    def _broadcast(self, name: str, tensor, root: int):
+        return so.broadcast_async_(tensor, root, name=name, process_set=self._set)
+
+    def _gather_flat(self, name: str, tensor):
+        """all_gather's allgather: each rank's tensor flat (their sizes may differ)."""
+        return so.allgather_async(tensor.reshape(-1), name=name, process_set=self._set)
+
+    def _gather_rows(self, name: str, tensor):
+        """The allgather of all_gather_into_tensor and gather: each rank's tensor as one row."""
         return so.allgather_async(tensor.reshape(1, -1), name=name, process_set=self._set)
 
-    def _reduce_scatter_rows(self, tensor, name: str, op: int, prescale: float):
+    def _reduce_scatter_rows(self, name: str, tensor, op: int, prescale: float):
         """The reducescatter of reduce_scatter_tensor: rank k gets the k-th of size() rows."""
         return so.reducescatter_async(
             tensor.reshape(self.size(), -1),
@@ -667,21 +775,17 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
         # An allgather whose result only the root keeps (torch gives the others no outputs).
         _cpu(input_tensors, "gather")
         root = self.rank() == opts.rootRank
-        names = self._names_of("gather", input_tensors)
-        handles = [
-            so.allgather_async(t.reshape(1, -1), name=name, process_set=self._set)
-            for t, name in zip(input_tensors, names)
-        ]
+        names, turns = self._names_of("gather", input_tensors)
+        handles = [self._start(name, self._gather_rows, t) for t, name in zip(input_tensors, names)]
 
         def finish(_):
-            for i, h in enumerate(handles):
-                rows = synchronize(h)
+            for i, rows in enumerate(_wait_all(handles)):
                 if root:
                     for out, row in zip(output_tensors[i], rows):
                         out.copy_(row.reshape(out.shape))
             return output_tensors
 
-        return self._work(None, finish, opts, names)
+        return self._work(None, finish, opts, names, turns)
 
     def scatter(self, output_tensors, input_tensors, opts):
         # An alltoall in which only the root sends: part i of its list to rank i.
@@ -702,8 +806,7 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
             )
 
         def finish(_):
-            for out, h in zip(output_tensors, handles):
-                received, _counts = synchronize(h)
+            for out, (received, _counts) in zip(output_tensors, _wait_all(handles)):
                 out.copy_(received.reshape(out.shape))
             return output_tensors
 

@@ -149,7 +149,9 @@ def names_that_come_round(r: int, n: int) -> None:
     """Names by signature (Note [torch.distributed backend]): more async all_reduces of one shape
     in flight than the names a signature takes in turn, each its own; back-to-back synchronous
     4 KiB all_reduces reach the core's fast lane (their names come round, so the response cache
-    has them); a shape that differs between ranks raises on every rank, naming both."""
+    has them); a shape that differs between ranks raises on every rank, naming both, and later
+    calls of both shapes pair up as before; issuing a busy name's call does not block (no
+    deadlock where groups are called in different orders on different ranks)."""
     from scaleout.torch._process_group import _WINDOW
 
     tensors = [torch.full((5,), float(r + i)) for i in range(3 * _WINDOW + 1)]
@@ -179,6 +181,36 @@ def names_that_come_round(r: int, n: int) -> None:
         f"float32.{4 + r}.Sum",
         what="a shape that differs between ranks",
     )
+    # The failed call gave its turn back on every rank: the same shapes pair up again, sync and
+    # async alike.
+    for shape in (4, 5):
+        t = torch.full((shape,), float(r + 1))
+        dist.all_reduce(t)
+        check_close(t, torch.full((shape,), n * (n + 1) / 2), f"shape {shape} after the mismatch")
+    tensors = [torch.full((4,), 10.0**i * (r + 1)) for i in range(3)]
+    for work in [dist.all_reduce(t, async_op=True) for t in tensors]:
+        work.wait()
+    for i, t in enumerate(tensors):
+        want = torch.full((4,), 10.0**i * n * (n + 1) / 2)
+        check_close(t, want, f"async call {i} of a shape after the mismatch")
+    # A name still in flight never blocks the call that reuses it: rank 0 issues more async
+    # all_reduces of one shape than their names, then a synchronous one on another group; the
+    # others the other way round (each group sees one order everywhere).
+    other = dist.new_group(backend="scaleout")
+    tensors = [torch.full((3,), float(r + i)) for i in range(2 * _WINDOW + 1)]
+    b = torch.full((2,), float(r))
+    if r == 0:
+        works = [dist.all_reduce(t, async_op=True) for t in tensors]
+        dist.all_reduce(b, group=other)
+    else:
+        dist.all_reduce(b, group=other)
+        works = [dist.all_reduce(t, async_op=True) for t in tensors]
+    for work in works:
+        work.wait()
+    check_close(b, torch.full((2,), n * (n - 1) / 2), "the other group's all_reduce")
+    for i, t in enumerate(tensors):
+        want = float(sum(k + i for k in range(n)))
+        check_close(t, torch.full((3,), want), f"async {i} issued around the other group's")
 
 
 def point_to_point(r: int, n: int) -> None:
