@@ -666,6 +666,9 @@ void ScaleBuffer(void* buf, size_t count, DataType dtype, double factor) {
 // AVX loop 33.3-33.7 us; reading the other's area 29.5-32 us whichever. So on Intel large copies
 // take rep movsb, elsewhere the loop.
 constexpr size_t kLoopCopyBytes = 4096;
+// The least a streamed copy takes (VectorCopy's 64-byte steps, a one-Sync allreduce's pack: Note
+// [Streaming stores]).
+constexpr size_t kStreamCopyBytes = 256;
 
 namespace {
 bool RepMovsbIsFast() {
@@ -681,7 +684,7 @@ const bool kRepMovsb = RepMovsbIsFast();
 
 void CopyBytes(void* dst, const void* src, size_t bytes) {
 #if defined(__SSE2__)
-  if (t_streaming && bytes >= kLoopCopyBytes && Aligned16(dst)) {
+  if (t_streaming && bytes >= kStreamCopyBytes && Aligned16(dst)) {
     return VectorCopy<true>(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), bytes);
   }
 #endif

@@ -136,13 +136,24 @@ void StagedAllreduce::Slice(size_t count, size_t esize, int rank, int size, size
 // A rank's choice is its own: the areas are published by the Sync that follows, after the
 // kernels' sfence, so the result is the same bits either way. Unpacking into the caller's output
 // keeps ordinary stores (the caller reads it next).
+// One-Sync allreduces (and the fast lane's) choose the same way from 256 bytes, per power of
+// two: a 4 KiB one at two ranks took 4.5 us in the slow state (the VM's two vCPUs in two core
+// complexes: a cache-line round trip 0.35 us against 0.05), its pack into the area much of the
+// difference (each line the other rank read last time must be taken back from its cache). In a
+// C loop of the same exchange (2026-12-08) the pack took 2,860 cycles with ordinary stores and
+// 840 with streaming ones in the slow state, the whole exchange 3.4 against 2.1 us; in the fast
+// state the packs were alike (750, 850 cycles) but the other rank's reading and waiting tripled
+// (0.9 against 2.0 us). So what counts is the whole exchange with every rank storing the same
+// way: a chooser counts only exchanges made (Next does not count, Record does), which every
+// rank makes alike, so the ranks probe together; each times the whole exchange.
 constexpr size_t kStreamingBytes = size_t{16} << 10;
+constexpr size_t kOneSyncStreamingBytes = 256;
 
-// The size class of an allreduce of `bytes` (at least kStreamingBytes): log2 of bytes over
-// kStreamingBytes, the last of `classes` holding everything larger.
-size_t StoreClass(size_t bytes, size_t classes) {
+// The size class of an allreduce of `bytes` (at least `smallest`): log2 of bytes over
+// `smallest`, the last of `classes` holding everything larger.
+size_t StoreClass(size_t bytes, size_t smallest, size_t classes) {
   size_t c = 0;
-  for (size_t b = bytes / kStreamingBytes; b > 1 && c + 1 < classes; b >>= 1) ++c;
+  for (size_t b = bytes / smallest; b > 1 && c + 1 < classes; b >>= 1) ++c;
   return c;
 }
 
@@ -154,8 +165,8 @@ double StoreChooser::Estimate(bool streamed) const {
   return least;
 }
 
-bool StoreChooser::Next() {
-  const uint64_t n = runs_++;
+bool StoreChooser::Next() const {
+  const uint64_t n = runs_;
   const double ordinary = Estimate(false), streamed = Estimate(true);
   if (ordinary == 0.0) return false;
   if (streamed == 0.0) return true;
@@ -164,6 +175,7 @@ bool StoreChooser::Next() {
 }
 
 void StoreChooser::Record(bool streamed, size_t bytes, double seconds) {
+  ++runs_;
   if (bytes == 0) return;
   if (warm_left_ > 0) {
     --warm_left_;
@@ -190,7 +202,8 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
     return RunOneSync(total, dtype, op, pack, unpack, output);
   }
   const bool chosen = !halves && total * esize >= kStreamingBytes;
-  StoreChooser& stores = stores_[chosen ? StoreClass(total * esize, stores_.size()) : 0];
+  StoreChooser& stores =
+      stores_[chosen ? StoreClass(total * esize, kStreamingBytes, stores_.size()) : 0];
   const bool streamed = chosen && stores.Next();
   const auto started =
       chosen ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
@@ -328,7 +341,26 @@ Status StagedAllreduce::OneExchange(size_t total, DataType dtype, ReduceOp op, c
                                     const std::function<bool()>* agree, bool* exchanged) {
   const size_t bytes = total * DataTypeSize(dtype);
   const int parity = memory_->PeekParity();
-  pack(0, total, memory_->Area(memory_->rank(), parity));
+  // Note [Streaming stores]: chosen by timing, from kOneSyncStreamingBytes.
+  const bool chosen = bytes >= kOneSyncStreamingBytes;
+  StoreChooser& stores =
+      one_sync_stores_[chosen ? StoreClass(bytes, kOneSyncStreamingBytes, one_sync_stores_.size())
+                              : 0];
+  const bool streamed = chosen && stores.Next();
+  const auto started =
+      chosen ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+  {
+    const StreamingStores scope(streamed);
+    pack(0, total, memory_->Area(memory_->rank(), parity));
+  }
+  // The exchange's time, once it has been made (a called-off lane round is not one, and does
+  // not count: every rank's chooser counts the same exchanges, so they probe together).
+  auto timed = [&] {
+    if (chosen) {
+      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - started;
+      stores.Record(streamed, bytes, took.count());
+    }
+  };
   if (agree != nullptr) {
     // Note [Fast lane]: the round is this rank's only if every rank agreed to it.
     *exchanged = (*agree)();
@@ -350,6 +382,7 @@ Status StagedAllreduce::OneExchange(size_t total, DataType dtype, ReduceOp op, c
         ReduceInto(out, memory_->Area(k, parity), total, dtype, op);
     }
     if (post != 1.0) ScaleBuffer(out, total, dtype, post);
+    timed();
     return Status::OK();
   }
   result_.resize(bytes);
@@ -360,6 +393,7 @@ Status StagedAllreduce::OneExchange(size_t total, DataType dtype, ReduceOp op, c
       ReduceInto(result_.data(), memory_->Area(k, parity), total, dtype, op);
   }
   unpack(0, total, result_.data());
+  timed();
   return Status::OK();
 }
 

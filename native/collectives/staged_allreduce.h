@@ -31,8 +31,8 @@ struct HalfFactors {
 class StoreChooser {
  public:
   // Whether the next allreduce of this size class streams its stores.
-  bool Next();
-  // That allreduce moved `bytes` in `seconds`.
+  bool Next() const;
+  // That allreduce moved `bytes` in `seconds`; the next one is the next run.
   void Record(bool streamed, size_t bytes, double seconds);
 
   // Every this many allreduces, one takes the kind of store that is not the faster.
@@ -115,8 +115,9 @@ class StagedAllreduce {
   std::vector<const uint8_t*> sources_;  // and the blocks it reduces
   std::vector<uint8_t> result_;          // RunOneSync's reduced block
   // Note [Streaming stores]: one per size class (powers of two from kStreamingBytes up, the
-  // last holding everything larger).
+  // last holding everything larger), and for one-Sync allreduces one per power of two below.
   std::array<StoreChooser, 13> stores_;
+  std::array<StoreChooser, 9> one_sync_stores_;
 };
 
 }  // namespace scaleout

@@ -440,6 +440,25 @@ SO_TEST(StoreChooserTimesBothKindsThenTakesTheFasterAndProbes) {
   c.Record(false, 0, 1.0);  // nothing moved: nothing learned
 }
 
+// Only recorded runs count (a called-off lane round records none), so every rank's chooser of
+// one-Sync allreduces, which all make the same exchanges, probes at the same ones.
+SO_TEST(StoreChooserCountsRecordedRunsOnly) {
+  StoreChooser c;
+  for (int i = 0; i < StoreChooser::kWarmRuns; ++i) c.Record(c.Next(), 1000, 1.0);
+  c.Record(c.Next(), 1000, 4e-3);
+  EXPECT_EQ(c.Next(), true);  // the streamed run, asked for again and again until recorded
+  EXPECT_EQ(c.Next(), true);
+  c.Record(true, 1000, 1e-3);
+  int probes = 0;
+  for (uint64_t n = 0; n < 2 * StoreChooser::kProbeEvery; ++n) {
+    const bool s = c.Next();
+    EXPECT_EQ(c.Next(), s);  // not recorded: the same run
+    probes += !s;
+    c.Record(s, 1000, s ? 1e-3 : 4e-3);
+  }
+  EXPECT_EQ(probes, 2);
+}
+
 // A kind's estimate is the least of its last kKept times: one run slowed by something else does
 // not switch kinds, a change of state does, within kKept runs of the kind in use.
 SO_TEST(StoreChooserIgnoresOneSlowRunAndFollowsAChangeOfState) {
