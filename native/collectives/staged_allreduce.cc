@@ -157,6 +157,33 @@ size_t StoreClass(size_t bytes, size_t smallest, size_t classes) {
   return c;
 }
 
+namespace {
+
+// One allreduce's kind of stores, from `chooser` (null: ordinary ones, untimed), and its time
+// from here on, recorded by Done.
+class ChosenStores {
+ public:
+  explicit ChosenStores(StoreChooser* chooser)
+      : chooser_(chooser),
+        streamed_(chooser != nullptr && chooser->Next()),
+        started_(chooser != nullptr ? std::chrono::steady_clock::now()
+                                    : std::chrono::steady_clock::time_point()) {}
+  bool streamed() const { return streamed_; }
+  // The allreduce moved `bytes`.
+  void Done(size_t bytes) const {
+    if (chooser_ == nullptr) return;
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - started_;
+    chooser_->Record(streamed_, bytes, took.count());
+  }
+
+ private:
+  StoreChooser* chooser_;
+  bool streamed_;
+  std::chrono::steady_clock::time_point started_;
+};
+
+}  // namespace
+
 double StoreChooser::Estimate(bool streamed) const {
   double least = 0.0;
   for (double t : kept_[streamed]) {
@@ -201,12 +228,11 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
       total * esize * static_cast<size_t>(size - 1) <= kOneSyncBytes) {
     return RunOneSync(total, dtype, op, pack, unpack, output);
   }
-  const bool chosen = !halves && total * esize >= kStreamingBytes;
-  StoreChooser& stores =
-      stores_[chosen ? StoreClass(total * esize, kStreamingBytes, stores_.size()) : 0];
-  const bool streamed = chosen && stores.Next();
-  const auto started =
-      chosen ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+  const ChosenStores chosen(
+      !halves && total * esize >= kStreamingBytes
+          ? &stores_[StoreClass(total * esize, kStreamingBytes, stores_.size())]
+          : nullptr);
+  const bool streamed = chosen.streamed();
   for (size_t first = 0; first < total; first += per_round) {
     const size_t count = std::min(per_round, total - first);
     const int parity = memory_->NextParity();
@@ -310,10 +336,7 @@ Status StagedAllreduce::Run(size_t total, DataType dtype, ReduceOp op, const Pac
                          << us(t4 - t3) << " us, unpack " << us(t5 - t4) << " us");
     }
   }
-  if (chosen) {
-    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - started;
-    stores.Record(streamed, total * esize, took.count());
-  }
+  chosen.Done(total * esize);
   return Status::OK();
 }
 
@@ -341,26 +364,17 @@ Status StagedAllreduce::OneExchange(size_t total, DataType dtype, ReduceOp op, c
                                     const std::function<bool()>* agree, bool* exchanged) {
   const size_t bytes = total * DataTypeSize(dtype);
   const int parity = memory_->PeekParity();
-  // Note [Streaming stores]: chosen by timing, from kOneSyncStreamingBytes.
-  const bool chosen = bytes >= kOneSyncStreamingBytes;
-  StoreChooser& stores =
-      one_sync_stores_[chosen ? StoreClass(bytes, kOneSyncStreamingBytes, one_sync_stores_.size())
-                              : 0];
-  const bool streamed = chosen && stores.Next();
-  const auto started =
-      chosen ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+  // Note [Streaming stores]: chosen by timing, from kOneSyncStreamingBytes. The exchange's time
+  // is recorded once it has been made (a called-off lane round is not one, and does not count:
+  // every rank's chooser counts the same exchanges, so they probe together).
+  const ChosenStores chosen(
+      bytes >= kOneSyncStreamingBytes
+          ? &one_sync_stores_[StoreClass(bytes, kOneSyncStreamingBytes, one_sync_stores_.size())]
+          : nullptr);
   {
-    const StreamingStores scope(streamed);
+    const StreamingStores scope(chosen.streamed());
     pack(0, total, memory_->Area(memory_->rank(), parity));
   }
-  // The exchange's time, once it has been made (a called-off lane round is not one, and does
-  // not count: every rank's chooser counts the same exchanges, so they probe together).
-  auto timed = [&] {
-    if (chosen) {
-      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - started;
-      stores.Record(streamed, bytes, took.count());
-    }
-  };
   if (agree != nullptr) {
     // Note [Fast lane]: the round is this rank's only if every rank agreed to it.
     *exchanged = (*agree)();
@@ -382,7 +396,7 @@ Status StagedAllreduce::OneExchange(size_t total, DataType dtype, ReduceOp op, c
         ReduceInto(out, memory_->Area(k, parity), total, dtype, op);
     }
     if (post != 1.0) ScaleBuffer(out, total, dtype, post);
-    timed();
+    chosen.Done(bytes);
     return Status::OK();
   }
   result_.resize(bytes);
@@ -393,7 +407,7 @@ Status StagedAllreduce::OneExchange(size_t total, DataType dtype, ReduceOp op, c
       ReduceInto(result_.data(), memory_->Area(k, parity), total, dtype, op);
   }
   unpack(0, total, result_.data());
-  timed();
+  chosen.Done(bytes);
   return Status::OK();
 }
 

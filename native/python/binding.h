@@ -28,8 +28,8 @@
 #define SO_FUNCTIONS(X)                                                                         \
   X(so_abi_version) X(so_version) X(so_build_info) X(so_last_error) X(so_last_error_details)    \
   X(so_init) X(so_shutdown) X(so_is_initialized) X(so_topology) X(so_config_string)             \
-  X(so_enqueue) X(so_allreduce_now) X(so_poll) X(so_wait) X(so_result_shape) X(so_result_take) X(so_buffer_free)    \
-  X(so_result_splits) X(so_result_join_rank) X(so_release) X(so_timeline) X(so_stats)           \
+  X(so_enqueue) X(so_allreduce_now) X(so_poll) X(so_wait) X(so_result_shape) X(so_result_take)  \
+  X(so_buffer_free) X(so_result_splits) X(so_result_join_rank) X(so_release) X(so_timeline) X(so_stats)           \
   X(so_traffic) X(so_algorithms) X(so_peer_died) X(so_add_process_set) X(so_add_member_process_set) X(so_remove_process_set) \
   X(so_process_set) X(so_use_mpi)
 /* clang-format on */

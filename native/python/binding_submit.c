@@ -282,10 +282,10 @@ static PyObject* submit_with(PyObject* self, PyObject* const* argv, Py_ssize_t n
       raise_status(rc);
       goto done;
     }
-    if (ran) {
-      Py_INCREF(output);
-      result = finish == Py_None ? output : PyObject_CallOneArg(finish, output);
-      if (finish != Py_None) Py_DECREF(output);
+    if (ran) { /* finished as synchronize finishes a handle's result */
+      result = output;
+      Py_INCREF(result);
+      if (finish != Py_None) Py_SETREF(result, PyObject_CallOneArg(finish, result));
       goto done;
     }
   }

@@ -21,24 +21,33 @@ void HandleTable::SetEpoch(int64_t epoch) {
 
 Status HandleTable::Add(const std::shared_ptr<TensorEntry>& entry) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (closed_) return closed_status_;
-  auto closed_set = closed_sets_.find(entry->process_set);
-  if (closed_set != closed_sets_.end()) return closed_set->second;
-  if (!entry->is_join &&
-      !names_in_flight_.insert({entry->process_set, entry->request.name}).second) {
-    return Status::DuplicateName("a collective named '" + entry->request.name +
-                                 "' is already in flight on this rank; wait for it before "
-                                 "submitting the name again, or use another name");
-  }
+  Status s = entry->is_join ? Open(entry->process_set)
+                            : ReserveLocked(entry->process_set, entry->request.name);
+  if (!s.ok()) return s;
   entry->handle = next_handle_++;
   slots_[entry->handle].entry = entry;
   return Status::OK();
 }
 
+Status HandleTable::Open(int32_t process_set) const {
+  if (closed_) return closed_status_;
+  auto closed_set = closed_sets_.find(process_set);
+  return closed_set != closed_sets_.end() ? closed_set->second : Status::OK();
+}
+
+Status HandleTable::ReserveLocked(int32_t process_set, const std::string& name) {
+  Status s = Open(process_set);
+  if (s.ok() && !names_in_flight_.insert({process_set, name}).second) {
+    return Status::DuplicateName("a collective named '" + name +
+                                 "' is already in flight on this rank; wait for it before "
+                                 "submitting the name again, or use another name");
+  }
+  return s;
+}
+
 bool HandleTable::Reserve(int32_t process_set, const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (closed_ || closed_sets_.count(process_set) != 0) return false;
-  return names_in_flight_.insert({process_set, name}).second;
+  return ReserveLocked(process_set, name).ok();
 }
 
 void HandleTable::Unreserve(int32_t process_set, const std::string& name) {

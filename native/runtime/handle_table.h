@@ -69,6 +69,10 @@ class HandleTable {
     bool orphaned = false;  // released while pending: dropped when it completes
     Status status;
   };
+  // OK, or why the table takes nothing more for the set (closed). Caller holds mu_.
+  Status Open(int32_t process_set) const;
+  // Open, and the name reserved: DuplicateName if it is in flight. Caller holds mu_.
+  Status ReserveLocked(int32_t process_set, const std::string& name);
   // Marks one slot done; erases it if orphaned. Caller holds mu_. Returns whether it changed.
   bool FinishLocked(std::unordered_map<int64_t, Slot>::iterator it, const Status& status);
   std::mutex mu_;

@@ -438,7 +438,7 @@ def _label(signature: tuple) -> str:
         elif isinstance(v, float):  # a prescale factor (PREMUL_SUM's)
             if v != 1.0:
                 parts.append(f"times{v:g}")
-        else:
+        elif v is not None:  # None: a part left out (all_gather's shape)
             parts.append(str(v))
     return ".".join(parts)
 
@@ -545,11 +545,14 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
     def getGroupDesc(self) -> str:
         return getattr(self, "_group_desc", "")
 
-    def _names_of(self, collective: str, tensors, *signature) -> tuple:
-        """One name per tensor (each's dtype and shape in its signature) and the turns taken
-        (_Names), or names of their own when a call has more than _WINDOW tensors of one
-        signature."""
-        taken = [self._names.take((collective, t.dtype, t.shape) + signature) for t in tensors]
+    def _names_of(self, collective: str, tensors, *signature, by_shape: bool = True) -> tuple:
+        """One name per tensor (each's dtype, and shape unless not `by_shape`, in its signature)
+        and the turns taken (_Names), or names of their own when a call has more than _WINDOW
+        tensors of one signature."""
+        taken = [
+            self._names.take((collective, t.dtype, t.shape if by_shape else None) + signature)
+            for t in tensors
+        ]
         names = [name for name, _ in taken]
         if len(names) > _WINDOW and len(set(names)) < len(names):
             return [self._names.one_off(collective) for _ in tensors], ()
@@ -668,10 +671,7 @@ class ScaleoutProcessGroup(dist.ProcessGroup):
     def allgather(self, output_tensors, input_tensors, opts):
         _cpu(input_tensors, "all_gather")
         # Each rank's part may have a size of its own: only the dtype is in the signature.
-        taken = [self._names.take(("allgather", t.dtype)) for t in input_tensors]
-        names, turns = [name for name, _ in taken], [turn for _, turn in taken]
-        if len(set(names)) < len(names):
-            names, turns = [self._names.one_off("allgather") for _ in input_tensors], ()
+        names, turns = self._names_of("allgather", input_tensors, by_shape=False)
         handles = [self._start(name, self._gather_flat, t) for t, name in zip(input_tensors, names)]
 
         def finish(_):
