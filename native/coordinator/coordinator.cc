@@ -443,9 +443,19 @@ void Coordinator::CheckPeersAlive() {
       // Every rank learns of this death now: all stop at once, without another message (a
       // message to the dead rank could crash MPI; its collectives can never complete).
       controller_.Halt(why, r);
-    } else if (self == 0 || r == 0) {
+    } else if (self == 0) {
       // Rank 0 fails what needs the dead rank; the others hear of it from rank 0.
       controller_.PeerDied(r, why);
+    } else if (r == 0) {
+      // Without rank 0 nothing more completes here. Blamed on the job's first death: rank 0 may
+      // have left because of an earlier one (its survivors' checks done, it exits), and that one
+      // is the cause every later collective names (the same rank wherever the race went).
+      const int first = liveness_->FirstDead();
+      if (first > 0) {
+        controller_.Halt(liveness_->DeathOf(first), first);
+      } else {
+        controller_.PeerDied(r, why);
+      }
     }
   }
 }

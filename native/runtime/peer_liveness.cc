@@ -198,6 +198,11 @@ Status PeerLiveness::Interruption() const {
   return Status::ShutDown(deaths_[first_dead_]).WithCulprits({first_dead_});
 }
 
+int PeerLiveness::FirstDead() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return first_dead_;
+}
+
 bool PeerLiveness::LostAPeer() { return g_lost_a_peer.load(); }
 
 void PeerLiveness::MarkDead(int rank, Cause cause) {

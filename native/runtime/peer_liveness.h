@@ -94,6 +94,8 @@ class PeerLiveness {
   std::string DeathOf(int rank) const;
   // OK, or ShutDown naming the first peer found dead: for waits in the data plane.
   Status Interruption() const;
+  // The first peer found dead, or -1.
+  int FirstDead() const;
   // Every death found anywhere reaches every rank (the TCP star is up).
   bool networked() const { return networked_; }
   // "rank 3 (pid 4242 on node7)"
